@@ -1,0 +1,86 @@
+package election
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+
+	"github.com/batonhq/baton/internal/config"
+)
+
+// Option configures an Election. New validates all options together
+// and rejects bad values with an error wrapping ErrInvalid.
+type Option interface{ apply(*config.Config) }
+
+type option config.Setter
+
+func (o option) apply(c *config.Config) { o(c) }
+
+// Bounds of WithTTL and WithMaxTTL.
+const (
+	DefaultTTL    = config.DefaultTTL
+	MinTTL        = config.MinTTL
+	DefaultMaxTTL = config.DefaultMaxTTL
+)
+
+// WithTTL sets the TTL of the lease the Election creates: whole seconds, at
+// least MinTTL (2 s), at most the cap (DefaultMaxTTL, 5 min, unless
+// WithMaxTTL). Default DefaultTTL (15 s). A shorter TTL means faster
+// failover after a crash and a shorter validity window; size it from the
+// p99 of a renewal round trip, not of the critical section, which the
+// session keeps alive however long it runs. Not allowed with WithSession.
+func WithTTL(ttl time.Duration) Option { return option(config.SetTTL(ttl)) }
+
+// WithMaxTTL sets the cap on the TTL (at least MinTTL), a defence against
+// clients that would keep leading through long outages. It also bounds the
+// lease of a session given with WithSession.
+func WithMaxTTL(maxTTL time.Duration) Option {
+	return option(func(c *config.Config) { c.MaxTTL = maxTTL })
+}
+
+// WithSession makes the Election use s instead of creating its own lease. The
+// caller keeps ownership: Close does not close s, and a lost s is not
+// replaced (Campaign then fails with an error wrapping ErrLost). Many elections
+// and mutexes can share one session; the Election sends one extra renewal per TTL/3 to
+// learn the send time its validity deadline needs.
+func WithSession(s *concurrency.Session) Option {
+	return option(func(c *config.Config) { c.Session = s })
+}
+
+// WithNamespace sets the first segment of every key (default "baton"): 1 to
+// 64 bytes of letters, digits, '.', '_' and '-'. One namespace per team or
+// service makes RBAC one prefix grant.
+func WithNamespace(ns string) Option { return option(func(c *config.Config) { c.Namespace = ns }) }
+
+// WithSafetyMargin sets how long before the earliest possible server-side
+// expiry a Term's Context ends: its validity deadline is the send time of
+// the last acknowledged renewal + TTL − margin. Default TTL/5; at most
+// TTL/2. Raise it if client clocks may run slow against the server's.
+func WithSafetyMargin(d time.Duration) Option {
+	return option(func(c *config.Config) { c.Margin = d })
+}
+
+// WithLogger sets the logger (default zap.NewNop()). Losses are logged at
+// Warn, failed renewals at Info, acquisitions and releases at Debug, with
+// the fields name, key, token and lease (hex).
+func WithLogger(l *zap.Logger) Option { return option(func(c *config.Config) { c.Logger = l }) }
+
+// WithRegisterer registers the metrics on reg (default: none registered).
+// Many elections may share one Registerer.
+func WithRegisterer(reg prometheus.Registerer) Option {
+	return option(func(c *config.Config) { c.Registerer = reg })
+}
+
+func build(setters []Option) []config.Setter {
+	out := make([]config.Setter, len(setters))
+	for i, o := range setters {
+		if o == nil {
+			out[i] = nil
+			continue
+		}
+		out[i] = o.apply
+	}
+	return out
+}

@@ -1,0 +1,75 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Run keeps value campaigning and runs fn while it leads, until ctx ends:
+//
+//   - fn's context ends when ctx ends or leadership may be lost;
+//   - after a loss, Run waits for fn to return, then campaigns again (on a
+//     new lease if the old one is gone), so a singleton comes back by
+//     itself once etcd recovers;
+//   - if fn returns while still leader, Run resigns and returns fn's error
+//     (nil included);
+//   - when ctx ends, Run resigns, so the next candidate leads within a
+//     round trip instead of a TTL, and returns ctx.Err().
+//
+// Errors of Campaign other than ctx's end and ErrClosed are retried with
+// backoff (100 ms doubling to 5 s) and logged at Warn. With WithSession a
+// lost session cannot be replaced, and Run returns the loss.
+func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Context, t *Term) error) error {
+	if fn == nil {
+		return fmt.Errorf("%w: election.Run: fn must not be nil", ErrInvalid)
+	}
+	const resignTimeout = 5 * time.Second
+	const minBackoff, maxBackoff = 100 * time.Millisecond, 5 * time.Second
+	backoff := minBackoff
+	for {
+		t, err := e.Campaign(ctx, value)
+		if err != nil {
+			switch {
+			case ctx.Err() != nil:
+				return ctx.Err()
+			case errors.Is(err, ErrClosed), errors.Is(err, ErrInvalid):
+				return err
+			case e.cfg.Session != nil && errors.Is(err, ErrLost):
+				return err
+			}
+			e.log.Warn("campaign failed, retrying", zap.Error(err), zap.Duration("backoff", backoff))
+			if !sleep(ctx, backoff) {
+				return ctx.Err()
+			}
+			backoff = min(backoff*2, maxBackoff)
+			continue
+		}
+		backoff = minBackoff
+
+		work, cancel := context.WithCancelCause(t.Context())
+		stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+		ferr := fn(work, t)
+		stop()
+		cancel(nil)
+
+		if ctx.Err() != nil {
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout)
+			_ = t.Resign(rctx) // a failed resign only delays the next leader by a TTL
+			rcancel()
+			return ctx.Err()
+		}
+		if t.Context().Err() == nil {
+			if rerr := t.Resign(ctx); rerr != nil && ferr == nil {
+				return rerr
+			}
+			return ferr
+		}
+		// Lost: clean up what remains of the key, then campaign again.
+		_ = t.Resign(ctx)
+		e.log.Info("campaigning again after loss", zap.NamedError("work", ferr))
+	}
+}

@@ -1,0 +1,123 @@
+package lease
+
+import (
+	"context"
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/batonhq/baton/internal/errs"
+)
+
+// Provider hands out the session of one mutex or election: its own lease,
+// granted on first use and replaced once lost, or a borrowed session, which
+// cannot be replaced.
+type Provider struct {
+	cli      *clientv3.Client
+	cfg      Config
+	borrowed *concurrency.Session
+
+	closeCtx    context.Context
+	closeCancel context.CancelFunc
+
+	mu     sync.Mutex
+	cur    *Session
+	closed bool
+	wg     sync.WaitGroup // revokes of replaced sessions
+}
+
+// NewProvider returns a provider; borrowed is nil for an owned lease.
+func NewProvider(cli *clientv3.Client, borrowed *concurrency.Session, cfg Config) *Provider {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Provider{cli: cli, cfg: cfg, borrowed: borrowed, closeCtx: ctx, closeCancel: cancel}
+}
+
+// Closing is done once Close has begun.
+func (p *Provider) Closing() <-chan struct{} { return p.closeCtx.Done() }
+
+// ClosingContext is done once Close has begun.
+func (p *Provider) ClosingContext() context.Context { return p.closeCtx }
+
+// Current is the live session, or nil.
+func (p *Provider) Current() *Session {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cur == nil || p.cur.Lost() {
+		return nil
+	}
+	return p.cur
+}
+
+// Get returns a live session, granting a new lease if there is none. ctx
+// bounds the grant.
+func (p *Provider) Get(ctx context.Context) (*Session, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(p.closeCtx, cancel)
+	defer stop()
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errs.ErrClosed
+	}
+	if p.cur != nil && !p.cur.Lost() {
+		return p.cur, nil
+	}
+	if p.borrowed != nil {
+		if p.cur != nil {
+			return nil, context.Cause(p.cur.Context())
+		}
+		s, err := Borrow(ctx, p.borrowed, p.cfg)
+		if err != nil {
+			return nil, p.closedOr(err)
+		}
+		p.cur = s
+		return s, nil
+	}
+	if old := p.cur; old != nil {
+		// The lost lease may still exist on the server (a partition that
+		// healed): revoke it off the caller's path.
+		p.cur = nil
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			_ = old.Close()
+		}()
+	}
+	s, err := Grant(ctx, p.cli, p.cfg)
+	if err != nil {
+		return nil, p.closedOr(err)
+	}
+	p.cur = s
+	return s, nil
+}
+
+func (p *Provider) closedOr(err error) error {
+	if p.closeCtx.Err() != nil {
+		return errs.ErrClosed
+	}
+	return err
+}
+
+// Close ends the session (revoking an owned lease) and waits for every
+// goroutine the provider started. It is idempotent.
+func (p *Provider) Close() error {
+	p.closeCancel()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		p.wg.Wait()
+		return nil
+	}
+	p.closed = true
+	cur := p.cur
+	p.mu.Unlock()
+	var err error
+	if cur != nil {
+		err = cur.Close()
+	}
+	p.wg.Wait()
+	return err
+}

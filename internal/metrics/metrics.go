@@ -1,0 +1,107 @@
+// Package metrics defines baton's Prometheus metrics and registers them on
+// the Registerer the caller hands in, never on the global one. Several
+// mutexes and elections may share one Registerer: a collector that is
+// already registered is reused.
+package metrics
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics holds every collector of a mutex or election.
+type Metrics struct {
+	AcquireDuration   *prometheus.HistogramVec
+	AcquireTotal      *prometheus.CounterVec
+	HoldDuration      *prometheus.HistogramVec
+	LostTotal         *prometheus.CounterVec
+	RenewalFailures   *prometheus.CounterVec
+	IsLeader          *prometheus.GaugeVec
+	Transitions       *prometheus.CounterVec
+	CampaignDuration  *prometheus.HistogramVec
+	ElectionLostTotal *prometheus.CounterVec
+	FencingRejections *prometheus.CounterVec
+}
+
+// Label names.
+var (
+	nameLabels   = []string{"namespace", "name"}
+	resultLabels = []string{"namespace", "name", "result"}
+	reasonLabels = []string{"namespace", "name", "reason"}
+)
+
+// Buckets for waits and holds: 1 ms to about 20 minutes.
+var durationBuckets = prometheus.ExponentialBuckets(0.001, 4, 11)
+
+// New builds the collectors and registers them on reg; a nil reg leaves
+// them unregistered, which costs nothing and exports nothing.
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		AcquireDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "baton_lock_acquire_duration_seconds", Help: "Time from Lock or TryLock to its return, by result.",
+			Buckets: durationBuckets,
+		}, resultLabels),
+		AcquireTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "baton_lock_acquire_total", Help: "Lock and TryLock calls by result: acquired, locked, canceled, error.",
+		}, resultLabels),
+		HoldDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "baton_lock_hold_duration_seconds", Help: "Time a lock was held, from acquisition to release or loss.",
+			Buckets: durationBuckets,
+		}, nameLabels),
+		LostTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "baton_lock_lost_total", Help: "Locks lost while held, by reason.",
+		}, reasonLabels),
+		RenewalFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "baton_session_renewal_failures_total", Help: "Lease renewal attempts that failed.",
+		}, nameLabels),
+		IsLeader: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "baton_election_is_leader", Help: "1 while this process leads the election.",
+		}, nameLabels),
+		Transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "baton_election_transitions_total", Help: "Times this process became leader or stopped leading.",
+		}, nameLabels),
+		CampaignDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "baton_election_campaign_duration_seconds", Help: "Time from Campaign to its return, by result.",
+			Buckets: durationBuckets,
+		}, resultLabels),
+		ElectionLostTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "baton_election_lost_total", Help: "Terms lost while leading, by reason.",
+		}, reasonLabels),
+		FencingRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "baton_fencing_rejections_total", Help: "Writes rejected for carrying a stale fencing token.",
+		}, []string{"resource"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var err error
+	m.AcquireDuration = register(reg, m.AcquireDuration, &err)
+	m.AcquireTotal = register(reg, m.AcquireTotal, &err)
+	m.HoldDuration = register(reg, m.HoldDuration, &err)
+	m.LostTotal = register(reg, m.LostTotal, &err)
+	m.RenewalFailures = register(reg, m.RenewalFailures, &err)
+	m.IsLeader = register(reg, m.IsLeader, &err)
+	m.Transitions = register(reg, m.Transitions, &err)
+	m.CampaignDuration = register(reg, m.CampaignDuration, &err)
+	m.ElectionLostTotal = register(reg, m.ElectionLostTotal, &err)
+	m.FencingRejections = register(reg, m.FencingRejections, &err)
+	return m, err
+}
+
+// register registers c, or returns the collector already registered under
+// the same description.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C, errp *error) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+		if *errp == nil {
+			*errp = err
+		}
+	}
+	return c
+}

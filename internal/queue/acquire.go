@@ -1,0 +1,269 @@
+// Package queue is the waiting line that mutex and election share: every
+// contender puts a key under the common prefix, the oldest key (lowest
+// CreateRevision) owns, and each waiter watches only the key just before
+// its own, so a release wakes exactly one waiter.
+//
+// Watches start at the revision after the one just read. etcd serves a
+// watch whose start revision is not in the future from its "unsynced" set,
+// which it catches up only every 100 ms; starting one revision ahead keeps
+// the watch synced, so a waiter hears of its predecessor's deletion within
+// a round trip.
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/batonhq/baton/internal/errs"
+	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/lease"
+)
+
+// ErrBusy is returned by a Try acquisition when another contender owns.
+var ErrBusy = errors.New("held by another contender")
+
+// cleanupWait is how long an acquisition that failed waits for its key's
+// deletion before returning; the deletion goes on in the background after
+// that, so a caller whose ctx ended is never held up by an unreachable etcd.
+const cleanupWait = 80 * time.Millisecond
+
+// Request describes one acquisition.
+type Request struct {
+	Session *lease.Session
+	Prefix  string
+	Value   string
+	// Try gives up with ErrBusy instead of waiting.
+	Try bool
+	// Background tracks cleanups that outlive the call; the owner waits for
+	// it on Close.
+	Background *sync.WaitGroup
+	// Closing aborts background cleanups of a borrowed session.
+	Closing <-chan struct{}
+}
+
+// Result is a successful acquisition.
+type Result struct {
+	Key string
+	// Rev is the key's CreateRevision: the fencing token.
+	Rev int64
+	// Header is the revision at which ownership was confirmed.
+	Header int64
+	// Release frees the key's local reservation once the key is gone.
+	Release func()
+}
+
+// Acquire queues under req.Prefix and returns once the caller owns, ctx
+// ends, or the session is lost. On any error it leaves no key behind: the
+// key is deleted before return, or in the background if etcd does not
+// answer within cleanupWait.
+func Acquire(ctx context.Context, req Request) (Result, error) {
+	s := req.Session
+	cli := s.Client()
+	key := keys.LeaseKey(req.Prefix, int64(s.ID()))
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(s.Context(), func() { cancel(context.Cause(s.Context())) })
+	defer stop()
+
+	release, err := s.Reserve(ctx, key, req.Try)
+	if errors.Is(err, lease.ErrReserved) {
+		return Result{}, ErrBusy
+	}
+	if err != nil {
+		return Result{}, err
+	}
+
+	var rev int64
+	for rev == 0 {
+		resp, err := cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, req.Value, clientv3.WithLease(s.ID())),
+				clientv3.OpGet(req.Prefix, clientv3.WithFirstCreate()...)).
+			Else(clientv3.OpGet(key)).
+			Commit()
+		if err != nil {
+			// The put may have been applied without our hearing of it.
+			cleanup(req, key, 0, release)
+			return Result{}, failure(ctx, err)
+		}
+		if !resp.Succeeded {
+			// The key exists although no one in this process reserved it: a
+			// second watchdog over the same borrowed session, or a key left by
+			// a previous run on this lease. Wait for it to go.
+			if req.Try {
+				release()
+				return Result{}, ErrBusy
+			}
+			if err := waitDelete(ctx, cli, key, resp.Header.Revision+1); err != nil {
+				release()
+				return Result{}, failure(ctx, err)
+			}
+			continue
+		}
+		rev = resp.Header.Revision
+		owner := resp.Responses[1].GetResponseRange().Kvs
+		if len(owner) > 0 && owner[0].CreateRevision == rev {
+			return Result{Key: key, Rev: rev, Header: rev, Release: release}, nil
+		}
+		if req.Try {
+			cleanup(req, key, rev, release)
+			return Result{}, ErrBusy
+		}
+	}
+
+	before := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))
+	for {
+		resp, err := cli.Txn(ctx).Then(clientv3.OpGet(req.Prefix, before...), clientv3.OpGet(key)).Commit()
+		if err != nil {
+			// Only reads: safe to retry while the caller still waits and the
+			// session lives (a member restarting, a leader election).
+			if ctx.Err() == nil && pause(ctx, 100*time.Millisecond) == nil {
+				continue
+			}
+			cleanup(req, key, rev, release)
+			return Result{}, failure(ctx, err)
+		}
+		own := resp.Responses[1].GetResponseRange().Kvs
+		if len(own) == 0 || own[0].CreateRevision != rev {
+			release()
+			return Result{}, LostReason(ctx, s)
+		}
+		pred := resp.Responses[0].GetResponseRange().Kvs
+		if len(pred) == 0 {
+			return Result{Key: key, Rev: rev, Header: resp.Header.Revision, Release: release}, nil
+		}
+		if err := waitDelete(ctx, cli, string(pred[0].Key), resp.Header.Revision+1); err != nil {
+			cleanup(req, key, rev, release)
+			return Result{}, failure(ctx, err)
+		}
+	}
+}
+
+// failure prefers why ctx ended (the caller's cancel, or the session's
+// loss) over the RPC error it caused.
+func failure(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return err
+}
+
+// LostReason says why a key of session s is gone: its lease is gone
+// (expired or revoked) or only the key was deleted.
+func LostReason(ctx context.Context, s *lease.Session) error {
+	if s.Lost() {
+		return context.Cause(s.Context())
+	}
+	if s.LeaseGone(context.WithoutCancel(ctx)) {
+		s.Lose(errs.ErrLeaseExpired)
+		return errs.Lost(errs.ErrLeaseExpired)
+	}
+	return errs.Lost(errs.ErrKeyDeleted)
+}
+
+// waitDelete returns nil once key is deleted at or after revision from, or
+// when the watch ends for a reason worth re-reading the queue for
+// (compaction, a dropped stream); it returns an error only when ctx ends.
+func waitDelete(ctx context.Context, cli *clientv3.Client, key string, from int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for wr := range cli.Watch(wctx, key, clientv3.WithRev(from), clientv3.WithFilterPut()) {
+		if wr.Err() != nil {
+			break
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == mvccpb.DELETE {
+				return nil
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	// The stream broke (no leader, compaction, connection lost): pause
+	// briefly so a persistent fault does not become a busy loop.
+	return pause(ctx, 50*time.Millisecond)
+}
+
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// cleanup deletes key (guarded by rev when known) and then frees its
+// reservation. It waits up to cleanupWait and leaves the rest to a
+// background goroutine that retries until the key is gone, the session is
+// lost (its keys go with the lease), or the owner closes.
+func cleanup(req Request, key string, rev int64, release func()) {
+	done := make(chan struct{})
+	req.Background.Add(1)
+	go func() {
+		defer req.Background.Done()
+		defer close(done)
+		defer release()
+		s := req.Session
+		for attempt := 0; ; attempt++ {
+			if deleteKey(s.Client(), key, rev) == nil {
+				return
+			}
+			select {
+			case <-s.Context().Done():
+				return
+			case <-req.Closing:
+				if attempt > 0 {
+					return
+				}
+			case <-time.After(backoff(attempt)):
+			}
+		}
+	}()
+	t := time.NewTimer(cleanupWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+func backoff(attempt int) time.Duration {
+	d := 50 * time.Millisecond << min(attempt, 5)
+	return min(d, time.Second)
+}
+
+const deleteTimeout = 2 * time.Second
+
+// deleteKey deletes key if its CreateRevision is rev; rev 0 deletes it
+// whatever its revision (safe because the key is named after our own lease
+// and reserved in this process).
+func deleteKey(cli *clientv3.Client, key string, rev int64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), deleteTimeout)
+	defer cancel()
+	if rev == 0 {
+		_, err := cli.Delete(ctx, key)
+		return err
+	}
+	_, err := cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+		Then(clientv3.OpDelete(key)).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	return nil
+}
+
+func isLeaseNotFound(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) }

@@ -1,0 +1,252 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/batonhq/baton/internal/errs"
+	"github.com/batonhq/baton/internal/lease"
+)
+
+// releaseTimeout bounds a release whose caller's ctx has already ended.
+const releaseTimeout = 5 * time.Second
+
+// Hold is ownership of one key: a context that ends when ownership may be
+// gone, a watch that notices the key's deletion, guarded transactions, and
+// release.
+type Hold struct {
+	sess     *lease.Session
+	cli      *clientv3.Client
+	key      string
+	rev      int64
+	notHeld  error
+	acquired time.Time
+
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	release func()
+	done    chan struct{}
+
+	mu       sync.Mutex
+	finished bool  // Release reached etcd
+	result   error // what Release returned then
+}
+
+// Hooks are told of a hold's end, once, with its cause (errs.ErrReleased or
+// a loss).
+type Hooks struct {
+	OnEnd func(cause error, held time.Duration)
+}
+
+// NewHold starts watching the key of a successful acquisition. notHeld is
+// the package's sentinel for a handle that no longer owns (ErrNotHeld,
+// ErrNotLeader).
+func NewHold(s *lease.Session, r Result, notHeld error, hooks Hooks) *Hold {
+	ctx, cancel := context.WithCancelCause(s.Context())
+	h := &Hold{
+		sess: s, cli: s.Client(), key: r.Key, rev: r.Rev, notHeld: notHeld, acquired: time.Now(),
+		ctx: ctx, cancel: cancel, release: r.Release, done: make(chan struct{}),
+	}
+	if hooks.OnEnd != nil {
+		context.AfterFunc(ctx, func() { hooks.OnEnd(context.Cause(ctx), time.Since(h.acquired)) })
+	}
+	go h.watch(r.Header + 1)
+	return h
+}
+
+// Context ends when ownership may be gone or is released.
+func (h *Hold) Context() context.Context { return h.ctx }
+
+// Key is the owned key.
+func (h *Hold) Key() string { return h.key }
+
+// Rev is the key's CreateRevision.
+func (h *Hold) Rev() int64 { return h.rev }
+
+// Session is the session the key lives on.
+func (h *Hold) Session() *lease.Session { return h.sess }
+
+// Acquired is when ownership began, on this process's clock.
+func (h *Hold) Acquired() time.Time { return h.acquired }
+
+// IsOwner is the comparison that holds while the key exists with its
+// original CreateRevision.
+func (h *Hold) IsOwner() clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)
+}
+
+// lose ends the hold with a loss cause (no effect once it ended).
+func (h *Hold) lose(cause error) { h.cancel(cause) }
+
+// watch ends the hold when the key is deleted or recreated.
+func (h *Hold) watch(from int64) {
+	defer close(h.done)
+	for h.ctx.Err() == nil {
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(h.ctx))
+		for wr := range h.cli.Watch(wctx, h.key, clientv3.WithRev(from)) {
+			if wr.Err() != nil {
+				break
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE || ev.Kv.CreateRevision != h.rev {
+					cancel()
+					h.lose(LostReason(h.ctx, h.sess))
+					return
+				}
+				from = ev.Kv.ModRevision + 1
+			}
+		}
+		cancel()
+		if h.ctx.Err() != nil {
+			return
+		}
+		// The stream broke: read the key, then watch again from there.
+		gctx, gcancel := context.WithTimeout(h.ctx, time.Second)
+		resp, err := h.cli.Get(gctx, h.key)
+		gcancel()
+		if err != nil {
+			if pause(h.ctx, 100*time.Millisecond) != nil {
+				return
+			}
+			continue
+		}
+		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != h.rev {
+			h.lose(LostReason(h.ctx, h.sess))
+			return
+		}
+		from = resp.Header.Revision + 1
+	}
+}
+
+// Release ends the hold with errs.ErrReleased, then deletes the key in a
+// transaction guarded by its CreateRevision, so a stale handle never
+// deletes a newer owner's key. If ctx has already ended it uses a fresh one
+// bounded by releaseTimeout. It returns nil after a release, or an error
+// wrapping notHeld and the cause when ownership was lost first. Once
+// Release has reached etcd, calling it again returns the same result; when
+// etcd could not be reached it may be called again to retry.
+func (h *Hold) Release(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.finished {
+		return h.result
+	}
+	lostErr := h.lostErr()
+	h.cancel(errs.ErrReleased)
+
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+	}
+	resp, err := h.cli.Txn(ctx).If(h.IsOwner()).Then(clientv3.OpDelete(h.key)).Commit()
+	if err != nil {
+		if lostErr != nil && h.sess.Lost() {
+			// The lease is lost and etcd unreachable: the key goes with the
+			// lease, or was replaced with the session.
+			h.finish(lostErr)
+			return lostErr
+		}
+		return fmt.Errorf("release %s: %w", h.key, err)
+	}
+	switch {
+	case lostErr != nil:
+		h.finish(lostErr)
+	case !resp.Succeeded:
+		h.finish(fmt.Errorf("%w: key %s was gone before release", h.notHeld, h.key))
+	default:
+		h.finish(nil)
+	}
+	return h.result
+}
+
+func (h *Hold) finish(result error) {
+	h.finished, h.result = true, result
+	h.release()
+	<-h.done
+}
+
+// lostErr is non-nil when the hold ended by a loss.
+func (h *Hold) lostErr() error {
+	if h.ctx.Err() == nil {
+		return nil
+	}
+	cause := context.Cause(h.ctx)
+	if errors.Is(cause, errs.ErrReleased) {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", h.notHeld, cause)
+}
+
+// Txn returns a transaction that applies only while the hold owns its key.
+func (h *Hold) Txn(ctx context.Context) clientv3.Txn { return &guardedTxn{h: h, ctx: ctx} }
+
+// guardedTxn nests the caller's transaction inside one that compares the
+// holder's key, so the caller's Else branch still means "your comparison
+// failed" and nothing runs at all once ownership is gone.
+type guardedTxn struct {
+	h                *Hold
+	ctx              context.Context
+	cmps             []clientv3.Cmp
+	thenOps, elseOps []clientv3.Op
+}
+
+func (t *guardedTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.cmps = append(t.cmps, cs...); return t }
+func (t *guardedTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	t.thenOps = append(t.thenOps, ops...)
+	return t
+}
+func (t *guardedTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	t.elseOps = append(t.elseOps, ops...)
+	return t
+}
+
+// Commit fails with notHeld, and ends the hold, when the key is gone.
+func (t *guardedTxn) Commit() (*clientv3.TxnResponse, error) {
+	h := t.h
+	if err := h.lostErr(); err != nil {
+		return nil, err
+	}
+	if h.ctx.Err() != nil {
+		return nil, fmt.Errorf("%w: %w", h.notHeld, errs.ErrReleased)
+	}
+	resp, err := h.cli.Txn(t.ctx).
+		If(h.IsOwner()).
+		Then(clientv3.OpTxn(t.cmps, t.thenOps, t.elseOps)).
+		Commit()
+	if err != nil {
+		return nil, err
+	}
+	if !resp.Succeeded {
+		h.lose(LostReason(t.ctx, h.sess))
+		return nil, fmt.Errorf("%w: fenced transaction rejected: %w", h.notHeld, context.Cause(h.ctx))
+	}
+	inner := resp.Responses[0].GetResponseTxn()
+	return &clientv3.TxnResponse{Header: resp.Header, Succeeded: inner.Succeeded, Responses: inner.Responses}, nil
+}
+
+// Put writes value to the owned key under its lease, guarded by ownership
+// (an election's Proclaim).
+func (h *Hold) Put(ctx context.Context, value string) error {
+	_, err := h.Txn(ctx).Then(clientv3.OpPut(h.key, value, clientv3.WithLease(h.sess.ID()))).Commit()
+	return err
+}
+
+// Abandon ends the hold with errs.ErrReleased without deleting the key, for
+// an owner about to revoke the whole lease.
+func (h *Hold) Abandon() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.finished {
+		return
+	}
+	result := h.lostErr()
+	h.cancel(errs.ErrReleased)
+	h.finish(result)
+}

@@ -1,0 +1,96 @@
+package mutex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/batonhq/baton/fencing"
+	"github.com/batonhq/baton/internal/errs"
+	"github.com/batonhq/baton/internal/queue"
+)
+
+// Lock is one acquisition of a Mutex. Its methods are safe for concurrent
+// use.
+type Lock struct {
+	m *Mutex
+	h *queue.Hold
+}
+
+// Token is the fencing token of this acquisition: the CreateRevision of the
+// holder's key, strictly greater than every earlier holder's. Pass it to
+// the resource you write to, and have it reject lower ones.
+func (l *Lock) Token() fencing.Token { return fencing.Token(l.h.Rev()) }
+
+// Key is the holder's etcd key.
+func (l *Lock) Key() string { return l.h.Key() }
+
+// Lease is the ID of the lease the key is attached to.
+func (l *Lock) Lease() clientv3.LeaseID { return l.h.Session().ID() }
+
+// TTL is the TTL the server granted the lease.
+func (l *Lock) TTL() time.Duration { return l.h.Session().TTL() }
+
+// Acquired is when this process acquired the lock.
+func (l *Lock) Acquired() time.Time { return l.h.Acquired() }
+
+// Deadline is the current validity deadline: the Context ends by then
+// unless a renewal is acknowledged first.
+func (l *Lock) Deadline() time.Time { return l.h.Session().Deadline() }
+
+// Context is cancelled when ownership may be gone, before the server can
+// expire the lease, and on Unlock or Close. context.Cause tells why: an
+// error wrapping ErrLost and a reason, or ErrReleased.
+func (l *Lock) Context() context.Context { return l.h.Context() }
+
+// Done is Context().Done().
+func (l *Lock) Done() <-chan struct{} { return l.h.Context().Done() }
+
+// Txn returns a transaction that commits only while this lock is held:
+// the caller's If, Then and Else are nested under a comparison of the
+// holder's key and token. If the lock is gone, Commit returns an error
+// wrapping ErrNotHeld, applies nothing, and ends the Lock's Context.
+func (l *Lock) Txn(ctx context.Context) clientv3.Txn { return l.h.Txn(ctx) }
+
+// IsOwner is the comparison that holds while this lock is held, for
+// building transactions by hand.
+func (l *Lock) IsOwner() clientv3.Cmp { return l.h.IsOwner() }
+
+// Unlock ends the Context with ErrReleased and deletes the holder's key in
+// a transaction guarded by its CreateRevision, so it never deletes a later
+// holder's key. If ctx has already ended, a fresh context bounded to 5 s is
+// used. After a loss it returns an error wrapping ErrNotHeld and the cause.
+// Once it has reached etcd, calling it again returns the same result (nil
+// after a successful release); if etcd could not be reached it returns
+// that error and may be called again.
+func (l *Lock) Unlock(ctx context.Context) error {
+	err := l.h.Release(ctx)
+	if err == nil || errors.Is(err, ErrNotHeld) {
+		l.m.forget(l)
+	}
+	return err
+}
+
+// ended records a hold's end in metrics and logs.
+func (l *Lock) ended(cause error, held time.Duration) {
+	m := l.m
+	m.met.HoldDuration.WithLabelValues(m.cfg.Namespace, m.name).Observe(held.Seconds())
+	if errors.Is(cause, ErrReleased) {
+		m.log.Debug("lock released", l.fields()...)
+		return
+	}
+	m.met.LostTotal.WithLabelValues(m.cfg.Namespace, m.name, errs.Reason(cause)).Inc()
+	m.log.Warn("lock lost", append(l.fields(), zap.Error(cause))...)
+}
+
+func (l *Lock) fields() []zap.Field {
+	return []zap.Field{
+		zap.String("key", l.h.Key()),
+		zap.Int64("token", l.h.Rev()),
+		zap.String("lease", fmt.Sprintf("%x", int64(l.h.Session().ID()))),
+	}
+}

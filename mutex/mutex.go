@@ -1,0 +1,203 @@
+package mutex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/batonhq/baton/internal/config"
+	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/lease"
+	"github.com/batonhq/baton/internal/metrics"
+	"github.com/batonhq/baton/internal/queue"
+)
+
+// Mutex is a named distributed lock. Lock and TryLock return a *Lock for
+// each acquisition. A Mutex is safe for concurrent use: goroutines that
+// lock it at once exclude each other like separate processes do.
+type Mutex struct {
+	cli      *clientv3.Client
+	name     string
+	prefix   string
+	cfg      config.Config
+	met      *metrics.Metrics
+	log      *zap.Logger
+	value    string
+	sessions *lease.Provider
+	bg       sync.WaitGroup
+
+	mu     sync.Mutex
+	held   map[*Lock]struct{}
+	closed bool
+}
+
+// New returns a Mutex for name in the configured namespace. It does not
+// contact etcd: the lease is granted by the first Lock or TryLock. Invalid
+// names and options are rejected with an error wrapping ErrInvalid.
+func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
+	if err := keys.ValidateName("mutex name", name); err != nil {
+		return nil, err
+	}
+	cfg, err := config.Build(cli, build(opts))
+	if err != nil {
+		return nil, err
+	}
+	met, err := cfg.Metrics()
+	if err != nil {
+		return nil, err
+	}
+	m := &Mutex{
+		cli: cli, name: name, prefix: keys.Prefix(cfg.Namespace, keys.Lock, name), cfg: cfg, met: met,
+		log:   cfg.Logger.With(zap.String("name", name), zap.String("namespace", cfg.Namespace)),
+		value: holderIdentity(), held: make(map[*Lock]struct{}),
+	}
+	renewalFailures := met.RenewalFailures.WithLabelValues(cfg.Namespace, name)
+	m.sessions = lease.NewProvider(cli, cfg.Session, cfg.LeaseConfig(renewalFailures.Inc, nil))
+	return m, nil
+}
+
+// holderIdentity is the value of this process's keys, shown by inspection.
+func holderIdentity() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown-host"
+	}
+	return host + ":" + strconv.Itoa(os.Getpid())
+}
+
+// Name returns the lock's name.
+func (m *Mutex) Name() string { return m.name }
+
+// Namespace returns the lock's namespace.
+func (m *Mutex) Namespace() string { return m.cfg.Namespace }
+
+// Prefix returns the etcd prefix under which every contender's key lives.
+func (m *Mutex) Prefix() string { return m.prefix }
+
+// Lock waits until it holds the lock, ctx ends, or the Mutex is closed.
+// ctx bounds the wait only: the returned Lock's Context lives until the
+// lock is lost or released. On error no key of this call is left in etcd.
+// Waiting is by watching the key just ahead in the queue, so a release
+// wakes one waiter, first come first served.
+func (m *Mutex) Lock(ctx context.Context) (*Lock, error) { return m.lock(ctx, false) }
+
+// TryLock takes the lock if no one holds it and returns ErrLocked at once
+// if someone does. ctx bounds the round trips.
+func (m *Mutex) TryLock(ctx context.Context) (*Lock, error) { return m.lock(ctx, true) }
+
+func (m *Mutex) lock(ctx context.Context, try bool) (*Lock, error) {
+	start := time.Now()
+	l, err := m.acquire(ctx, try)
+	result := "acquired"
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrLocked):
+		result = "locked"
+	case ctx.Err() != nil || errors.Is(err, ErrClosed):
+		result = "canceled"
+	default:
+		result = "error"
+	}
+	m.met.AcquireDuration.WithLabelValues(m.cfg.Namespace, m.name, result).Observe(time.Since(start).Seconds())
+	m.met.AcquireTotal.WithLabelValues(m.cfg.Namespace, m.name, result).Inc()
+	return l, err
+}
+
+func (m *Mutex) acquire(ctx context.Context, try bool) (*Lock, error) {
+	m.mu.Lock()
+	closed := m.closed
+	m.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(m.sessions.ClosingContext(), func() { cancel(ErrClosed) })
+	defer stop()
+
+	s, err := m.sessions.Get(wctx)
+	if err != nil {
+		return nil, m.wrap(wctx, err)
+	}
+	r, err := queue.Acquire(wctx, queue.Request{
+		Session: s, Prefix: m.prefix, Value: m.value, Try: try,
+		Background: &m.bg, Closing: m.sessions.Closing(),
+	})
+	if err != nil {
+		if errors.Is(err, queue.ErrBusy) {
+			return nil, fmt.Errorf("%w: %q", ErrLocked, m.name)
+		}
+		return nil, m.wrap(wctx, err)
+	}
+	l := &Lock{m: m}
+	l.h = queue.NewHold(s, r, ErrNotHeld, queue.Hooks{OnEnd: l.ended})
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		_ = l.h.Release(context.Background())
+		return nil, ErrClosed
+	}
+	m.held[l] = struct{}{}
+	m.mu.Unlock()
+	m.log.Debug("lock acquired", l.fields()...)
+	return l, nil
+}
+
+// wrap names the lock in an acquisition error, preferring ErrClosed when
+// Close caused it.
+func (m *Mutex) wrap(ctx context.Context, err error) error {
+	if errors.Is(err, ErrClosed) || errors.Is(context.Cause(ctx), ErrClosed) {
+		return ErrClosed
+	}
+	return fmt.Errorf("mutex %q: %w", m.name, err)
+}
+
+// Close releases every lock the Mutex holds (their Context ends with
+// ErrReleased), makes waiting and later Lock calls return ErrClosed, and
+// revokes the lease the Mutex created. It waits for every goroutine the
+// Mutex started and is idempotent.
+func (m *Mutex) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	held := make([]*Lock, 0, len(m.held))
+	for l := range m.held {
+		held = append(held, l)
+	}
+	clear(m.held)
+	m.mu.Unlock()
+
+	var errsOut []error
+	for _, l := range held {
+		if m.cfg.Session == nil {
+			l.h.Abandon() // the revoke below deletes the key
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := l.h.Release(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
+			errsOut = append(errsOut, err)
+		}
+		cancel()
+	}
+	if err := m.sessions.Close(); err != nil {
+		errsOut = append(errsOut, err)
+	}
+	m.bg.Wait()
+	return errors.Join(errsOut...)
+}
+
+func (m *Mutex) forget(l *Lock) {
+	m.mu.Lock()
+	delete(m.held, l)
+	m.mu.Unlock()
+}
