@@ -30,3 +30,16 @@ func (e *StaleError) Error() string {
 
 // Is makes errors.Is(err, ErrStale) true.
 func (e *StaleError) Is(target error) bool { return target == ErrStale }
+
+var (
+	// ErrInvalid is wrapped by constructor errors for a bad or misplaced
+	// option, which name the option and its bound, and by EtcdGuard.Write
+	// when the caller's operations touch the guard's own fence key.
+	ErrInvalid = errors.New("fencing: invalid")
+
+	// ErrContended is returned by EtcdGuard when the fence key kept
+	// changing under it for every one of its bounded compare-and-swap
+	// attempts: other writers are raising the same resource's token at
+	// that very moment. Retrying later is safe.
+	ErrContended = errors.New("fencing: fence contended")
+)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/metrics"
@@ -30,26 +29,6 @@ type MemoryGuard struct {
 }
 
 var _ Guard = (*MemoryGuard)(nil)
-
-// Option configures a guard.
-type Option interface{ apply(*guardConfig) }
-
-type guardConfig struct {
-	reg prometheus.Registerer
-	log *zap.Logger
-}
-
-type optionFunc func(*guardConfig)
-
-func (f optionFunc) apply(c *guardConfig) { f(c) }
-
-// WithRegisterer counts rejections in baton_fencing_rejections_total on reg.
-func WithRegisterer(reg prometheus.Registerer) Option {
-	return optionFunc(func(c *guardConfig) { c.reg = reg })
-}
-
-// WithLogger logs every rejection at Warn level; the default is silent.
-func WithLogger(l *zap.Logger) Option { return optionFunc(func(c *guardConfig) { c.log = l }) }
 
 // NewMemoryGuard returns an empty in-memory guard. It panics only if the
 // Registerer already holds a different collector named
