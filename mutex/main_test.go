@@ -52,20 +52,7 @@ func client(t *testing.T) *clientv3.Client {
 // can blackhole.
 func proxied(t *testing.T) (*clientv3.Client, *netproxy.Proxy) {
 	t.Helper()
-	p, err := netproxy.New(srv.Endpoint()[len("http://"):])
-	if err != nil {
-		t.Fatal(err)
-	}
-	cli, err := srv.NewClient(p.Endpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		p.Restore()
-		_ = cli.Close()
-		_ = p.Close()
-	})
-	return cli, p
+	return srv.Proxied(t)
 }
 
 func ctxTimeout(t *testing.T, d time.Duration) context.Context {
@@ -75,39 +62,9 @@ func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// keysUnder returns the keys under prefix.
 func keysUnder(t *testing.T, cli *clientv3.Client, prefix string) []string {
 	t.Helper()
-	resp, err := cli.Get(ctxTimeout(t, 5*time.Second), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([]string, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		out = append(out, string(kv.Key))
-	}
-	return out
-}
-
-// waitGone waits, by watching, until key does not exist.
-func waitGone(t *testing.T, cli *clientv3.Client, key string, within time.Duration) {
-	t.Helper()
-	ctx := ctxTimeout(t, within)
-	resp, err := cli.Get(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(resp.Kvs) == 0 {
-		return
-	}
-	for wr := range cli.Watch(ctx, key, clientv3.WithRev(resp.Header.Revision+1)) {
-		for _, ev := range wr.Events {
-			if ev.Type == clientv3.EventTypeDelete {
-				return
-			}
-		}
-	}
-	t.Fatalf("key %s still exists after %v", key, within)
+	return etcdtest.Keys(t, cli, prefix)
 }
 
 // within fails the test if ch does not close within d.

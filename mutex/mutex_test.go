@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/batonhq/baton/fencing"
+	"github.com/batonhq/baton/integration/etcdtest"
 	"github.com/batonhq/baton/mutex"
 )
 
@@ -226,23 +227,9 @@ func TestWaitersAcquireInOrder(t *testing.T) {
 	}
 }
 
-// waitKeys waits, by watching, until prefix has n keys.
 func waitKeys(t *testing.T, cli *clientv3.Client, prefix string, n int) {
 	t.Helper()
-	ctx := ctxTimeout(t, 10*time.Second)
-	for {
-		resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if int(resp.Count) == n {
-			return
-		}
-		wch := cli.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
-		if _, ok := <-wch; !ok {
-			t.Fatalf("prefix %s never had %d keys", prefix, n)
-		}
-	}
+	etcdtest.WaitKeys(t, cli, prefix, n)
 }
 
 func TestUnlockNeverDeletesANewerHoldersKey(t *testing.T) {

@@ -1,0 +1,78 @@
+package election_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+
+	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/integration/netproxy"
+)
+
+// srv is the package's one embedded etcd; tests share it and use distinct
+// lock names.
+var srv *etcdtest.Server
+
+func TestMain(m *testing.M) {
+	s, err := etcdtest.New(etcdtest.Config{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	srv = s
+	code := m.Run()
+	srv.Stop()
+	if code == 0 {
+		if err := goleak.Find(goleakOptions...); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+var goleakOptions = []goleak.Option{
+	// etcd's embedded server leaves these behind until process exit.
+	goleak.IgnoreTopFunction("github.com/golang/glog.(*fileSink).flushDaemon"),
+	goleak.IgnoreAnyFunction("go.etcd.io/etcd/server/v3/etcdserver/api/v3rpc.(*serverWatchStream).recvLoop"),
+	goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
+}
+
+func client(t *testing.T) *clientv3.Client {
+	t.Helper()
+	return srv.Client(t)
+}
+
+// proxied returns a client whose traffic passes through a proxy the test
+// can blackhole.
+func proxied(t *testing.T) (*clientv3.Client, *netproxy.Proxy) {
+	t.Helper()
+	return srv.Proxied(t)
+}
+
+func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func keysUnder(t *testing.T, cli *clientv3.Client, prefix string) []string {
+	t.Helper()
+	return etcdtest.Keys(t, cli, prefix)
+}
+
+// within fails the test if ch does not close within d.
+func within(t *testing.T, ch <-chan struct{}, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(d):
+		t.Fatalf("%s did not happen within %v", what, d)
+	}
+}
