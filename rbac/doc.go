@@ -1,0 +1,61 @@
+// Package rbac locks down the etcd cluster baton runs on: a declarative
+// policy of who may contend and who may only observe in each namespace,
+// applied as etcd roles; auth enabled with a root user; TLS configurations
+// for mutually authenticated connections; and a development CA that makes
+// the certificates for all of it.
+//
+// Every key of a baton namespace lies under "/<namespace>/v1/", so access
+// to a namespace is one prefix permission:
+//
+//	role baton:<ns>:readwrite  readwrite on ["/<ns>/v1/", "/<ns>/v10")  contenders
+//	role baton:<ns>:read       read      on ["/<ns>/v1/", "/<ns>/v10")  observers
+//
+// A contender needs write for every step of holding a lock or leading:
+// the Put of its key, the Delete on release, and the renewal and
+// revocation of its lease, which etcd allows only to a user with write
+// permission on every key attached to the lease. An observer reads and
+// watches the prefix, and asks the time left of leases (which needs no
+// permission); it can neither lock, campaign, delete another's key, nor
+// revoke another's lease.
+//
+// With etcd's --client-cert-auth, a client that sends no password is the
+// user named by its certificate's CN, so the secure set-up is: TLS with
+// client certificates (TLSFiles), auth enabled (EnableAuth), one Apply.
+// The development CA (OpenDevCA) writes those certificates for local use
+// and tests.
+//
+// # Guarantees
+//
+//   - Apply is idempotent: applying the same policy again makes no change
+//     and returns none. For each namespace listed, the policy is the whole
+//     truth about baton's two roles: users no longer listed lose them and
+//     permissions added by hand are revoked. Namespaces not listed are
+//     left alone unless WithPrune. Apply never deletes a user, never sets
+//     a password, never touches a role not named "baton:…".
+//   - A policy is decoded strictly: an unknown field, a duplicate key, a
+//     bad name or a user listed twice in a namespace is an error wrapping
+//     ErrInvalidPolicy, and nothing is applied.
+//   - EnableAuth is safe to call again: when auth is on it changes nothing.
+//   - The TLS configurations require TLS 1.2 or later and verify the peer;
+//     nothing in this package sets InsecureSkipVerify. A client
+//     certificate that is expired or not yet valid is refused when the
+//     configuration is built, with its dates.
+//   - Private keys are written with mode 0600, atomically (a reader never
+//     sees half a key file).
+//
+// Not guaranteed:
+//
+//   - Apply is not atomic: etcd has no transaction over its auth state. If
+//     a step fails, the changes before it stay and are returned with the
+//     error; a second Apply completes the work. Two Apply calls racing
+//     with different policies leave a mix; run one at a time.
+//   - Revoking a role does not end what a client already holds: a
+//     contender that lost its role keeps its keys until its lease expires
+//     (it can no longer renew it, so that is at most a TTL).
+//   - etcd enforces no quota: a contender with readwrite on a namespace
+//     may hold any number of keys there. Bound the damage with the TTL
+//     cap (mutex.WithMaxTTL), one namespace per team, and the hold-time
+//     metric (see docs/security.md).
+//   - The development CA is for development: its CA key sits next to the
+//     certificates it signs, and nothing revokes a certificate.
+package rbac

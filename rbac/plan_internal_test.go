@@ -1,0 +1,148 @@
+package rbac
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func perm(ns string, a Access) *Permission {
+	p := NamespacePermission(ns, a)
+	return &p
+}
+
+func TestPlan(t *testing.T) {
+	rw, r := RoleName("pay", ReadWrite), RoleName("pay", Read)
+	pol := Policy{Namespaces: []Namespace{{Name: "pay", Contenders: []string{"api"}, Observers: []string{"ops"}}}}
+	for _, tc := range []struct {
+		name  string
+		st    state
+		pol   Policy
+		prune bool
+		want  []string
+	}{
+		{
+			name: "empty cluster",
+			st:   state{},
+			pol:  pol,
+			want: []string{
+				"add-role baton:pay:readwrite",
+				`grant-permission readwrite ["/pay/v1/", "/pay/v10") on role baton:pay:readwrite`,
+				"add-user api",
+				"grant-role baton:pay:readwrite to user api",
+				"add-role baton:pay:read",
+				`grant-permission read ["/pay/v1/", "/pay/v10") on role baton:pay:read`,
+				"add-user ops",
+				"grant-role baton:pay:read to user ops",
+			},
+		},
+		{
+			name: "already applied",
+			st: state{
+				roles: map[string][]*Permission{rw: {perm("pay", ReadWrite)}, r: {perm("pay", Read)}},
+				users: map[string][]string{"api": {rw}, "ops": {r}},
+			},
+			pol:  pol,
+			want: nil,
+		},
+		{
+			name: "user removed from the policy loses the role, keeps the account",
+			st: state{
+				roles: map[string][]*Permission{rw: {perm("pay", ReadWrite)}, r: {perm("pay", Read)}},
+				users: map[string][]string{"api": {rw}, "ops": {r}, "old": {rw, "other"}},
+			},
+			pol:  pol,
+			want: []string{"revoke-role baton:pay:readwrite from user old"},
+		},
+		{
+			name: "permissions edited by hand are put back",
+			st: state{
+				roles: map[string][]*Permission{
+					rw: {perm("pay", Read), {Key: "/", RangeEnd: "\x00", Access: ReadWrite}},
+					r:  {perm("pay", Read)},
+				},
+				users: map[string][]string{"api": {rw}, "ops": {r}},
+			},
+			pol: pol,
+			want: []string{
+				`revoke-permission readwrite ["/", "\x00") on role baton:pay:readwrite`,
+				`grant-permission readwrite ["/pay/v1/", "/pay/v10") on role baton:pay:readwrite`,
+			},
+		},
+		{
+			name: "unlisted namespace left alone",
+			st: state{
+				roles: map[string][]*Permission{rw: {perm("pay", ReadWrite)}, r: {perm("pay", Read)}, RoleName("jobs", ReadWrite): {perm("jobs", ReadWrite)}, "custom": nil},
+				users: map[string][]string{"api": {rw}, "ops": {r}, "sched": {RoleName("jobs", ReadWrite), "custom"}},
+			},
+			pol:  pol,
+			want: nil,
+		},
+		{
+			name: "prune removes unlisted namespaces only",
+			st: state{
+				roles: map[string][]*Permission{rw: {perm("pay", ReadWrite)}, r: {perm("pay", Read)}, RoleName("jobs", ReadWrite): {perm("jobs", ReadWrite)}, "custom": nil, "baton:bad": nil},
+				users: map[string][]string{"api": {rw}, "ops": {r}, "sched": {RoleName("jobs", ReadWrite), "custom"}},
+			},
+			pol:   pol,
+			prune: true,
+			want: []string{
+				"revoke-role baton:jobs:readwrite from user sched",
+				"delete-role baton:jobs:readwrite",
+			},
+		},
+		{
+			name: "user in two namespaces is added once",
+			st:   state{},
+			pol:  Policy{Namespaces: []Namespace{{Name: "b", Observers: []string{"u"}}, {Name: "a", Contenders: []string{"u"}}}},
+			want: []string{
+				"add-role baton:a:readwrite",
+				`grant-permission readwrite ["/a/v1/", "/a/v10") on role baton:a:readwrite`,
+				"add-user u",
+				"grant-role baton:a:readwrite to user u",
+				"add-role baton:a:read",
+				`grant-permission read ["/a/v1/", "/a/v10") on role baton:a:read`,
+				"add-role baton:b:readwrite",
+				`grant-permission readwrite ["/b/v1/", "/b/v10") on role baton:b:readwrite`,
+				"add-role baton:b:read",
+				`grant-permission read ["/b/v1/", "/b/v10") on role baton:b:read`,
+				"grant-role baton:b:read to user u",
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, c := range plan(tc.st, tc.pol, tc.prune) {
+				got = append(got, c.String())
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("plan:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}
+
+func TestParseRole(t *testing.T) {
+	for _, tc := range []struct {
+		role   string
+		ns     string
+		access Access
+		ok     bool
+	}{
+		{"baton:payments:readwrite", "payments", ReadWrite, true},
+		{"baton:a.b_c-d:read", "a.b_c-d", Read, true},
+		{"baton:payments:write", "", "", false},
+		{"baton:payments", "", "", false},
+		{"baton::read", "", "", false},
+		{"root", "", "", false},
+		{"payments:read", "", "", false},
+	} {
+		ns, a, ok := parseRole(tc.role)
+		if ns != tc.ns || a != tc.access || ok != tc.ok {
+			t.Errorf("parseRole(%q) = %q, %q, %v", tc.role, ns, a, ok)
+		}
+		if tc.ok && RoleName(ns, a) != tc.role {
+			t.Errorf("RoleName does not invert parseRole for %q", tc.role)
+		}
+	}
+}

@@ -1,0 +1,183 @@
+package rbac
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/batonhq/baton/internal/keys"
+)
+
+// Policy says, per namespace, which etcd users may contend (hold locks,
+// campaign) and which may only observe. It is the whole of baton's access
+// control: one prefix grant per namespace and access.
+//
+// In YAML (JSON has the same fields):
+//
+//	namespaces:
+//	  - name: payments
+//	    contenders: [payments-api, payments-batch]
+//	    observers: [oncall]
+type Policy struct {
+	Namespaces []Namespace `json:"namespaces"`
+}
+
+// Namespace is the access to one namespace, the first segment of every
+// key of baton's locks and elections (mutex.WithNamespace,
+// election.WithNamespace).
+type Namespace struct {
+	// Name is the namespace, as keys.ValidateNamespace accepts it.
+	Name string `json:"name"`
+	// Contenders get readwrite on the namespace's prefix: what Lock,
+	// Campaign, Unlock, Resign, and the renewal and revocation of a lease
+	// whose keys lie there need.
+	Contenders []string `json:"contenders,omitempty"`
+	// Observers get read on the prefix: Leader, Candidates, Observe,
+	// Holder, Waiters and listing, but no write of any kind.
+	Observers []string `json:"observers,omitempty"`
+}
+
+// MaxUserBytes is the longest user name a policy accepts.
+const MaxUserBytes = 128
+
+// Parse reads a policy from YAML or JSON (JSON is YAML) and validates it.
+// Decoding is strict: an unknown field, a duplicate key or a value of the
+// wrong type is an error wrapping ErrInvalidPolicy, so a misspelt
+// "contender:" is never silently ignored.
+func Parse(data []byte) (Policy, error) {
+	var p Policy
+	if err := yaml.UnmarshalStrict(data, &p); err != nil {
+		return Policy{}, fmt.Errorf("%w: %v", ErrInvalidPolicy, err)
+	}
+	if err := p.Validate(); err != nil {
+		return Policy{}, err
+	}
+	return p, nil
+}
+
+// LoadFile reads and validates a policy file, YAML or JSON.
+func LoadFile(path string) (Policy, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Policy{}, fmt.Errorf("rbac: read policy: %w", err)
+	}
+	p, err := Parse(data)
+	if err != nil {
+		return Policy{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return p, nil
+}
+
+// Encode writes p as YAML in the form Parse reads, namespaces and users
+// sorted, so that the output of Show can be edited and applied.
+func Encode(p Policy) ([]byte, error) {
+	return yaml.Marshal(p.normalized())
+}
+
+// Validate reports every problem of p at once, joined, each wrapping
+// ErrInvalidPolicy: bad or duplicate namespaces, bad user names, a user
+// listed twice in one namespace, and "root", which etcd already lets do
+// everything.
+func (p Policy) Validate() error {
+	var problems []error
+	bad := func(format string, args ...any) {
+		problems = append(problems, fmt.Errorf("%w: "+format, append([]any{ErrInvalidPolicy}, args...)...))
+	}
+	seenNS := make(map[string]bool, len(p.Namespaces))
+	for i, ns := range p.Namespaces {
+		if err := keys.ValidateNamespace(ns.Name); err != nil {
+			bad("namespaces[%d]: %v", i, trimInvalid(err))
+			continue
+		}
+		if seenNS[ns.Name] {
+			bad("namespace %q is listed twice", ns.Name)
+			continue
+		}
+		seenNS[ns.Name] = true
+		role := make(map[string]string)
+		for _, list := range []struct {
+			field string
+			users []string
+		}{{"contenders", ns.Contenders}, {"observers", ns.Observers}} {
+			for j, u := range list.users {
+				if err := ValidateUser(u); err != nil {
+					bad("namespace %q %s[%d]: %v", ns.Name, list.field, j, trimInvalid(err))
+					continue
+				}
+				if u == rootUser {
+					bad("namespace %q %s[%d]: user %q has every permission already and cannot be given a baton role", ns.Name, list.field, j, u)
+					continue
+				}
+				if prev, ok := role[u]; ok {
+					if prev == list.field {
+						bad("namespace %q: user %q is listed twice in %s", ns.Name, u, list.field)
+					} else {
+						bad("namespace %q: user %q is in both contenders and observers; list it once (contenders can also observe)", ns.Name, u)
+					}
+					continue
+				}
+				role[u] = list.field
+			}
+		}
+	}
+	return errors.Join(problems...)
+}
+
+// trimInvalid drops the sentinel's text from a wrapped validation error so
+// that a message does not say "invalid" twice.
+func trimInvalid(err error) string {
+	s := err.Error()
+	for _, prefix := range []string{keys.ErrInvalid.Error() + ": ", ErrInvalid.Error() + ": "} {
+		s = strings.TrimPrefix(s, prefix)
+	}
+	return s
+}
+
+// ValidateUser reports whether name can be a user of a policy or the CN of
+// a development client certificate: 1 to MaxUserBytes bytes of ASCII
+// letters, digits, '.', '_', '@' and '-'. The bound is stricter than
+// etcd's so that a name is also a safe file name and reads the same in a
+// certificate, a log and a shell.
+func ValidateUser(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: user name must not be empty", ErrInvalid)
+	}
+	if len(name) > MaxUserBytes {
+		return fmt.Errorf("%w: user name is %d bytes, at most %d allowed", ErrInvalid, len(name), MaxUserBytes)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '@' || c == '-'
+		if !ok {
+			return fmt.Errorf("%w: user name %q may hold only letters, digits, '.', '_', '@' and '-' (byte %d is %q)", ErrInvalid, name, i, c)
+		}
+	}
+	if name == "." || name == ".." {
+		return fmt.Errorf("%w: user name %q is reserved", ErrInvalid, name)
+	}
+	return nil
+}
+
+// normalized returns a copy with namespaces and users sorted, and nil
+// lists where empty.
+func (p Policy) normalized() Policy {
+	out := Policy{Namespaces: make([]Namespace, len(p.Namespaces))}
+	for i, ns := range p.Namespaces {
+		out.Namespaces[i] = Namespace{Name: ns.Name, Contenders: sortedCopy(ns.Contenders), Observers: sortedCopy(ns.Observers)}
+	}
+	slices.SortFunc(out.Namespaces, func(a, b Namespace) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+func sortedCopy(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	c := slices.Clone(s)
+	slices.Sort(c)
+	return c
+}

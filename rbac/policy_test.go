@@ -1,0 +1,201 @@
+package rbac_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/batonhq/baton/rbac"
+)
+
+func TestParseAcceptsYAMLAndJSON(t *testing.T) {
+	want := rbac.Policy{Namespaces: []rbac.Namespace{
+		{Name: "payments", Contenders: []string{"payments-api", "payments-batch"}, Observers: []string{"oncall"}},
+		{Name: "jobs", Contenders: []string{"scheduler"}},
+	}}
+	for name, doc := range map[string]string{
+		"yaml": `
+namespaces:
+  - name: payments
+    contenders: [payments-api, payments-batch]
+    observers:
+      - oncall
+  - name: jobs
+    contenders: [scheduler]
+`,
+		"json": `{"namespaces": [
+  {"name": "payments", "contenders": ["payments-api", "payments-batch"], "observers": ["oncall"]},
+  {"name": "jobs", "contenders": ["scheduler"]}]}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := rbac.Parse([]byte(doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("got %+v, want %+v", got, want)
+			}
+		})
+	}
+}
+
+func TestParseRejectsBadPolicies(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc string
+		// wants are substrings the message must hold, so that it points at
+		// the mistake.
+		wants []string
+	}{
+		{"unknown top-level field", "namespace:\n  - name: a\n", []string{`unknown field "namespace"`}},
+		{"misspelt list", "namespaces:\n  - name: a\n    contender: [x]\n", []string{`unknown field "contender"`}},
+		{"duplicate key", "namespaces:\n  - name: a\n    name: b\n", []string{`"name" already set`}},
+		{"wrong type", "namespaces:\n  - name: a\n    contenders: x\n", []string{"contenders"}},
+		{"not yaml", "namespaces: [\n", []string{"yaml"}},
+		{"json unknown field", `{"namespaces": [{"name": "a", "readers": ["x"]}]}`, []string{`unknown field "readers"`}},
+		{"empty namespace", "namespaces:\n  - contenders: [x]\n", []string{"namespaces[0]", "namespace must not be empty"}},
+		{"bad namespace", "namespaces:\n  - name: a/b\n", []string{"namespaces[0]", `"a/b"`}},
+		{"namespace twice", "namespaces:\n  - name: a\n  - name: a\n", []string{`namespace "a" is listed twice`}},
+		{"bad user", "namespaces:\n  - name: a\n    observers: [\"bob smith\"]\n", []string{`namespace "a" observers[0]`, `"bob smith"`}},
+		{"empty user", "namespaces:\n  - name: a\n    contenders: [\"\"]\n", []string{`contenders[0]`, "must not be empty"}},
+		{"long user", "namespaces:\n  - name: a\n    contenders: [" + strings.Repeat("u", rbac.MaxUserBytes+1) + "]\n", []string{"129 bytes, at most 128"}},
+		{"root", "namespaces:\n  - name: a\n    contenders: [root]\n", []string{`user "root" has every permission`}},
+		{"contender and observer", "namespaces:\n  - name: a\n    contenders: [x]\n    observers: [x]\n", []string{`user "x" is in both contenders and observers`}},
+		{"listed twice", "namespaces:\n  - name: a\n    observers: [x, x]\n", []string{`user "x" is listed twice in observers`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := rbac.Parse([]byte(tc.doc))
+			if !errors.Is(err, rbac.ErrInvalidPolicy) {
+				t.Fatalf("err = %v, want one wrapping ErrInvalidPolicy", err)
+			}
+			for _, w := range tc.wants {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestValidateReportsEveryProblem(t *testing.T) {
+	p := rbac.Policy{Namespaces: []rbac.Namespace{
+		{Name: "", Contenders: []string{"a"}},
+		{Name: "ok", Contenders: []string{"b c", "d"}, Observers: []string{"d"}},
+	}}
+	err := p.Validate()
+	if !errors.Is(err, rbac.ErrInvalidPolicy) {
+		t.Fatalf("err = %v", err)
+	}
+	if n := len(strings.Split(err.Error(), "\n")); n != 3 {
+		t.Fatalf("want 3 problems, one per line, got %d: %v", n, err)
+	}
+}
+
+func TestUserInTwoNamespacesIsAllowed(t *testing.T) {
+	p := rbac.Policy{Namespaces: []rbac.Namespace{
+		{Name: "a", Contenders: []string{"u"}},
+		{Name: "b", Observers: []string{"u"}},
+	}}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEncodeRoundTrips(t *testing.T) {
+	p := rbac.Policy{Namespaces: []rbac.Namespace{
+		{Name: "z", Contenders: []string{"b", "a"}},
+		{Name: "a", Observers: []string{"x"}},
+	}}
+	data, err := rbac.Encode(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := rbac.Parse(data)
+	if err != nil {
+		t.Fatalf("Parse(Encode(p)): %v\n%s", err, data)
+	}
+	want := rbac.Policy{Namespaces: []rbac.Namespace{
+		{Name: "a", Observers: []string{"x"}},
+		{Name: "z", Contenders: []string{"a", "b"}},
+	}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v, want %+v (sorted)", got, want)
+	}
+}
+
+func TestLoadFileNamesTheFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(path, []byte("namespaces:\n  - name: a\n    contendrs: [x]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := rbac.LoadFile(path)
+	if !errors.Is(err, rbac.ErrInvalidPolicy) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("err = %v, want ErrInvalidPolicy naming %s", err, path)
+	}
+	if _, err := rbac.LoadFile(filepath.Join(dir, "missing.yaml")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("missing file: err = %v", err)
+	}
+}
+
+func TestValidateUser(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{"payments-api", true},
+		{"svc.payments_v2@prod", true},
+		{"", false},
+		{".", false},
+		{"..", false},
+		{"a b", false},
+		{"a/b", false},
+		{"a:b", false},
+		{"é", false},
+		{strings.Repeat("x", rbac.MaxUserBytes), true},
+		{strings.Repeat("x", rbac.MaxUserBytes+1), false},
+	} {
+		err := rbac.ValidateUser(tc.name)
+		if (err == nil) != tc.ok {
+			t.Errorf("ValidateUser(%q) = %v, want ok=%v", tc.name, err, tc.ok)
+		}
+		if err != nil && !errors.Is(err, rbac.ErrInvalid) {
+			t.Errorf("ValidateUser(%q) = %v, want ErrInvalid", tc.name, err)
+		}
+	}
+}
+
+// FuzzParse checks that Parse never panics, that whatever it accepts is
+// valid, and that Encode of it parses back to the same policy.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte("namespaces:\n  - name: a\n    contenders: [x]\n    observers: [y]\n"))
+	f.Add([]byte(`{"namespaces":[{"name":"jobs","contenders":["s"]}]}`))
+	f.Add([]byte("namespaces: []\n"))
+	f.Add([]byte("namespaces:\n  - name: a\n    name: a\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := rbac.Parse(data)
+		if err != nil {
+			if !errors.Is(err, rbac.ErrInvalidPolicy) {
+				t.Fatalf("error does not wrap ErrInvalidPolicy: %v", err)
+			}
+			return
+		}
+		if err := p.Validate(); err != nil {
+			t.Fatalf("Parse accepted an invalid policy: %v", err)
+		}
+		out, err := rbac.Encode(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := rbac.Parse(out)
+		if err != nil {
+			t.Fatalf("Parse(Encode(p)) = %v\n%s", err, out)
+		}
+		again, _ := rbac.Encode(q)
+		if string(again) != string(out) {
+			t.Fatalf("Encode not stable:\n%s\n---\n%s", out, again)
+		}
+	})
+}
