@@ -1,0 +1,43 @@
+// Package election is leader election on etcd, for a singleton service
+// (scheduler, cron runner, controller) that must run on exactly one
+// replica at a time.
+//
+//	e, err := election.New(cli, "scheduler", election.WithTTL(10*time.Second))
+//	err = e.Run(ctx, hostname, func(ctx context.Context, t *election.Term) error {
+//		// lead until ctx ends; pass t.Token() to what you write to
+//	})
+//
+// Candidates put a key /<namespace>/v1/election/<escaped name>/<lease id
+// hex> holding their value; the oldest key leads. The layout is that of
+// etcd's client/v3/concurrency, so concurrency.Election and `etcdctl
+// elect` interoperate with it.
+//
+// # Guarantees
+//
+//   - At most one candidate's key is the oldest at any etcd revision, and
+//     Campaign returns only after reading, at one revision, that no older
+//     key exists and its own key still exists with its original
+//     CreateRevision.
+//   - Each term carries a fencing token, the CreateRevision of the
+//     leader's key, strictly greater than every earlier leader's. Proclaim
+//     does not change it.
+//   - A Term's Context ends before the server can expire the lease (see
+//     package mutex for the rule), when the key is deleted or the lease
+//     revoked, when a fenced transaction finds the key gone, and on Resign
+//     or Close; context.Cause says which.
+//   - Resign deletes only this term's key; Run resigns when its ctx ends,
+//     so the next candidate leads within a round trip, not a TTL.
+//   - Observe sends the current state first, then every change it sees,
+//     and converges on the current state after compaction or a broken
+//     watch; its channel closes only when ctx ends or on Close.
+//
+// What is not guaranteed:
+//
+//   - That the old leader has stopped when the new one starts. A paused
+//     process can wake up and act on a term that has ended; the resource
+//     it writes to must reject its stale token (package fencing, Term.Txn).
+//   - That Observe reports every intermediate state: after a broken watch
+//     it may skip states that came and went.
+//   - Leadership while etcd has no quorum; Run waits and leads again once
+//     etcd recovers.
+package election
