@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/batonhq/baton/integration/etcdtest"
+)
+
+// devSettings is the embedded etcd `baton dev` is about to start. A
+// devExtension may change it before the start.
+type devSettings struct {
+	// Config is the member; Config.Tune may be chained, not replaced
+	// (see tune).
+	Config etcdtest.Config
+	// Hints are lines printed after the endpoint, e.g. the flags or
+	// environment a client needs.
+	Hints []string
+}
+
+// tune adds an adjustment of the embed configuration after the ones
+// already set.
+func (s *devSettings) tune(f func(*embed.Config)) {
+	prev := s.Config.Tune
+	s.Config.Tune = func(c *embed.Config) {
+		if prev != nil {
+			prev(c)
+		}
+		f(c)
+	}
+}
+
+// devExtension adds flags to `baton dev` and a say in how it starts:
+// Before may change the settings (TLS, client-cert auth, embed options),
+// After runs once etcd serves (e.g. to create users and enable auth).
+// Either may be nil.
+type devExtension struct {
+	Flags  func(fs *pflag.FlagSet)
+	Before func(ctx context.Context, s *devSettings) error
+	After  func(ctx context.Context, srv *etcdtest.Server, s *devSettings, out io.Writer) error
+}
+
+// devExtensions is the one list of extensions of `baton dev` (TLS and auth
+// are added here, each by its own file).
+func devExtensions(g *globals) []devExtension {
+	_ = g
+	return nil
+}
+
+func newDevCmd(g *globals) *cobra.Command {
+	var dataDir, listen, listenPeer string
+	exts := devExtensions(g)
+	cmd := &cobra.Command{
+		Use:   "dev [--data-dir DIR] [--listen 127.0.0.1:2379]",
+		Short: "Serve an embedded single-member etcd for local use, until interrupted",
+		Long: `Start a single-member etcd in this process, print its endpoint, and serve
+until SIGINT or SIGTERM. Without --data-dir the data lives in a temporary
+directory removed on exit; with it, the data is kept and a restart on the same
+directory finds it again. Every other baton command reaches it with no flags.`,
+		Args: args(0, 0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			s := &devSettings{Config: etcdtest.Config{Dir: dataDir, ClientAddr: listen, PeerAddr: listenPeer, Name: "baton-dev"}}
+			for _, x := range exts {
+				if x.Before != nil {
+					if err := x.Before(ctx, s); err != nil {
+						return err
+					}
+				}
+			}
+			srv, err := etcdtest.New(s.Config)
+			if err != nil {
+				return fmt.Errorf("start etcd: %w", err)
+			}
+			defer srv.Stop()
+			out := cmd.OutOrStdout()
+			for _, x := range exts {
+				if x.After != nil {
+					if err := x.After(ctx, srv, s, out); err != nil {
+						return err
+					}
+				}
+			}
+			dir := srv.Dir()
+			if dataDir == "" {
+				dir += " (temporary, removed on exit)"
+			}
+			fmt.Fprintf(out, "etcd serving at %s\ndata in %s\n", srv.Endpoint(), dir)
+			for _, h := range s.Hints {
+				fmt.Fprintln(out, h)
+			}
+			fmt.Fprintln(out, "press Ctrl-C to stop")
+			<-ctx.Done()
+			fmt.Fprintln(out, "stopping etcd")
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dataDir, "data-dir", "", "keep the data in DIR (default: a temporary directory, removed on exit)")
+	f.StringVar(&listen, "listen", defaultEndpoint, "client address, host:port")
+	f.StringVar(&listenPeer, "listen-peer", "127.0.0.1:2380", "peer address, host:port")
+	for _, x := range exts {
+		if x.Flags != nil {
+			x.Flags(f)
+		}
+	}
+	return cmd
+}

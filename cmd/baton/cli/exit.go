@@ -1,0 +1,98 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Exit codes. 64, 69, 75 and 77 follow sysexits.h; a child's own status,
+// which baton lock and baton elect pass through, may take any value, so a
+// script that must tell them apart should have its command avoid these.
+const (
+	// ExitOK: the command did what it was asked.
+	ExitOK = 0
+	// ExitError: any failure without a code of its own (etcd refused a
+	// request, permission denied, the lock is free, a demo invariant broke).
+	ExitError = 1
+	// ExitUsage: bad flags or arguments.
+	ExitUsage = 64
+	// ExitUnavailable: etcd could not be reached within --dial-timeout or
+	// --command-timeout.
+	ExitUnavailable = 69
+	// ExitNotAcquired: lock --try found the lock held, or lock --timeout
+	// ran out before it was acquired.
+	ExitNotAcquired = 75
+	// ExitRefused: unlock --force refused because the holder's lease is
+	// being renewed (the holder looks alive) and --even-if-alive was not
+	// given.
+	ExitRefused = 77
+	// ExitOwnershipLost: the lock or leadership may have been lost while
+	// held (its command, if any, was stopped), or elect --once lost it.
+	ExitOwnershipLost = 79
+)
+
+// exitError carries an exit code. A silent one is not printed (the
+// child's status, or a refusal already explained on the output).
+type exitError struct {
+	code   int
+	err    error
+	silent bool
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+func withCode(code int, err error) error { return &exitError{code: code, err: err} }
+
+func usageErrorf(format string, args ...any) error {
+	return withCode(ExitUsage, fmt.Errorf(format, args...))
+}
+
+// childStatus passes a child's exit status through without a message.
+func childStatus(code int) error {
+	if code == ExitOK {
+		return nil
+	}
+	return &exitError{code: code, silent: true}
+}
+
+// exitCode is the process exit code for an error RunE returned.
+func exitCode(err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	if isUnavailable(err) {
+		return ExitUnavailable
+	}
+	return ExitError
+}
+
+// isUnavailable reports whether err means etcd could not be reached, as
+// opposed to etcd answering no.
+func isUnavailable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	if errors.Is(err, rpctypes.ErrGRPCNoLeader) || errors.Is(err, rpctypes.ErrNoLeader) {
+		return true
+	}
+	if s, ok := status.FromError(err); ok && (s.Code() == codes.Unavailable || s.Code() == codes.DeadlineExceeded) {
+		return true
+	}
+	return false
+}

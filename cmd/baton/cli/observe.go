@@ -1,0 +1,78 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/batonhq/baton/election"
+)
+
+// observeEvent is one line of `baton observe`.
+type observeEvent struct {
+	Time     time.Time
+	Election string
+	Leader   election.Leader
+}
+
+type observeJSON struct {
+	Time     time.Time `json:"time"`
+	Election string    `json:"election"`
+	Leader   bool      `json:"has_leader"`
+	Value    string    `json:"value,omitempty"`
+	Key      string    `json:"key,omitempty"`
+	Token    int64     `json:"token,omitempty"`
+	Lease    string    `json:"lease,omitempty"`
+	Revision int64     `json:"revision"`
+}
+
+func writeObserveEvent(w io.Writer, asJSON bool, ev observeEvent) error {
+	l := ev.Leader
+	if asJSON {
+		out := observeJSON{Time: ev.Time.UTC(), Election: ev.Election, Leader: !l.IsZero(), Revision: l.Revision}
+		if !l.IsZero() {
+			out.Value, out.Key, out.Token, out.Lease = l.Value, l.Key, int64(l.Token), leaseHex(int64(l.LeaseID))
+		}
+		return writeJSONLine(w, out)
+	}
+	ts := ev.Time.UTC().Format("2006-01-02T15:04:05.000Z")
+	if l.IsZero() {
+		_, err := fmt.Fprintf(w, "%s  %s: no leader  (revision %d)\n", ts, ev.Election, l.Revision)
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%s  %s: leader %q  token %d  lease %s  key %s  (revision %d)\n",
+		ts, ev.Election, l.Value, l.Token, leaseHex(int64(l.LeaseID)), l.Key, l.Revision)
+	return err
+}
+
+func newObserveCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "observe NAME",
+		Short: "Print the leader of an election, then every change (\"no leader\" included), until interrupted",
+		Args:  args(1, 1),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			cli, err := g.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			e, err := election.New(cli, a[0], election.WithNamespace(g.namespace))
+			if err != nil {
+				return withCode(ExitUsage, err)
+			}
+			defer e.Close()
+			for l := range e.Observe(ctx) {
+				if err := writeObserveEvent(cmd.OutOrStdout(), g.json(), observeEvent{Time: g.io.Now(), Election: a[0], Leader: l}); err != nil {
+					return err
+				}
+			}
+			return nil // interrupted
+		},
+	}
+}

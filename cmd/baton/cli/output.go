@@ -1,0 +1,102 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// writeJSON writes v as one indented JSON document.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// writeJSONLine writes v as one JSON object on one line, for streams.
+func writeJSONLine(w io.Writer, v any) error {
+	return json.NewEncoder(w).Encode(v)
+}
+
+// table writes aligned columns.
+type table struct{ tw *tabwriter.Writer }
+
+func newTable(w io.Writer, header ...string) *table {
+	t := &table{tw: tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)}
+	t.row(header...)
+	return t
+}
+
+func (t *table) row(cells ...string) { fmt.Fprintln(t.tw, strings.Join(cells, "\t")) }
+
+func (t *table) flush() error { return t.tw.Flush() }
+
+// leaseHex is a lease ID as etcd's tools print it.
+func leaseHex(id int64) string { return strconv.FormatInt(id, 16) }
+
+// ttlText is a lease's time left: "expired" once the lease is gone.
+func ttlText(d time.Duration) string {
+	if d < 0 {
+		return "expired"
+	}
+	return d.String()
+}
+
+// ttlSeconds is a TTL for JSON: seconds, -1 once the lease is gone.
+func ttlSeconds(d time.Duration) int64 {
+	if d < 0 {
+		return -1
+	}
+	return int64(d / time.Second)
+}
+
+// ageText is how long ago t was, rounded for people; "unknown" for the
+// zero time (no acquisition record).
+func ageText(now, t time.Time) string {
+	if t.IsZero() {
+		return "unknown"
+	}
+	d := now.Sub(t)
+	if d < 0 {
+		d = 0 // clocks of two hosts
+	}
+	switch {
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	default:
+		return d.Round(time.Minute).String()
+	}
+}
+
+// since is a time for JSON: nil when unknown.
+func since(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// sinceSeconds is an age for JSON: nil when unknown.
+func sinceSeconds(now, t time.Time) *float64 {
+	if t.IsZero() {
+		return nil
+	}
+	s := max(now.Sub(t), 0).Seconds()
+	s = float64(int64(s*10)) / 10
+	return &s
+}
+
+// dash shows an empty cell.
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
