@@ -68,7 +68,7 @@ non-zero if one breaks. Needs nothing but this binary; takes a few seconds.`,
 // demoEvent is anything the demo hears, in the order it hears it.
 type demoEvent struct {
 	at     time.Time
-	worker string      // a worker's event or exit
+	worker string       // a worker's event or exit
 	ev     *workerEvent // nil with worker set: the worker exited
 	ledger *ledgerEntry
 	etcd   *election.Leader

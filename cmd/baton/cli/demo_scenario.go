@@ -10,12 +10,12 @@ import (
 type demoPhase int
 
 const (
-	phaseFirstLeader demoPhase = iota // wait for a leader
-	phaseLeaderWrites                 // it writes; then freeze it between check and write
-	phaseFailover                     // wait for another worker to lead
-	phaseNewWrites                    // the new leader writes; then resume the frozen one
-	phaseZombie                       // wait for the frozen one's late write
-	phaseZombieLost                   // wait for it to notice the loss
+	phaseFirstLeader  demoPhase = iota // wait for a leader
+	phaseLeaderWrites                  // it writes; then freeze it between check and write
+	phaseFailover                      // wait for another worker to lead
+	phaseNewWrites                     // the new leader writes; then resume the frozen one
+	phaseZombie                        // wait for the frozen one's late write
+	phaseZombieLost                    // wait for it to notice the loss
 	phaseDone
 )
 

@@ -31,7 +31,7 @@ type leaderInfo struct {
 }
 
 type leaderJSON struct {
-	Election string      `json:"election"`
+	Election string       `json:"election"`
 	Leader   *leaderJSONL `json:"leader"`
 }
 

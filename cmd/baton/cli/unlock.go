@@ -262,4 +262,3 @@ func mustJSON(v any) string {
 	}
 	return string(b)
 }
-
