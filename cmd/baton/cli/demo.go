@@ -232,7 +232,7 @@ func runDemo(cmd *cobra.Command, g *globals, o demoOptions) error {
 	_ = oe.Close()
 	r.End = time.Now()
 	r.Timeline = append(r.Timeline, ledgerTimeline(r.Ledger)...)
-	sort.SliceStable(r.Timeline, func(i, j int) bool { return r.Timeline[i].At.Before(r.Timeline[j].At) })
+	sortTimeline(r.Timeline)
 	if len(r.Leaders) > 0 && r.Leaders[len(r.Leaders)-1].To.IsZero() {
 		r.Leaders[len(r.Leaders)-1].To = r.End
 	}
@@ -241,6 +241,10 @@ func runDemo(cmd *cobra.Command, g *globals, o demoOptions) error {
 		return errors.New("demo failed: an invariant broke or the scenario did not play out")
 	}
 	return nil
+}
+
+func sortTimeline(tl []timelineEntry) {
+	sort.SliceStable(tl, func(i, j int) bool { return tl[i].At.Before(tl[j].At) })
 }
 
 func startWorker(exe string, g *globals, o demoOptions, id, endpoint, ledgerURL string, stderr io.Writer,

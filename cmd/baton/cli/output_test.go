@@ -1,0 +1,152 @@
+package cli
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/election"
+	"github.com/batonhq/baton/mutex"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata")
+
+// golden compares got with testdata/name, or rewrites it with -update.
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read golden file (run go test -update to create it): %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from the output:\n--- got\n%s\n--- want\n%s", path, got, want)
+	}
+}
+
+var (
+	t0  = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	now = t0.Add(95 * time.Second)
+)
+
+func TestOutputGolden(t *testing.T) {
+	leader := leaderView{Election: "scheduler", Now: now, Leader: &leaderInfo{
+		Value: "host-a", Key: "/baton/v1/election/scheduler/694d7f1c2a3b0001", Token: 42,
+		Lease: 0x694d7f1c2a3b0001, TTL: 9 * time.Second, Since: t0,
+	}}
+	unknownSince := leader
+	info := *leader.Leader
+	info.Since = time.Time{}
+	unknownSince.Leader = &info
+	cands := candidatesView{Election: "scheduler", Candidates: []election.Candidate{
+		{Key: "/baton/v1/election/scheduler/694d7f1c2a3b0001", Value: "host-a", Token: 42, LeaseID: 0x694d7f1c2a3b0001, TTL: 9 * time.Second},
+		{Key: "/baton/v1/election/scheduler/694d7f1c2a3b0007", Value: "host-b", Token: 57, LeaseID: 0x694d7f1c2a3b0007, TTL: 14 * time.Second},
+		{Key: "/baton/v1/election/scheduler/694d7f1c2a3b0009", Value: "", Token: 60, LeaseID: 0x694d7f1c2a3b0009, TTL: -1},
+	}}
+	locks := locksView{Namespace: "baton", Now: now, Locks: []lockRow{
+		{Name: "jobs/nightly", Holder: mutex.Contender{Key: "/baton/v1/lock/jobs%2Fnightly/694d7f1c2a3b0003", Token: 12,
+			Lease: 0x694d7f1c2a3b0003, TTL: 13 * time.Second, Identity: "web-1:4242"}, Since: t0, Waiters: 2},
+		{Name: "migrate", Holder: mutex.Contender{Key: "/baton/v1/lock/migrate/694d7f1c2a3b0005", Token: 30,
+			Lease: 0x694d7f1c2a3b0005, TTL: -1, Identity: "db-2:77"}},
+	}}
+	audit := auditView{Namespace: "baton", Records: []auditRecord{{
+		Time: t0, Action: actionForceUnlock, Lock: "migrate", Key: "/baton/v1/lock/migrate/694d7f1c2a3b0005",
+		Holder: "db-2:77", Token: 30, Lease: "694d7f1c2a3b0005", TTLLeft: 4, Renewed: false,
+		Reason: "db-2 powered off", EtcdUser: "ops", OSUser: "alice", Host: "laptop", Result: resultRevoked,
+	}}}
+	observe := []observeEvent{
+		{Time: t0, Election: "scheduler", Leader: election.Leader{Revision: 7}},
+		{Time: t0.Add(1500 * time.Millisecond), Election: "scheduler", Leader: election.Leader{
+			Key: "/baton/v1/election/scheduler/694d7f1c2a3b0001", Value: "host-a", Token: 42, LeaseID: 0x694d7f1c2a3b0001, Revision: 42}},
+	}
+	held := heldView{Kind: "lock", Name: "jobs/nightly", Key: "/baton/v1/lock/jobs%2Fnightly/694d7f1c2a3b0003",
+		Token: 12, Lease: "694d7f1c2a3b0003", TTL: 15 * time.Second}
+	leading := heldView{Kind: "election", Name: "scheduler", Value: "host-a", Key: "/baton/v1/election/scheduler/694d7f1c2a3b0001",
+		Token: 42, Lease: "694d7f1c2a3b0001", TTL: 10 * time.Second}
+
+	cases := []struct {
+		name  string
+		write func(b *bytes.Buffer, asJSON bool) error
+	}{
+		{"leader", func(b *bytes.Buffer, j bool) error { return writeLeader(b, j, leader) }},
+		{"leader-since-unknown", func(b *bytes.Buffer, j bool) error { return writeLeader(b, j, unknownSince) }},
+		{"leader-none", func(b *bytes.Buffer, j bool) error { return writeLeader(b, j, leaderView{Election: "scheduler", Now: now}) }},
+		{"candidates", func(b *bytes.Buffer, j bool) error { return writeCandidates(b, j, cands) }},
+		{"candidates-none", func(b *bytes.Buffer, j bool) error {
+			return writeCandidates(b, j, candidatesView{Election: "scheduler"})
+		}},
+		{"locks", func(b *bytes.Buffer, j bool) error { return writeLocks(b, j, locks) }},
+		{"locks-none", func(b *bytes.Buffer, j bool) error {
+			return writeLocks(b, j, locksView{Namespace: "baton", Prefix: "jobs/", Now: now})
+		}},
+		{"audit", func(b *bytes.Buffer, j bool) error { return writeAudit(b, j, audit) }},
+		{"audit-none", func(b *bytes.Buffer, j bool) error { return writeAudit(b, j, auditView{Namespace: "baton"}) }},
+		{"observe", func(b *bytes.Buffer, j bool) error {
+			for _, ev := range observe {
+				if err := writeObserveEvent(b, j, ev); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"held", func(b *bytes.Buffer, j bool) error {
+			if err := writeHeld(b, j, held); err != nil {
+				return err
+			}
+			return writeHeld(b, j, leading)
+		}},
+	}
+	for _, c := range cases {
+		for _, format := range []string{formatTable, formatJSON} {
+			t.Run(c.name+"/"+format, func(t *testing.T) {
+				var b bytes.Buffer
+				if err := c.write(&b, format == formatJSON); err != nil {
+					t.Fatal(err)
+				}
+				golden(t, c.name+"."+format+".golden", b.Bytes())
+			})
+		}
+	}
+}
+
+func TestAgeText(t *testing.T) {
+	cases := []struct {
+		ago  time.Duration
+		want string
+	}{
+		{0, "0s"},
+		{1234 * time.Millisecond, "1.2s"},
+		{-3 * time.Second, "0s"}, // a holder whose clock runs ahead
+		{95 * time.Second, "1m35s"},
+		{3*time.Hour + 20*time.Minute + 31*time.Second, "3h21m0s"},
+	}
+	for _, c := range cases {
+		if got := ageText(now, now.Add(-c.ago)); got != c.want {
+			t.Errorf("ageText(%v ago) = %q, want %q", c.ago, got, c.want)
+		}
+	}
+	if got := ageText(now, time.Time{}); got != "unknown" {
+		t.Errorf("ageText(zero) = %q, want unknown", got)
+	}
+}
+
+func TestTTLText(t *testing.T) {
+	if got := ttlText(-1); got != "expired" {
+		t.Errorf("ttlText(-1) = %q", got)
+	}
+	if got := ttlText(7 * time.Second); got != "7s" {
+		t.Errorf("ttlText(7s) = %q", got)
+	}
+	if ttlSeconds(-1) != -1 || ttlSeconds(7*time.Second) != 7 {
+		t.Errorf("ttlSeconds wrong")
+	}
+}
