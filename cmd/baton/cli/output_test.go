@@ -79,7 +79,9 @@ func TestOutputGolden(t *testing.T) {
 	}{
 		{"leader", func(b *bytes.Buffer, j bool) error { return writeLeader(b, j, leader) }},
 		{"leader-since-unknown", func(b *bytes.Buffer, j bool) error { return writeLeader(b, j, unknownSince) }},
-		{"leader-none", func(b *bytes.Buffer, j bool) error { return writeLeader(b, j, leaderView{Election: "scheduler", Now: now}) }},
+		{"leader-none", func(b *bytes.Buffer, j bool) error {
+			return writeLeader(b, j, leaderView{Election: "scheduler", Now: now})
+		}},
 		{"candidates", func(b *bytes.Buffer, j bool) error { return writeCandidates(b, j, cands) }},
 		{"candidates-none", func(b *bytes.Buffer, j bool) error {
 			return writeCandidates(b, j, candidatesView{Election: "scheduler"})
