@@ -28,3 +28,8 @@ fuzz:
 
 bench:
 	@echo "benchmarks: not yet written"
+
+# The showcase: an embedded etcd, three worker processes, a leader frozen
+# past its lease, and fencing rejecting its late write. Needs only Go.
+demo:
+	$(GO) run ./cmd/baton demo
