@@ -107,13 +107,13 @@ func (e *Election) campaign(ctx context.Context, value string) (*Term, error) {
 	}
 	r, err := queue.Acquire(wctx, queue.Request{
 		Session: s, Prefix: e.prefix, Value: value,
-		Background: &e.bg, Closing: e.sessions.Closing(),
+		Background: &e.bg, Closing: e.sessions.Closing(), MaxHeld: e.cfg.MaxHeld,
 	})
 	if err != nil {
 		return nil, e.wrap(wctx, err)
 	}
 	t := &Term{e: e, value: value}
-	t.h = queue.NewHold(s, r, ErrNotLeader, queue.Hooks{OnEnd: t.ended})
+	t.h = queue.NewHold(s, r, ErrNotLeader, queue.Hooks{OnEnd: t.ended, Background: &e.bg, Closing: e.sessions.Closing()})
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()

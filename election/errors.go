@@ -27,6 +27,9 @@ var (
 	// leadership may be gone, together with one of the reasons below.
 	ErrLost = errs.ErrLost
 
+	// ErrTooManyHeld is returned by a call that would exceed WithMaxHeld.
+	ErrTooManyHeld = errs.ErrTooManyHeld
+
 	// ErrReleased is the context.Cause of a Term's Context after Resign or
 	// Close.
 	ErrReleased = errs.ErrReleased

@@ -26,6 +26,9 @@ var (
 	// ownership may be gone, together with one of the reasons below.
 	ErrLost = errs.ErrLost
 
+	// ErrTooManyHeld is returned by a call that would exceed WithMaxHeld.
+	ErrTooManyHeld = errs.ErrTooManyHeld
+
 	// ErrReleased is the context.Cause of a Lock's Context after Unlock or
 	// Close.
 	ErrReleased = errs.ErrReleased

@@ -128,7 +128,7 @@ func (m *Mutex) acquire(ctx context.Context, try bool) (*Lock, error) {
 	}
 	r, err := queue.Acquire(wctx, queue.Request{
 		Session: s, Prefix: m.prefix, Value: m.value, Try: try,
-		Background: &m.bg, Closing: m.sessions.Closing(),
+		Background: &m.bg, Closing: m.sessions.Closing(), MaxHeld: m.cfg.MaxHeld,
 	})
 	if err != nil {
 		if errors.Is(err, queue.ErrBusy) {
@@ -137,7 +137,7 @@ func (m *Mutex) acquire(ctx context.Context, try bool) (*Lock, error) {
 		return nil, m.wrap(wctx, err)
 	}
 	l := &Lock{m: m}
-	l.h = queue.NewHold(s, r, ErrNotHeld, queue.Hooks{OnEnd: l.ended})
+	l.h = queue.NewHold(s, r, ErrNotHeld, queue.Hooks{OnEnd: l.ended, Background: &m.bg, Closing: m.sessions.Closing()})
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()

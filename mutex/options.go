@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/config"
+	"github.com/batonhq/baton/internal/lease"
 )
 
 // Option configures a Mutex, Do or List. New validates all options together
@@ -84,3 +85,24 @@ func build(setters []Option) []config.Setter {
 	}
 	return out
 }
+
+// WithMaxHeld caps how many keys (locks held, Lock and Campaign calls
+// waiting) this process may have at once through one session; beyond it
+// Lock and Campaign fail with an error wrapping ErrTooManyHeld. It guards a
+// service that shares one session (WithSession) among many names against
+// hoarding locks; etcd cannot enforce such a quota itself. 0, the default,
+// means no cap.
+func WithMaxHeld(n int) Option { return option(func(c *config.Config) { c.MaxHeld = n }) }
+
+// Clock is the time source of the validity watchdog: Go's monotonic clock
+// by default. A test can give a slow or frozen one to show that fencing,
+// not timing, keeps data safe when a holder's clock misbehaves.
+type Clock = lease.Clock
+
+// Timer is a pending Clock.AfterFunc call.
+type Timer = lease.Timer
+
+// WithClock sets the watchdog's clock (default: the real monotonic clock).
+// It is meant for tests. With WithSession, the first user of a session
+// sets the clock of its shared watchdog.
+func WithClock(c Clock) Option { return option(func(cfg *config.Config) { cfg.Clock = c }) }

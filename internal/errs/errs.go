@@ -53,3 +53,6 @@ func Reason(cause error) string {
 	}
 	return "other"
 }
+
+// ErrTooManyHeld: a session already has as many keys as WithMaxHeld allows.
+var ErrTooManyHeld = errors.New("baton: too many locks held or awaited through one session")

@@ -66,8 +66,11 @@ func (p *Provider) Get(ctx context.Context) (*Session, error) {
 		return p.cur, nil
 	}
 	if p.borrowed != nil {
-		if p.cur != nil {
-			return nil, context.Cause(p.cur.Context())
+		// The watchdog gave up on the lease (renewals failed, validity
+		// passed): if the caller's session still lives, watch it afresh.
+		if old := p.cur; old != nil {
+			p.cur = nil
+			_ = old.Close()
 		}
 		s, err := Borrow(ctx, p.borrowed, p.cfg)
 		if err != nil {

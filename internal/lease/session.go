@@ -66,6 +66,7 @@ type Session struct {
 	timer    Timer
 	closed   bool
 	reserved map[string]chan struct{}
+	refs     int // users of a shared borrowed watchdog
 }
 
 const (
@@ -88,7 +89,7 @@ func Grant(ctx context.Context, cli *clientv3.Client, cfg Config) (*Session, err
 		return nil, fmt.Errorf("grant lease: %w", err)
 	}
 	s := newSession(cli, resp.ID, time.Duration(resp.TTL)*time.Second, cfg)
-	s.owned = true
+	s.owned, s.refs = true, 1
 
 	wrapped := clientv3.NewCtxClient(context.Background(), clientv3.WithZapLogger(cli.GetLogger()))
 	wrapped.KV, wrapped.Watcher, wrapped.Cluster = cli.KV, cli.Watcher, cli.Cluster
@@ -111,7 +112,7 @@ func Grant(ctx context.Context, cli *clientv3.Client, cfg Config) (*Session, err
 // Borrow watches the lease of a session the caller owns. It sends its own
 // renewals (one per TTL/3) because only a renewal it sent tells it the send
 // time the validity deadline needs.
-func Borrow(ctx context.Context, cs *concurrency.Session, cfg Config) (*Session, error) {
+func borrowNew(ctx context.Context, cs *concurrency.Session, cfg Config) (*Session, error) {
 	cfg = withDefaults(cfg)
 	select {
 	case <-cs.Done():
@@ -324,6 +325,9 @@ func (s *Session) sleep(d time.Duration) bool {
 // key on it goes at once. A borrowed session is left to its owner.
 // Close is idempotent and waits for the watchdog's goroutines.
 func (s *Session) Close() error {
+	if !s.owned && !shared.release(s) {
+		return nil // other mutexes or elections still use this watchdog
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -391,18 +395,34 @@ func (k *keeper) KeepAlive(ctx context.Context, _ clientv3.LeaseID) (<-chan *cli
 	return ch, nil
 }
 
+// Reserved is the number of keys of this session in use in this process.
+func (s *Session) Reserved() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.reserved)
+}
+
+// Owned reports whether the session owns its lease (it was granted by
+// Grant, not borrowed).
+func (s *Session) Owned() bool { return s.owned }
+
 // Reserve claims key for one caller in this process until the returned
 // release is called, waiting while another caller holds it; with try it
 // returns ErrReserved instead of waiting. Keys are named
 // after the lease, so without this two goroutines locking one name through
 // one session would share a key and both believe they hold the lock.
-func (s *Session) Reserve(ctx context.Context, key string, try bool) (release func(), err error) {
+func (s *Session) Reserve(ctx context.Context, key string, try bool, maxKeys int) (release func(), err error) {
 	for {
 		s.mu.Lock()
 		if s.reserved == nil {
 			s.reserved = make(map[string]chan struct{})
 		}
 		busy, taken := s.reserved[key]
+		if !taken && maxKeys > 0 && len(s.reserved) >= maxKeys {
+			s.mu.Unlock()
+			return nil, fmt.Errorf("%w: %d keys (held, waiting or being deleted) on lease %x, at most %d allowed (WithMaxHeld)",
+				errs.ErrTooManyHeld, maxKeys, int64(s.id), maxKeys)
+		}
 		if !taken {
 			ch := make(chan struct{})
 			s.reserved[key] = ch

@@ -46,6 +46,9 @@ type Request struct {
 	Background *sync.WaitGroup
 	// Closing aborts background cleanups of a borrowed session.
 	Closing <-chan struct{}
+	// MaxHeld caps the keys of the session in use in this process; 0 means
+	// no cap.
+	MaxHeld int
 }
 
 // Result is a successful acquisition.
@@ -73,7 +76,7 @@ func Acquire(ctx context.Context, req Request) (Result, error) {
 	stop := context.AfterFunc(s.Context(), func() { cancel(context.Cause(s.Context())) })
 	defer stop()
 
-	release, err := s.Reserve(ctx, key, req.Try)
+	release, err := s.Reserve(ctx, key, req.Try, req.MaxHeld)
 	if errors.Is(err, lease.ErrReserved) {
 		return Result{}, ErrBusy
 	}

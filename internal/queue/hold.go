@@ -42,6 +42,10 @@ type Hold struct {
 // a loss).
 type Hooks struct {
 	OnEnd func(cause error, held time.Duration)
+	// Background tracks the deletion of a key left behind by a loss.
+	Background *sync.WaitGroup
+	// Closing stops that deletion.
+	Closing <-chan struct{}
 }
 
 // NewHold starts watching the key of a successful acquisition. notHeld is
@@ -53,11 +57,53 @@ func NewHold(s *lease.Session, r Result, notHeld error, hooks Hooks) *Hold {
 		sess: s, cli: s.Client(), key: r.Key, rev: r.Rev, notHeld: notHeld, acquired: time.Now(),
 		ctx: ctx, cancel: cancel, release: r.Release, done: make(chan struct{}),
 	}
-	if hooks.OnEnd != nil {
-		context.AfterFunc(ctx, func() { hooks.OnEnd(context.Cause(ctx), time.Since(h.acquired)) })
-	}
+	context.AfterFunc(ctx, func() {
+		cause := context.Cause(ctx)
+		if hooks.OnEnd != nil {
+			hooks.OnEnd(cause, time.Since(h.acquired))
+		}
+		h.afterLoss(cause, hooks)
+	})
 	go h.watch(r.Header + 1)
 	return h
+}
+
+// afterLoss frees the key's reservation once the key is gone, so that the
+// next acquisition through the same session does not wait for the caller
+// to Unlock a lost handle. When the loss was declared on this side
+// (renewals failed, validity passed, the session ended) the lease may still
+// live, and with it the key: a borrowed session's lease is not revoked, so
+// delete the key in the background as soon as etcd answers.
+func (h *Hold) afterLoss(cause error, hooks Hooks) {
+	switch {
+	case errors.Is(cause, errs.ErrReleased):
+		return // Release or Abandon take care of it
+	case errors.Is(cause, errs.ErrKeyDeleted), errors.Is(cause, errs.ErrLeaseExpired):
+		h.release()
+		return
+	}
+	if h.sess.Owned() || hooks.Background == nil {
+		h.release() // the owner revokes the lost lease when it replaces it
+		return
+	}
+	hooks.Background.Add(1)
+	go func() {
+		defer hooks.Background.Done()
+		defer h.release()
+		cs := h.sess.Concurrency()
+		for attempt := 0; ; attempt++ {
+			if deleteKey(h.cli, h.key, h.rev) == nil {
+				return
+			}
+			select {
+			case <-cs.Done():
+				return
+			case <-hooks.Closing:
+				return
+			case <-time.After(backoff(attempt)):
+			}
+		}
+	}()
 }
 
 // Context ends when ownership may be gone or is released.
