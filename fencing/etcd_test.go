@@ -30,6 +30,11 @@ type rawHolder struct {
 
 func (h rawHolder) Token() fencing.Token                 { return h.t }
 func (h rawHolder) Txn(ctx context.Context) clientv3.Txn { return h.cli.Txn(ctx) }
+
+// freshNS returns a namespace no earlier run used, so that -count=N starts
+// from no marks.
+func freshNS(prefix string) string { return fmt.Sprintf("%s-%x", prefix, rand.Uint32()) }
+
 func newEtcdGuard(t *testing.T, opts ...fencing.Option) *fencing.EtcdGuard {
 	t.Helper()
 	g, err := fencing.NewEtcdGuard(srv.Client(t), opts...)
@@ -42,7 +47,7 @@ func newEtcdGuard(t *testing.T, opts ...fencing.Option) *fencing.EtcdGuard {
 func TestEtcdGuardAdmitsEqualAndHigherRejectsLower(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	core, logs := observer.New(zap.WarnLevel)
-	g := newEtcdGuard(t, fencing.WithNamespace("admit-order"), fencing.WithRegisterer(reg), fencing.WithLogger(zap.New(core)))
+	g := newEtcdGuard(t, fencing.WithNamespace(freshNS("admit-order")), fencing.WithRegisterer(reg), fencing.WithLogger(zap.New(core)))
 	ctx := ctxTimeout(t, 10*time.Second)
 	const res = "orders/eu"
 
@@ -101,13 +106,14 @@ baton_fencing_rejections_total{resource=%q} %d
 }
 
 func TestEtcdGuardKeyLayoutEscapesResource(t *testing.T) {
-	g := newEtcdGuard(t, fencing.WithNamespace("team-a"))
+	ns := freshNS("team-a")
+	g := newEtcdGuard(t, fencing.WithNamespace(ns))
 	ctx := ctxTimeout(t, 10*time.Second)
 	cli := srv.Client(t)
 	for _, tc := range []struct{ resource, key string }{
-		{"jobs", "/team-a/v1/fence/jobs"},
-		{"jobs/x", "/team-a/v1/fence/jobs%2Fx"},
-		{"a%2F", "/team-a/v1/fence/a%252F"},
+		{"jobs", "/" + ns + "/v1/fence/jobs"},
+		{"jobs/x", "/" + ns + "/v1/fence/jobs%2Fx"},
+		{"a%2F", "/" + ns + "/v1/fence/a%252F"},
 	} {
 		if got := g.Key(tc.resource); got != tc.key {
 			t.Fatalf("Key(%q) = %q, want %q", tc.resource, got, tc.key)
@@ -133,7 +139,7 @@ func TestEtcdGuardKeyLayoutEscapesResource(t *testing.T) {
 }
 
 func TestEtcdGuardRejectsMalformedTokens(t *testing.T) {
-	g := newEtcdGuard(t, fencing.WithNamespace("malformed"))
+	g := newEtcdGuard(t, fencing.WithNamespace(freshNS("malformed")))
 	ctx := ctxTimeout(t, 10*time.Second)
 	for _, tok := range []fencing.Token{0, -1} {
 		if err := g.Admit(ctx, "r", tok); !errors.Is(err, fencing.ErrMalformed) {
@@ -151,8 +157,9 @@ func TestEtcdGuardRejectsMalformedTokens(t *testing.T) {
 func TestEtcdGuardWriteAppliesOpsWithOwnership(t *testing.T) {
 	cli := srv.Client(t)
 	ctx := ctxTimeout(t, 20*time.Second)
-	g := newEtcdGuard(t, fencing.WithNamespace("write-own"))
-	m, err := mutex.New(cli, "report", mutex.WithNamespace("write-own"))
+	ns := freshNS("write-own")
+	g := newEtcdGuard(t, fencing.WithNamespace(ns))
+	m, err := mutex.New(cli, "report", mutex.WithNamespace(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +226,7 @@ func get(t *testing.T, cli *clientv3.Client, key string) string {
 }
 
 func TestEtcdGuardWriteRefusesOpsOnTheFenceKey(t *testing.T) {
-	g := newEtcdGuard(t, fencing.WithNamespace("fence-ops"))
+	g := newEtcdGuard(t, fencing.WithNamespace(freshNS("fence-ops")))
 	h := rawHolder{cli: srv.Client(t), t: 5}
 	ctx := ctxTimeout(t, 10*time.Second)
 	key := g.Key("r")
@@ -230,7 +237,7 @@ func TestEtcdGuardWriteRefusesOpsOnTheFenceKey(t *testing.T) {
 	}{
 		{"put fence", clientv3.OpPut(key, "9"), true},
 		{"delete fence", clientv3.OpDelete(key), true},
-		{"delete prefix over fence", clientv3.OpDelete("/fence-ops/", clientv3.WithPrefix()), true},
+		{"delete prefix over fence", clientv3.OpDelete(key[:len(key)-1], clientv3.WithPrefix()), true},
 		{"delete from key on", clientv3.OpDelete("/", clientv3.WithFromKey()), true},
 		{"get fence", clientv3.OpGet(key), false},
 		{"put elsewhere", clientv3.OpPut("/elsewhere", "x"), false},

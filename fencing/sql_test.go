@@ -187,21 +187,15 @@ func TestSQLGuardStaleWriteNeverCommits(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if err := g.Admit(ctx, newer, "account-7", 100); err != nil {
+				t.Fatal(err)
+			}
+			// The stale writer waits: on PostgreSQL for the row lock the
+			// newer one's Admit holds, on SQLite at BEGIN for the database's
+			// write lock. Either way it must be rejected once it proceeds.
 			staleStarted := make(chan struct{})
 			staleDone := make(chan error, 1)
-			if b.dialect == fencing.Postgres {
-				if err := g.Admit(ctx, newer, "account-7", 100); err != nil {
-					t.Fatal(err)
-				}
-				go func() { close(staleStarted); staleDone <- write(50, "stale-blocked") }()
-			} else {
-				// SQLite: the newer writer holds the database's write lock
-				// from BEGIN; the stale one waits at BEGIN.
-				if err := g.Admit(ctx, newer, "account-7", 100); err != nil {
-					t.Fatal(err)
-				}
-				go func() { close(staleStarted); staleDone <- write(50, "stale-blocked") }()
-			}
+			go func() { close(staleStarted); staleDone <- write(50, "stale-blocked") }()
 			<-staleStarted
 			if _, err := newer.ExecContext(ctx, insert, 100, "newer"); err != nil {
 				t.Fatal(err)
