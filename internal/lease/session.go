@@ -43,6 +43,9 @@ type Config struct {
 	OnRenewalFailure func()
 	// OnLost is called once when the session is lost, with the cause.
 	OnLost func(cause error)
+	// OnRenewed is called after each acknowledged renewal with its send
+	// time; tests use it to wait for renewals.
+	OnRenewed func(sent time.Time)
 }
 
 // Session is a lease with a validity watchdog. It owns the lease when made
@@ -280,6 +283,9 @@ func (s *Session) renewLoop() {
 		if err == nil {
 			failures, wait = 0, interval
 			s.extend(sent, time.Duration(resp.TTL)*time.Second)
+			if s.cfg.OnRenewed != nil {
+				s.cfg.OnRenewed(sent)
+			}
 			continue
 		}
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
