@@ -1,7 +1,7 @@
 GO ?= go
 PKGS ?= ./...
 
-.PHONY: all test test-short lint bench demo build fuzz
+.PHONY: all test test-short lint bench demo build fuzz check-alerts
 
 all: lint test
 
@@ -33,3 +33,9 @@ bench:
 # past its lease, and fencing rejecting its late write. Needs only Go.
 demo:
 	$(GO) run ./cmd/baton demo
+
+# Alert rules: syntax, then unit tests with series that fire and that do
+# not. Needs promtool (.ci/promtool.sh installs it).
+check-alerts:
+	promtool check rules docs/prometheus/alerts.yml
+	cd docs/prometheus && promtool test rules alerts_test.yml
