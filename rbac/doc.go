@@ -22,7 +22,9 @@
 // user named by its certificate's CN, so the secure set-up is: TLS with
 // client certificates (TLSFiles), auth enabled (EnableAuth), one Apply.
 // The development CA (OpenDevCA) writes those certificates for local use
-// and tests.
+// and tests. When a client is refused at the TLS level, etcd's client
+// reports only "context deadline exceeded"; ProbeTLS says which side
+// refused and why.
 //
 // # Guarantees
 //

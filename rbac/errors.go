@@ -21,4 +21,10 @@ var (
 	// not match its certificate, or a certificate is expired or not yet
 	// valid. The message names the file.
 	ErrCertificate = errors.New("rbac: bad certificate")
+
+	// ErrTLSRefused is wrapped by ProbeTLS when the TLS session is refused
+	// by either side; the message says which side and why (no client
+	// certificate, a certificate of another CA, an expired certificate, a
+	// server certificate for another host).
+	ErrTLSRefused = errors.New("rbac: TLS refused")
 )
