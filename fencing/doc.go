@@ -17,6 +17,18 @@
 //     admitted for the resource (one holder writes many times), and
 //     rejects a lower one with a *StaleError that wraps ErrStale.
 //   - MemoryGuard is linearizable within one process.
+//   - EtcdGuard keeps its marks in etcd (/<namespace>/v1/fence/<escaped
+//     resource>, no lease) and raises them by compare-and-swap, so it is
+//     linearizable across processes; Write commits the holder's ownership
+//     compare, the fence and the caller's operations in one transaction,
+//     all or nothing.
+//   - SQLGuard checks inside the caller's transaction and keeps the
+//     resource's row locked until it ends: a write whose token was stale
+//     at commit time never commits (PostgreSQL, SQLite).
+//   - Middleware answers 409 with a JSON body for a stale token and 400
+//     for a missing or malformed one, before the handler runs.
+//   - Every rejection is counted in baton_fencing_rejections_total
+//     {resource} and logged at Warn with resource, token and highest.
 //
 // What is not guaranteed:
 //
@@ -25,6 +37,10 @@
 //     or a holder can pass the check and be overtaken before it writes.
 //   - Anything across processes with MemoryGuard: its high-water marks
 //     live in memory and are lost on restart.
+//   - That a request Middleware admitted is still current when its handler
+//     writes: check again in the write's own transaction.
+//   - Progress under heavy contention for one resource's mark: EtcdGuard
+//     gives up after MaxCASAttempts with ErrContended.
 //   - That an equal token comes from the same holder: tokens identify
 //     acquisitions, so do not reuse one outside its holder.
 package fencing
