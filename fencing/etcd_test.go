@@ -291,7 +291,7 @@ func TestEtcdGuardConcurrentWritersCommitInTokenOrder(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range perWriter {
-				tok := fencing.Token(i*writers + w + 3*writers)
+				tok := fencing.Token(i*writers + w + 3*writers + 1)
 				if rand.IntN(4) == 0 {
 					tok -= fencing.Token(1 + rand.IntN(3*writers))
 				}
