@@ -50,8 +50,7 @@ type devExtension struct {
 // devExtensions is the one list of extensions of `baton dev` (TLS and auth
 // are added here, each by its own file).
 func devExtensions(g *globals) []devExtension {
-	_ = g
-	return nil
+	return []devExtension{secureDev(g)}
 }
 
 func newDevCmd(g *globals) *cobra.Command {

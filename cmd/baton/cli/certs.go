@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/batonhq/baton/rbac"
+)
+
+func newCertsCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "certs",
+		Short: "Development certificates for TLS with client-certificate auth",
+	}
+	cmd.AddCommand(newCertsInitCmd(g))
+	return cmd
+}
+
+// certsReport is what certs init wrote, for -o json.
+type certsReport struct {
+	CA        string                   `json:"ca"`
+	CACreated bool                     `json:"ca_created"`
+	Server    rbac.TLSFiles            `json:"server"`
+	Hosts     []string                 `json:"hosts"`
+	Clients   map[string]rbac.TLSFiles `json:"clients"`
+}
+
+func newCertsInitCmd(g *globals) *cobra.Command {
+	var (
+		dir      string
+		hosts    []string
+		users    []string
+		keyType  string
+		validity = rbac.DefaultValidity
+	)
+	cmd := &cobra.Command{
+		Use:   "init --dir DIR [--hosts localhost,127.0.0.1] [--users root,...]",
+		Short: "Write a development CA, a server certificate and client certificates",
+		Long: `Write into DIR a development CA (ca.crt, ca.key), a server certificate for
+the given hosts and IP addresses (server.crt, server.key), and one client
+certificate per user (client-USER.crt, client-USER.key) whose CN is the etcd
+user, as etcd's --client-cert-auth reads it. Keys are written with mode 0600.
+Run again, it keeps the CA and reissues the other certificates.
+
+For development and tests only: on a real cluster, certificates come from
+your own PKI (see docs/security.md).`,
+		Args: args(0, 0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dir == "" {
+				return usageErrorf("--dir is required")
+			}
+			opts := rbac.CertOptions{KeyType: rbac.KeyType(keyType), Validity: validity}
+			_, statErr := os.Stat(filepath.Join(dir, rbac.CACertFile))
+			ca, err := rbac.OpenDevCA(dir, opts)
+			if err != nil {
+				return certsError(err)
+			}
+			rep := certsReport{CA: ca.CertFile(), CACreated: errors.Is(statErr, os.ErrNotExist), Hosts: hosts, Clients: map[string]rbac.TLSFiles{}}
+			if rep.Server, err = ca.IssueServer(hosts, opts); err != nil {
+				return certsError(err)
+			}
+			for _, u := range users {
+				files, err := ca.IssueClient(u, opts)
+				if err != nil {
+					return certsError(err)
+				}
+				rep.Clients[u] = files
+			}
+			out := cmd.OutOrStdout()
+			if g.json() {
+				return writeJSON(out, rep)
+			}
+			state := "reused"
+			if rep.CACreated {
+				state = "created"
+			}
+			fmt.Fprintf(out, "CA      %s (%s)\n", rep.CA, state)
+			fmt.Fprintf(out, "server  %s for %v\n", rep.Server.Cert, hosts)
+			for _, u := range users {
+				fmt.Fprintf(out, "client  %s (CN %s)\n", rep.Clients[u].Cert, u)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dir, "dir", "", "directory of the CA and certificates (created with mode 0700)")
+	f.StringSliceVar(&hosts, "hosts", []string{"localhost", "127.0.0.1"}, "DNS names and IP addresses of the server certificate")
+	f.StringSliceVar(&users, "users", []string{"root"}, "etcd users to write client certificates for")
+	f.StringVar(&keyType, "key-type", string(rbac.ECDSAP256), "key type: ecdsa-p256 or ed25519")
+	f.DurationVar(&validity, "validity", rbac.DefaultValidity, "validity of new certificates")
+	return cmd
+}
+
+// certsError makes a bad argument a usage error.
+func certsError(err error) error {
+	if errors.Is(err, rbac.ErrInvalid) {
+		return withCode(ExitUsage, err)
+	}
+	return err
+}

@@ -1,0 +1,208 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/rbac"
+)
+
+func TestCertsInitWritesCAServerAndClients(t *testing.T) {
+	ctx := testContext(t)
+	dir := filepath.Join(t.TempDir(), "pki")
+	code, out, errOut := run(ctx, t, "", "certs", "init", "--dir", dir, "--hosts", "localhost,127.0.0.1", "--users", "root,payments-api", "--key-type", "ed25519")
+	if code != ExitOK {
+		t.Fatalf("certs init exited %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "(created)") || !strings.Contains(out, "client-payments-api.crt (CN payments-api)") {
+		t.Fatalf("output:\n%s", out)
+	}
+	for _, f := range []string{"ca.key", "server.key", "client-root.key", "client-payments-api.key"} {
+		fi, err := os.Stat(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s mode %v, want 0600", f, fi.Mode().Perm())
+		}
+	}
+	if _, err := rbac.ClientFiles(dir, "payments-api").ClientConfig(); err != nil {
+		t.Fatalf("written client certificate unusable: %v", err)
+	}
+
+	code, out, errOut = run(ctx, t, "", "-o", "json", "certs", "init", "--dir", dir, "--users", "oncall")
+	if code != ExitOK {
+		t.Fatalf("second certs init exited %d: %s", code, errOut)
+	}
+	var rep certsReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("json: %v\n%s", err, out)
+	}
+	if rep.CACreated || rep.Clients["oncall"].Cert != filepath.Join(dir, "client-oncall.crt") {
+		t.Fatalf("second run: %+v", rep)
+	}
+}
+
+func TestCertsInitRejectsBadArguments(t *testing.T) {
+	ctx := testContext(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no dir", []string{"certs", "init"}, "--dir is required"},
+		{"bad user", []string{"certs", "init", "--dir", t.TempDir(), "--users", "a b"}, `user name "a b"`},
+		{"bad host", []string{"certs", "init", "--dir", t.TempDir(), "--hosts", "exa mple"}, `host "exa mple"`},
+		{"bad key type", []string{"certs", "init", "--dir", t.TempDir(), "--key-type", "rsa"}, "KeyType"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, errOut := run(ctx, t, "", tc.args...)
+			if code != ExitUsage || !strings.Contains(errOut, tc.want) {
+				t.Fatalf("exit %d, stderr %q; want %d mentioning %q", code, errOut, ExitUsage, tc.want)
+			}
+		})
+	}
+}
+
+func writePolicy(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestRBACApplyIsIdempotentAndShowReadsItBack(t *testing.T) {
+	ctx := testContext(t)
+	policy := writePolicy(t, "namespaces:\n  - name: cli-rbac\n    contenders: [cli-app]\n    observers: [cli-ops]\n")
+
+	code, out, errOut := run(ctx, t, "", "rbac", "apply", "-f", policy, "--dry-run")
+	if code != ExitOK || !strings.Contains(out, "would grant-role baton:cli-rbac:readwrite to user cli-app") {
+		t.Fatalf("dry run exited %d:\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = run(ctx, t, "", "rbac", "apply", "-f", policy)
+	if code != ExitOK || len(strings.Split(strings.TrimSpace(out), "\n")) != 8 {
+		t.Fatalf("apply exited %d, want 8 changes:\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = run(ctx, t, "", "rbac", "apply", "-f", policy)
+	if code != ExitOK || strings.TrimSpace(out) != "no changes" {
+		t.Fatalf("second apply exited %d:\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = run(ctx, t, "", "-o", "json", "rbac", "apply", "-f", policy)
+	if code != ExitOK || !strings.Contains(out, `"changes": []`) {
+		t.Fatalf("json apply exited %d:\n%s%s", code, out, errOut)
+	}
+
+	code, out, errOut = run(ctx, t, "", "rbac", "show")
+	if code != ExitOK {
+		t.Fatalf("show exited %d: %s", code, errOut)
+	}
+	shown, err := rbac.Parse([]byte(out))
+	if err != nil {
+		t.Fatalf("show's output does not parse: %v\n%s", err, out)
+	}
+	found := false
+	for _, ns := range shown.Namespaces {
+		if ns.Name == "cli-rbac" {
+			found = len(ns.Contenders) == 1 && ns.Contenders[0] == "cli-app" && len(ns.Observers) == 1 && ns.Observers[0] == "cli-ops"
+		}
+	}
+	if !found {
+		t.Fatalf("show misses the policy:\n%s", out)
+	}
+}
+
+func TestRBACApplyRejectsABadFile(t *testing.T) {
+	ctx := testContext(t)
+	bad := writePolicy(t, "namespaces:\n  - name: cli-bad\n    contender: [x]\n")
+	code, _, errOut := run(ctx, t, "", "rbac", "apply", "-f", bad)
+	if code != ExitUsage || !strings.Contains(errOut, `unknown field "contender"`) {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	if code, _, errOut := run(ctx, t, "", "rbac", "apply"); code != ExitUsage || !strings.Contains(errOut, "-f is required") {
+		t.Fatalf("no file: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestDevServesTLSWithAuthAndPolicy runs `baton dev --tls DIR --auth
+// --policy FILE` and uses it as root, as a contender, and without a
+// certificate.
+func TestDevServesTLSWithAuthAndPolicy(t *testing.T) {
+	ctx := testContext(t)
+	dir := t.TempDir()
+	if code, _, errOut := run(ctx, t, "", "certs", "init", "--dir", dir, "--users", "payments-api"); code != ExitOK {
+		t.Fatalf("certs init: %s", errOut)
+	}
+	policy := writePolicy(t, "namespaces:\n  - name: payments\n    contenders: [payments-api]\n  - name: jobs\n")
+	listen, err := etcdtest.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := etcdtest.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	devCtx, stop := context.WithCancel(context.Background())
+	var out, errOut syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- runTo(devCtx, "", &out, &errOut, "dev", "--listen", listen, "--listen-peer", peer, "--tls", dir, "--auth", "--policy", policy)
+	}()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			t.Error("dev did not stop")
+		}
+	})
+	waitFor(t, func() bool {
+		select {
+		case code := <-done:
+			t.Fatalf("dev exited %d: %s", code, errOut.String())
+		default:
+		}
+		return strings.Contains(out.String(), "press Ctrl-C")
+	})
+	if !strings.Contains(out.String(), "etcd serving at https://"+listen) || !strings.Contains(out.String(), "applied (") {
+		t.Fatalf("dev output:\n%s", out.String())
+	}
+
+	endpoint := "https://" + listen
+	as := func(user string, args ...string) (int, string, string) {
+		f := rbac.ClientFiles(dir, user)
+		flags := []string{"--endpoints", endpoint, "--cacert", f.CA}
+		if user != "" {
+			flags = append(flags, "--cert", f.Cert, "--key", f.Key)
+		}
+		return run(ctx, t, "", append(flags, args...)...)
+	}
+	if code, out, errOut := as("root", "auth", "enable"); code != ExitOK || strings.TrimSpace(out) != "auth already enabled" {
+		t.Fatalf("auth enable again: %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut := as("root", "rbac", "apply", "-f", policy); code != ExitOK || strings.TrimSpace(out) != "no changes" {
+		t.Fatalf("rbac apply again: %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut := as("root", "rbac", "show"); code != ExitOK || !strings.Contains(out, "payments-api") {
+		t.Fatalf("rbac show: %d %q %q", code, out, errOut)
+	}
+	if code, _, errOut := as("payments-api", "--namespace", "payments", "locks"); code != ExitOK {
+		t.Fatalf("contender lists its namespace: %d %s", code, errOut)
+	}
+	if code, _, errOut := as("payments-api", "--namespace", "jobs", "locks"); code != ExitError || !strings.Contains(errOut, "permission denied") {
+		t.Fatalf("contender lists another namespace: %d %s", code, errOut)
+	}
+	if code, _, errOut := as("payments-api", "rbac", "show"); code != ExitError || !strings.Contains(errOut, "permission denied") {
+		t.Fatalf("contender shows the policy: %d %s", code, errOut)
+	}
+	if code, _, _ := as("", "--namespace", "payments", "--dial-timeout", "500ms", "locks"); code == ExitOK {
+		t.Fatal("a client without a certificate was let in")
+	}
+}
