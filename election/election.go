@@ -54,8 +54,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Election, error) {
 		log:   cfg.Logger.With(zap.String("name", name), zap.String("namespace", cfg.Namespace)),
 		terms: make(map[*Term]struct{}),
 	}
-	failures := met.RenewalFailures.WithLabelValues(cfg.Namespace, name)
-	e.sessions = lease.NewProvider(cli, cfg.Session, cfg.LeaseConfig(failures.Inc, nil))
+	e.sessions = lease.NewProvider(cli, cfg.Session, cfg.LeaseConfig(met.RenewalFailed(cfg.Namespace, name), nil))
 	return e, nil
 }
 
@@ -85,7 +84,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	default:
 		result = "error"
 	}
-	e.met.CampaignDuration.WithLabelValues(e.cfg.Namespace, e.name, result).Observe(time.Since(start).Seconds())
+	e.met.ObserveCampaign(e.cfg.Namespace, e.name, result, time.Since(start))
 	return t, err
 }
 
@@ -122,8 +121,7 @@ func (e *Election) campaign(ctx context.Context, value string) (*Term, error) {
 	}
 	e.terms[t] = struct{}{}
 	e.mu.Unlock()
-	e.met.IsLeader.WithLabelValues(e.cfg.Namespace, e.name).Set(1)
-	e.met.Transitions.WithLabelValues(e.cfg.Namespace, e.name).Inc()
+	e.met.Leading(e.cfg.Namespace, e.name, true, "")
 	e.log.Info("became leader", t.fields()...)
 	return t, nil
 }

@@ -39,6 +39,9 @@ func TestMetricsAndLogs(t *testing.T) {
 		t.Fatal(err)
 	}
 	within(t, term.Done(), 5*time.Second, "loss")
+	if err := term.Resign(ctx); err == nil { // returns once the loss is recorded
+		t.Fatal("Resign after loss succeeded")
+	}
 	want := `
 # HELP baton_election_is_leader 1 while this process leads the election.
 # TYPE baton_election_is_leader gauge

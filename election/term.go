@@ -99,13 +99,12 @@ func (t *Term) Resign(ctx context.Context) error {
 
 func (t *Term) ended(cause error, held time.Duration) {
 	e := t.e
-	e.met.IsLeader.WithLabelValues(e.cfg.Namespace, e.name).Set(0)
-	e.met.Transitions.WithLabelValues(e.cfg.Namespace, e.name).Inc()
 	if errors.Is(cause, ErrReleased) {
+		e.met.Leading(e.cfg.Namespace, e.name, false, "")
 		e.log.Info("resigned", append(t.fields(), zap.Duration("led", held))...)
 		return
 	}
-	e.met.ElectionLostTotal.WithLabelValues(e.cfg.Namespace, e.name, errs.Reason(cause)).Inc()
+	e.met.Leading(e.cfg.Namespace, e.name, false, errs.Reason(cause))
 	e.log.Warn("leadership lost", append(t.fields(), zap.Duration("led", held), zap.Error(cause))...)
 }
 

@@ -2,12 +2,9 @@ package fencing
 
 import (
 	"context"
-	"fmt"
 	"sync"
 
 	"go.uber.org/zap"
-
-	"github.com/batonhq/baton/internal/metrics"
 )
 
 // Guard is the check a protected resource runs before every write: it
@@ -24,8 +21,7 @@ type Guard interface {
 type MemoryGuard struct {
 	mu      sync.Mutex
 	highest map[string]Token
-	m       *metrics.Metrics
-	log     *zap.Logger
+	rej     rejecter
 }
 
 var _ Guard = (*MemoryGuard)(nil)
@@ -41,27 +37,24 @@ func NewMemoryGuard(opts ...Option) *MemoryGuard {
 	if c.log == nil {
 		c.log = zap.NewNop()
 	}
-	m, err := metrics.New(c.reg)
+	r, err := newRejecter("fencing.NewMemoryGuard", c)
 	if err != nil {
-		panic(fmt.Sprintf("fencing: register metrics: %v", err))
+		panic(err.Error())
 	}
-	return &MemoryGuard{highest: make(map[string]Token), m: m, log: c.log}
+	return &MemoryGuard{highest: make(map[string]Token), rej: r}
 }
 
 // Admit admits t for resource if it is at least the highest admitted so
 // far, and records it as the new highest.
 func (g *MemoryGuard) Admit(_ context.Context, resource string, t Token) error {
 	if t <= 0 {
-		return fmt.Errorf("%w: token %d for resource %q", ErrMalformed, t, resource)
+		return malformed(resource, t)
 	}
 	g.mu.Lock()
 	high := g.highest[resource]
 	if t < high {
 		g.mu.Unlock()
-		g.m.FencingRejections.WithLabelValues(resource).Inc()
-		g.log.Warn("stale fencing token rejected", zap.String("resource", resource),
-			zap.Int64("token", int64(t)), zap.Int64("highest", int64(high)))
-		return &StaleError{Resource: resource, Token: t, Highest: high}
+		return g.rej.stale(resource, t, high)
 	}
 	g.highest[resource] = t
 	g.mu.Unlock()

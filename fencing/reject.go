@@ -24,7 +24,7 @@ func newRejecter(who string, c guardConfig) (rejecter, error) {
 
 // stale records a rejection and returns its error.
 func (r rejecter) stale(resource string, t, highest Token) error {
-	r.m.FencingRejections.WithLabelValues(resource).Inc()
+	r.m.Rejected(resource)
 	r.log.Warn("stale fencing token rejected", zap.String("resource", resource),
 		zap.Int64("token", int64(t)), zap.Int64("highest", int64(highest)))
 	return &StaleError{Resource: resource, Token: t, Highest: highest}

@@ -78,12 +78,12 @@ func (l *Lock) Unlock(ctx context.Context) error {
 // ended records a hold's end in metrics and logs.
 func (l *Lock) ended(cause error, held time.Duration) {
 	m := l.m
-	m.met.HoldDuration.WithLabelValues(m.cfg.Namespace, m.name).Observe(held.Seconds())
 	if errors.Is(cause, ErrReleased) {
+		m.met.HoldEnded(m.cfg.Namespace, m.name, held, "")
 		m.log.Debug("lock released", l.fields()...)
 		return
 	}
-	m.met.LostTotal.WithLabelValues(m.cfg.Namespace, m.name, errs.Reason(cause)).Inc()
+	m.met.HoldEnded(m.cfg.Namespace, m.name, held, errs.Reason(cause))
 	m.log.Warn("lock lost", append(l.fields(), zap.Error(cause))...)
 }
 

@@ -43,6 +43,9 @@ func TestMetricsAndLogs(t *testing.T) {
 		t.Fatal(err)
 	}
 	within(t, l2.Done(), 5*time.Second, "loss")
+	if err := l2.Unlock(ctx); err == nil { // returns once the loss is recorded
+		t.Fatal("Unlock after loss succeeded")
+	}
 
 	want := `
 # HELP baton_lock_acquire_total Lock and TryLock calls by result: acquired, locked, canceled, error.

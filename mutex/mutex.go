@@ -58,8 +58,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 		log:   cfg.Logger.With(zap.String("name", name), zap.String("namespace", cfg.Namespace)),
 		value: holderIdentity(), held: make(map[*Lock]struct{}),
 	}
-	renewalFailures := met.RenewalFailures.WithLabelValues(cfg.Namespace, name)
-	m.sessions = lease.NewProvider(cli, cfg.Session, cfg.LeaseConfig(renewalFailures.Inc, nil))
+	m.sessions = lease.NewProvider(cli, cfg.Session, cfg.LeaseConfig(met.RenewalFailed(cfg.Namespace, name), nil))
 	return m, nil
 }
 
@@ -105,8 +104,7 @@ func (m *Mutex) lock(ctx context.Context, try bool) (*Lock, error) {
 	default:
 		result = "error"
 	}
-	m.met.AcquireDuration.WithLabelValues(m.cfg.Namespace, m.name, result).Observe(time.Since(start).Seconds())
-	m.met.AcquireTotal.WithLabelValues(m.cfg.Namespace, m.name, result).Inc()
+	m.met.ObserveAcquire(m.cfg.Namespace, m.name, result, time.Since(start))
 	return l, err
 }
 

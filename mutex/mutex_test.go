@@ -61,6 +61,9 @@ func TestTokenIsCreateRevisionAndIncreases(t *testing.T) {
 func TestTxnAppliesOnlyWhileHeld(t *testing.T) {
 	cli := client(t)
 	ctx := ctxTimeout(t, 20*time.Second)
+	if _, err := cli.Delete(ctx, "/data/txn", clientv3.WithPrefix()); err != nil { // repeatable with -count
+		t.Fatal(err)
+	}
 	m := newMutex(t, cli, "txn")
 	l, err := m.Lock(ctx)
 	if err != nil {

@@ -6,6 +6,7 @@ package metrics
 
 import (
 	"errors"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -34,9 +35,13 @@ var (
 // Buckets for waits and holds: 1 ms to about 20 minutes.
 var durationBuckets = prometheus.ExponentialBuckets(0.001, 4, 11)
 
-// New builds the collectors and registers them on reg; a nil reg leaves
-// them unregistered, which costs nothing and exports nothing.
+// New builds the collectors and registers them on reg. A nil reg returns
+// a nil *Metrics, whose methods do nothing: a process that does not export
+// metrics pays nothing per lock for them.
 func New(reg prometheus.Registerer) (*Metrics, error) {
+	if reg == nil {
+		return nil, nil
+	}
 	m := &Metrics{
 		AcquireDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "baton_lock_acquire_duration_seconds", Help: "Time from Lock or TryLock to its return, by result.",
@@ -72,9 +77,6 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "baton_fencing_rejections_total", Help: "Writes rejected for carrying a stale fencing token.",
 		}, []string{"resource"}),
 	}
-	if reg == nil {
-		return m, nil
-	}
 	var err error
 	m.AcquireDuration = register(reg, m.AcquireDuration, &err)
 	m.AcquireTotal = register(reg, m.AcquireTotal, &err)
@@ -104,4 +106,65 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C, errp *erro
 		}
 	}
 	return c
+}
+
+// ObserveAcquire records one Lock or TryLock call.
+func (m *Metrics) ObserveAcquire(ns, name, result string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.AcquireDuration.WithLabelValues(ns, name, result).Observe(d.Seconds())
+	m.AcquireTotal.WithLabelValues(ns, name, result).Inc()
+}
+
+// HoldEnded records the end of a hold; reason is empty for a release.
+func (m *Metrics) HoldEnded(ns, name string, held time.Duration, lostReason string) {
+	if m == nil {
+		return
+	}
+	m.HoldDuration.WithLabelValues(ns, name).Observe(held.Seconds())
+	if lostReason != "" {
+		m.LostTotal.WithLabelValues(ns, name, lostReason).Inc()
+	}
+}
+
+// RenewalFailed returns the function that counts a failed renewal.
+func (m *Metrics) RenewalFailed(ns, name string) func() {
+	if m == nil {
+		return nil
+	}
+	return m.RenewalFailures.WithLabelValues(ns, name).Inc
+}
+
+// ObserveCampaign records one Campaign call.
+func (m *Metrics) ObserveCampaign(ns, name, result string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.CampaignDuration.WithLabelValues(ns, name, result).Observe(d.Seconds())
+}
+
+// Leading records a transition into or out of leadership; lostReason is
+// set when leadership was lost rather than resigned.
+func (m *Metrics) Leading(ns, name string, leading bool, lostReason string) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if leading {
+		v = 1
+	}
+	m.IsLeader.WithLabelValues(ns, name).Set(v)
+	m.Transitions.WithLabelValues(ns, name).Inc()
+	if lostReason != "" {
+		m.ElectionLostTotal.WithLabelValues(ns, name, lostReason).Inc()
+	}
+}
+
+// Rejected counts a stale token rejected for resource.
+func (m *Metrics) Rejected(resource string) {
+	if m == nil {
+		return
+	}
+	m.FencingRejections.WithLabelValues(resource).Inc()
 }

@@ -31,7 +31,8 @@ type Hold struct {
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
 	release func()
-	done    chan struct{}
+	done    chan struct{} // the watch goroutine ended
+	ended   chan struct{} // the end hooks ran
 
 	mu       sync.Mutex
 	finished bool  // Release reached etcd
@@ -55,9 +56,10 @@ func NewHold(s *lease.Session, r Result, notHeld error, hooks Hooks) *Hold {
 	ctx, cancel := context.WithCancelCause(s.Context())
 	h := &Hold{
 		sess: s, cli: s.Client(), key: r.Key, rev: r.Rev, notHeld: notHeld, acquired: time.Now(),
-		ctx: ctx, cancel: cancel, release: r.Release, done: make(chan struct{}),
+		ctx: ctx, cancel: cancel, release: r.Release, done: make(chan struct{}), ended: make(chan struct{}),
 	}
 	context.AfterFunc(ctx, func() {
+		defer close(h.ended)
 		cause := context.Cause(ctx)
 		if hooks.OnEnd != nil {
 			hooks.OnEnd(cause, time.Since(h.acquired))
@@ -216,6 +218,7 @@ func (h *Hold) finish(result error) {
 	h.finished, h.result = true, result
 	h.release()
 	<-h.done
+	<-h.ended // metrics and logs of the end are out when Release returns
 }
 
 // lostErr is non-nil when the hold ended by a loss.
