@@ -1,0 +1,116 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/integration/cluster"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if err := cluster.FindLeaks(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// TestKillLeaderRestartOnData kills the leader, sees another elected and
+// the data still served, then restarts the killed member on its data and
+// reads through it alone.
+func TestKillLeaderRestartOnData(t *testing.T) {
+	c := cluster.Start(t, 3)
+	cli := c.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cli.Put(ctx, "k", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	old, err := c.KillLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kill took %v", time.Since(start))
+	if old.Running() {
+		t.Fatal("killed member still running")
+	}
+	lead, err := c.WaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lead == old {
+		t.Fatal("killed member still leads")
+	}
+	t.Logf("new leader %s after %v", lead.Name(), time.Since(start))
+	if _, err := cli.Put(ctx, "k", "v2"); err != nil {
+		t.Fatalf("put with a member down: %v", err)
+	}
+	if err := old.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	one := c.Client(t, old.Endpoint())
+	resp, err := one.Get(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "v2" {
+		t.Fatalf("restarted member serves %v, want k=v2", resp.Kvs)
+	}
+}
+
+// TestQuorumLossAndRestore stops two of three members, sees writes fail,
+// restarts both together and sees writes succeed.
+func TestQuorumLossAndRestore(t *testing.T) {
+	c := cluster.Start(t, 3)
+	cli := c.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ms := c.Members()
+	ms[0].Kill()
+	ms[1].Kill()
+	wctx, wcancel := context.WithTimeout(ctx, time.Second)
+	_, err := cli.Put(wctx, "k", "v")
+	wcancel()
+	if err == nil {
+		t.Fatal("put succeeded without a quorum")
+	}
+	if err := c.Restart(ms[0], ms[1]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "k", "v"); err != nil {
+		t.Fatalf("put after restore: %v", err)
+	}
+}
+
+// TestPartition cuts a proxied client off from every member and lets it
+// back.
+func TestPartition(t *testing.T) {
+	c := cluster.Start(t, 3)
+	cli, part := c.Proxied(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cli.Put(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	part.Blackhole()
+	wctx, wcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err := cli.Get(wctx, "k")
+	wcancel()
+	if err == nil {
+		t.Fatal("get succeeded through a blackhole")
+	}
+	part.Restore()
+	if _, err := cli.Get(ctx, "k"); err != nil {
+		t.Fatalf("get after restore: %v", err)
+	}
+}
