@@ -26,8 +26,15 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzUnescape -fuzztime 30s ./internal/keys
 	$(GO) test -run '^$$' -fuzz FuzzParseToken -fuzztime 30s ./fencing
 
+# baton and raw etcd concurrency side by side on one embedded etcd (fsync
+# on), alternating, median of BENCH_RUNS runs with min and max; results
+# also in bench.json. About 8 minutes; scale down with BENCH_FLAGS, e.g.
+# BENCH_FLAGS="-duration 1s -trials 30 -held 1000 -waiters 100".
+BENCH_RUNS ?= 3
+BENCH_FLAGS ?=
 bench:
-	@echo "benchmarks: not yet written"
+	$(GO) build -o bin/baton-bench ./cmd/baton-bench
+	./bin/baton-bench -runs $(BENCH_RUNS) -json bench.json $(BENCH_FLAGS)
 
 # The showcase: an embedded etcd, three worker processes, a leader frozen
 # past its lease, and fencing rejecting its late write. Needs only Go.

@@ -1,0 +1,144 @@
+// Command baton-bench runs baton and etcd's own concurrency package side
+// by side on one embedded etcd member (fsync on), prints each measure for
+// both with their ratio, and writes the results as JSON.
+//
+//	baton-bench [-runs 3] [-duration 3s] [-held 10000] [-waiters 1000] [-only contend,graceful] [-json bench.json]
+//
+// The held-locks workload runs in a child process (baton-bench held-client)
+// so that the heap it measures is the client's alone.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/batonhq/baton/integration/bench"
+	"github.com/batonhq/baton/integration/etcdtest"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "held-client" {
+		return heldClient(ctx, args[1:], stdout, stderr)
+	}
+	fs := flag.NewFlagSet("baton-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg bench.Config
+	fs.IntVar(&cfg.Runs, "runs", 3, "runs of every workload per implementation (median, min and max are reported)")
+	fs.DurationVar(&cfg.Duration, "duration", 3*time.Second, "length of each throughput and contention run")
+	fs.IntVar(&cfg.Contenders, "contenders", 8, "goroutines contending for one key")
+	fs.IntVar(&cfg.Trials, "trials", 100, "graceful failover trials per run")
+	fs.DurationVar(&cfg.Settle, "settle", 120*time.Millisecond, "how long a queued follower waits before the leader goes")
+	fs.IntVar(&cfg.CrashTrials, "crash-trials", 3, "crash failover trials per run")
+	fs.IntVar(&cfg.Held, "held", 10000, "locks held on one session")
+	fs.DurationVar(&cfg.HeldWindow, "held-window", 6*time.Second, "how long renewals are counted while the locks are held")
+	fs.IntVar(&cfg.Waiters, "waiters", 1000, "waiters queued on one key")
+	only := fs.String("only", "", "comma-separated workloads to run, of: "+strings.Join(bench.Workloads(), ","))
+	jsonPath := fs.String("json", "bench.json", "file to write the results to as JSON; empty for none")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if cfg.Runs < 1 {
+		fmt.Fprintln(stderr, "baton-bench: -runs must be at least 1")
+		return 2
+	}
+	if *only != "" {
+		cfg.Only = strings.Split(*only, ",")
+		for _, w := range cfg.Only {
+			if !contains(bench.Workloads(), w) {
+				fmt.Fprintf(stderr, "baton-bench: no workload %q (have %s)\n", w, strings.Join(bench.Workloads(), ", "))
+				return 2
+			}
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "baton-bench: %v\n", err)
+		return 1
+	}
+	cfg.HeldCommand = []string{exe}
+
+	srv, err := etcdtest.New(etcdtest.Config{})
+	if err != nil {
+		fmt.Fprintf(stderr, "baton-bench: %v\n", err)
+		return 1
+	}
+	defer srv.Stop()
+	rep, err := bench.Run(ctx, srv, cfg, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "baton-bench: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(stdout)
+	if err := rep.Print(stdout); err != nil {
+		return 1
+	}
+	if *jsonPath != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err == nil {
+			err = os.WriteFile(*jsonPath, append(b, '\n'), 0o644)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "baton-bench: write %s: %v\n", *jsonPath, err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "\nresults written to %s\n", *jsonPath)
+	}
+	return 0
+}
+
+// heldClient is the child process of the held-locks workload: it holds the
+// locks against the given endpoint and prints a bench.HeldResult as JSON.
+func heldClient(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("baton-bench held-client", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	endpoint := fs.String("endpoint", "", "etcd client URL")
+	implName := fs.String("impl", "baton", "baton or raw")
+	locks := fs.Int("locks", 10000, "locks to hold")
+	ttl := fs.Duration("ttl", 3*time.Second, "the session's lease TTL")
+	window := fs.Duration("window", 6*time.Second, "how long renewals are counted")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	impl, err := bench.ImplByName(*implName)
+	if err != nil {
+		fmt.Fprintf(stderr, "held-client: %v\n", err)
+		return 2
+	}
+	r, err := bench.HoldMany(ctx, *endpoint, impl, *locks, *ttl, *window)
+	if err != nil {
+		fmt.Fprintf(stderr, "held-client: %v\n", err)
+		return 1
+	}
+	if err := json.NewEncoder(stdout).Encode(r); err != nil {
+		return 1
+	}
+	return 0
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

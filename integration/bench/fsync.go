@@ -1,0 +1,38 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// fdatasyncFloor writes 4 KiB at the start of a temp file in dir and
+// fdatasyncs it n times: the least a write that etcd acknowledges can cost
+// on this disk. It returns every sync's duration.
+func fdatasyncFloor(dir string, n int) ([]time.Duration, error) {
+	f, err := os.CreateTemp(dir, "fsync-floor-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	buf := make([]byte, 4096)
+	for i := range buf {
+		buf[i] = byte(i)
+	}
+	out := make([]time.Duration, 0, n)
+	for i := range n {
+		buf[0] = byte(i)
+		start := time.Now()
+		if _, err := f.WriteAt(buf, 0); err != nil {
+			return nil, err
+		}
+		if err := unix.Fdatasync(int(f.Fd())); err != nil {
+			return nil, fmt.Errorf("fdatasync: %w", err)
+		}
+		out = append(out, time.Since(start))
+	}
+	return out, nil
+}

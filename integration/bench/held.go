@@ -1,0 +1,139 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// HeldResult is what one process holding many locks on one session costs
+// it, and what it sends etcd while it holds them.
+type HeldResult struct {
+	Impl  string `json:"impl"`
+	Locks int    `json:"locks"`
+	// TTLSeconds is the session's lease TTL.
+	TTLSeconds int `json:"ttl_seconds"`
+	// HeapPerLock is the growth of live heap (after GC) per held lock.
+	HeapPerLock float64 `json:"heap_bytes_per_lock"`
+	// GoroutinesPerLock is the growth of the goroutine count per held lock.
+	GoroutinesPerLock float64 `json:"goroutines_per_lock"`
+	// RenewalsPerSecond counts lease renewals sent while the locks are held.
+	RenewalsPerSecond float64 `json:"renewals_per_second"`
+	// OtherPerSecond counts every other request sent meanwhile.
+	OtherPerSecond float64 `json:"other_requests_per_second"`
+	// LockSeconds is how long taking every lock took.
+	LockSeconds float64 `json:"lock_seconds"`
+}
+
+// heldWorkers is how many Lock calls run at once while taking the locks.
+const heldWorkers = 32
+
+// HoldMany takes n locks, each on its own name, all on one session of the
+// given TTL, then measures the live heap and goroutines they cost and
+// counts the requests sent during window. Run it in a process of its own
+// (see the baton-bench program) so that the heap it measures is the
+// client's alone, not the embedded server's too.
+func HoldMany(ctx context.Context, endpoint string, impl Impl, n int, ttl, window time.Duration) (HeldResult, error) {
+	counter := NewCounter()
+	cli, err := newClient(endpoint, counter)
+	if err != nil {
+		return HeldResult{}, err
+	}
+	defer cli.Close()
+	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(int(ttl/time.Second)))
+	if err != nil {
+		return HeldResult{}, err
+	}
+	defer sess.Close() // revokes the lease: every key goes at once
+	run := fmt.Sprintf("%s-%x", impl.Name(), int64(sess.Lease()))
+
+	mus := make([]Mutex, n)
+	helds := make([]Held, n)
+	before, gBefore := liveHeap()
+
+	start := time.Now()
+	next := make(chan int)
+	errs := make(chan error, heldWorkers)
+	var wg sync.WaitGroup
+	for range heldWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				m, err := impl.NewMutex(cli, sess, fmt.Sprintf("held-%s-%d", run, i), 0)
+				if err != nil {
+					errs <- err
+					return
+				}
+				h, err := m.Lock(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				mus[i], helds[i] = m, h
+			}
+		}()
+	}
+	var failed error
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case failed = <-errs:
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if failed == nil {
+		select {
+		case failed = <-errs:
+		default:
+		}
+	}
+	if failed != nil {
+		return HeldResult{}, failed
+	}
+	lockTime := time.Since(start)
+
+	after, gAfter := liveHeap()
+	counter.Reset()
+	if err := pause(ctx, window); err != nil {
+		return HeldResult{}, err
+	}
+	counts := counter.Snapshot()
+	runtime.KeepAlive(mus)
+	runtime.KeepAlive(helds)
+	return HeldResult{
+		Impl: impl.Name(), Locks: n, TTLSeconds: int(ttl / time.Second),
+		HeapPerLock:       float64(int64(after)-int64(before)) / float64(n),
+		GoroutinesPerLock: float64(gAfter-gBefore) / float64(n),
+		RenewalsPerSecond: float64(counts[methodKeepAlive]) / window.Seconds(),
+		OtherPerSecond:    float64(requestsExcept(counts, methodKeepAlive)) / window.Seconds(),
+		LockSeconds:       lockTime.Seconds(),
+	}, nil
+}
+
+// liveHeap returns the heap in use after a full collection, and the
+// number of goroutines.
+func liveHeap() (uint64, int) {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc, runtime.NumGoroutine()
+}
+
+func heldValues(r HeldResult) []Value {
+	return []Value{
+		{Metric: "heap bytes/lock", V: r.HeapPerLock},
+		{Metric: "goroutines/lock", V: r.GoroutinesPerLock},
+		{Metric: "renewals/s", V: r.RenewalsPerSecond},
+		{Metric: "other requests/s", V: r.OtherPerSecond},
+		{Metric: "lock all s", V: r.LockSeconds},
+	}
+}

@@ -1,0 +1,66 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// Print writes the report as a table: for each measure, baton's and raw's
+// median with the lowest and highest run, their ratio, and the target.
+func (rep *Report) Print(w io.Writer) error {
+	fmt.Fprintf(w, "baton vs raw etcd concurrency: %d runs each, %s, %d CPUs, load %s → %s\n",
+		rep.Config.Runs, rep.GoVersion, rep.CPUs, rep.LoadBefore, rep.LoadAfter)
+	fmt.Fprintf(w, "fdatasync 4 KiB floor: p50 %s ms, p99 %s ms\n\n", spread(rep.FdatasyncP50), spread(rep.FdatasyncP99))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "workload\tmeasure\tbaton median [min–max]\traw median [min–max]\tbaton/raw\ttarget")
+	for _, m := range rep.Measures {
+		ratio := "–"
+		if m.Raw.Median != 0 {
+			ratio = fmt.Sprintf("%.3g", m.Ratio)
+		}
+		target := ""
+		if m.Met != nil {
+			verdict := "MISSED"
+			if *m.Met {
+				verdict = "met"
+			}
+			target = verdict + ": " + m.Target
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Workload, m.Metric, spread(m.Baton), spread(m.Raw), ratio, target)
+	}
+	return tw.Flush()
+}
+
+func spread(s Summary) string {
+	if len(s.Runs) == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%s [%s–%s]", num(s.Median), num(s.Min), num(s.Max))
+}
+
+// num prints 3 significant digits without an exponent for usual sizes.
+func num(v float64) string {
+	switch a := abs(v); {
+	case a == 0:
+		return "0"
+	case a >= 1000:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	case a >= 1:
+		return fmt.Sprintf("%.2f", v)
+	default:
+		return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.3f", v), "0"), ".")
+	}
+}
+
+func abs(v float64) float64 {
+	if v < 0 {
+		return -v
+	}
+	return v
+}

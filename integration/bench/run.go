@@ -1,0 +1,284 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/batonhq/baton/integration/etcdtest"
+)
+
+// Config scales the workloads. The zero value of a field picks its default.
+type Config struct {
+	// Runs of every workload per implementation; at least 3 for a median
+	// with a spread.
+	Runs int `json:"runs"`
+	// Duration of each throughput and contention run.
+	Duration time.Duration `json:"duration_ns"`
+	// Contenders on one key.
+	Contenders int `json:"contenders"`
+	// Trials of graceful failover per run.
+	Trials int `json:"trials"`
+	// Settle is how long a queued follower waits before the leader goes,
+	// so that its wait is established as a standby's would be.
+	Settle time.Duration `json:"settle_ns"`
+	// CrashTrials per run, and the lease TTL they use.
+	CrashTrials int           `json:"crash_trials"`
+	CrashTTL    time.Duration `json:"crash_ttl_ns"`
+	// Held locks on one session, the session's TTL, and how long renewals
+	// are counted.
+	Held       int           `json:"held"`
+	HeldTTL    time.Duration `json:"held_ttl_ns"`
+	HeldWindow time.Duration `json:"held_window_ns"`
+	// Waiters queued on one key.
+	Waiters int `json:"waiters"`
+	// Only, when not empty, names the workloads to run.
+	Only []string `json:"only,omitempty"`
+	// HeldCommand, when set, runs the held-locks workload in a child
+	// process: the command is run with "held-client" and flags appended,
+	// and must print a HeldResult as JSON (the baton-bench program does).
+	// Unset, the workload runs in this process, and its heap figure then
+	// includes the embedded server's share.
+	HeldCommand []string `json:"-"`
+}
+
+// Defaults fills the zero fields.
+func (c Config) Defaults() Config {
+	set := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	setD := func(p *time.Duration, v time.Duration) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	set(&c.Runs, 3)
+	setD(&c.Duration, 3*time.Second)
+	set(&c.Contenders, 8)
+	set(&c.Trials, 100)
+	setD(&c.Settle, 120*time.Millisecond)
+	set(&c.CrashTrials, 3)
+	setD(&c.CrashTTL, 2*time.Second)
+	set(&c.Held, 10000)
+	setD(&c.HeldTTL, 3*time.Second)
+	setD(&c.HeldWindow, 6*time.Second)
+	set(&c.Waiters, 1000)
+	return c
+}
+
+// sessionTTL is the TTL, in seconds, of the sessions the workloads make
+// when the lease's TTL plays no part in what they measure.
+func (c Config) sessionTTL() int { return 30 }
+
+func (c Config) ttl() time.Duration       { return 30 * time.Second }
+func (c Config) waiterTTL() time.Duration { return 60 * time.Second }
+
+// Value is one figure of one run.
+type Value struct {
+	Metric string  `json:"metric"`
+	V      float64 `json:"value"`
+}
+
+type env struct {
+	cfg      Config
+	endpoint string
+	cli      *clientv3.Client
+	dir      string
+}
+
+type workload struct {
+	name string
+	run  func(ctx context.Context, env *env, impl Impl, name string) ([]Value, error)
+}
+
+// Workloads are the workload names, in the order they run.
+func Workloads() []string {
+	var out []string
+	for _, w := range workloads() {
+		out = append(out, w.name)
+	}
+	return out
+}
+
+func workloads() []workload {
+	return []workload{
+		{"lock-unlock-shared", lockUnlockShared},
+		{"lock-unlock-per-lock", lockUnlockPerLock},
+		{"distinct-16", distinctKeys(16)},
+		{"distinct-64", distinctKeys(64)},
+		{"contend", contend},
+		{"graceful", graceful},
+		{"crash", crash},
+		{"held", held},
+		{"waiters", waiters},
+	}
+}
+
+// Measure is one figure over every run of both implementations.
+type Measure struct {
+	Workload string  `json:"workload"`
+	Metric   string  `json:"metric"`
+	Baton    Summary `json:"baton"`
+	Raw      Summary `json:"raw"`
+	// Ratio is baton's median over raw's.
+	Ratio  float64 `json:"ratio"`
+	Target string  `json:"target,omitempty"`
+	// Met is set when the measure has a target.
+	Met *bool `json:"met,omitempty"`
+}
+
+// Report is a whole run of the benchmark.
+type Report struct {
+	Started   time.Time `json:"started"`
+	Finished  time.Time `json:"finished"`
+	GoVersion string    `json:"go_version"`
+	CPUs      int       `json:"cpus"`
+	// LoadBefore and LoadAfter are /proc/loadavg at the start and end.
+	LoadBefore string `json:"load_before"`
+	LoadAfter  string `json:"load_after"`
+	Config     Config `json:"config"`
+	// Fdatasync is the disk's floor: p50 and p99 of a 4 KiB write and
+	// fdatasync in etcd's data directory, once per round.
+	FdatasyncP50 Summary   `json:"fdatasync_p50_ms"`
+	FdatasyncP99 Summary   `json:"fdatasync_p99_ms"`
+	Measures     []Measure `json:"measures"`
+}
+
+// Run runs every workload cfg.Runs times per implementation against srv,
+// alternating which implementation goes first, and reports progress on
+// progress.
+func Run(ctx context.Context, srv *etcdtest.Server, cfg Config, progress io.Writer) (*Report, error) {
+	cfg = cfg.Defaults()
+	cli, err := newClient(srv.Endpoint(), nil)
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	e := &env{cfg: cfg, endpoint: srv.Endpoint(), cli: cli, dir: srv.Dir()}
+	rep := &Report{Started: time.Now(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), LoadBefore: loadavg(), Config: cfg}
+
+	// values[workload][impl][metric] is one value per run.
+	values := map[string]map[string]map[string][]float64{}
+	var order []string // workload/metric in first-seen order
+	var fsP50, fsP99 []float64
+	for round := range cfg.Runs {
+		floor, err := fdatasyncFloor(e.dir, 200)
+		if err != nil {
+			return nil, err
+		}
+		f := msAll(floor)
+		fsP50, fsP99 = append(fsP50, percentile(f, 50)), append(fsP99, percentile(f, 99))
+		fmt.Fprintf(progress, "round %d/%d: fdatasync p50 %.2f ms p99 %.2f ms, load %s\n", round+1, cfg.Runs, fsP50[round], fsP99[round], loadavg())
+		for _, w := range workloads() {
+			if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, w.name) {
+				continue
+			}
+			impls := Impls
+			if round%2 == 1 {
+				impls = []Impl{Impls[1], Impls[0]}
+			}
+			for _, impl := range impls {
+				start := time.Now()
+				name := fmt.Sprintf("%s-%s-%d-%d", w.name, impl.Name(), round, start.UnixNano())
+				vs, err := w.run(ctx, e, impl, name)
+				if err != nil {
+					return nil, fmt.Errorf("%s, %s, run %d: %w", w.name, impl.Name(), round+1, err)
+				}
+				fmt.Fprintf(progress, "  %-22s %-5s %6.1fs ", w.name, impl.Name(), time.Since(start).Seconds())
+				for _, v := range vs {
+					fmt.Fprintf(progress, " %s=%.3g", v.Metric, v.V)
+				}
+				fmt.Fprintln(progress)
+				if values[w.name] == nil {
+					values[w.name] = map[string]map[string][]float64{}
+				}
+				if values[w.name][impl.Name()] == nil {
+					values[w.name][impl.Name()] = map[string][]float64{}
+				}
+				for _, v := range vs {
+					key := w.name + "\x00" + v.Metric
+					if !slices.Contains(order, key) {
+						order = append(order, key)
+					}
+					values[w.name][impl.Name()][v.Metric] = append(values[w.name][impl.Name()][v.Metric], v.V)
+				}
+			}
+		}
+	}
+	rep.FdatasyncP50, rep.FdatasyncP99 = summarize(fsP50), summarize(fsP99)
+	for _, key := range order {
+		wl, metric, _ := strings.Cut(key, "\x00")
+		m := Measure{Workload: wl, Metric: metric,
+			Baton: summarize(values[wl]["baton"][metric]), Raw: summarize(values[wl]["raw"][metric])}
+		if m.Raw.Median != 0 {
+			m.Ratio = m.Baton.Median / m.Raw.Median
+		}
+		rep.Measures = append(rep.Measures, m)
+	}
+	for i := range rep.Measures {
+		judge(rep, &rep.Measures[i])
+	}
+	rep.LoadAfter = loadavg()
+	rep.Finished = time.Now()
+	return rep, nil
+}
+
+// held runs the held-locks workload, in a child process when configured.
+func held(ctx context.Context, env *env, impl Impl, _ string) ([]Value, error) {
+	c := env.cfg
+	if len(c.HeldCommand) == 0 {
+		r, err := HoldMany(ctx, env.endpoint, impl, c.Held, c.HeldTTL, c.HeldWindow)
+		if err != nil {
+			return nil, err
+		}
+		return heldValues(r), nil
+	}
+	args := append(slices.Clone(c.HeldCommand[1:]), "held-client",
+		"-endpoint", env.endpoint, "-impl", impl.Name(), "-locks", fmt.Sprint(c.Held),
+		"-ttl", c.HeldTTL.String(), "-window", c.HeldWindow.String())
+	cmd := exec.CommandContext(ctx, c.HeldCommand[0], args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("held-locks client: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	var r HeldResult
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		return nil, fmt.Errorf("held-locks client output: %w", err)
+	}
+	return heldValues(r), nil
+}
+
+// ImplByName returns the implementation called name.
+func ImplByName(name string) (Impl, error) {
+	for _, i := range Impls {
+		if i.Name() == name {
+			return i, nil
+		}
+	}
+	return nil, fmt.Errorf("no implementation %q (want baton or raw)", name)
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}

@@ -1,0 +1,55 @@
+package bench
+
+import (
+	"slices"
+	"time"
+)
+
+// Summary is one measure over several runs: the median run, the lowest
+// and the highest, and every run's value in order.
+type Summary struct {
+	Median float64   `json:"median"`
+	Min    float64   `json:"min"`
+	Max    float64   `json:"max"`
+	Runs   []float64 `json:"runs"`
+}
+
+func summarize(runs []float64) Summary {
+	if len(runs) == 0 {
+		return Summary{}
+	}
+	s := slices.Clone(runs)
+	slices.Sort(s)
+	return Summary{Median: median(s), Min: s[0], Max: s[len(s)-1], Runs: runs}
+}
+
+// median of sorted values; the mean of the middle two for an even count.
+func median(sorted []float64) float64 {
+	n := len(sorted)
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
+}
+
+// percentile is the nearest-rank p-th percentile (0 < p ≤ 100) of values;
+// 0 for none.
+func percentile(values []float64, p float64) float64 {
+	if len(values) == 0 {
+		return 0
+	}
+	s := slices.Clone(values)
+	slices.Sort(s)
+	rank := int(p/100*float64(len(s))+0.999999) - 1
+	return s[max(0, min(rank, len(s)-1))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func msAll(ds []time.Duration) []float64 {
+	out := make([]float64, len(ds))
+	for i, d := range ds {
+		out[i] = ms(d)
+	}
+	return out
+}

@@ -1,0 +1,60 @@
+package bench
+
+import (
+	"fmt"
+	"time"
+)
+
+// judge sets the target of a measure the issue sets one for, and whether
+// baton met it in this run.
+func judge(rep *Report, m *Measure) {
+	cfg := rep.Config
+	b, r := m.Baton, m.Raw
+	var target string
+	var ok bool
+	tail := func() {
+		target = "baton ≤ 5 ms and ≤ raw/10"
+		ok = b.Median <= 5 && b.Median*10 <= r.Median
+	}
+	switch m.Workload + "/" + m.Metric {
+	case "lock-unlock-shared/cycles/s", "lock-unlock-per-lock/cycles/s", "distinct-16/cycles/s", "distinct-64/cycles/s":
+		target, ok = "baton ≥ 0.9 × raw", b.Median >= 0.9*r.Median
+	case "contend/handoff p99 ms", "graceful/failover p99 ms", "graceful/observe p99 ms":
+		tail()
+	case "contend/acquisitions/s":
+		target, ok = "baton ≥ 10 × raw", b.Median >= 10*r.Median
+	case "contend/share spread %":
+		target, ok = "baton ≤ 10 % in every run", b.Max <= 10
+	case "crash/failover max ms":
+		limit := cfg.CrashTTL + time.Second
+		target, ok = fmt.Sprintf("baton ≤ TTL + 1 s = %v in every run", limit), b.Max <= ms(limit)
+	case "crash/trials zombie late":
+		target, ok = "baton 0 in every run", b.Max == 0
+	case "held/heap bytes/lock":
+		target, ok = "baton ≤ 4096", b.Max <= 4096
+	case "held/renewals/s":
+		// One renewal per TTL/3 from the session's own keepalive and one
+		// from baton's shared watchdog, whatever the number of locks.
+		perTTL3 := 1 / (cfg.HeldTTL / 3).Seconds()
+		limit := 2*perTTL3 + 1/cfg.HeldWindow.Seconds()
+		target, ok = fmt.Sprintf("baton ≤ 2 per TTL/3 (%.2f/s), not per lock", limit), b.Max <= limit
+	case "waiters/requests/handoff":
+		small := find(rep, m.Workload, "requests/handoff, 1/10 the waiters")
+		target = "baton constant: within 0.5 of the figure with 1/10 the waiters"
+		ok = small != nil && b.Median-small.Baton.Median <= 0.5 && small.Baton.Median-b.Median <= 0.5
+	case "waiters/out of order":
+		target, ok = "baton 0 in every run", b.Max == 0
+	default:
+		return
+	}
+	m.Target, m.Met = target, &ok
+}
+
+func find(rep *Report, workload, metric string) *Measure {
+	for i := range rep.Measures {
+		if rep.Measures[i].Workload == workload && rep.Measures[i].Metric == metric {
+			return &rep.Measures[i]
+		}
+	}
+	return nil
+}
