@@ -31,10 +31,10 @@ fuzz:
 # also in bench.json. About 8 minutes; scale down with BENCH_FLAGS, e.g.
 # BENCH_FLAGS="-duration 1s -trials 30 -held 1000 -waiters 100".
 BENCH_RUNS ?= 3
+BENCH_JSON ?= bench.json
 BENCH_FLAGS ?=
 bench:
-	$(GO) build -o bin/baton-bench ./cmd/baton-bench
-	./bin/baton-bench -runs $(BENCH_RUNS) -json bench.json $(BENCH_FLAGS)
+	$(GO) run ./cmd/baton-bench -runs $(BENCH_RUNS) -json $(BENCH_JSON) $(BENCH_FLAGS)
 
 # The showcase: an embedded etcd, three worker processes, a leader frozen
 # past its lease, and fencing rejecting its late write. Needs only Go.

@@ -13,10 +13,10 @@ import (
 
 // waitersResult is one drain of a queue.
 type waitersResult struct {
-	drain       time.Duration
-	perHandoff  float64 // requests other than lease renewals, per handoff
-	outOfOrder  int     // waiters that acquired before one queued earlier
-	handoffs    int
+	drain      time.Duration
+	perHandoff float64 // requests other than lease renewals, per handoff
+	outOfOrder int     // waiters that acquired before one queued earlier
+	handoffs   int
 }
 
 // waiters queues cfg.Waiters contenders behind a holder, one after the
