@@ -123,7 +123,7 @@ type tokenHolder struct {
 	token fencing.Token
 }
 
-func (h tokenHolder) Token() fencing.Token                   { return h.token }
+func (h tokenHolder) Token() fencing.Token                 { return h.token }
 func (h tokenHolder) Txn(ctx context.Context) clientv3.Txn { return h.cli.Txn(ctx) }
 
 func describe(status int, err error) string {
