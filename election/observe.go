@@ -9,6 +9,7 @@ import (
 
 	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/internal/queue"
+	"go.uber.org/zap"
 )
 
 // Leader is the state of an election as read from etcd. The zero Leader
@@ -123,10 +124,19 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 	for ctx.Err() == nil {
 		cur, err := e.readLeader(ctx)
 		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if queue.Permanent(err) {
+				// Nobody to return it to: say it, and keep trying slowly in
+				// case the permission is granted.
+				e.log.Error("observe: cannot read the election", zap.Error(err))
+				retry = 5 * time.Second
+			}
 			if !sleep(ctx, retry) {
 				return
 			}
-			retry = min(retry*2, time.Second)
+			retry = min(retry*2, 5*time.Second)
 			continue
 		}
 		retry = 10 * time.Millisecond

@@ -69,7 +69,8 @@ type Session struct {
 	timer    Timer
 	closed   bool
 	reserved map[string]chan struct{}
-	refs     int // users of a shared borrowed watchdog
+	refs     int                    // users of a shared borrowed watchdog
+	watchers map[string]*keyWatcher // by namespace prefix
 }
 
 const (

@@ -128,7 +128,7 @@ func Acquire(ctx context.Context, req Request) (Result, error) {
 		if err != nil {
 			// Only reads: safe to retry while the caller still waits and the
 			// session lives (a member restarting, a leader election).
-			if ctx.Err() == nil && pause(ctx, 100*time.Millisecond) == nil {
+			if ctx.Err() == nil && !Permanent(err) && pause(ctx, 100*time.Millisecond) == nil {
 				continue
 			}
 			cleanup(req, key, rev, release)
@@ -270,3 +270,17 @@ func deleteKey(cli *clientv3.Client, key string, rev int64) error {
 }
 
 func isLeaseNotFound(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) }
+
+// Permanent reports whether retrying err cannot help: the caller lacks
+// permission or its credentials are refused.
+func Permanent(err error) bool {
+	for _, p := range []error{
+		rpctypes.ErrPermissionDenied, rpctypes.ErrUserEmpty, rpctypes.ErrAuthFailed,
+		rpctypes.ErrUserNotFound, rpctypes.ErrAuthOldRevision,
+	} {
+		if errors.Is(err, p) {
+			return true
+		}
+	}
+	return false
+}

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/internal/errs"
@@ -28,11 +27,11 @@ type Hold struct {
 	notHeld  error
 	acquired time.Time
 
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
-	release func()
-	done    chan struct{} // the watch goroutine ended
-	ended   chan struct{} // the end hooks ran
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	release   func()
+	stopWatch func()
+	ended     chan struct{} // the end hooks ran
 
 	mu       sync.Mutex
 	finished bool  // Release reached etcd
@@ -56,7 +55,7 @@ func NewHold(s *lease.Session, r Result, notHeld error, hooks Hooks) *Hold {
 	ctx, cancel := context.WithCancelCause(s.Context())
 	h := &Hold{
 		sess: s, cli: s.Client(), key: r.Key, rev: r.Rev, notHeld: notHeld, acquired: time.Now(),
-		ctx: ctx, cancel: cancel, release: r.Release, done: make(chan struct{}), ended: make(chan struct{}),
+		ctx: ctx, cancel: cancel, release: r.Release, ended: make(chan struct{}),
 	}
 	context.AfterFunc(ctx, func() {
 		defer close(h.ended)
@@ -66,7 +65,7 @@ func NewHold(s *lease.Session, r Result, notHeld error, hooks Hooks) *Hold {
 		}
 		h.afterLoss(cause, hooks)
 	})
-	go h.watch(r.Header + 1)
+	h.stopWatch = s.WatchDeletion(r.Key, r.Rev, r.Header, func() { h.lose(LostReason(context.Background(), s)) })
 	return h
 }
 
@@ -132,46 +131,6 @@ func (h *Hold) IsOwner() clientv3.Cmp {
 // lose ends the hold with a loss cause (no effect once it ended).
 func (h *Hold) lose(cause error) { h.cancel(cause) }
 
-// watch ends the hold when the key is deleted or recreated.
-func (h *Hold) watch(from int64) {
-	defer close(h.done)
-	for h.ctx.Err() == nil {
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(h.ctx))
-		for wr := range h.cli.Watch(wctx, h.key, clientv3.WithRev(from)) {
-			if wr.Err() != nil {
-				break
-			}
-			for _, ev := range wr.Events {
-				if ev.Type == mvccpb.DELETE || ev.Kv.CreateRevision != h.rev {
-					cancel()
-					h.lose(LostReason(h.ctx, h.sess))
-					return
-				}
-				from = ev.Kv.ModRevision + 1
-			}
-		}
-		cancel()
-		if h.ctx.Err() != nil {
-			return
-		}
-		// The stream broke: read the key, then watch again from there.
-		gctx, gcancel := context.WithTimeout(h.ctx, time.Second)
-		resp, err := h.cli.Get(gctx, h.key)
-		gcancel()
-		if err != nil {
-			if pause(h.ctx, 100*time.Millisecond) != nil {
-				return
-			}
-			continue
-		}
-		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != h.rev {
-			h.lose(LostReason(h.ctx, h.sess))
-			return
-		}
-		from = resp.Header.Revision + 1
-	}
-}
-
 // Release ends the hold with errs.ErrReleased, then deletes the key in a
 // transaction guarded by its CreateRevision, so a stale handle never
 // deletes a newer owner's key. If ctx has already ended it uses a fresh one
@@ -217,7 +176,7 @@ func (h *Hold) Release(ctx context.Context) error {
 func (h *Hold) finish(result error) {
 	h.finished, h.result = true, result
 	h.release()
-	<-h.done
+	h.stopWatch()
 	<-h.ended // metrics and logs of the end are out when Release returns
 }
 
