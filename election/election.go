@@ -27,11 +27,8 @@ type Election struct {
 	met      *metrics.Metrics
 	log      *zap.Logger
 	sessions *lease.Provider
-	bg       sync.WaitGroup // cleanups and observers
-
-	mu     sync.Mutex
-	terms  map[*Term]struct{}
-	closed bool
+	owner    *queue.Owner[*Term]
+	bg       sync.WaitGroup // observers
 }
 
 // New returns an Election for name in the configured namespace. It does
@@ -51,10 +48,13 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Election, error) {
 	}
 	e := &Election{
 		cli: cli, name: name, prefix: keys.Prefix(cfg.Namespace, keys.Election, name), cfg: cfg, met: met,
-		log:   cfg.Logger.With(zap.String("name", name), zap.String("namespace", cfg.Namespace)),
-		terms: make(map[*Term]struct{}),
+		log: cfg.Logger.With(zap.String("name", name), zap.String("namespace", cfg.Namespace)),
 	}
 	e.sessions = lease.NewProvider(cli, cfg.Session, cfg.LeaseConfig(met.RenewalFailed(cfg.Namespace, name), nil))
+	e.owner = queue.NewOwner[*Term](e.sessions, queue.OwnerConfig{
+		Label: fmt.Sprintf("election %q", name), Prefix: e.prefix, MaxHeld: cfg.MaxHeld,
+		NotHeld: ErrNotLeader, BorrowedSession: cfg.Session != nil,
+	})
 	return e, nil
 }
 
@@ -89,54 +89,13 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 }
 
 func (e *Election) campaign(ctx context.Context, value string) (*Term, error) {
-	e.mu.Lock()
-	closed := e.closed
-	e.mu.Unlock()
-	if closed {
-		return nil, ErrClosed
-	}
-	wctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(e.sessions.ClosingContext(), func() { cancel(ErrClosed) })
-	defer stop()
-
-	s, err := e.sessions.Get(wctx)
+	t, err := e.owner.Acquire(ctx, value, false, func(h *queue.Hold) *Term { return &Term{e: e, h: h, value: value} }, e.ended)
 	if err != nil {
-		return nil, e.wrap(wctx, err)
+		return nil, err
 	}
-	r, err := queue.Acquire(wctx, queue.Request{
-		Session: s, Prefix: e.prefix, Value: value,
-		Background: &e.bg, Closing: e.sessions.Closing(), MaxHeld: e.cfg.MaxHeld,
-	})
-	if err != nil {
-		return nil, e.wrap(wctx, err)
-	}
-	t := &Term{e: e, value: value}
-	t.h = queue.NewHold(s, r, ErrNotLeader, queue.Hooks{OnEnd: t.ended, Background: &e.bg, Closing: e.sessions.Closing()})
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		_ = t.h.Release(context.Background())
-		return nil, ErrClosed
-	}
-	e.terms[t] = struct{}{}
-	e.mu.Unlock()
 	e.met.Leading(e.cfg.Namespace, e.name, true, "")
-	e.log.Info("became leader", t.fields()...)
+	e.log.Info("became leader", t.h.LogFields()...)
 	return t, nil
-}
-
-func (e *Election) wrap(ctx context.Context, err error) error {
-	if errors.Is(err, ErrClosed) || errors.Is(context.Cause(ctx), ErrClosed) {
-		return ErrClosed
-	}
-	return fmt.Errorf("election %q: %w", e.name, err)
-}
-
-func (e *Election) forget(t *Term) {
-	e.mu.Lock()
-	delete(e.terms, t)
-	e.mu.Unlock()
 }
 
 // Close resigns every term the Election holds (their Context ends with
@@ -145,34 +104,7 @@ func (e *Election) forget(t *Term) {
 // created. It waits for every goroutine the Election started and is
 // idempotent.
 func (e *Election) Close() error {
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return nil
-	}
-	e.closed = true
-	terms := make([]*Term, 0, len(e.terms))
-	for t := range e.terms {
-		terms = append(terms, t)
-	}
-	clear(e.terms)
-	e.mu.Unlock()
-
-	var errsOut []error
-	for _, t := range terms {
-		if e.cfg.Session == nil {
-			t.h.Abandon() // the revoke below deletes the key
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := t.h.Release(ctx); err != nil && !errors.Is(err, ErrNotLeader) {
-			errsOut = append(errsOut, err)
-		}
-		cancel()
-	}
-	if err := e.sessions.Close(); err != nil {
-		errsOut = append(errsOut, err)
-	}
+	err := e.owner.Close() // also ends every Observe
 	e.bg.Wait()
-	return errors.Join(errsOut...)
+	return err
 }

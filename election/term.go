@@ -89,29 +89,14 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 // already ended, a fresh context bounded to 5 s is used. After a loss it
 // returns an error wrapping ErrNotLeader and the cause. Calling it again
 // returns the same result.
-func (t *Term) Resign(ctx context.Context) error {
-	err := t.h.Release(ctx)
-	if err == nil || errors.Is(err, ErrNotLeader) {
-		t.e.forget(t)
-	}
-	return err
-}
+func (t *Term) Resign(ctx context.Context) error { return t.e.owner.Release(ctx, t.h) }
 
-func (t *Term) ended(cause error, held time.Duration) {
-	e := t.e
+func (e *Election) ended(h *queue.Hold, cause error, held time.Duration) {
 	if errors.Is(cause, ErrReleased) {
 		e.met.Leading(e.cfg.Namespace, e.name, false, "")
-		e.log.Info("resigned", append(t.fields(), zap.Duration("led", held))...)
+		e.log.Info("resigned", append(h.LogFields(), zap.Duration("led", held))...)
 		return
 	}
 	e.met.Leading(e.cfg.Namespace, e.name, false, errs.Reason(cause))
-	e.log.Warn("leadership lost", append(t.fields(), zap.Duration("led", held), zap.Error(cause))...)
-}
-
-func (t *Term) fields() []zap.Field {
-	return []zap.Field{
-		zap.String("key", t.h.Key()),
-		zap.Int64("token", t.h.Rev()),
-		zap.String("lease", fmt.Sprintf("%x", int64(t.h.Session().ID()))),
-	}
+	e.log.Warn("leadership lost", append(h.LogFields(), zap.Duration("led", held), zap.Error(cause))...)
 }

@@ -3,7 +3,6 @@ package mutex
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -67,30 +66,15 @@ func (l *Lock) IsOwner() clientv3.Cmp { return l.h.IsOwner() }
 // Once it has reached etcd, calling it again returns the same result (nil
 // after a successful release); if etcd could not be reached it returns
 // that error and may be called again.
-func (l *Lock) Unlock(ctx context.Context) error {
-	err := l.h.Release(ctx)
-	if err == nil || errors.Is(err, ErrNotHeld) {
-		l.m.forget(l)
-	}
-	return err
-}
+func (l *Lock) Unlock(ctx context.Context) error { return l.m.owner.Release(ctx, l.h) }
 
 // ended records a hold's end in metrics and logs.
-func (l *Lock) ended(cause error, held time.Duration) {
-	m := l.m
+func (m *Mutex) ended(h *queue.Hold, cause error, held time.Duration) {
 	if errors.Is(cause, ErrReleased) {
 		m.met.HoldEnded(m.cfg.Namespace, m.name, held, "")
-		m.log.Debug("lock released", l.fields()...)
+		m.log.Debug("lock released", h.LogFields()...)
 		return
 	}
 	m.met.HoldEnded(m.cfg.Namespace, m.name, held, errs.Reason(cause))
-	m.log.Warn("lock lost", append(l.fields(), zap.Error(cause))...)
-}
-
-func (l *Lock) fields() []zap.Field {
-	return []zap.Field{
-		zap.String("key", l.h.Key()),
-		zap.Int64("token", l.h.Rev()),
-		zap.String("lease", fmt.Sprintf("%x", int64(l.h.Session().ID()))),
-	}
+	m.log.Warn("lock lost", append(h.LogFields(), zap.Error(cause))...)
 }

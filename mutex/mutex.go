@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -23,19 +22,14 @@ import (
 // each acquisition. A Mutex is safe for concurrent use: goroutines that
 // lock it at once exclude each other like separate processes do.
 type Mutex struct {
-	cli      *clientv3.Client
-	name     string
-	prefix   string
-	cfg      config.Config
-	met      *metrics.Metrics
-	log      *zap.Logger
-	value    string
-	sessions *lease.Provider
-	bg       sync.WaitGroup
-
-	mu     sync.Mutex
-	held   map[*Lock]struct{}
-	closed bool
+	cli    *clientv3.Client
+	name   string
+	prefix string
+	cfg    config.Config
+	met    *metrics.Metrics
+	log    *zap.Logger
+	value  string
+	owner  *queue.Owner[*Lock]
 }
 
 // New returns a Mutex for name in the configured namespace. It does not
@@ -56,9 +50,13 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 	m := &Mutex{
 		cli: cli, name: name, prefix: keys.Prefix(cfg.Namespace, keys.Lock, name), cfg: cfg, met: met,
 		log:   cfg.Logger.With(zap.String("name", name), zap.String("namespace", cfg.Namespace)),
-		value: holderIdentity(), held: make(map[*Lock]struct{}),
+		value: holderIdentity(),
 	}
-	m.sessions = lease.NewProvider(cli, cfg.Session, cfg.LeaseConfig(met.RenewalFailed(cfg.Namespace, name), nil))
+	sessions := lease.NewProvider(cli, cfg.Session, cfg.LeaseConfig(met.RenewalFailed(cfg.Namespace, name), nil))
+	m.owner = queue.NewOwner[*Lock](sessions, queue.OwnerConfig{
+		Label: fmt.Sprintf("mutex %q", name), Prefix: m.prefix, MaxHeld: cfg.MaxHeld,
+		NotHeld: ErrNotHeld, BorrowedSession: cfg.Session != nil,
+	})
 	return m, nil
 }
 
@@ -109,93 +107,19 @@ func (m *Mutex) lock(ctx context.Context, try bool) (*Lock, error) {
 }
 
 func (m *Mutex) acquire(ctx context.Context, try bool) (*Lock, error) {
-	m.mu.Lock()
-	closed := m.closed
-	m.mu.Unlock()
-	if closed {
-		return nil, ErrClosed
+	l, err := m.owner.Acquire(ctx, m.value, try, func(h *queue.Hold) *Lock { return &Lock{m: m, h: h} }, m.ended)
+	if errors.Is(err, queue.ErrBusy) {
+		return nil, fmt.Errorf("%w: %q", ErrLocked, m.name)
 	}
-	wctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(m.sessions.ClosingContext(), func() { cancel(ErrClosed) })
-	defer stop()
-
-	s, err := m.sessions.Get(wctx)
 	if err != nil {
-		return nil, m.wrap(wctx, err)
+		return nil, err
 	}
-	r, err := queue.Acquire(wctx, queue.Request{
-		Session: s, Prefix: m.prefix, Value: m.value, Try: try,
-		Background: &m.bg, Closing: m.sessions.Closing(), MaxHeld: m.cfg.MaxHeld,
-	})
-	if err != nil {
-		if errors.Is(err, queue.ErrBusy) {
-			return nil, fmt.Errorf("%w: %q", ErrLocked, m.name)
-		}
-		return nil, m.wrap(wctx, err)
-	}
-	l := &Lock{m: m}
-	l.h = queue.NewHold(s, r, ErrNotHeld, queue.Hooks{OnEnd: l.ended, Background: &m.bg, Closing: m.sessions.Closing()})
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		_ = l.h.Release(context.Background())
-		return nil, ErrClosed
-	}
-	m.held[l] = struct{}{}
-	m.mu.Unlock()
-	m.log.Debug("lock acquired", l.fields()...)
+	m.log.Debug("lock acquired", l.h.LogFields()...)
 	return l, nil
-}
-
-// wrap names the lock in an acquisition error, preferring ErrClosed when
-// Close caused it.
-func (m *Mutex) wrap(ctx context.Context, err error) error {
-	if errors.Is(err, ErrClosed) || errors.Is(context.Cause(ctx), ErrClosed) {
-		return ErrClosed
-	}
-	return fmt.Errorf("mutex %q: %w", m.name, err)
 }
 
 // Close releases every lock the Mutex holds (their Context ends with
 // ErrReleased), makes waiting and later Lock calls return ErrClosed, and
 // revokes the lease the Mutex created. It waits for every goroutine the
 // Mutex started and is idempotent.
-func (m *Mutex) Close() error {
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return nil
-	}
-	m.closed = true
-	held := make([]*Lock, 0, len(m.held))
-	for l := range m.held {
-		held = append(held, l)
-	}
-	clear(m.held)
-	m.mu.Unlock()
-
-	var errsOut []error
-	for _, l := range held {
-		if m.cfg.Session == nil {
-			l.h.Abandon() // the revoke below deletes the key
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := l.h.Release(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
-			errsOut = append(errsOut, err)
-		}
-		cancel()
-	}
-	if err := m.sessions.Close(); err != nil {
-		errsOut = append(errsOut, err)
-	}
-	m.bg.Wait()
-	return errors.Join(errsOut...)
-}
-
-func (m *Mutex) forget(l *Lock) {
-	m.mu.Lock()
-	delete(m.held, l)
-	m.mu.Unlock()
-}
+func (m *Mutex) Close() error { return m.owner.Close() }

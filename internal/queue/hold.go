@@ -8,6 +8,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/errs"
 	"github.com/batonhq/baton/internal/lease"
@@ -41,7 +42,7 @@ type Hold struct {
 // Hooks are told of a hold's end, once, with its cause (errs.ErrReleased or
 // a loss).
 type Hooks struct {
-	OnEnd func(cause error, held time.Duration)
+	OnEnd func(h *Hold, cause error, held time.Duration)
 	// Background tracks the deletion of a key left behind by a loss.
 	Background *sync.WaitGroup
 	// Closing stops that deletion.
@@ -61,7 +62,7 @@ func NewHold(s *lease.Session, r Result, notHeld error, hooks Hooks) *Hold {
 		defer close(h.ended)
 		cause := context.Cause(ctx)
 		if hooks.OnEnd != nil {
-			hooks.OnEnd(cause, time.Since(h.acquired))
+			hooks.OnEnd(h, cause, time.Since(h.acquired))
 		}
 		h.afterLoss(cause, hooks)
 	})
@@ -257,4 +258,13 @@ func (h *Hold) Abandon() {
 	result := h.lostErr()
 	h.cancel(errs.ErrReleased)
 	h.finish(result)
+}
+
+// LogFields are the fields every log line about this hold carries.
+func (h *Hold) LogFields() []zap.Field {
+	return []zap.Field{
+		zap.String("key", h.key),
+		zap.Int64("token", h.rev),
+		zap.String("lease", fmt.Sprintf("%x", int64(h.sess.ID()))),
+	}
 }
