@@ -27,6 +27,8 @@ type HeldResult struct {
 	OtherPerSecond float64 `json:"other_requests_per_second"`
 	// LockSeconds is how long taking every lock took.
 	LockSeconds float64 `json:"lock_seconds"`
+	// Requests counts the requests sent during the window, by method.
+	Requests map[string]int64 `json:"requests"`
 }
 
 // heldWorkers is how many Lock calls run at once while taking the locks.
@@ -115,6 +117,7 @@ feed:
 		RenewalsPerSecond: float64(counts[methodKeepAlive]) / window.Seconds(),
 		OtherPerSecond:    float64(requestsExcept(counts, methodKeepAlive)) / window.Seconds(),
 		LockSeconds:       lockTime.Seconds(),
+		Requests:          counts,
 	}, nil
 }
 

@@ -33,16 +33,18 @@ func lockUnlockShared(ctx context.Context, env *env, impl Impl, name string) ([]
 	if err := cycle(); err != nil {
 		return nil, err
 	}
+	env.counter.Reset()
 	lat, elapsed, err := loopFor(ctx, env.cfg.Duration, cycle)
 	if err != nil {
 		return nil, err
 	}
-	return cycleValues(lat, elapsed), nil
+	return cycleValues(lat, elapsed, env.counter.Snapshot()), nil
 }
 
 // lockUnlockPerLock creates a lock with its own lease, locks, unlocks and
 // closes it (revoking the lease), in a loop: a short-lived process's cost.
 func lockUnlockPerLock(ctx context.Context, env *env, impl Impl, name string) ([]Value, error) {
+	env.counter.Reset()
 	lat, elapsed, err := loopFor(ctx, env.cfg.Duration, func() error {
 		m, err := impl.NewMutex(env.cli, nil, name, env.cfg.ttl())
 		if err != nil {
@@ -62,15 +64,18 @@ func lockUnlockPerLock(ctx context.Context, env *env, impl Impl, name string) ([
 	if err != nil {
 		return nil, err
 	}
-	return cycleValues(lat, elapsed), nil
+	return cycleValues(lat, elapsed, env.counter.Snapshot()), nil
 }
 
-func cycleValues(lat []time.Duration, elapsed time.Duration) []Value {
+// cycleValues summarizes lock+unlock cycles; counts, the requests sent
+// meanwhile, give the etcd requests per cycle (lease renewals aside).
+func cycleValues(lat []time.Duration, elapsed time.Duration, counts map[string]int64) []Value {
 	l := msAll(lat)
 	return []Value{
 		{Metric: "cycles/s", V: float64(len(lat)) / elapsed.Seconds()},
 		{Metric: "cycle p50 ms", V: percentile(l, 50)},
 		{Metric: "cycle p99 ms", V: percentile(l, 99)},
+		{Metric: "requests/cycle", V: float64(requestsExcept(counts, methodKeepAlive)) / float64(max(len(lat), 1))},
 	}
 }
 
@@ -137,6 +142,7 @@ func distinctKeys(goroutines int) func(context.Context, *env, Impl, string) ([]V
 			}()
 		}
 		ready.Wait()
+		env.counter.Reset()
 		t0 := time.Now()
 		start.Done()
 		wg.Wait()
@@ -148,6 +154,6 @@ func distinctKeys(goroutines int) func(context.Context, *env, Impl, string) ([]V
 			}
 			all = append(all, lats[i]...)
 		}
-		return cycleValues(all, elapsed), nil
+		return cycleValues(all, elapsed, env.counter.Snapshot()), nil
 	}
 }

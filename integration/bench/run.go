@@ -95,6 +95,7 @@ type env struct {
 	cfg      Config
 	endpoint string
 	cli      *clientv3.Client
+	counter  *Counter // counts cli's requests
 	dir      string
 }
 
@@ -161,12 +162,13 @@ type Report struct {
 // progress.
 func Run(ctx context.Context, srv *etcdtest.Server, cfg Config, progress io.Writer) (*Report, error) {
 	cfg = cfg.Defaults()
-	cli, err := newClient(srv.Endpoint(), nil)
+	counter := NewCounter()
+	cli, err := newClient(srv.Endpoint(), counter)
 	if err != nil {
 		return nil, err
 	}
 	defer cli.Close()
-	e := &env{cfg: cfg, endpoint: srv.Endpoint(), cli: cli, dir: srv.Dir()}
+	e := &env{cfg: cfg, endpoint: srv.Endpoint(), cli: cli, counter: counter, dir: srv.Dir()}
 	rep := &Report{Started: time.Now(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), LoadBefore: loadavg(), Config: cfg}
 
 	// values[workload][impl][metric] is one value per run.
