@@ -2,13 +2,10 @@ package mutex_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/goleak"
 
 	"github.com/batonhq/baton/integration/etcdtest"
 	"github.com/batonhq/baton/integration/netproxy"
@@ -18,30 +15,7 @@ import (
 // lock names.
 var srv *etcdtest.Server
 
-func TestMain(m *testing.M) {
-	s, err := etcdtest.New(etcdtest.Config{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	srv = s
-	code := m.Run()
-	srv.Stop()
-	if code == 0 {
-		if err := goleak.Find(goleakOptions...); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-var goleakOptions = []goleak.Option{
-	// etcd's embedded server leaves these behind until process exit.
-	goleak.IgnoreTopFunction("github.com/golang/glog.(*fileSink).flushDaemon"),
-	goleak.IgnoreAnyFunction("go.etcd.io/etcd/server/v3/etcdserver/api/v3rpc.(*serverWatchStream).recvLoop"),
-	goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
-}
+func TestMain(m *testing.M) { etcdtest.Main(m, &srv) }
 
 func client(t *testing.T) *clientv3.Client {
 	t.Helper()
