@@ -26,22 +26,26 @@ type MemoryGuard struct {
 
 var _ Guard = (*MemoryGuard)(nil)
 
-// NewMemoryGuard returns an empty in-memory guard. It panics only if the
-// Registerer already holds a different collector named
-// baton_fencing_rejections_total, a programming error.
-func NewMemoryGuard(opts ...Option) *MemoryGuard {
-	c := guardConfig{log: zap.NewNop()}
-	for _, o := range opts {
-		o.apply(&c)
-	}
-	if c.log == nil {
-		c.log = zap.NewNop()
-	}
-	r, err := newRejecter("fencing.NewMemoryGuard", c)
+// NewMemoryGuard returns an empty in-memory guard that neither counts nor
+// logs its rejections; NewMemoryGuardWith takes options for that.
+func NewMemoryGuard() *MemoryGuard {
+	return &MemoryGuard{highest: make(map[string]Token), rej: rejecter{log: zap.NewNop()}}
+}
+
+// NewMemoryGuardWith returns an empty in-memory guard that counts its
+// rejections on WithRegisterer and logs them to WithLogger. Options that do
+// not apply to an in-memory guard (WithNamespace, WithTable) are rejected
+// with an error wrapping ErrInvalid.
+func NewMemoryGuardWith(opts ...Option) (*MemoryGuard, error) {
+	c, err := buildConfig("fencing.NewMemoryGuardWith", opts, false, false)
 	if err != nil {
-		panic(err.Error())
+		return nil, err
 	}
-	return &MemoryGuard{highest: make(map[string]Token), rej: r}
+	r, err := newRejecter("fencing.NewMemoryGuardWith", c)
+	if err != nil {
+		return nil, err
+	}
+	return &MemoryGuard{highest: make(map[string]Token), rej: r}, nil
 }
 
 // Admit admits t for resource if it is at least the highest admitted so

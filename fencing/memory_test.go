@@ -15,7 +15,10 @@ import (
 
 func TestMemoryGuardAdmitsEqualOrHigherAndRejectsLower(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	g := fencing.NewMemoryGuard(fencing.WithRegisterer(reg))
+	g, err := fencing.NewMemoryGuardWith(fencing.WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	steps := []struct {
 		resource string
@@ -59,6 +62,14 @@ baton_fencing_rejections_total{resource="ledger"} 2
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "baton_fencing_rejections_total"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestNewMemoryGuardWithRejectsOptionsThatDoNotApply(t *testing.T) {
+	for _, opt := range []fencing.Option{fencing.WithNamespace("team"), fencing.WithTable("fences"), fencing.WithLogger(nil), nil} {
+		if _, err := fencing.NewMemoryGuardWith(opt); !errors.Is(err, fencing.ErrInvalid) {
+			t.Errorf("NewMemoryGuardWith(%v) = %v, want ErrInvalid", opt, err)
+		}
 	}
 }
 
