@@ -28,10 +28,11 @@ const (
 
 // WithTTL sets the TTL of the lease the Election creates: whole seconds, at
 // least MinTTL (2 s), at most the cap (DefaultMaxTTL, 5 min, unless
-// WithMaxTTL). Default DefaultTTL (15 s). A shorter TTL means faster
-// failover after a crash and a shorter validity window; size it from the
-// p99 of a renewal round trip, not of the critical section, which the
-// session keeps alive however long it runs. Not allowed with WithSession.
+// WithMaxTTL). Default DefaultTTL (15 s). The session renews the lease every
+// TTL/3, so the TTL does not limit how long you hold; it bounds how long a
+// crashed holder keeps others waiting, and how long a stalled one may go
+// unrenewed. docs/operations.md sizes it: about three times the p99 of the
+// work, within the cap. Not allowed with WithSession.
 func WithTTL(ttl time.Duration) Option { return option(config.SetTTL(ttl)) }
 
 // WithMaxTTL sets the cap on the TTL (at least MinTTL), a defence against
