@@ -1,7 +1,7 @@
 GO ?= go
 PKGS ?= ./...
 
-.PHONY: all test test-short lint bench demo build fuzz check-alerts
+.PHONY: all test test-short test-chaos lint bench demo build fuzz check-alerts
 
 all: lint test
 
@@ -15,6 +15,13 @@ test:
 # The quick subset: skips the long trial loops.
 test-short:
 	$(GO) test -race -count=1 -short -timeout 10m $(PKGS)
+
+# The fault-injection suite (3-member clusters, killed members, partitions,
+# frozen and slow-clock holders, linearizability), with its measured
+# figures: lead times, failover and resume times.
+test-chaos:
+	@log=$$(mktemp); $(GO) test -race -count=1 -v -timeout 15m ./integration/cluster ./integration/chaos >$$log 2>&1; status=$$?; \
+	grep -E '^(--- |PASS|FAIL|ok|panic)|FIGURE|_test.go:' $$log; rm -f $$log; exit $$status
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
