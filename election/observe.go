@@ -144,7 +144,7 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 			return
 		}
 		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		ok := e.follow(ctx, wctx, cur.Revision+1, &last, send)
+		ok := e.follow(ctx, wctx, cur.Revision, &last, send)
 		wcancel()
 		if !ok {
 			return
@@ -152,12 +152,24 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 	}
 }
 
-// follow applies watch events to the known state until the watch breaks
-// (then the caller re-reads) or ctx ends (false).
-func (e *Election) follow(ctx, wctx context.Context, from int64, last *Leader, send func(Leader) bool) bool {
-	for wr := range e.cli.Watch(wctx, e.prefix, clientv3.WithPrefix(), clientv3.WithRev(from)) {
+// follow applies watch events to the known state, read at revision read,
+// until the watch breaks (then the caller re-reads) or ctx ends (false).
+// The watch starts at the current revision, which etcd serves at once (a
+// start revision already past waits up to 100 ms in etcd's unsynced set);
+// if anything changed since the read, one more read covers the gap.
+func (e *Election) follow(ctx, wctx context.Context, read int64, last *Leader, send func(Leader) bool) bool {
+	for wr := range e.cli.Watch(wctx, e.prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify()) {
 		if wr.Err() != nil {
 			break
+		}
+		if wr.Created && wr.Header.Revision > read {
+			cur, err := e.readLeader(ctx)
+			if err != nil {
+				return ctx.Err() == nil
+			}
+			if !send(cur) {
+				return false
+			}
 		}
 		for _, ev := range wr.Events {
 			kv := ev.Kv

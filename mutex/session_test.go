@@ -104,3 +104,48 @@ func TestBorrowedSessionClosedByItsOwner(t *testing.T) {
 		t.Fatalf("Lock on a closed borrowed session = %v, want ErrLost and ErrSessionClosed", err)
 	}
 }
+
+// A release's deletion, seen late by the session's namespace watch, must
+// not end the next hold of the same key (same lease, same name).
+func TestRelockingOnASessionIsNotEndedByTheEarlierRelease(t *testing.T) {
+	cli := client(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	// Another hold keeps the session's namespace watch running throughout.
+	other := newMutex(t, cli, "relock-other", mutex.WithSession(sess))
+	keep, err := other.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keep.Unlock(ctx)
+	m := newMutex(t, cli, "relock", mutex.WithSession(sess))
+	for i := range 30 {
+		l, err := m.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		again, err := m.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A round trip, during which the watch delivers the release.
+		if _, err := again.Txn(ctx).Commit(); err != nil {
+			t.Fatalf("cycle %d: fenced txn on the re-acquired lock: %v", i, err)
+		}
+		select {
+		case <-again.Done():
+			t.Fatalf("cycle %d: re-acquired lock ended: %v", i, context.Cause(again.Context()))
+		default:
+		}
+		if err := again.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

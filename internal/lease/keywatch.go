@@ -25,6 +25,8 @@ type keyWatcher struct {
 	// from is the revision the current watch stream delivers events from;
 	// a key acquired at an older revision is read once to cover the gap.
 	from int64
+	// linger stops an idle watch later.
+	linger *time.Timer
 }
 
 type watchedKey struct {
@@ -52,6 +54,10 @@ func (s *Session) WatchDeletion(key string, rev, at int64, gone func()) (stop fu
 	entry := &watchedKey{rev: rev, gone: gone}
 	w.mu.Lock()
 	w.keys[key] = entry
+	if w.linger != nil {
+		w.linger.Stop()
+		w.linger = nil
+	}
 	starting := w.cancel == nil
 	if starting {
 		w.start(at + 1)
@@ -67,10 +73,24 @@ func (s *Session) WatchDeletion(key string, rev, at int64, gone func()) (stop fu
 		if w.keys[key] == entry {
 			delete(w.keys, key)
 		}
-		if len(w.keys) == 0 && w.cancel != nil {
-			w.cancel()
-			w.cancel = nil
+		// Keep the watch a while after the last key goes: a lock taken and
+		// released in a loop would otherwise create and cancel a watch every
+		// time. An idle session gives it up, so that sessions which held
+		// once do not all keep receiving the namespace's deletions.
+		if len(w.keys) == 0 && w.cancel != nil && w.linger == nil {
+			w.linger = time.AfterFunc(w.s.ttl, w.stopIfIdle)
 		}
+	}
+}
+
+// stopIfIdle ends the watch if no key was registered since it was armed.
+func (w *keyWatcher) stopIfIdle() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.linger = nil
+	if len(w.keys) == 0 && w.cancel != nil {
+		w.cancel()
+		w.cancel = nil
 	}
 }
 
@@ -104,7 +124,7 @@ func (w *keyWatcher) loop(ctx context.Context, from int64) {
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
-					w.deleted(string(ev.Kv.Key))
+					w.deleted(string(ev.Kv.Key), ev.Kv.ModRevision)
 				}
 				from = ev.Kv.ModRevision + 1
 			}
@@ -135,9 +155,12 @@ func (w *keyWatcher) loop(ctx context.Context, from int64) {
 	}
 }
 
-func (w *keyWatcher) deleted(key string) {
+func (w *keyWatcher) deleted(key string, at int64) {
 	w.mu.Lock()
 	e, ok := w.keys[key]
+	// A deletion older than the key's creation is that of an earlier
+	// holder of the same key (same lease, same name): not ours.
+	ok = ok && at > e.rev
 	if ok {
 		delete(w.keys, key)
 	}

@@ -3,11 +3,12 @@
 // CreateRevision) owns, and each waiter watches only the key just before
 // its own, so a release wakes exactly one waiter.
 //
-// Watches start at the revision after the one just read. etcd serves a
-// watch whose start revision is not in the future from its "unsynced" set,
-// which it catches up only every 100 ms; starting one revision ahead keeps
-// the watch synced, so a waiter hears of its predecessor's deletion within
-// a round trip.
+// A waiter's watch starts at the current revision, not at the one it read:
+// etcd serves a watch whose start revision is already past from its
+// "unsynced" set, which it catches up only every 100 ms, and under
+// contention the revision has usually moved on between the read and the
+// watch. When it has, one read of the predecessor covers the gap, so a
+// waiter hears of its predecessor's deletion within a round trip.
 package queue
 
 import (
@@ -105,7 +106,11 @@ func Acquire(ctx context.Context, req Request) (Result, error) {
 				release()
 				return Result{}, ErrBusy
 			}
-			if err := waitDelete(ctx, cli, key, resp.Header.Revision+1); err != nil {
+			kv := resp.Responses[0].GetResponseRange().Kvs
+			if len(kv) == 0 {
+				continue
+			}
+			if err := waitGone(ctx, cli, kv[0].Key, kv[0].CreateRevision, resp.Header.Revision); err != nil {
 				release()
 				return Result{}, failure(ctx, err)
 			}
@@ -143,7 +148,7 @@ func Acquire(ctx context.Context, req Request) (Result, error) {
 		if len(pred) == 0 {
 			return Result{Key: key, Rev: rev, Header: resp.Header.Revision, Release: release}, nil
 		}
-		if err := waitDelete(ctx, cli, string(pred[0].Key), resp.Header.Revision+1); err != nil {
+		if err := waitGone(ctx, cli, pred[0].Key, pred[0].CreateRevision, resp.Header.Revision); err != nil {
 			cleanup(req, key, rev, release)
 			return Result{}, failure(ctx, err)
 		}
@@ -170,30 +175,6 @@ func LostReason(ctx context.Context, s *lease.Session) error {
 		return errs.Lost(errs.ErrLeaseExpired)
 	}
 	return errs.Lost(errs.ErrKeyDeleted)
-}
-
-// waitDelete returns nil once key is deleted at or after revision from, or
-// when the watch ends for a reason worth re-reading the queue for
-// (compaction, a dropped stream); it returns an error only when ctx ends.
-func waitDelete(ctx context.Context, cli *clientv3.Client, key string, from int64) error {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	for wr := range cli.Watch(wctx, key, clientv3.WithRev(from), clientv3.WithFilterPut()) {
-		if wr.Err() != nil {
-			break
-		}
-		for _, ev := range wr.Events {
-			if ev.Type == mvccpb.DELETE {
-				return nil
-			}
-		}
-	}
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
-	}
-	// The stream broke (no leader, compaction, connection lost): pause
-	// briefly so a persistent fault does not become a busy loop.
-	return pause(ctx, 50*time.Millisecond)
 }
 
 func pause(ctx context.Context, d time.Duration) error {
@@ -283,4 +264,47 @@ func Permanent(err error) bool {
 		}
 	}
 	return false
+}
+
+// waitGone returns nil once key, seen with CreateRevision rev at revision
+// read, is deleted or replaced, or when the watch ends for a reason worth
+// re-reading the queue for; it returns an error only when ctx ends.
+//
+// The watch starts at the current revision (no WithRev), which etcd always
+// serves from its synced set: a watch whose start revision is not in the
+// future waits in the unsynced set for up to 100 ms, and under contention
+// the revision has usually moved on between the read and the watch. When
+// it has (the watch's creation revision is past read), one read of the key
+// covers the gap.
+func waitGone(ctx context.Context, cli *clientv3.Client, key []byte, rev, read int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := cli.Watch(wctx, string(key), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	created := false
+	for wr := range wch {
+		if wr.Err() != nil {
+			break
+		}
+		if wr.Created && !created {
+			created = true
+			if wr.Header.Revision > read {
+				g, err := cli.Get(ctx, string(key), clientv3.WithKeysOnly())
+				if err != nil {
+					break
+				}
+				if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != rev {
+					return nil
+				}
+			}
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == mvccpb.DELETE {
+				return nil
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return pause(ctx, 50*time.Millisecond)
 }
