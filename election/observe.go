@@ -9,6 +9,7 @@ import (
 
 	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/internal/queue"
+	"github.com/batonhq/baton/internal/retry"
 	"go.uber.org/zap"
 )
 
@@ -120,26 +121,26 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 			return false
 		}
 	}
-	retry := 10 * time.Millisecond
+	wait := 10 * time.Millisecond
 	for ctx.Err() == nil {
 		cur, err := e.readLeader(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			if queue.Permanent(err) {
+			if retry.Permanent(err) {
 				// Nobody to return it to: say it, and keep trying slowly in
 				// case the permission is granted.
 				e.log.Error("observe: cannot read the election", zap.Error(err))
-				retry = 5 * time.Second
+				wait = 5 * time.Second
 			}
-			if !sleep(ctx, retry) {
+			if !sleep(ctx, wait) {
 				return
 			}
-			retry = min(retry*2, 5*time.Second)
+			wait = min(wait*2, 5*time.Second)
 			continue
 		}
-		retry = 10 * time.Millisecond
+		wait = 10 * time.Millisecond
 		if !send(cur) {
 			return
 		}

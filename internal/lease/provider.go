@@ -86,7 +86,7 @@ func (p *Provider) Get(ctx context.Context) (*Session, error) {
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
-			_ = old.Close()
+			_ = old.CloseLost()
 		}()
 	}
 	s, err := Grant(ctx, p.cli, p.cfg)

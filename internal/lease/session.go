@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/errs"
+	"github.com/batonhq/baton/internal/retry"
 )
 
 // ErrReserved is returned by a Reserve with try when another caller in this
@@ -87,8 +88,15 @@ func Grant(ctx context.Context, cli *clientv3.Client, cfg Config) (*Session, err
 	gctx, cancel := context.WithTimeout(ctx, grantCap)
 	defer cancel()
 	cfg = withDefaults(cfg)
-	sent := cfg.Clock.Now()
-	resp, err := cli.Grant(gctx, int64(cfg.TTL/time.Second))
+	// An unanswered grant leaves at most a lease with no keys, which
+	// expires by itself: safe to retry.
+	var resp *clientv3.LeaseGrantResponse
+	var sent time.Time
+	err := retry.Do(gctx, func(ctx context.Context) (err error) {
+		sent = cfg.Clock.Now()
+		resp, err = cli.Grant(clientv3.WithRequireLeader(ctx), int64(cfg.TTL/time.Second))
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("grant lease: %w", err)
 	}
@@ -105,7 +113,7 @@ func Grant(ctx context.Context, cli *clientv3.Client, cfg Config) (*Session, err
 		concurrency.WithContext(context.Background()))
 	if err != nil {
 		s.cancel(errs.ErrReleased)
-		s.revoke()
+		_ = s.revokeWithin(revokeTimeout)
 		return nil, fmt.Errorf("start session: %w", err)
 	}
 	s.cs = cs
@@ -331,7 +339,15 @@ func (s *Session) sleep(d time.Duration) bool {
 // Close stops the watchdog and, for an owned lease, revokes it so that every
 // key on it goes at once. A borrowed session is left to its owner.
 // Close is idempotent and waits for the watchdog's goroutines.
-func (s *Session) Close() error {
+func (s *Session) Close() error { return s.closeWithin(revokeTimeout) }
+
+// CloseLost closes a session that was lost and is being replaced. It keeps
+// trying to revoke the lease for up to twice the TTL: a lease can outlive
+// an outage (a new etcd leader renews every lease), and its keys would
+// block the queue until it expires.
+func (s *Session) CloseLost() error { return s.closeWithin(2*s.ttl + revokeTimeout) }
+
+func (s *Session) closeWithin(revokeFor time.Duration) error {
 	if !s.owned && !shared.release(s) {
 		return nil // other mutexes or elections still use this watchdog
 	}
@@ -350,16 +366,19 @@ func (s *Session) Close() error {
 	var err error
 	if s.owned {
 		s.cs.Orphan()
-		err = s.revoke()
+		err = s.revokeWithin(revokeFor)
 	}
 	s.wg.Wait()
 	return err
 }
 
-func (s *Session) revoke() error {
-	ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+func (s *Session) revokeWithin(d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	_, err := s.cli.Revoke(ctx, s.id)
+	err := retry.Do(ctx, func(ctx context.Context) error {
+		_, err := s.cli.Revoke(clientv3.WithRequireLeader(ctx), s.id)
+		return err
+	})
 	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return fmt.Errorf("revoke lease %x: %w", int64(s.id), err)
 	}

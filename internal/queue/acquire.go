@@ -25,6 +25,7 @@ import (
 	"github.com/batonhq/baton/internal/errs"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/lease"
+	"github.com/batonhq/baton/internal/retry"
 )
 
 // ErrBusy is returned by a Try acquisition when another contender owns.
@@ -85,46 +86,42 @@ func Acquire(ctx context.Context, req Request) (Result, error) {
 		return Result{}, err
 	}
 
-	var rev int64
-	for rev == 0 {
-		resp, err := cli.Txn(ctx).
+	// Put our key unless it exists. A key on our own lease that exists
+	// already is ours: an earlier attempt of this call whose reply was lost
+	// (the key is reserved in this process, so no one else here made it),
+	// or one left on this lease by a previous run, as etcd's concurrency
+	// package also reuses it. Retrying is therefore safe.
+	var resp *clientv3.TxnResponse
+	err = retry.Do(ctx, func(actx context.Context) (err error) {
+		resp, err = cli.Txn(clientv3.WithRequireLeader(actx)).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			Then(clientv3.OpPut(key, req.Value, clientv3.WithLease(s.ID())),
 				clientv3.OpGet(req.Prefix, clientv3.WithFirstCreate()...)).
-			Else(clientv3.OpGet(key)).
+			Else(clientv3.OpGet(key), clientv3.OpGet(req.Prefix, clientv3.WithFirstCreate()...)).
 			Commit()
-		if err != nil {
-			// The put may have been applied without our hearing of it.
-			cleanup(req, key, 0, release)
-			return Result{}, failure(ctx, err)
+		return err
+	})
+	if err != nil {
+		// The put may have been applied without our hearing of it.
+		cleanup(req, key, 0, release)
+		return Result{}, failure(ctx, err)
+	}
+	rev := resp.Header.Revision
+	if !resp.Succeeded {
+		kv := resp.Responses[0].GetResponseRange().Kvs
+		if len(kv) == 0 { // cannot be: the Else branch ran because it exists
+			release()
+			return Result{}, fmt.Errorf("queue: key %s neither created nor found", key)
 		}
-		if !resp.Succeeded {
-			// The key exists although no one in this process reserved it: a
-			// second watchdog over the same borrowed session, or a key left by
-			// a previous run on this lease. Wait for it to go.
-			if req.Try {
-				release()
-				return Result{}, ErrBusy
-			}
-			kv := resp.Responses[0].GetResponseRange().Kvs
-			if len(kv) == 0 {
-				continue
-			}
-			if err := waitGone(ctx, cli, kv[0].Key, kv[0].CreateRevision, resp.Header.Revision); err != nil {
-				release()
-				return Result{}, failure(ctx, err)
-			}
-			continue
-		}
-		rev = resp.Header.Revision
-		owner := resp.Responses[1].GetResponseRange().Kvs
-		if len(owner) > 0 && owner[0].CreateRevision == rev {
-			return Result{Key: key, Rev: rev, Header: rev, Release: release}, nil
-		}
-		if req.Try {
-			cleanup(req, key, rev, release)
-			return Result{}, ErrBusy
-		}
+		rev = kv[0].CreateRevision
+	}
+	owner := resp.Responses[1].GetResponseRange().Kvs
+	if len(owner) > 0 && owner[0].CreateRevision == rev {
+		return Result{Key: key, Rev: rev, Header: resp.Header.Revision, Release: release}, nil
+	}
+	if req.Try {
+		cleanup(req, key, rev, release)
+		return Result{}, ErrBusy
 	}
 
 	before := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))
@@ -133,7 +130,7 @@ func Acquire(ctx context.Context, req Request) (Result, error) {
 		if err != nil {
 			// Only reads: safe to retry while the caller still waits and the
 			// session lives (a member restarting, a leader election).
-			if ctx.Err() == nil && !Permanent(err) && pause(ctx, 100*time.Millisecond) == nil {
+			if ctx.Err() == nil && !retry.Permanent(err) && pause(ctx, 100*time.Millisecond) == nil {
 				continue
 			}
 			cleanup(req, key, rev, release)
@@ -211,7 +208,7 @@ func cleanup(req Request, key string, rev int64, release func()) {
 				if attempt > 0 {
 					return
 				}
-			case <-time.After(backoff(attempt)):
+			case <-time.After(retry.Backoff(attempt)):
 			}
 		}
 	}()
@@ -221,11 +218,6 @@ func cleanup(req Request, key string, rev int64, release func()) {
 	case <-done:
 	case <-t.C:
 	}
-}
-
-func backoff(attempt int) time.Duration {
-	d := 50 * time.Millisecond << min(attempt, 5)
-	return min(d, time.Second)
 }
 
 const deleteTimeout = 2 * time.Second
@@ -251,20 +243,6 @@ func deleteKey(cli *clientv3.Client, key string, rev int64) error {
 }
 
 func isLeaseNotFound(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) }
-
-// Permanent reports whether retrying err cannot help: the caller lacks
-// permission or its credentials are refused.
-func Permanent(err error) bool {
-	for _, p := range []error{
-		rpctypes.ErrPermissionDenied, rpctypes.ErrUserEmpty, rpctypes.ErrAuthFailed,
-		rpctypes.ErrUserNotFound, rpctypes.ErrAuthOldRevision,
-	} {
-		if errors.Is(err, p) {
-			return true
-		}
-	}
-	return false
-}
 
 // waitGone returns nil once key, seen with CreateRevision rev at revision
 // read, is deleted or replaced, or when the watch ends for a reason worth

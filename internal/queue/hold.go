@@ -12,6 +12,7 @@ import (
 
 	"github.com/batonhq/baton/internal/errs"
 	"github.com/batonhq/baton/internal/lease"
+	"github.com/batonhq/baton/internal/retry"
 )
 
 // releaseTimeout bounds a release whose caller's ctx has already ended.
@@ -32,6 +33,7 @@ type Hold struct {
 	cancel    context.CancelCauseFunc
 	release   func()
 	stopWatch func()
+	hooks     Hooks
 	ended     chan struct{} // the end hooks ran
 
 	mu       sync.Mutex
@@ -58,6 +60,7 @@ func NewHold(s *lease.Session, r Result, notHeld error, hooks Hooks) *Hold {
 		sess: s, cli: s.Client(), key: r.Key, rev: r.Rev, notHeld: notHeld, acquired: time.Now(),
 		ctx: ctx, cancel: cancel, release: r.Release, ended: make(chan struct{}),
 	}
+	h.hooks = hooks
 	context.AfterFunc(ctx, func() {
 		defer close(h.ended)
 		cause := context.Cause(ctx)
@@ -88,9 +91,19 @@ func (h *Hold) afterLoss(cause error, hooks Hooks) {
 		h.release() // the owner revokes the lost lease when it replaces it
 		return
 	}
-	hooks.Background.Add(1)
+	h.deleteLater()
+}
+
+// deleteLater deletes the key (guarded by its CreateRevision) in the
+// background, retrying until it is gone, the session's lease ends, or the
+// owner closes; then it frees the key's reservation.
+func (h *Hold) deleteLater() {
+	if h.hooks.Background == nil {
+		return
+	}
+	h.hooks.Background.Add(1)
 	go func() {
-		defer hooks.Background.Done()
+		defer h.hooks.Background.Done()
 		defer h.release()
 		cs := h.sess.Concurrency()
 		for attempt := 0; ; attempt++ {
@@ -100,9 +113,9 @@ func (h *Hold) afterLoss(cause error, hooks Hooks) {
 			select {
 			case <-cs.Done():
 				return
-			case <-hooks.Closing:
+			case <-h.hooks.Closing:
 				return
-			case <-time.After(backoff(attempt)):
+			case <-time.After(retry.Backoff(attempt)):
 			}
 		}
 	}()
@@ -152,8 +165,19 @@ func (h *Hold) Release(ctx context.Context) error {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		defer cancel()
+	} else if _, ok := ctx.Deadline(); !ok {
+		// Retries must end: the background deletion takes over after.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, releaseTimeout)
+		defer cancel()
 	}
-	resp, err := h.cli.Txn(ctx).If(h.IsOwner()).Then(clientv3.OpDelete(h.key)).Commit()
+	// Guarded by the CreateRevision, the delete is safe to send twice: retry
+	// it through connection resets and leader changes while ctx lives.
+	var resp *clientv3.TxnResponse
+	err := retry.Do(ctx, func(ctx context.Context) (err error) {
+		resp, err = h.cli.Txn(clientv3.WithRequireLeader(ctx)).If(h.IsOwner()).Then(clientv3.OpDelete(h.key)).Commit()
+		return err
+	})
 	if err != nil {
 		if lostErr != nil && h.sess.Lost() {
 			// The lease is lost and etcd unreachable: the key goes with the
@@ -161,7 +185,10 @@ func (h *Hold) Release(ctx context.Context) error {
 			h.finish(lostErr)
 			return lostErr
 		}
-		return fmt.Errorf("release %s: %w", h.key, err)
+		// The handle has ended; the key must not outlive it and block the
+		// queue: delete it in the background once etcd answers.
+		h.deleteLater()
+		return fmt.Errorf("release %s (deletion continues in the background): %w", h.key, err)
 	}
 	switch {
 	case lostErr != nil:
@@ -242,9 +269,13 @@ func (t *guardedTxn) Commit() (*clientv3.TxnResponse, error) {
 
 // Put writes value to the owned key under its lease, guarded by ownership
 // (an election's Proclaim).
+// The put is guarded and the same each time, so it is retried through
+// connection resets and leader changes while ctx lives.
 func (h *Hold) Put(ctx context.Context, value string) error {
-	_, err := h.Txn(ctx).Then(clientv3.OpPut(h.key, value, clientv3.WithLease(h.sess.ID()))).Commit()
-	return err
+	return retry.Do(ctx, func(actx context.Context) error {
+		_, err := h.Txn(clientv3.WithRequireLeader(actx)).Then(clientv3.OpPut(h.key, value, clientv3.WithLease(h.sess.ID()))).Commit()
+		return err
+	})
 }
 
 // Abandon ends the hold with errs.ErrReleased without deleting the key, for

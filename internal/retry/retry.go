@@ -1,0 +1,83 @@
+// Package retry says which etcd errors are worth retrying and retries
+// requests that are safe to apply twice.
+package retry
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// AttemptTimeout bounds one attempt of a retried request, so that a
+// request stuck on a member that lost its leader gives way to a retry on
+// another member instead of waiting out etcd's own request timeout.
+const AttemptTimeout = time.Second
+
+// Transient reports whether err leaves the request's outcome unknown or
+// unapplied for a reason that passes: a connection reset, a member
+// without a leader, a leader change. Only requests that are safe to apply
+// twice (guarded by a CreateRevision, or puts of the same value) are
+// retried on it.
+func Transient(err error) bool {
+	if err == nil || Permanent(err) {
+		return false
+	}
+	for _, t := range []error{
+		rpctypes.ErrNoLeader, rpctypes.ErrLeaderChanged, rpctypes.ErrNotCapable,
+		rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost,
+		rpctypes.ErrTimeoutWaitAppliedIndex, rpctypes.ErrTooManyRequests,
+	} {
+		if errors.Is(err, t) {
+			return true
+		}
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded)
+}
+
+// Do runs op, each attempt bounded by AttemptTimeout, until it succeeds,
+// fails for good, or ctx ends; it returns op's last error.
+func Do(ctx context.Context, op func(ctx context.Context) error) error {
+	for attempt := 0; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
+		err := op(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !Transient(err) {
+			return err
+		}
+		t := time.NewTimer(Backoff(attempt))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+	}
+}
+
+// Permanent reports whether retrying err cannot help: the caller lacks
+// permission or its credentials are refused.
+func Permanent(err error) bool {
+	for _, p := range []error{
+		rpctypes.ErrPermissionDenied, rpctypes.ErrUserEmpty, rpctypes.ErrAuthFailed,
+		rpctypes.ErrUserNotFound, rpctypes.ErrAuthOldRevision,
+	} {
+		if errors.Is(err, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Backoff is the pause before retry number attempt: 50 ms doubling to 1 s.
+func Backoff(attempt int) time.Duration {
+	d := 50 * time.Millisecond << min(attempt, 5)
+	return min(d, time.Second)
+}
