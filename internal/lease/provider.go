@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -79,21 +80,33 @@ func (p *Provider) Get(ctx context.Context) (*Session, error) {
 		p.cur = s
 		return s, nil
 	}
-	if old := p.cur; old != nil {
-		// The lost lease may still exist on the server (a partition that
-		// healed): revoke it off the caller's path.
-		p.cur = nil
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			_ = old.CloseLost()
-		}()
-	}
+	p.cur = nil // a lost one is being retired
 	s, err := Grant(ctx, p.cli, p.cfg)
 	if err != nil {
 		return nil, p.closedOr(err)
 	}
 	p.cur = s
+	// Once lost, the lease may still exist on the server (a partition that
+	// heals, a new etcd leader renewing every lease): revoke it as soon as
+	// etcd answers, off every caller's path, so its keys do not block others.
+	context.AfterFunc(s.Context(), func() {
+		if errors.Is(context.Cause(s.Context()), errs.ErrReleased) {
+			return // closed on purpose
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.closed {
+			return // Close takes care of it
+		}
+		if p.cur == s {
+			p.cur = nil
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			_ = s.CloseLost(p.closeCtx)
+		}()
+	})
 	return s, nil
 }
 

@@ -113,7 +113,7 @@ func Grant(ctx context.Context, cli *clientv3.Client, cfg Config) (*Session, err
 		concurrency.WithContext(context.Background()))
 	if err != nil {
 		s.cancel(errs.ErrReleased)
-		_ = s.revokeWithin(revokeTimeout)
+		_ = s.revokeWithin(context.Background(), revokeTimeout)
 		return nil, fmt.Errorf("start session: %w", err)
 	}
 	s.cs = cs
@@ -339,15 +339,17 @@ func (s *Session) sleep(d time.Duration) bool {
 // Close stops the watchdog and, for an owned lease, revokes it so that every
 // key on it goes at once. A borrowed session is left to its owner.
 // Close is idempotent and waits for the watchdog's goroutines.
-func (s *Session) Close() error { return s.closeWithin(revokeTimeout) }
+func (s *Session) Close() error { return s.closeWithin(context.Background(), revokeTimeout) }
 
 // CloseLost closes a session that was lost and is being replaced. It keeps
 // trying to revoke the lease for up to twice the TTL: a lease can outlive
 // an outage (a new etcd leader renews every lease), and its keys would
-// block the queue until it expires.
-func (s *Session) CloseLost() error { return s.closeWithin(2*s.ttl + revokeTimeout) }
+// block the queue until it expires. It gives up early when stop ends.
+func (s *Session) CloseLost(stop context.Context) error {
+	return s.closeWithin(stop, 2*s.ttl+revokeTimeout)
+}
 
-func (s *Session) closeWithin(revokeFor time.Duration) error {
+func (s *Session) closeWithin(stop context.Context, revokeFor time.Duration) error {
 	if !s.owned && !shared.release(s) {
 		return nil // other mutexes or elections still use this watchdog
 	}
@@ -366,19 +368,26 @@ func (s *Session) closeWithin(revokeFor time.Duration) error {
 	var err error
 	if s.owned {
 		s.cs.Orphan()
-		err = s.revokeWithin(revokeFor)
+		err = s.revokeWithin(stop, revokeFor)
 	}
 	s.wg.Wait()
 	return err
 }
 
-func (s *Session) revokeWithin(d time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	err := retry.Do(ctx, func(ctx context.Context) error {
+func (s *Session) revokeWithin(stop context.Context, d time.Duration) error {
+	revoke := func(ctx context.Context) error {
 		_, err := s.cli.Revoke(clientv3.WithRequireLeader(ctx), s.id)
 		return err
-	})
+	}
+	ctx, cancel := context.WithTimeout(stop, d)
+	err := retry.Do(ctx, revoke)
+	cancel()
+	if err != nil && stop.Err() != nil {
+		// Told to stop early: one last bounded try.
+		ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+		err = retry.Do(ctx, revoke)
+		cancel()
+	}
 	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return fmt.Errorf("revoke lease %x: %w", int64(s.id), err)
 	}
