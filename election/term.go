@@ -65,6 +65,8 @@ func (t *Term) Done() <-chan struct{} { return t.h.Context().Done() }
 // caller's If, Then and Else are nested under a comparison of the leader's
 // key and token. If leadership is gone, Commit returns an error wrapping
 // ErrNotLeader, applies nothing, and ends the Term's Context.
+// Commit is not retried on a connection error, as the caller's operations
+// may not be safe to apply twice: the caller decides.
 func (t *Term) Txn(ctx context.Context) clientv3.Txn { return t.h.Txn(ctx) }
 
 // IsOwner is the comparison that holds while this term lasts.

@@ -53,6 +53,8 @@ func (l *Lock) Done() <-chan struct{} { return l.h.Context().Done() }
 // the caller's If, Then and Else are nested under a comparison of the
 // holder's key and token. If the lock is gone, Commit returns an error
 // wrapping ErrNotHeld, applies nothing, and ends the Lock's Context.
+// Commit is not retried on a connection error, as the caller's operations
+// may not be safe to apply twice: the caller decides.
 func (l *Lock) Txn(ctx context.Context) clientv3.Txn { return l.h.Txn(ctx) }
 
 // IsOwner is the comparison that holds while this lock is held, for
