@@ -27,6 +27,9 @@ type keyWatcher struct {
 	from int64
 	// linger stops an idle watch later.
 	linger *time.Timer
+	// uses counts the keys ever watched: a session that holds again is
+	// worth a lingering watch.
+	uses int
 }
 
 type watchedKey struct {
@@ -54,6 +57,7 @@ func (s *Session) WatchDeletion(key string, rev, at int64, gone func()) (stop fu
 	entry := &watchedKey{rev: rev, gone: gone}
 	w.mu.Lock()
 	w.keys[key] = entry
+	w.uses++
 	if w.linger != nil {
 		w.linger.Stop()
 		w.linger = nil
@@ -77,7 +81,15 @@ func (s *Session) WatchDeletion(key string, rev, at int64, gone func()) (stop fu
 		// released in a loop would otherwise create and cancel a watch every
 		// time. An idle session gives it up, so that sessions which held
 		// once do not all keep receiving the namespace's deletions.
-		if len(w.keys) == 0 && w.cancel != nil && w.linger == nil {
+		switch {
+		case len(w.keys) > 0 || w.cancel == nil || w.linger != nil:
+		case w.uses < 2:
+			// Held once so far (a waiter's turn): no reason to expect more,
+			// and many such sessions lingering would each receive every
+			// deletion of the namespace.
+			w.cancel()
+			w.cancel = nil
+		default:
 			w.linger = time.AfterFunc(w.s.ttl, w.stopIfIdle)
 		}
 	}

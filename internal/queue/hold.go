@@ -69,7 +69,11 @@ func NewHold(s *lease.Session, r Result, notHeld error, hooks Hooks) *Hold {
 		}
 		h.afterLoss(cause, hooks)
 	})
-	h.stopWatch = s.WatchDeletion(r.Key, r.Rev, r.Header, func() { h.lose(LostReason(context.Background(), s)) })
+	h.stopWatch = s.WatchDeletion(r.Key, r.Rev, r.Header, func() {
+		if h.ctx.Err() == nil { // not our own release
+			h.lose(LostReason(context.Background(), s))
+		}
+	})
 	return h
 }
 
@@ -160,6 +164,7 @@ func (h *Hold) Release(ctx context.Context) error {
 	}
 	lostErr := h.lostErr()
 	h.cancel(errs.ErrReleased)
+	h.stopWatch() // our own deletion is no news
 
 	if ctx.Err() != nil {
 		var cancel context.CancelFunc
