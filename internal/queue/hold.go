@@ -33,6 +33,7 @@ type Hold struct {
 	cancel    context.CancelCauseFunc
 	release   func()
 	stopWatch func()
+	stopEnd   func() bool // unregisters end from the context
 	hooks     Hooks
 	ended     chan struct{} // the end hooks ran
 
@@ -61,20 +62,34 @@ func NewHold(s *lease.Session, r Result, notHeld error, hooks Hooks) *Hold {
 		ctx: ctx, cancel: cancel, release: r.Release, ended: make(chan struct{}),
 	}
 	h.hooks = hooks
-	context.AfterFunc(ctx, func() {
-		defer close(h.ended)
-		cause := context.Cause(ctx)
-		if hooks.OnEnd != nil {
-			hooks.OnEnd(h, cause, time.Since(h.acquired))
-		}
-		h.afterLoss(cause, hooks)
-	})
+	h.stopEnd = context.AfterFunc(ctx, h.end)
 	h.stopWatch = s.WatchDeletion(r.Key, r.Rev, r.Header, func() {
 		if h.ctx.Err() == nil { // not our own release
 			h.lose(LostReason(context.Background(), s))
 		}
 	})
 	return h
+}
+
+// end runs the end hooks once the hold's context has ended.
+func (h *Hold) end() {
+	defer close(h.ended)
+	cause := context.Cause(h.ctx)
+	if h.hooks.OnEnd != nil {
+		h.hooks.OnEnd(h, cause, time.Since(h.acquired))
+	}
+	h.afterLoss(cause, h.hooks)
+}
+
+// endReleased ends the hold with errs.ErrReleased. The end hooks run here
+// rather than in the goroutine context.AfterFunc would start, unless a
+// loss got there first.
+func (h *Hold) endReleased() {
+	inline := h.stopEnd()
+	h.cancel(errs.ErrReleased)
+	if inline {
+		h.end()
+	}
 }
 
 // afterLoss frees the key's reservation once the key is gone, so that the
@@ -163,7 +178,7 @@ func (h *Hold) Release(ctx context.Context) error {
 		return h.result
 	}
 	lostErr := h.lostErr()
-	h.cancel(errs.ErrReleased)
+	h.endReleased()
 	h.stopWatch() // our own deletion is no news
 
 	if ctx.Err() != nil {
@@ -292,7 +307,7 @@ func (h *Hold) Abandon() {
 		return
 	}
 	result := h.lostErr()
-	h.cancel(errs.ErrReleased)
+	h.endReleased()
 	h.finish(result)
 }
 
