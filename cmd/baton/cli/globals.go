@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/rbac"
 )
 
 // Defaults of the global flags: they reach `baton dev` as it starts
@@ -225,6 +226,18 @@ func (g *globals) connectError(err error) error {
 	case errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrPermissionDenied),
 		errors.Is(err, rpctypes.ErrUserEmpty), errors.Is(err, rpctypes.ErrAuthNotEnabled):
 		return withCode(ExitError, fmt.Errorf("etcd at %s: %w", strings.Join(g.endpoints, ","), err))
+	}
+	// etcd's client reports a refused TLS handshake only as a timeout: ask
+	// the endpoints directly which side refused and why.
+	if tlsCfg, terr := g.tlsConfig(); terr == nil && tlsCfg != nil && errors.Is(err, context.DeadlineExceeded) {
+		for _, ep := range g.endpoints {
+			pctx, cancel := context.WithTimeout(context.Background(), g.dialTimeout)
+			perr := rbac.ProbeTLS(pctx, ep, tlsCfg)
+			cancel()
+			if perr != nil {
+				return withCode(ExitUnavailable, fmt.Errorf("cannot connect to etcd at %s: %w", ep, perr))
+			}
+		}
 	}
 	return withCode(ExitUnavailable, fmt.Errorf("cannot connect to etcd at %s within %v: %w",
 		strings.Join(g.endpoints, ","), g.dialTimeout, err))

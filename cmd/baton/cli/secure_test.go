@@ -202,7 +202,12 @@ func TestDevServesTLSWithAuthAndPolicy(t *testing.T) {
 	if code, _, errOut := as("payments-api", "rbac", "show"); code != ExitError || !strings.Contains(errOut, "permission denied") {
 		t.Fatalf("contender shows the policy: %d %s", code, errOut)
 	}
-	if code, _, _ := as("", "--namespace", "payments", "--dial-timeout", "500ms", "locks"); code == ExitOK {
-		t.Fatal("a client without a certificate was let in")
+	code, _, refusal := as("", "--namespace", "payments", "--dial-timeout", "500ms", "locks")
+	if code != ExitUnavailable {
+		t.Fatalf("a client without a certificate: exit %d, want %d: %s", code, ExitUnavailable, refusal)
+	}
+	// The operator is told why, not only that a deadline passed.
+	if !strings.Contains(refusal, "certificate") {
+		t.Fatalf("refusal does not say why: %s", refusal)
 	}
 }
