@@ -28,10 +28,13 @@ lint:
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
 
+# Fuzz the name escaping, token parsing and policy parsing, FUZZTIME each.
+FUZZTIME ?= 30s
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzEscape -fuzztime 30s ./internal/keys
-	$(GO) test -run '^$$' -fuzz FuzzUnescape -fuzztime 30s ./internal/keys
-	$(GO) test -run '^$$' -fuzz FuzzParseToken -fuzztime 30s ./fencing
+	$(GO) test -run '^$$' -fuzz '^FuzzEscape$$' -fuzztime $(FUZZTIME) ./internal/keys
+	$(GO) test -run '^$$' -fuzz '^FuzzUnescape$$' -fuzztime $(FUZZTIME) ./internal/keys
+	$(GO) test -run '^$$' -fuzz '^FuzzParseToken$$' -fuzztime $(FUZZTIME) ./fencing
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./rbac
 
 # baton and raw etcd concurrency side by side on one embedded etcd (fsync
 # on), alternating, median of BENCH_RUNS runs with min and max; results
