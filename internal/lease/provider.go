@@ -53,6 +53,22 @@ func (p *Provider) Current() *Session {
 // Get returns a live session, granting a new lease if there is none. ctx
 // bounds the grant.
 func (p *Provider) Get(ctx context.Context) (*Session, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, errs.ErrClosed
+	}
+	if p.cur != nil && !p.cur.Lost() {
+		defer p.mu.Unlock()
+		return p.cur, nil
+	}
+	p.mu.Unlock()
+	return p.replace(ctx)
+}
+
+// replace grants (or borrows) a session when there is none or it is lost;
+// Close cancels it.
+func (p *Provider) replace(ctx context.Context) (*Session, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(p.closeCtx, cancel)
@@ -64,7 +80,7 @@ func (p *Provider) Get(ctx context.Context) (*Session, error) {
 		return nil, errs.ErrClosed
 	}
 	if p.cur != nil && !p.cur.Lost() {
-		return p.cur, nil
+		return p.cur, nil // another caller replaced it meanwhile
 	}
 	if p.borrowed != nil {
 		// The watchdog gave up on the lease (renewals failed, validity

@@ -48,6 +48,8 @@ type Request struct {
 	Background *sync.WaitGroup
 	// Closing aborts background cleanups of a borrowed session.
 	Closing <-chan struct{}
+	// Stop ends a wait with errs.ErrClosed (the owner's Close).
+	Stop context.Context
 	// MaxHeld caps the keys of the session in use in this process; 0 means
 	// no cap.
 	MaxHeld int
@@ -73,11 +75,6 @@ func Acquire(ctx context.Context, req Request) (Result, error) {
 	cli := s.Client()
 	key := keys.LeaseKey(req.Prefix, int64(s.ID()))
 
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(s.Context(), func() { cancel(context.Cause(s.Context())) })
-	defer stop()
-
 	release, err := s.Reserve(ctx, key, req.Try, req.MaxHeld)
 	if errors.Is(err, lease.ErrReserved) {
 		return Result{}, ErrBusy
@@ -93,6 +90,9 @@ func Acquire(ctx context.Context, req Request) (Result, error) {
 	// package also reuses it. Retrying is therefore safe.
 	var resp *clientv3.TxnResponse
 	err = retry.Do(ctx, func(actx context.Context) (err error) {
+		if err := ended(s, req.Stop); err != nil {
+			return err // not worth retrying: nobody waits for this key any more
+		}
 		resp, err = cli.Txn(clientv3.WithRequireLeader(actx)).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			Then(clientv3.OpPut(key, req.Value, clientv3.WithLease(s.ID())),
@@ -124,6 +124,10 @@ func Acquire(ctx context.Context, req Request) (Result, error) {
 		return Result{}, ErrBusy
 	}
 
+	// Waiting: from here on, a lost session or the owner's Close ends the
+	// wait. (Linking only now keeps the uncontended path free of it.)
+	ctx, unlink := link(ctx, s, req.Stop)
+	defer unlink()
 	before := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))
 	for {
 		resp, err := cli.Txn(ctx).Then(clientv3.OpGet(req.Prefix, before...), clientv3.OpGet(key)).Commit()
@@ -150,6 +154,33 @@ func Acquire(ctx context.Context, req Request) (Result, error) {
 			return Result{}, failure(ctx, err)
 		}
 	}
+}
+
+// link returns a ctx that also ends when the session is lost (with the
+// loss as its cause) or stop ends (with errs.ErrClosed).
+func link(ctx context.Context, s *lease.Session, stop context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	unSession := context.AfterFunc(s.Context(), func() { cancel(context.Cause(s.Context())) })
+	unStop := func() bool { return false }
+	if stop != nil {
+		unStop = context.AfterFunc(stop, func() { cancel(errs.ErrClosed) })
+	}
+	return ctx, func() {
+		unSession()
+		unStop()
+		cancel(nil)
+	}
+}
+
+// ended says why nobody waits for an acquisition any more, or nil.
+func ended(s *lease.Session, stop context.Context) error {
+	if s.Lost() {
+		return context.Cause(s.Context())
+	}
+	if stop != nil && stop.Err() != nil {
+		return errs.ErrClosed
+	}
+	return nil
 }
 
 // failure prefers why ctx ended (the caller's cancel, or the session's

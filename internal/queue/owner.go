@@ -57,24 +57,19 @@ func (o *Owner[T]) Acquire(ctx context.Context, value string, try bool, wrap fun
 	if o.isClosed() {
 		return zero, errs.ErrClosed
 	}
-	wctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(o.sessions.ClosingContext(), func() { cancel(errs.ErrClosed) })
-	defer stop()
-
-	s, err := o.sessions.Get(wctx)
+	s, err := o.sessions.Get(ctx) // ends with ErrClosed on Close
 	if err != nil {
-		return zero, o.wrapErr(wctx, err)
+		return zero, o.wrapErr(err)
 	}
-	r, err := Acquire(wctx, Request{
+	r, err := Acquire(ctx, Request{
 		Session: s, Prefix: o.prefix, Value: value, Try: try,
-		Background: &o.bg, Closing: o.sessions.Closing(), MaxHeld: o.maxHeld,
+		Background: &o.bg, Closing: o.sessions.Closing(), Stop: o.sessions.ClosingContext(), MaxHeld: o.maxHeld,
 	})
 	if errors.Is(err, ErrBusy) {
 		return zero, err
 	}
 	if err != nil {
-		return zero, o.wrapErr(wctx, err)
+		return zero, o.wrapErr(err)
 	}
 	h := NewHold(s, r, o.notHeld, Hooks{OnEnd: onEnd, Background: &o.bg, Closing: o.sessions.Closing()})
 	handle := wrap(h)
@@ -91,8 +86,8 @@ func (o *Owner[T]) Acquire(ctx context.Context, value string, try bool, wrap fun
 
 // wrapErr names the lock or election in an error, preferring ErrClosed
 // when Close caused it.
-func (o *Owner[T]) wrapErr(ctx context.Context, err error) error {
-	if errors.Is(err, errs.ErrClosed) || errors.Is(context.Cause(ctx), errs.ErrClosed) {
+func (o *Owner[T]) wrapErr(err error) error {
+	if errors.Is(err, errs.ErrClosed) {
 		return errs.ErrClosed
 	}
 	return fmt.Errorf("%s: %w", o.label, err)
