@@ -25,7 +25,7 @@ func newElection(t *testing.T, cli *clientv3.Client, name string, opts ...electi
 
 func TestCampaignLeaderCandidatesProclaimResign(t *testing.T) {
 	cli := client(t)
-	ctx := ctxTimeout(t, 30*time.Second)
+	ctx := etcdtest.Context(t, 30*time.Second)
 	a := newElection(t, cli, "sched", election.WithTTL(6*time.Second))
 	b := newElection(t, client(t), "sched")
 	if _, err := a.Leader(ctx); !errors.Is(err, election.ErrNoLeader) {
@@ -93,7 +93,7 @@ func TestCampaignLeaderCandidatesProclaimResign(t *testing.T) {
 
 func TestTermTxnAndLossCauses(t *testing.T) {
 	cli := client(t)
-	ctx := ctxTimeout(t, 30*time.Second)
+	ctx := etcdtest.Context(t, 30*time.Second)
 	e := newElection(t, cli, "txn")
 	term, err := e.Campaign(ctx, "v")
 	if err != nil {
@@ -105,7 +105,7 @@ func TestTermTxnAndLossCauses(t *testing.T) {
 	if _, err := cli.Revoke(ctx, term.Lease()); err != nil {
 		t.Fatal(err)
 	}
-	within(t, term.Done(), 5*time.Second, "loss after revoke")
+	etcdtest.Within(t, term.Done(), 5*time.Second, "loss after revoke")
 	cause := context.Cause(term.Context())
 	if !errors.Is(cause, election.ErrLost) || !errors.Is(cause, election.ErrLeaseExpired) {
 		t.Fatalf("cause = %v, want ErrLost and ErrLeaseExpired", cause)
@@ -130,7 +130,7 @@ func TestTermTxnAndLossCauses(t *testing.T) {
 func TestCampaignReturnsPromptlyAndLeavesNoKey(t *testing.T) {
 	cli := client(t)
 	a := newElection(t, cli, "prompt")
-	ta, err := a.Campaign(ctxTimeout(t, 10*time.Second), "a")
+	ta, err := a.Campaign(etcdtest.Context(t, 10*time.Second), "a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestCampaignReturnsPromptlyAndLeavesNoKey(t *testing.T) {
 
 func TestCampaignNeverWinsWithoutItsKey(t *testing.T) {
 	cli := client(t)
-	ctx := ctxTimeout(t, 30*time.Second)
+	ctx := etcdtest.Context(t, 30*time.Second)
 	a := newElection(t, cli, "no-key")
 	ta, err := a.Campaign(ctx, "a")
 	if err != nil {
@@ -203,7 +203,7 @@ func TestCampaignNeverWinsWithoutItsKey(t *testing.T) {
 
 func TestCloseResignsAndRefuses(t *testing.T) {
 	cli := client(t)
-	ctx := ctxTimeout(t, 20*time.Second)
+	ctx := etcdtest.Context(t, 20*time.Second)
 	e, err := election.New(cli, "close")
 	if err != nil {
 		t.Fatal(err)
@@ -238,7 +238,7 @@ func TestCloseResignsAndRefuses(t *testing.T) {
 
 func TestTokensIncreaseAcrossLeaders(t *testing.T) {
 	cli := client(t)
-	ctx := ctxTimeout(t, 20*time.Second)
+	ctx := etcdtest.Context(t, 20*time.Second)
 	var last fencing.Token
 	for i := range 4 {
 		e := newElection(t, client(t), "tokens")

@@ -13,11 +13,12 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/batonhq/baton/election"
+	"github.com/batonhq/baton/integration/etcdtest"
 )
 
 func TestMetricsAndLogs(t *testing.T) {
 	cli := client(t)
-	ctx := ctxTimeout(t, 20*time.Second)
+	ctx := etcdtest.Context(t, 20*time.Second)
 	reg := prometheus.NewRegistry()
 	core, logs := observer.New(zap.InfoLevel)
 	e := newElection(t, cli, "metrics", election.WithNamespace("metrics"), election.WithRegisterer(reg), election.WithLogger(zap.New(core)))
@@ -38,7 +39,7 @@ func TestMetricsAndLogs(t *testing.T) {
 	if _, err := cli.Revoke(ctx, term.Lease()); err != nil {
 		t.Fatal(err)
 	}
-	within(t, term.Done(), 5*time.Second, "loss")
+	etcdtest.Within(t, term.Done(), 5*time.Second, "loss")
 	if err := term.Resign(ctx); err == nil { // returns once the loss is recorded
 		t.Fatal("Resign after loss succeeded")
 	}
@@ -84,7 +85,7 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 func TestResignWorksWithCancelledContext(t *testing.T) {
 	cli := client(t)
 	e := newElection(t, cli, "resign-cancelled")
-	term, err := e.Campaign(ctxTimeout(t, 10*time.Second), "v")
+	term, err := e.Campaign(etcdtest.Context(t, 10*time.Second), "v")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func TestResignWorksWithCancelledContext(t *testing.T) {
 	if err := term.Resign(ctx); err != nil {
 		t.Fatalf("Resign with cancelled ctx: %v", err)
 	}
-	if _, err := e.Leader(ctxTimeout(t, 5*time.Second)); !errors.Is(err, election.ErrNoLeader) {
+	if _, err := e.Leader(etcdtest.Context(t, 5*time.Second)); !errors.Is(err, election.ErrNoLeader) {
 		t.Fatalf("Leader after Resign = %v", err)
 	}
 }

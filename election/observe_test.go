@@ -25,7 +25,7 @@ func next(t *testing.T, ch <-chan election.Leader) election.Leader {
 
 func TestObserveSendsEveryChange(t *testing.T) {
 	cli := client(t)
-	ctx := ctxTimeout(t, 60*time.Second)
+	ctx := etcdtest.Context(t, 60*time.Second)
 	pcli, proxy := proxied(t)
 	watcher := newElection(t, pcli, "observe")
 	octx, stop := context.WithCancel(ctx)

@@ -31,14 +31,14 @@ func TestRunWorksOnlyWhileLeaderAndCampaignsAgain(t *testing.T) {
 		})
 	}()
 	first := <-starts
-	l, err := e.Leader(ctxTimeout(t, 5*time.Second))
+	l, err := e.Leader(etcdtest.Context(t, 5*time.Second))
 	if err != nil || l.Token != first.token {
 		t.Fatalf("Leader = %+v, %v while work runs", l, err)
 	}
-	if _, err := cli.Revoke(ctxTimeout(t, 5*time.Second), l.LeaseID); err != nil {
+	if _, err := cli.Revoke(etcdtest.Context(t, 5*time.Second), l.LeaseID); err != nil {
 		t.Fatal(err)
 	}
-	within(t, first.ctx.Done(), 5*time.Second, "work's ctx ending after loss")
+	etcdtest.Within(t, first.ctx.Done(), 5*time.Second, "work's ctx ending after loss")
 	if cause := context.Cause(first.ctx); !errors.Is(cause, election.ErrLeaseExpired) {
 		t.Fatalf("work's cause = %v", cause)
 	}
@@ -64,7 +64,7 @@ func TestRunResignsWhenWorkReturns(t *testing.T) {
 	cli := client(t)
 	e := newElection(t, cli, "run-returns")
 	boom := errors.New("boom")
-	err := e.Run(ctxTimeout(t, 10*time.Second), "v", func(ctx context.Context, term *election.Term) error {
+	err := e.Run(etcdtest.Context(t, 10*time.Second), "v", func(ctx context.Context, term *election.Term) error {
 		return boom
 	})
 	if !errors.Is(err, boom) {
@@ -73,7 +73,7 @@ func TestRunResignsWhenWorkReturns(t *testing.T) {
 	if got := etcdtest.Keys(t, cli, e.Prefix()); len(got) != 0 {
 		t.Fatalf("keys = %v", got)
 	}
-	if err := e.Run(ctxTimeout(t, 10*time.Second), "v", func(context.Context, *election.Term) error { return nil }); err != nil {
+	if err := e.Run(etcdtest.Context(t, 10*time.Second), "v", func(context.Context, *election.Term) error { return nil }); err != nil {
 		t.Fatalf("Run = %v, want nil", err)
 	}
 	if err := e.Run(context.Background(), "v", nil); !errors.Is(err, election.ErrInvalid) {
@@ -99,7 +99,7 @@ func TestRunHandsOverOnShutdownWellUnderTheTTL(t *testing.T) {
 	<-leading
 	won := make(chan time.Time, 1)
 	go func() {
-		tb, err := b.Campaign(ctxTimeout(t, 20*time.Second), "b")
+		tb, err := b.Campaign(etcdtest.Context(t, 20*time.Second), "b")
 		if err != nil {
 			t.Error(err)
 			close(won)
@@ -142,7 +142,7 @@ func TestRunComesBackAfterEtcdRecovers(t *testing.T) {
 	}()
 	first := <-starts
 	proxy.Blackhole()
-	within(t, first.ctx.Done(), 5*time.Second, "loss while cut off")
+	etcdtest.Within(t, first.ctx.Done(), 5*time.Second, "loss while cut off")
 	// The server expires the lease: the key goes.
 	etcdtest.WaitKeys(t, cli, e.Prefix(), 0)
 	proxy.Restore()

@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/batonhq/baton/integration/etcdtest"
 	"github.com/batonhq/baton/mutex"
 )
 
@@ -21,12 +22,12 @@ func TestLossCauses(t *testing.T) {
 		reason error
 	}{
 		{"lease revoked by an admin", 5 * time.Second, 0, func(t *testing.T, l *mutex.Lock, admin *clientv3.Client, _ func()) {
-			if _, err := admin.Revoke(ctxTimeout(t, 5*time.Second), l.Lease()); err != nil {
+			if _, err := admin.Revoke(etcdtest.Context(t, 5*time.Second), l.Lease()); err != nil {
 				t.Fatal(err)
 			}
 		}, mutex.ErrLeaseExpired},
 		{"key deleted while the lease lives", 5 * time.Second, 0, func(t *testing.T, l *mutex.Lock, admin *clientv3.Client, _ func()) {
-			if _, err := admin.Delete(ctxTimeout(t, 5*time.Second), l.Key()); err != nil {
+			if _, err := admin.Delete(etcdtest.Context(t, 5*time.Second), l.Key()); err != nil {
 				t.Fatal(err)
 			}
 		}, mutex.ErrKeyDeleted},
@@ -50,29 +51,29 @@ func TestLossCauses(t *testing.T) {
 				opts = append(opts, mutex.WithSafetyMargin(tt.margin))
 			}
 			m := newMutex(t, pcli, "loss-"+tt.name, opts...)
-			l, err := m.Lock(ctxTimeout(t, 10*time.Second))
+			l, err := m.Lock(etcdtest.Context(t, 10*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
 			tt.cut(t, l, client(t), proxy.Blackhole)
-			within(t, l.Done(), 2*tt.ttl, "loss")
+			etcdtest.Within(t, l.Done(), 2*tt.ttl, "loss")
 			cause := context.Cause(l.Context())
 			if !errors.Is(cause, mutex.ErrLost) || !errors.Is(cause, tt.reason) {
 				t.Fatalf("cause = %v, want ErrLost and %v", cause, tt.reason)
 			}
 			proxy.Restore()
-			if err := l.Unlock(ctxTimeout(t, 10*time.Second)); !errors.Is(err, mutex.ErrNotHeld) {
+			if err := l.Unlock(etcdtest.Context(t, 10*time.Second)); !errors.Is(err, mutex.ErrNotHeld) {
 				t.Fatalf("Unlock after loss = %v, want ErrNotHeld", err)
 			}
 			// The Mutex takes a new lease by itself.
-			l2, err := m.Lock(ctxTimeout(t, 10*time.Second))
+			l2, err := m.Lock(etcdtest.Context(t, 10*time.Second))
 			if err != nil {
 				t.Fatalf("Lock after loss: %v", err)
 			}
 			if leaseLost := tt.reason != mutex.ErrKeyDeleted; leaseLost && l2.Lease() == l.Lease() {
 				t.Fatal("lost lease reused")
 			}
-			_ = l2.Unlock(ctxTimeout(t, 5*time.Second))
+			_ = l2.Unlock(etcdtest.Context(t, 5*time.Second))
 		})
 	}
 }
@@ -93,7 +94,7 @@ func TestContextEndsBeforeAnotherClientAcquires(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := holder.Lock(ctxTimeout(t, 10*time.Second))
+		l, err := holder.Lock(etcdtest.Context(t, 10*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +109,7 @@ func TestContextEndsBeforeAnotherClientAcquires(t *testing.T) {
 		}
 		got := make(chan acquired, 1)
 		go func() {
-			l, err := waiter.Lock(ctxTimeout(t, 20*time.Second))
+			l, err := waiter.Lock(etcdtest.Context(t, 20*time.Second))
 			got <- acquired{time.Now(), l, err}
 		}()
 		waitKeys(t, cli, holder.Prefix(), 2)
@@ -132,7 +133,7 @@ func TestContextEndsBeforeAnotherClientAcquires(t *testing.T) {
 			t.Fatalf("trial %d: holder's context ended %v after the next holder acquired", i, ended.Sub(a.at))
 		}
 		leads = append(leads, a.at.Sub(ended))
-		_ = a.lock.Unlock(ctxTimeout(t, 5*time.Second))
+		_ = a.lock.Unlock(etcdtest.Context(t, 5*time.Second))
 		_ = waiter.Close()
 		proxy.Restore()
 		_ = holder.Close()

@@ -1,9 +1,7 @@
 package mutex_test
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -27,26 +25,4 @@ func client(t *testing.T) *clientv3.Client {
 func proxied(t *testing.T) (*clientv3.Client, *netproxy.Proxy) {
 	t.Helper()
 	return srv.Proxied(t)
-}
-
-func ctxTimeout(t *testing.T, d time.Duration) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func keysUnder(t *testing.T, cli *clientv3.Client, prefix string) []string {
-	t.Helper()
-	return etcdtest.Keys(t, cli, prefix)
-}
-
-// within fails the test if ch does not close within d.
-func within(t *testing.T, ch <-chan struct{}, d time.Duration, what string) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(d):
-		t.Fatalf("%s did not happen within %v", what, d)
-	}
 }

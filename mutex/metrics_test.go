@@ -11,12 +11,13 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/batonhq/baton/integration/etcdtest"
 	"github.com/batonhq/baton/mutex"
 )
 
 func TestMetricsAndLogs(t *testing.T) {
 	cli := client(t)
-	ctx := ctxTimeout(t, 20*time.Second)
+	ctx := etcdtest.Context(t, 20*time.Second)
 	reg := prometheus.NewRegistry()
 	core, logs := observer.New(zap.DebugLevel)
 	opts := []mutex.Option{mutex.WithNamespace("metrics"), mutex.WithRegisterer(reg), mutex.WithLogger(zap.New(core))}
@@ -42,7 +43,7 @@ func TestMetricsAndLogs(t *testing.T) {
 	if _, err := cli.Delete(ctx, l2.Key()); err != nil {
 		t.Fatal(err)
 	}
-	within(t, l2.Done(), 5*time.Second, "loss")
+	etcdtest.Within(t, l2.Done(), 5*time.Second, "loss")
 	if err := l2.Unlock(ctx); err == nil { // returns once the loss is recorded
 		t.Fatal("Unlock after loss succeeded")
 	}
@@ -90,7 +91,7 @@ func TestNothingIsRegisteredGlobally(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := newMutex(t, client(t), "no-global")
-	l, err := m.Lock(ctxTimeout(t, 10*time.Second))
+	l, err := m.Lock(etcdtest.Context(t, 10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

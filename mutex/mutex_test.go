@@ -28,7 +28,7 @@ func newMutex(t *testing.T, cli *clientv3.Client, name string, opts ...mutex.Opt
 
 func TestTokenIsCreateRevisionAndIncreases(t *testing.T) {
 	cli := client(t)
-	ctx := ctxTimeout(t, 20*time.Second)
+	ctx := etcdtest.Context(t, 20*time.Second)
 	a := newMutex(t, cli, "tokens")
 	b := newMutex(t, client(t), "tokens")
 	var last fencing.Token
@@ -60,7 +60,7 @@ func TestTokenIsCreateRevisionAndIncreases(t *testing.T) {
 
 func TestTxnAppliesOnlyWhileHeld(t *testing.T) {
 	cli := client(t)
-	ctx := ctxTimeout(t, 20*time.Second)
+	ctx := etcdtest.Context(t, 20*time.Second)
 	if _, err := cli.Delete(ctx, "/data/txn", clientv3.WithPrefix()); err != nil { // repeatable with -count
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestTxnAppliesOnlyWhileHeld(t *testing.T) {
 	if !errors.Is(err, mutex.ErrNotHeld) {
 		t.Fatalf("txn after key deletion: %v, want ErrNotHeld", err)
 	}
-	within(t, l.Done(), 5*time.Second, "context end after key deletion")
+	etcdtest.Within(t, l.Done(), 5*time.Second, "context end after key deletion")
 	if cause := context.Cause(l.Context()); !errors.Is(cause, mutex.ErrLost) || !errors.Is(cause, mutex.ErrKeyDeleted) {
 		t.Fatalf("cause = %v, want ErrLost and ErrKeyDeleted", cause)
 	}
@@ -96,14 +96,14 @@ func TestTxnAppliesOnlyWhileHeld(t *testing.T) {
 	if string(got.Kvs[0].Value) != "1" {
 		t.Fatalf("value = %q after stale write, want 1", got.Kvs[0].Value)
 	}
-	if n := len(keysUnder(t, cli, "/data/txn-else")); n != 0 {
+	if n := len(etcdtest.Keys(t, cli, "/data/txn-else")); n != 0 {
 		t.Fatalf("else branch ran for a stale holder")
 	}
 }
 
 func TestTryLockReturnsErrLockedAndLeavesNoKey(t *testing.T) {
 	cli := client(t)
-	ctx := ctxTimeout(t, 20*time.Second)
+	ctx := etcdtest.Context(t, 20*time.Second)
 	a := newMutex(t, cli, "try")
 	b := newMutex(t, client(t), "try")
 	l, err := a.TryLock(ctx)
@@ -113,7 +113,7 @@ func TestTryLockReturnsErrLockedAndLeavesNoKey(t *testing.T) {
 	if _, err := b.TryLock(ctx); !errors.Is(err, mutex.ErrLocked) {
 		t.Fatalf("TryLock on held lock = %v, want ErrLocked", err)
 	}
-	if got := keysUnder(t, cli, a.Prefix()); len(got) != 1 || got[0] != l.Key() {
+	if got := etcdtest.Keys(t, cli, a.Prefix()); len(got) != 1 || got[0] != l.Key() {
 		t.Fatalf("keys after failed TryLock = %v, want only the holder's", got)
 	}
 	// Another goroutine on the same Mutex is excluded too.
@@ -142,7 +142,7 @@ func TestGoroutinesSharingASessionExclude(t *testing.T) {
 	m2 := newMutex(t, cli, "shared-session", mutex.WithSession(sess))
 	var inside, overlaps, total atomic.Int32
 	var wg sync.WaitGroup
-	ctx := ctxTimeout(t, 60*time.Second)
+	ctx := etcdtest.Context(t, 60*time.Second)
 	for g := range 4 {
 		m := m1
 		if g%2 == 1 {
@@ -181,7 +181,7 @@ func TestGoroutinesSharingASessionExclude(t *testing.T) {
 
 func TestWaitersAcquireInOrder(t *testing.T) {
 	cli := client(t)
-	ctx := ctxTimeout(t, 30*time.Second)
+	ctx := etcdtest.Context(t, 30*time.Second)
 	holder := newMutex(t, cli, "fifo")
 	first, err := holder.Lock(ctx)
 	if err != nil {
@@ -193,7 +193,7 @@ func TestWaitersAcquireInOrder(t *testing.T) {
 	for i := range n {
 		m := newMutex(t, client(t), "fifo")
 		// Queue one at a time so the arrival order is known.
-		queued := len(keysUnder(t, cli, holder.Prefix()))
+		queued := len(etcdtest.Keys(t, cli, holder.Prefix()))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -237,7 +237,7 @@ func waitKeys(t *testing.T, cli *clientv3.Client, prefix string, n int) {
 
 func TestUnlockNeverDeletesANewerHoldersKey(t *testing.T) {
 	cli := client(t)
-	ctx := ctxTimeout(t, 20*time.Second)
+	ctx := etcdtest.Context(t, 20*time.Second)
 	m := newMutex(t, cli, "stale-unlock")
 	first, err := m.Lock(ctx)
 	if err != nil {
@@ -257,7 +257,7 @@ func TestUnlockNeverDeletesANewerHoldersKey(t *testing.T) {
 	if err := first.Unlock(ctx); err != nil {
 		t.Fatalf("second Unlock of a released lock = %v, want nil", err)
 	}
-	if got := keysUnder(t, cli, m.Prefix()); len(got) != 1 {
+	if got := etcdtest.Keys(t, cli, m.Prefix()); len(got) != 1 {
 		t.Fatalf("a stale Unlock deleted the newer holder's key: keys = %v", got)
 	}
 	select {
@@ -270,7 +270,7 @@ func TestUnlockNeverDeletesANewerHoldersKey(t *testing.T) {
 	if _, err := cli.Delete(ctx, second.Key()); err != nil {
 		t.Fatal(err)
 	}
-	within(t, second.Done(), 5*time.Second, "loss after deletion")
+	etcdtest.Within(t, second.Done(), 5*time.Second, "loss after deletion")
 	other := newMutex(t, client(t), "stale-unlock")
 	third, err := other.Lock(ctx)
 	if err != nil {
@@ -282,7 +282,7 @@ func TestUnlockNeverDeletesANewerHoldersKey(t *testing.T) {
 	if err := second.Unlock(ctx); !errors.Is(err, mutex.ErrNotHeld) {
 		t.Fatalf("repeated Unlock after loss = %v, want ErrNotHeld again", err)
 	}
-	if got := keysUnder(t, cli, m.Prefix()); len(got) != 1 || got[0] != third.Key() {
+	if got := etcdtest.Keys(t, cli, m.Prefix()); len(got) != 1 || got[0] != third.Key() {
 		t.Fatalf("keys = %v, want only %s", got, third.Key())
 	}
 	_ = third.Unlock(ctx)
@@ -291,7 +291,7 @@ func TestUnlockNeverDeletesANewerHoldersKey(t *testing.T) {
 func TestUnlockWorksWithCancelledContext(t *testing.T) {
 	cli := client(t)
 	m := newMutex(t, cli, "unlock-cancelled")
-	l, err := m.Lock(ctxTimeout(t, 10*time.Second))
+	l, err := m.Lock(etcdtest.Context(t, 10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +300,7 @@ func TestUnlockWorksWithCancelledContext(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock with cancelled ctx: %v", err)
 	}
-	if got := keysUnder(t, cli, m.Prefix()); len(got) != 0 {
+	if got := etcdtest.Keys(t, cli, m.Prefix()); len(got) != 0 {
 		t.Fatalf("keys after Unlock = %v", got)
 	}
 	if cause := context.Cause(l.Context()); !errors.Is(cause, mutex.ErrReleased) {
@@ -319,7 +319,7 @@ func TestContextOutlivesLockCtx(t *testing.T) {
 	cancel()
 	// A round trip through etcd, after which a wrongly derived context
 	// would long have ended.
-	if _, err := l.Txn(ctxTimeout(t, 5*time.Second)).Commit(); err != nil {
+	if _, err := l.Txn(etcdtest.Context(t, 5*time.Second)).Commit(); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Context().Err(); err != nil {
@@ -331,7 +331,7 @@ func TestContextOutlivesLockCtx(t *testing.T) {
 func TestLockReturnsPromptlyWhenCtxEnds(t *testing.T) {
 	cli := client(t)
 	holder := newMutex(t, cli, "prompt")
-	h, err := holder.Lock(ctxTimeout(t, 10*time.Second))
+	h, err := holder.Lock(etcdtest.Context(t, 10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +363,7 @@ func TestLockReturnsPromptlyWhenCtxEnds(t *testing.T) {
 func TestLockReturnsPromptlyWhileEtcdUnreachable(t *testing.T) {
 	cli := client(t)
 	holder := newMutex(t, cli, "unreachable")
-	h, err := holder.Lock(ctxTimeout(t, 10*time.Second))
+	h, err := holder.Lock(etcdtest.Context(t, 10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +399,7 @@ func TestLockReturnsPromptlyWhileEtcdUnreachable(t *testing.T) {
 func TestLockFailsWhenLeaseEndsWhileWaiting(t *testing.T) {
 	cli := client(t)
 	holder := newMutex(t, cli, "lease-while-waiting")
-	h, err := holder.Lock(ctxTimeout(t, 10*time.Second))
+	h, err := holder.Lock(etcdtest.Context(t, 10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,15 +407,15 @@ func TestLockFailsWhenLeaseEndsWhileWaiting(t *testing.T) {
 	waiter := newMutex(t, client(t), "lease-while-waiting")
 	errc := make(chan error, 1)
 	go func() {
-		_, err := waiter.Lock(ctxTimeout(t, 20*time.Second))
+		_, err := waiter.Lock(etcdtest.Context(t, 20*time.Second))
 		errc <- err
 	}()
 	waitKeys(t, cli, holder.Prefix(), 2)
-	ws, err := holder.Waiters(ctxTimeout(t, 5*time.Second))
+	ws, err := holder.Waiters(etcdtest.Context(t, 5*time.Second))
 	if err != nil || len(ws) != 1 {
 		t.Fatalf("Waiters = %v, %v", ws, err)
 	}
-	if _, err := cli.Revoke(ctxTimeout(t, 5*time.Second), ws[0].Lease); err != nil {
+	if _, err := cli.Revoke(etcdtest.Context(t, 5*time.Second), ws[0].Lease); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -426,14 +426,14 @@ func TestLockFailsWhenLeaseEndsWhileWaiting(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Lock kept waiting after its lease was revoked")
 	}
-	if got := keysUnder(t, cli, holder.Prefix()); len(got) != 1 || got[0] != h.Key() {
+	if got := etcdtest.Keys(t, cli, holder.Prefix()); len(got) != 1 || got[0] != h.Key() {
 		t.Fatalf("keys = %v, want only the holder's", got)
 	}
 	// The same Mutex replaces its lost lease on the next Lock.
-	if err := h.Unlock(ctxTimeout(t, 5*time.Second)); err != nil {
+	if err := h.Unlock(etcdtest.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	l, err := waiter.Lock(ctxTimeout(t, 10*time.Second))
+	l, err := waiter.Lock(etcdtest.Context(t, 10*time.Second))
 	if err != nil {
 		t.Fatalf("Lock after the lease was replaced: %v", err)
 	}
@@ -445,7 +445,7 @@ func TestLockFailsWhenLeaseEndsWhileWaiting(t *testing.T) {
 
 func TestWaitingSurvivesCompaction(t *testing.T) {
 	cli := client(t)
-	ctx := ctxTimeout(t, 20*time.Second)
+	ctx := etcdtest.Context(t, 20*time.Second)
 	holder := newMutex(t, cli, "compaction")
 	h, err := holder.Lock(ctx)
 	if err != nil {
@@ -488,7 +488,7 @@ func TestWaitingSurvivesCompaction(t *testing.T) {
 
 func TestCloseReleasesHeldLocksAndRefusesNewOnes(t *testing.T) {
 	cli := client(t)
-	ctx := ctxTimeout(t, 20*time.Second)
+	ctx := etcdtest.Context(t, 20*time.Second)
 	m, err := mutex.New(cli, "close")
 	if err != nil {
 		t.Fatal(err)
@@ -520,18 +520,18 @@ func TestCloseReleasesHeldLocksAndRefusesNewOnes(t *testing.T) {
 	if err := m.Close(); err != nil {
 		t.Fatalf("second Close = %v", err)
 	}
-	if got := keysUnder(t, cli, m.Prefix()); len(got) != 0 {
+	if got := etcdtest.Keys(t, cli, m.Prefix()); len(got) != 0 {
 		t.Fatalf("keys after Close = %v", got)
 	}
 }
 
 func TestDo(t *testing.T) {
 	cli := client(t)
-	ctx := ctxTimeout(t, 20*time.Second)
+	ctx := etcdtest.Context(t, 20*time.Second)
 	var seen fencing.Token
 	err := mutex.Do(ctx, cli, "do", func(ctx context.Context, tok fencing.Token) error {
 		seen = tok
-		if got := keysUnder(t, cli, "/baton/v1/lock/do/"); len(got) != 1 {
+		if got := etcdtest.Keys(t, cli, "/baton/v1/lock/do/"); len(got) != 1 {
 			t.Errorf("keys during Do = %v", got)
 		}
 		return nil
@@ -539,7 +539,7 @@ func TestDo(t *testing.T) {
 	if err != nil || seen == 0 {
 		t.Fatalf("Do = %v, token %d", err, seen)
 	}
-	if got := keysUnder(t, cli, "/baton/v1/lock/do/"); len(got) != 0 {
+	if got := etcdtest.Keys(t, cli, "/baton/v1/lock/do/"); len(got) != 0 {
 		t.Fatalf("keys after Do = %v", got)
 	}
 	boom := errors.New("boom")

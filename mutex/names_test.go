@@ -4,12 +4,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/integration/etcdtest"
 	"github.com/batonhq/baton/mutex"
 )
 
 func TestNamesNeverShareKeys(t *testing.T) {
 	cli := client(t)
-	ctx := ctxTimeout(t, 20*time.Second)
+	ctx := etcdtest.Context(t, 20*time.Second)
 	pairs := [][2]string{{"jobs", "jobs/x"}, {"a", "a%2F"}, {"a/", "a%2F"}, {"名前", "名前/子"}}
 	for _, p := range pairs {
 		first := newMutex(t, cli, p[0])
@@ -34,7 +35,7 @@ func TestNamesNeverShareKeys(t *testing.T) {
 
 func TestNamespacesIsolate(t *testing.T) {
 	cli := client(t)
-	ctx := ctxTimeout(t, 20*time.Second)
+	ctx := etcdtest.Context(t, 20*time.Second)
 	a := newMutex(t, cli, "shared-name", mutex.WithNamespace("team-a"))
 	b := newMutex(t, client(t), "shared-name", mutex.WithNamespace("team-b"))
 	la, err := a.TryLock(ctx)
@@ -58,7 +59,7 @@ func TestNamespacesIsolate(t *testing.T) {
 
 func TestListHolderAndWaiters(t *testing.T) {
 	cli := client(t)
-	ctx := ctxTimeout(t, 20*time.Second)
+	ctx := etcdtest.Context(t, 20*time.Second)
 	ns := mutex.WithNamespace("list")
 	h := newMutex(t, cli, "report/nightly", ns, mutex.WithTTL(9*time.Second))
 	l, err := h.Lock(ctx)

@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 
+	"github.com/batonhq/baton/integration/etcdtest"
 	"github.com/batonhq/baton/mutex"
 )
 
@@ -90,7 +91,7 @@ func TestGrantedTTLIsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	l, err := m.Lock(ctxTimeout(t, 10*time.Second))
+	l, err := m.Lock(etcdtest.Context(t, 10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,12 +9,13 @@ import (
 
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/batonhq/baton/integration/etcdtest"
 	"github.com/batonhq/baton/mutex"
 )
 
 func TestMaxHeldCapsKeysPerSession(t *testing.T) {
 	cli := client(t)
-	ctx := ctxTimeout(t, 20*time.Second)
+	ctx := etcdtest.Context(t, 20*time.Second)
 	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +34,7 @@ func TestMaxHeldCapsKeysPerSession(t *testing.T) {
 	if _, err := over.Lock(ctx); !errors.Is(err, mutex.ErrTooManyHeld) {
 		t.Fatalf("fourth lock = %v, want ErrTooManyHeld", err)
 	}
-	if got := keysUnder(t, cli, over.Prefix()); len(got) != 0 {
+	if got := etcdtest.Keys(t, cli, over.Prefix()); len(got) != 0 {
 		t.Fatalf("refused lock left keys %v", got)
 	}
 	_ = held[0].Unlock(ctx)
@@ -49,7 +50,7 @@ func TestMaxHeldCapsKeysPerSession(t *testing.T) {
 
 func TestBorrowedSessionLockAfterLossWithoutUnlock(t *testing.T) {
 	cli := client(t)
-	ctx := ctxTimeout(t, 20*time.Second)
+	ctx := etcdtest.Context(t, 20*time.Second)
 	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
 	if err != nil {
 		t.Fatal(err)
@@ -63,9 +64,9 @@ func TestBorrowedSessionLockAfterLossWithoutUnlock(t *testing.T) {
 	if _, err := cli.Delete(ctx, l.Key()); err != nil {
 		t.Fatal(err)
 	}
-	within(t, l.Done(), 5*time.Second, "loss")
+	etcdtest.Within(t, l.Done(), 5*time.Second, "loss")
 	// The lost handle is never unlocked; the next Lock must not wait for it.
-	l2, err := m.Lock(ctxTimeout(t, 5*time.Second))
+	l2, err := m.Lock(etcdtest.Context(t, 5*time.Second))
 	if err != nil {
 		t.Fatalf("Lock after an abandoned lost handle: %v", err)
 	}
@@ -85,7 +86,7 @@ func TestBorrowedSessionLockAfterLossWithoutUnlock(t *testing.T) {
 
 func TestBorrowedSessionClosedByItsOwner(t *testing.T) {
 	cli := client(t)
-	ctx := ctxTimeout(t, 20*time.Second)
+	ctx := etcdtest.Context(t, 20*time.Second)
 	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +97,7 @@ func TestBorrowedSessionClosedByItsOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = sess.Close()
-	within(t, l.Done(), 5*time.Second, "loss after the owner closed the session")
+	etcdtest.Within(t, l.Done(), 5*time.Second, "loss after the owner closed the session")
 	if cause := context.Cause(l.Context()); !errors.Is(cause, mutex.ErrLost) {
 		t.Fatalf("cause = %v", cause)
 	}
@@ -109,7 +110,7 @@ func TestBorrowedSessionClosedByItsOwner(t *testing.T) {
 // not end the next hold of the same key (same lease, same name).
 func TestRelockingOnASessionIsNotEndedByTheEarlierRelease(t *testing.T) {
 	cli := client(t)
-	ctx := ctxTimeout(t, 60*time.Second)
+	ctx := etcdtest.Context(t, 60*time.Second)
 	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
 	if err != nil {
 		t.Fatal(err)

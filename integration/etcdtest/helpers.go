@@ -68,3 +68,21 @@ func WaitKeys(tb testing.TB, cli *clientv3.Client, prefix string, n int) {
 		}
 	}
 }
+
+// Context returns a context that ends after d or with the test.
+func Context(tb testing.TB, d time.Duration) context.Context {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	tb.Cleanup(cancel)
+	return ctx
+}
+
+// Within fails the test if ch does not close within d.
+func Within(tb testing.TB, ch <-chan struct{}, d time.Duration, what string) {
+	tb.Helper()
+	select {
+	case <-ch:
+	case <-time.After(d):
+		tb.Fatalf("%s did not happen within %v", what, d)
+	}
+}
