@@ -65,9 +65,12 @@ func (l *Lock) IsOwner() clientv3.Cmp { return l.h.IsOwner() }
 // a transaction guarded by its CreateRevision, so it never deletes a later
 // holder's key. If ctx has already ended, a fresh context bounded to 5 s is
 // used. After a loss it returns an error wrapping ErrNotHeld and the cause.
-// Once it has reached etcd, calling it again returns the same result (nil
-// after a successful release); if etcd could not be reached it returns
-// that error and may be called again.
+// The delete is retried through connection resets and etcd leader changes;
+// a retry that finds the key gone after an attempt whose reply was lost
+// counts as released. Once it has reached etcd, calling it again returns
+// the same result (nil after a successful release); if etcd could not be
+// reached it returns that error, the key is deleted in the background, and
+// it may be called again.
 func (l *Lock) Unlock(ctx context.Context) error { return l.m.owner.Release(ctx, l.h) }
 
 // ended records a hold's end in metrics and logs.

@@ -194,8 +194,12 @@ func (h *Hold) Release(ctx context.Context) error {
 	// Guarded by the CreateRevision, the delete is safe to send twice: retry
 	// it through connection resets and leader changes while ctx lives.
 	var resp *clientv3.TxnResponse
+	unknown := false // an attempt may have been applied without our hearing
 	err := retry.Do(ctx, func(ctx context.Context) (err error) {
 		resp, err = h.cli.Txn(clientv3.WithRequireLeader(ctx)).If(h.IsOwner()).Then(clientv3.OpDelete(h.key)).Commit()
+		if err != nil {
+			unknown = true
+		}
 		return err
 	})
 	if err != nil {
@@ -213,6 +217,11 @@ func (h *Hold) Release(ctx context.Context) error {
 	switch {
 	case lostErr != nil:
 		h.finish(lostErr)
+	case !resp.Succeeded && unknown:
+		// Most likely our own earlier attempt deleted it and its reply was
+		// lost (a connection reset); a deletion by someone else in that
+		// instant cannot be told apart, and the hold had not seen one.
+		h.finish(nil)
 	case !resp.Succeeded:
 		h.finish(fmt.Errorf("%w: key %s was gone before release", h.notHeld, h.key))
 	default:
