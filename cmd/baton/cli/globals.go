@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/rbac"
 )
@@ -258,4 +259,22 @@ func (g *globals) failed(what string, err error) error {
 		return withCode(ExitUnavailable, fmt.Errorf("%s: etcd did not answer within %v: %w", what, g.commandTimeout, err))
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// openElection connects and opens election name in the namespace, for the
+// read-only commands; done closes both.
+func (g *globals) openElection(ctx context.Context, name string) (*clientv3.Client, *election.Election, func(), error) {
+	cli, err := g.client(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	e, err := election.New(cli, name, election.WithNamespace(g.namespace))
+	if err != nil {
+		_ = cli.Close()
+		return nil, nil, nil, withCode(ExitUsage, err)
+	}
+	return cli, e, func() {
+		_ = e.Close()
+		_ = cli.Close()
+	}, nil
 }

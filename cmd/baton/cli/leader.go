@@ -81,16 +81,11 @@ func newLeaderCmd(g *globals) *cobra.Command {
 		Args:  args(1, 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			ctx := cmd.Context()
-			cli, err := g.client(ctx)
+			cli, e, done, err := g.openElection(ctx, a[0])
 			if err != nil {
 				return err
 			}
-			defer cli.Close()
-			e, err := election.New(cli, a[0], election.WithNamespace(g.namespace))
-			if err != nil {
-				return withCode(ExitUsage, err)
-			}
-			defer e.Close()
+			defer done()
 			octx, cancel := g.opContext(ctx)
 			defer cancel()
 			v := leaderView{Election: a[0]}
@@ -165,16 +160,11 @@ func newCandidatesCmd(g *globals) *cobra.Command {
 		Args:  args(1, 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			ctx := cmd.Context()
-			cli, err := g.client(ctx)
+			_, e, done, err := g.openElection(ctx, a[0])
 			if err != nil {
 				return err
 			}
-			defer cli.Close()
-			e, err := election.New(cli, a[0], election.WithNamespace(g.namespace))
-			if err != nil {
-				return withCode(ExitUsage, err)
-			}
-			defer e.Close()
+			defer done()
 			octx, cancel := g.opContext(ctx)
 			defer cancel()
 			cands, err := e.Candidates(octx)

@@ -57,16 +57,11 @@ func newObserveCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, a []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			cli, err := g.client(ctx)
+			_, e, done, err := g.openElection(ctx, a[0])
 			if err != nil {
 				return err
 			}
-			defer cli.Close()
-			e, err := election.New(cli, a[0], election.WithNamespace(g.namespace))
-			if err != nil {
-				return withCode(ExitUsage, err)
-			}
-			defer e.Close()
+			defer done()
 			for l := range e.Observe(ctx) {
 				if err := writeObserveEvent(cmd.OutOrStdout(), g.json(), observeEvent{Time: g.io.Now(), Election: a[0], Leader: l}); err != nil {
 					return err
