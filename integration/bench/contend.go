@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,18 +27,13 @@ type acquisition struct {
 func contend(ctx context.Context, env *env, impl Impl, name string) ([]Value, error) {
 	n := env.cfg.Contenders
 	mus := make([]Mutex, n)
-	for i := range mus {
-		cli, err := newClient(env.endpoint, nil)
-		if err != nil {
-			return nil, err
-		}
-		defer cli.Close()
-		sess, err := concurrency.NewSession(cli, concurrency.WithTTL(env.cfg.sessionTTL()))
-		if err != nil {
-			return nil, err
-		}
-		defer sess.Close()
-		m, err := impl.NewMutex(cli, sess, name, 0)
+	sessions, closeSessions, err := ownSessions(env, n)
+	defer closeSessions()
+	if err != nil {
+		return nil, err
+	}
+	for i, sess := range sessions {
+		m, err := impl.NewMutex(sess.Client(), sess, name, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -126,4 +122,31 @@ func contend(ctx context.Context, env *env, impl Impl, name string) ([]Value, er
 		{Metric: "acquisitions/s", V: float64(counted) / env.cfg.Duration.Seconds()},
 		{Metric: "share spread %", V: spread},
 	}, nil
+}
+
+// ownSessions opens n clients with a session each, as n separate processes
+// would have; closeAll closes what was opened, even after an error.
+func ownSessions(env *env, n int) (sessions []*concurrency.Session, closeAll func(), err error) {
+	var clis []io.Closer
+	closeAll = func() {
+		for _, s := range sessions {
+			_ = s.Close()
+		}
+		for _, c := range clis {
+			_ = c.Close()
+		}
+	}
+	for range n {
+		cli, err := newClient(env.endpoint, nil)
+		if err != nil {
+			return sessions, closeAll, err
+		}
+		clis = append(clis, cli)
+		sess, err := concurrency.NewSession(cli, concurrency.WithTTL(env.cfg.sessionTTL()))
+		if err != nil {
+			return sessions, closeAll, err
+		}
+		sessions = append(sessions, sess)
+	}
+	return sessions, closeAll, nil
 }

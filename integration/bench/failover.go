@@ -27,18 +27,13 @@ type observed struct {
 // the Observe latency (Resign called → the observer hears the new leader).
 func graceful(ctx context.Context, env *env, impl Impl, name string) ([]Value, error) {
 	els := make([]Election, 2)
-	for i := range els {
-		cli, err := newClient(env.endpoint, nil)
-		if err != nil {
-			return nil, err
-		}
-		defer cli.Close()
-		sess, err := concurrency.NewSession(cli, concurrency.WithTTL(env.cfg.sessionTTL()))
-		if err != nil {
-			return nil, err
-		}
-		defer sess.Close()
-		e, err := impl.NewElection(cli, sess, name, 0)
+	sessions, closeSessions, err := ownSessions(env, len(els))
+	defer closeSessions()
+	if err != nil {
+		return nil, err
+	}
+	for i, sess := range sessions {
+		e, err := impl.NewElection(sess.Client(), sess, name, 0)
 		if err != nil {
 			return nil, err
 		}
