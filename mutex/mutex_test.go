@@ -9,7 +9,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/integration/etcdtest"
@@ -132,11 +131,7 @@ func TestTryLockReturnsErrLockedAndLeavesNoKey(t *testing.T) {
 
 func TestGoroutinesSharingASessionExclude(t *testing.T) {
 	cli := client(t)
-	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close()
+	sess := session(t, cli, 10)
 	// Two Mutex values on one session, and two goroutines on each.
 	m1 := newMutex(t, cli, "shared-session", mutex.WithSession(sess))
 	m2 := newMutex(t, cli, "shared-session", mutex.WithSession(sess))

@@ -16,11 +16,7 @@ import (
 func TestMaxHeldCapsKeysPerSession(t *testing.T) {
 	cli := client(t)
 	ctx := etcdtest.Context(t, 20*time.Second)
-	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close()
+	sess := session(t, cli, 10)
 	var held []*mutex.Lock
 	for i := range 3 {
 		m := newMutex(t, cli, fmt.Sprintf("quota-%d", i), mutex.WithSession(sess), mutex.WithMaxHeld(3))
@@ -51,11 +47,7 @@ func TestMaxHeldCapsKeysPerSession(t *testing.T) {
 func TestBorrowedSessionLockAfterLossWithoutUnlock(t *testing.T) {
 	cli := client(t)
 	ctx := etcdtest.Context(t, 20*time.Second)
-	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close()
+	sess := session(t, cli, 10)
 	m := newMutex(t, cli, "lost-no-unlock", mutex.WithSession(sess))
 	l, err := m.Lock(ctx)
 	if err != nil {
@@ -111,11 +103,7 @@ func TestBorrowedSessionClosedByItsOwner(t *testing.T) {
 func TestRelockingOnASessionIsNotEndedByTheEarlierRelease(t *testing.T) {
 	cli := client(t)
 	ctx := etcdtest.Context(t, 60*time.Second)
-	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close()
+	sess := session(t, cli, 10)
 	// Another hold keeps the session's namespace watch running throughout.
 	other := newMutex(t, cli, "relock-other", mutex.WithSession(sess))
 	keep, err := other.Lock(ctx)
