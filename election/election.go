@@ -50,7 +50,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Election, error) {
 		cli: cli, name: name, prefix: keys.Prefix(cfg.Namespace, keys.Election, name), cfg: cfg, met: met,
 		log: cfg.Logger.With(zap.String("name", name), zap.String("namespace", cfg.Namespace)),
 	}
-	e.sessions = lease.NewProvider(cli, cfg.Session, cfg.LeaseConfig(met.RenewalFailed(cfg.Namespace, name), nil))
+	e.sessions = lease.NewProvider(cli, cfg.Session, cfg.LeaseConfig(met.RenewalFailed(cfg.Namespace, name)))
 	e.owner = queue.NewOwner[*Term](e.sessions, queue.OwnerConfig{
 		Label: fmt.Sprintf("election %q", name), Prefix: e.prefix, MaxHeld: cfg.MaxHeld,
 		NotHeld: ErrNotLeader, BorrowedSession: cfg.Session != nil,

@@ -52,7 +52,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 		log:   cfg.Logger.With(zap.String("name", name), zap.String("namespace", cfg.Namespace)),
 		value: holderIdentity(),
 	}
-	sessions := lease.NewProvider(cli, cfg.Session, cfg.LeaseConfig(met.RenewalFailed(cfg.Namespace, name), nil))
+	sessions := lease.NewProvider(cli, cfg.Session, cfg.LeaseConfig(met.RenewalFailed(cfg.Namespace, name)))
 	m.owner = queue.NewOwner[*Lock](sessions, queue.OwnerConfig{
 		Label: fmt.Sprintf("mutex %q", name), Prefix: m.prefix, MaxHeld: cfg.MaxHeld,
 		NotHeld: ErrNotHeld, BorrowedSession: cfg.Session != nil,

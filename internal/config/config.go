@@ -115,9 +115,9 @@ func (c Config) Metrics() (*metrics.Metrics, error) {
 }
 
 // LeaseConfig is the watchdog configuration.
-func (c Config) LeaseConfig(onFailure func(), onLost func(error)) lease.Config {
+func (c Config) LeaseConfig(onFailure func()) lease.Config {
 	return lease.Config{
 		TTL: c.TTL, MaxTTL: c.MaxTTL, Margin: c.Margin, Clock: c.Clock, Logger: c.Logger,
-		OnRenewalFailure: onFailure, OnLost: onLost,
+		OnRenewalFailure: onFailure,
 	}
 }

@@ -40,16 +40,6 @@ func (p *Provider) Closing() <-chan struct{} { return p.closeCtx.Done() }
 // ClosingContext is done once Close has begun.
 func (p *Provider) ClosingContext() context.Context { return p.closeCtx }
 
-// Current is the live session, or nil.
-func (p *Provider) Current() *Session {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cur == nil || p.cur.Lost() {
-		return nil
-	}
-	return p.cur
-}
-
 // Get returns a live session, granting a new lease if there is none. ctx
 // bounds the grant.
 func (p *Provider) Get(ctx context.Context) (*Session, error) {

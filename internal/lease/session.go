@@ -42,8 +42,6 @@ type Config struct {
 	Logger *zap.Logger
 	// OnRenewalFailure is called for every failed renewal attempt.
 	OnRenewalFailure func()
-	// OnLost is called once when the session is lost, with the cause.
-	OnLost func(cause error)
 	// OnRenewed is called after each acknowledged renewal with its send
 	// time; tests use it to wait for renewals.
 	OnRenewed func(sent time.Time)
@@ -206,9 +204,6 @@ func (s *Session) ID() clientv3.LeaseID { return s.id }
 // TTL is the TTL the server granted.
 func (s *Session) TTL() time.Duration { return s.ttl }
 
-// Margin is the safety margin in force.
-func (s *Session) Margin() time.Duration { return s.margin }
-
 // Concurrency is the underlying etcd session.
 func (s *Session) Concurrency() *concurrency.Session { return s.cs }
 
@@ -239,9 +234,6 @@ func (s *Session) lose(reason error) {
 	s.cancel(cause)
 	s.mu.Unlock()
 	s.cfg.Logger.Warn("lease lost", zap.String("lease", fmt.Sprintf("%x", int64(s.id))), zap.Error(cause))
-	if s.cfg.OnLost != nil {
-		s.cfg.OnLost(cause)
-	}
 }
 
 // extend moves the validity deadline to sent + ttl - margin.
@@ -428,13 +420,6 @@ func (k *keeper) KeepAlive(ctx context.Context, _ clientv3.LeaseID) (<-chan *cli
 		close(ch)
 	}()
 	return ch, nil
-}
-
-// Reserved is the number of keys of this session in use in this process.
-func (s *Session) Reserved() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.reserved)
 }
 
 // Owned reports whether the session owns its lease (it was granted by

@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"sort"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -67,9 +66,4 @@ func FillTTLs(ctx context.Context, cli *clientv3.Client, entries []Entry) error 
 		entries[i].TTL = ttl
 	}
 	return nil
-}
-
-// SortByCreate orders entries oldest first.
-func SortByCreate(entries []Entry) {
-	sort.Slice(entries, func(i, j int) bool { return entries[i].CreateRevision < entries[j].CreateRevision })
 }
