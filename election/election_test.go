@@ -107,14 +107,14 @@ func TestTermTxnAndLossCauses(t *testing.T) {
 	}
 	etcdtest.Within(t, term.Done(), 5*time.Second, "loss after revoke")
 	cause := context.Cause(term.Context())
-	if !errors.Is(cause, election.ErrLost) || !errors.Is(cause, election.ErrLeaseExpired) {
-		t.Fatalf("cause = %v, want ErrLost and ErrLeaseExpired", cause)
+	if !errors.Is(cause, election.ErrLost) || !errors.Is(cause, election.ErrKeyGone) {
+		t.Fatalf("cause = %v, want ErrLost and ErrKeyGone", cause)
 	}
 	if _, err := term.Txn(ctx).Then(clientv3.OpPut("/data/election-txn", "stale")).Commit(); !errors.Is(err, election.ErrNotLeader) {
 		t.Fatalf("Txn after loss = %v, want ErrNotLeader", err)
 	}
-	if err := term.Resign(ctx); !errors.Is(err, election.ErrNotLeader) {
-		t.Fatalf("Resign after loss = %v, want ErrNotLeader", err)
+	if err := term.Resign(ctx); !errors.Is(err, election.ErrNotLeader) || !errors.Is(err, election.ErrLeaseExpired) {
+		t.Fatalf("Resign after loss = %v, want ErrNotLeader and the reason told apart, ErrLeaseExpired", err)
 	}
 	// The Election replaces its lease on the next Campaign.
 	again, err := e.Campaign(ctx, "v")

@@ -38,6 +38,11 @@ var (
 // Reasons for a loss, wrapped with ErrLost. They are the same values in
 // package mutex, so errors.Is works whichever package is named.
 var (
+	// ErrKeyGone: the leader's key was deleted, by a delete or by its
+	// lease's revocation. A Term's Context ends with it the moment the
+	// deletion is heard; Resign's error, the logs and the metrics carry
+	// ErrKeyDeleted or ErrLeaseExpired instead, once told apart.
+	ErrKeyGone = errs.ErrKeyGone
 	// ErrLeaseExpired: the lease expired or was revoked.
 	ErrLeaseExpired = errs.ErrLeaseExpired
 	// ErrKeyDeleted: the leader's key was deleted while its lease lived.

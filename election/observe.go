@@ -8,7 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/fencing"
-	"github.com/batonhq/baton/internal/queue"
+	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/retry"
 	"go.uber.org/zap"
 )
@@ -23,6 +23,9 @@ type Leader struct {
 	LeaseID clientv3.LeaseID
 	// Revision is the etcd revision this state was read or observed at.
 	Revision int64
+	// Err is set only on the last value Observe sends before it closes
+	// its channel because etcd refused the read for good.
+	Err error
 }
 
 // IsZero reports whether l means "no leader".
@@ -73,7 +76,7 @@ func (e *Election) readLeader(ctx context.Context) (Leader, error) {
 // Candidates returns the queue in order, the leader first, each with its
 // lease's time left.
 func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
-	entries, _, err := queue.Read(ctx, e.cli, e.prefix)
+	entries, _, err := core.Read(ctx, e.cli, e.prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -85,37 +88,61 @@ func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
 }
 
 // Observe sends the current state first ("no leader" included), then every
-// change: a new leader, a Proclaim, a resignation, a lease expiry. It
-// re-reads and resumes after compaction, a dropped watch or a lost etcd
-// leader, so it may skip states that came and went meanwhile but always
-// converges on the current one. The channel is closed only when ctx ends
-// or the Election is closed. Receive promptly: Observe waits for the
-// receiver and then sends the state current at that moment.
+// change: a new leader, a Proclaim, a resignation, a lease expiry. States
+// are sent in strictly increasing Revision: never one older than a state
+// already sent. It follows every candidate from its watch, so it names the
+// next leader from the deletion event itself, without a read. It re-reads
+// and resumes after compaction, a dropped watch or a lost etcd leader, so
+// it may skip states that came and went meanwhile but always converges on
+// the current one. Receive promptly: Observe waits for the receiver and
+// then sends the state current at that moment.
+//
+// The channel is closed when ctx ends, when the Election is closed, or
+// when etcd refuses the read for good (permission denied, authentication
+// failed); in that last case the last value sent has Err set and its
+// other fields zero, so a receiver tells a refusal from a normal end.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader)
-	ctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(e.sessions.ClosingContext(), cancel)
-	e.bg.Add(1)
-	go func() {
-		defer e.bg.Done()
+	if !e.owner.Go(ctx, func(ctx context.Context) {
 		defer close(ch)
-		defer cancel()
-		defer stop()
 		e.observe(ctx, ch)
-	}()
+	}) {
+		close(ch)
+	}
 	return ch
 }
 
+// observer is the queue as known from a read and the watch events since.
+type observer struct {
+	cands map[string]*mvccpb.KeyValue
+	last  Leader
+	sent  bool
+}
+
+func (o *observer) leader(rev int64) Leader {
+	var best *mvccpb.KeyValue
+	for _, kv := range o.cands {
+		if best == nil || kv.CreateRevision < best.CreateRevision {
+			best = kv
+		}
+	}
+	l := Leader{Revision: rev}
+	if best != nil {
+		l.Key, l.Value = string(best.Key), string(best.Value)
+		l.Token, l.LeaseID = fencing.Token(best.CreateRevision), clientv3.LeaseID(best.Lease)
+	}
+	return l
+}
+
 func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
-	var last Leader
-	sentAny := false
+	o := &observer{}
 	send := func(l Leader) bool {
-		if sentAny && l.same(last) {
-			return true
+		if o.sent && (l.Revision <= o.last.Revision || l.same(o.last)) {
+			return true // never back in time, never the same state twice
 		}
 		select {
 		case ch <- l:
-			last, sentAny = l, true
+			o.last, o.sent = l, true
 			return true
 		case <-ctx.Done():
 			return false
@@ -123,89 +150,61 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 	}
 	wait := 10 * time.Millisecond
 	for ctx.Err() == nil {
-		cur, err := e.readLeader(ctx)
+		resp, err := e.cli.Get(ctx, e.prefix, clientv3.WithPrefix())
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			if retry.Permanent(err) {
-				// Nobody to return it to: say it, and keep trying slowly in
-				// case the permission is granted.
-				e.log.Error("observe: cannot read the election", zap.Error(err))
-				wait = 5 * time.Second
+				e.log.Error("observe: etcd refused to read the election", zap.Error(err))
+				select {
+				case ch <- Leader{Err: err}:
+				case <-ctx.Done():
+				}
+				return
 			}
-			if !sleep(ctx, wait) {
+			if retry.Sleep(ctx, wait) != nil {
 				return
 			}
 			wait = min(wait*2, 5*time.Second)
 			continue
 		}
 		wait = 10 * time.Millisecond
-		if !send(cur) {
+		o.cands = make(map[string]*mvccpb.KeyValue, len(resp.Kvs))
+		for _, kv := range resp.Kvs {
+			o.cands[string(kv.Key)] = kv
+		}
+		rev := resp.Header.Revision
+		if !send(o.leader(rev)) {
 			return
 		}
-		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		ok := e.follow(ctx, wctx, cur.Revision, &last, send)
-		wcancel()
-		if !ok {
+		if !e.follow(ctx, o, rev, send) {
 			return
 		}
 	}
 }
 
-// follow applies watch events to the known state, read at revision read,
-// until the watch breaks (then the caller re-reads) or ctx ends (false).
-// The watch starts at the current revision, which etcd serves at once (a
-// start revision already past waits up to 100 ms in etcd's unsynced set);
-// if anything changed since the read, one more read covers the gap.
-func (e *Election) follow(ctx, wctx context.Context, read int64, last *Leader, send func(Leader) bool) bool {
-	for wr := range e.cli.Watch(wctx, e.prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify()) {
+// follow applies watch events from revision read+1 to the known queue and
+// sends each new state, until the watch breaks (the caller re-reads) or
+// ctx ends (false).
+func (e *Election) follow(ctx context.Context, o *observer, read int64, send func(Leader) bool) bool {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for wr := range e.cli.Watch(wctx, e.prefix, clientv3.WithPrefix(), clientv3.WithRev(read+1)) {
 		if wr.Err() != nil {
 			break
 		}
-		if wr.Created && wr.Header.Revision > read {
-			cur, err := e.readLeader(ctx)
-			if err != nil {
-				return ctx.Err() == nil
-			}
-			if !send(cur) {
-				return false
-			}
-		}
 		for _, ev := range wr.Events {
 			kv := ev.Kv
-			cur := *last
-			switch {
-			case ev.Type == mvccpb.PUT && string(kv.Key) == cur.Key && fencing.Token(kv.CreateRevision) == cur.Token:
-				cur.Value, cur.Revision = string(kv.Value), kv.ModRevision
-			case ev.Type == mvccpb.PUT && cur.IsZero():
-				// With no leader there were no keys, so the first new one leads.
-				cur = Leader{Key: string(kv.Key), Value: string(kv.Value), Token: fencing.Token(kv.CreateRevision),
-					LeaseID: clientv3.LeaseID(kv.Lease), Revision: kv.ModRevision}
-			case ev.Type == mvccpb.DELETE && string(kv.Key) == cur.Key:
-				next, err := e.readLeader(ctx)
-				if err != nil {
-					return ctx.Err() == nil // re-read from the top
-				}
-				cur = next
-			default:
-				continue // a waiter came or went
+			if ev.Type == mvccpb.DELETE {
+				delete(o.cands, string(kv.Key))
+			} else {
+				o.cands[string(kv.Key)] = kv
 			}
-			if !send(cur) {
+			if !send(o.leader(kv.ModRevision)) {
 				return false
 			}
 		}
 	}
 	return ctx.Err() == nil
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -8,102 +8,82 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/config"
-	"github.com/batonhq/baton/internal/lease"
+	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/session"
 )
 
 // Option configures an Election. New validates all options together
-// and rejects bad values with an error wrapping ErrInvalid.
-type Option interface{ apply(*config.Config) }
-
-type option config.Setter
-
-func (o option) apply(c *config.Config) { o(c) }
+// and rejects bad values with an error wrapping ErrInvalid. The options of
+// package session are accepted too.
+type Option = config.Option
 
 // Bounds of WithTTL and WithMaxTTL.
 const (
-	DefaultTTL    = config.DefaultTTL
-	MinTTL        = config.MinTTL
-	DefaultMaxTTL = config.DefaultMaxTTL
+	DefaultTTL    = core.DefaultTTL
+	MinTTL        = core.MinTTL
+	DefaultMaxTTL = core.DefaultMaxTTL
 )
 
 // WithTTL sets the TTL of the lease the Election creates: whole seconds, at
 // least MinTTL (2 s), at most the cap (DefaultMaxTTL, 5 min, unless
-// WithMaxTTL). Default DefaultTTL (15 s). The session renews the lease every
+// WithMaxTTL). Default DefaultTTL (15 s). The lease is renewed every
 // TTL/3, so the TTL does not limit how long you hold; it bounds how long a
-// crashed holder keeps others waiting, and how long a stalled one may go
-// unrenewed. docs/operations.md sizes it: about three times the p99 of the
-// work, within the cap. Not allowed with WithSession.
-func WithTTL(ttl time.Duration) Option { return option(config.SetTTL(ttl)) }
+// crashed leader keeps others waiting. docs/operations.md sizes it. A
+// session-wide setting: with WithSession it must agree with the session.
+func WithTTL(ttl time.Duration) Option { return config.TTL(ttl) }
 
 // WithMaxTTL sets the cap on the TTL (at least MinTTL), a defence against
 // clients that would keep leading through long outages. It also bounds the
-// lease of a session given with WithSession.
-func WithMaxTTL(maxTTL time.Duration) Option {
-	return option(func(c *config.Config) { c.MaxTTL = maxTTL })
-}
+// lease of an etcd session given with WithSession. Session-wide.
+func WithMaxTTL(maxTTL time.Duration) Option { return config.MaxTTL(maxTTL) }
 
-// WithSession makes the Election use s instead of creating its own lease. The
-// caller keeps ownership: Close does not close s, and a lost s is not
-// replaced (Campaign then fails with an error wrapping ErrLost). Many elections
-// and mutexes can share one session; the Election sends one extra renewal per TTL/3 to
-// learn the send time its validity deadline needs.
-func WithSession(s *concurrency.Session) Option {
-	return option(func(c *config.Config) { c.Session = s })
+// WithSession makes the Election use s instead of creating its own lease:
+// a baton *session.Session, which any number of Elections and Mutexes
+// share, or an etcd *concurrency.Session, which this Election watches with
+// its own renewals. The caller keeps ownership: Close does not close s,
+// and a lost etcd session is not replaced (Campaign and Run then fail with
+// an error wrapping ErrLost). A new Election on a lease that already has a
+// candidate key for this name adopts that key and writes its own value to
+// it, as etcd's Campaign does.
+func WithSession[S *session.Session | *concurrency.Session](s S) Option {
+	switch s := any(s).(type) {
+	case *session.Session:
+		return config.Shared(s)
+	case *concurrency.Session:
+		return config.Borrowed(s)
+	}
+	panic("unreachable")
 }
 
 // WithNamespace sets the first segment of every key (default "baton"): 1 to
 // 64 bytes of letters, digits, '.', '_' and '-'. One namespace per team or
 // service makes RBAC one prefix grant.
-func WithNamespace(ns string) Option { return option(func(c *config.Config) { c.Namespace = ns }) }
+func WithNamespace(ns string) Option { return config.Namespace(ns) }
 
 // WithSafetyMargin sets how long before the earliest possible server-side
 // expiry a Term's Context ends: its validity deadline is the send time of
 // the last acknowledged renewal + TTL − margin. Default TTL/5; at most
-// TTL/2. Raise it if client clocks may run slow against the server's.
-func WithSafetyMargin(d time.Duration) Option {
-	return option(func(c *config.Config) { c.Margin = d })
-}
+// TTL/2. Raise it if client clocks may run slow. Session-wide.
+func WithSafetyMargin(d time.Duration) Option { return config.Margin(d) }
 
 // WithLogger sets the logger (default zap.NewNop()). Losses are logged at
 // Warn, failed renewals at Info, acquisitions and releases at Debug, with
-// the fields name, key, token and lease (hex).
-func WithLogger(l *zap.Logger) Option { return option(func(c *config.Config) { c.Logger = l }) }
+// the fields name, key, token and lease (hex). Session-wide.
+func WithLogger(l *zap.Logger) Option { return config.Logger(l) }
 
 // WithRegisterer registers the metrics on reg (default: none registered).
-// Many elections may share one Registerer.
-func WithRegisterer(reg prometheus.Registerer) Option {
-	return option(func(c *config.Config) { c.Registerer = reg })
-}
+// Many elections and mutexes may share one Registerer. Session-wide.
+func WithRegisterer(reg prometheus.Registerer) Option { return config.Registerer(reg) }
 
-func build(setters []Option) []config.Setter {
-	out := make([]config.Setter, len(setters))
-	for i, o := range setters {
-		if o == nil {
-			out[i] = nil
-			continue
-		}
-		out[i] = o.apply
-	}
-	return out
-}
+// WithMaxHeld caps how many keys (terms and locks held, Campaign and Lock calls waiting, keys
+// being deleted) one session may have at once; beyond it Campaign fails with
+// an error wrapping ErrTooManyHeld. It guards a service that shares one
+// session.Session among many names against hoarding locks. 0, the
+// default, means no cap. Session-wide.
+func WithMaxHeld(n int) Option { return config.MaxHeld(n) }
 
-// WithMaxHeld caps how many keys (locks held, Lock and Campaign calls
-// waiting) this process may have at once through one session; beyond it
-// Lock and Campaign fail with an error wrapping ErrTooManyHeld. It guards a
-// service that shares one session (WithSession) among many names against
-// hoarding locks; etcd cannot enforce such a quota itself. 0, the default,
-// means no cap.
-func WithMaxHeld(n int) Option { return option(func(c *config.Config) { c.MaxHeld = n }) }
-
-// Clock is the time source of the validity watchdog: Go's monotonic clock
-// by default. A test can give a slow or frozen one to show that fencing,
-// not timing, keeps data safe when a holder's clock misbehaves.
-type Clock = lease.Clock
-
-// Timer is a pending Clock.AfterFunc call.
-type Timer = lease.Timer
-
-// WithClock sets the watchdog's clock (default: the real monotonic clock).
-// It is meant for tests. With WithSession, the first user of a session
-// sets the clock of its shared watchdog.
-func WithClock(c Clock) Option { return option(func(cfg *config.Config) { cfg.Clock = c }) }
+// WithMetricLabel sets the value of the name label of this Election's metrics
+// (default: its name). Give many Elections one label, such as "job", to
+// bound the number of series when names are unbounded (one per customer,
+// say); the namespace label is always the namespace.
+func WithMetricLabel(label string) Option { return config.MetricLabel(label) }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/batonhq/baton/internal/retry"
 )
 
 // Run keeps value campaigning and runs fn while it leads, until ctx ends:
@@ -20,9 +22,12 @@ import (
 //   - when ctx ends, Run resigns, so the next candidate leads within a
 //     round trip instead of a TTL, and returns ctx.Err().
 //
-// Errors of Campaign other than ctx's end and ErrClosed are retried with
-// backoff (100 ms doubling to 5 s) and logged at Warn. With WithSession a
-// lost session cannot be replaced, and Run returns the loss.
+// Campaign errors that pass (etcd unreachable, no leader, a lost lease)
+// are retried with backoff (100 ms doubling to 5 s) and logged at Warn.
+// Errors that cannot pass are returned at once: ErrClosed, ErrInvalid,
+// and etcd's refusals (permission denied, authentication failed, invalid
+// request). With an etcd session given to WithSession, a lost session
+// cannot be replaced, and Run returns the loss.
 func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Context, t *Term) error) error {
 	if fn == nil {
 		return fmt.Errorf("%w: election.Run: fn must not be nil", ErrInvalid)
@@ -36,13 +41,13 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 			switch {
 			case ctx.Err() != nil:
 				return ctx.Err()
-			case errors.Is(err, ErrClosed), errors.Is(err, ErrInvalid):
+			case errors.Is(err, ErrClosed), errors.Is(err, ErrInvalid), retry.Permanent(err):
 				return err
-			case e.cfg.Session != nil && errors.Is(err, ErrLost):
+			case e.cfg.Borrowed != nil && errors.Is(err, ErrLost):
 				return err
 			}
 			e.log.Warn("campaign failed, retrying", zap.Error(err), zap.Duration("backoff", backoff))
-			if !sleep(ctx, backoff) {
+			if retry.Sleep(ctx, backoff) != nil {
 				return ctx.Err()
 			}
 			backoff = min(backoff*2, maxBackoff)

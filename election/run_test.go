@@ -39,7 +39,7 @@ func TestRunWorksOnlyWhileLeaderAndCampaignsAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	etcdtest.Within(t, first.ctx.Done(), 5*time.Second, "work's ctx ending after loss")
-	if cause := context.Cause(first.ctx); !errors.Is(cause, election.ErrLeaseExpired) {
+	if cause := context.Cause(first.ctx); !errors.Is(cause, election.ErrKeyGone) {
 		t.Fatalf("work's cause = %v", cause)
 	}
 	var second started

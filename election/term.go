@@ -12,14 +12,14 @@ import (
 
 	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/internal/errs"
-	"github.com/batonhq/baton/internal/queue"
+	"github.com/batonhq/baton/internal/core"
 )
 
 // Term is one leadership won by Campaign. Its methods are safe for
 // concurrent use.
 type Term struct {
 	e *Election
-	h *queue.Hold
+	h *core.Hold
 
 	mu    sync.Mutex
 	value string
@@ -42,16 +42,16 @@ func (t *Term) Value() string {
 }
 
 // Lease is the ID of the lease the key is attached to.
-func (t *Term) Lease() clientv3.LeaseID { return t.h.Session().ID() }
+func (t *Term) Lease() clientv3.LeaseID { return t.h.Lease().ID() }
 
 // TTL is the TTL the server granted the lease.
-func (t *Term) TTL() time.Duration { return t.h.Session().TTL() }
+func (t *Term) TTL() time.Duration { return t.h.Lease().TTL() }
 
 // Acquired is when this process became leader.
 func (t *Term) Acquired() time.Time { return t.h.Acquired() }
 
 // Deadline is the current validity deadline.
-func (t *Term) Deadline() time.Time { return t.h.Session().Deadline() }
+func (t *Term) Deadline() time.Time { return t.h.Lease().Deadline() }
 
 // Context is cancelled when leadership may be gone, before the server can
 // expire the lease, and on Resign or Close. context.Cause tells why: an
@@ -93,12 +93,12 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 // returns the same result.
 func (t *Term) Resign(ctx context.Context) error { return t.e.owner.Release(ctx, t.h) }
 
-func (e *Election) ended(h *queue.Hold, cause error, held time.Duration) {
+func (e *Election) ended(h *core.Hold, cause error, held time.Duration) {
 	if errors.Is(cause, ErrReleased) {
-		e.met.Leading(e.cfg.Namespace, e.name, false, "")
+		e.met.Leading(e.cfg.Namespace, e.label, false, "")
 		e.log.Info("resigned", append(h.LogFields(), zap.Duration("led", held))...)
 		return
 	}
-	e.met.Leading(e.cfg.Namespace, e.name, false, errs.Reason(cause))
+	e.met.Leading(e.cfg.Namespace, e.label, false, errs.Reason(cause))
 	e.log.Warn("leadership lost", append(h.LogFields(), zap.Duration("led", held), zap.Error(cause))...)
 }

@@ -37,12 +37,19 @@ var (
 // Reasons for a loss, wrapped with ErrLost. They are the same values in
 // package election, so errors.Is works whichever package is named.
 var (
-	// ErrLeaseExpired: the lease expired or was revoked (an admin's
-	// force-unlock revokes it), as seen by a renewal, a watch or a fenced
-	// transaction.
+	// ErrKeyGone: the holder's key was deleted, by a delete or by its
+	// lease's revocation. A Lock's Context ends with it the moment the
+	// deletion is heard, before baton asks etcd which of the two it was;
+	// Unlock's error, the logs and the metrics carry ErrKeyDeleted or
+	// ErrLeaseExpired instead.
+	ErrKeyGone = errs.ErrKeyGone
+
+	// ErrLeaseExpired: the lease expired or was revoked, as seen by a
+	// renewal, or told apart after ErrKeyGone.
 	ErrLeaseExpired = errs.ErrLeaseExpired
 
-	// ErrKeyDeleted: the holder's key was deleted while its lease lived.
+	// ErrKeyDeleted: the holder's key was deleted while its lease lived
+	// (told apart after ErrKeyGone).
 	ErrKeyDeleted = errs.ErrKeyDeleted
 
 	// ErrRenewalFailed: two lease renewals in a row failed (etcd

@@ -112,11 +112,14 @@ func ExampleLock_Txn() {
 	_, err = lock.Txn(ctx).Then(clientv3.OpPut("/ledger/balance", "0")).Commit()
 	fmt.Println("stale write refused:", errors.Is(err, mutex.ErrNotHeld))
 	<-lock.Done()
-	fmt.Println("cause:", errors.Is(context.Cause(lock.Context()), mutex.ErrKeyDeleted))
+	fmt.Println("cause:", errors.Is(context.Cause(lock.Context()), mutex.ErrKeyGone))
+	// Unlock tells a deleted key from a revoked lease.
+	fmt.Println("unlock:", errors.Is(lock.Unlock(ctx), mutex.ErrKeyDeleted))
 	// Output:
 	// written: true
 	// stale write refused: true
 	// cause: true
+	// unlock: true
 }
 
 // A resource that is not etcd checks the token with a fencing.Guard.

@@ -11,7 +11,7 @@ import (
 	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/keys"
-	"github.com/batonhq/baton/internal/queue"
+	"github.com/batonhq/baton/internal/core"
 )
 
 // Contender is a holder or waiter of a lock, as read from etcd.
@@ -29,7 +29,7 @@ type Contender struct {
 	Identity string
 }
 
-// LockInfo is one lock of a namespace: its holder and its queue.
+// LockInfo is one lock of a namespace: its holder and its core.
 type LockInfo struct {
 	Name string
 	// Holder is the contender with the lowest token.
@@ -40,14 +40,14 @@ type LockInfo struct {
 	Revision int64
 }
 
-func contender(e queue.Entry) Contender {
+func contender(e core.Entry) Contender {
 	return Contender{Key: e.Key, Token: fencing.Token(e.CreateRevision), Lease: e.Lease, TTL: e.TTL, Identity: e.Value}
 }
 
 // Holder returns the current holder, or the zero Contender (empty Key)
 // when the lock is free.
 func (m *Mutex) Holder(ctx context.Context) (Contender, error) {
-	entries, _, err := queue.Read(ctx, m.cli, m.prefix)
+	entries, _, err := core.Read(ctx, m.cli, m.prefix)
 	if err != nil || len(entries) == 0 {
 		return Contender{}, err
 	}
@@ -56,7 +56,7 @@ func (m *Mutex) Holder(ctx context.Context) (Contender, error) {
 
 // Waiters returns the contenders queued behind the holder, in order.
 func (m *Mutex) Waiters(ctx context.Context) ([]Contender, error) {
-	entries, _, err := queue.Read(ctx, m.cli, m.prefix)
+	entries, _, err := core.Read(ctx, m.cli, m.prefix)
 	if err != nil || len(entries) < 2 {
 		return nil, err
 	}
@@ -71,11 +71,11 @@ func (m *Mutex) Waiters(ctx context.Context) ([]Contender, error) {
 // are validated and otherwise ignored) that has a holder, sorted by name.
 // Keys under the lock prefix that baton did not write are skipped.
 func List(ctx context.Context, cli *clientv3.Client, opts ...Option) ([]LockInfo, error) {
-	cfg, err := config.Build(cli, build(opts))
+	cfg, err := config.Build(cli, opts)
 	if err != nil {
 		return nil, err
 	}
-	entries, rev, err := queue.Read(ctx, cli, keys.KindPrefix(cfg.Namespace, keys.Lock))
+	entries, rev, err := core.Read(ctx, cli, keys.KindPrefix(cfg.Namespace, keys.Lock))
 	if err != nil {
 		return nil, fmt.Errorf("list locks: %w", err)
 	}

@@ -10,14 +10,14 @@ import (
 
 	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/internal/errs"
-	"github.com/batonhq/baton/internal/queue"
+	"github.com/batonhq/baton/internal/core"
 )
 
 // Lock is one acquisition of a Mutex. Its methods are safe for concurrent
 // use.
 type Lock struct {
 	m *Mutex
-	h *queue.Hold
+	h *core.Hold
 }
 
 // Token is the fencing token of this acquisition: the CreateRevision of the
@@ -29,21 +29,25 @@ func (l *Lock) Token() fencing.Token { return fencing.Token(l.h.Rev()) }
 func (l *Lock) Key() string { return l.h.Key() }
 
 // Lease is the ID of the lease the key is attached to.
-func (l *Lock) Lease() clientv3.LeaseID { return l.h.Session().ID() }
+func (l *Lock) Lease() clientv3.LeaseID { return l.h.Lease().ID() }
 
 // TTL is the TTL the server granted the lease.
-func (l *Lock) TTL() time.Duration { return l.h.Session().TTL() }
+func (l *Lock) TTL() time.Duration { return l.h.Lease().TTL() }
 
 // Acquired is when this process acquired the lock.
 func (l *Lock) Acquired() time.Time { return l.h.Acquired() }
 
 // Deadline is the current validity deadline: the Context ends by then
 // unless a renewal is acknowledged first.
-func (l *Lock) Deadline() time.Time { return l.h.Session().Deadline() }
+func (l *Lock) Deadline() time.Time { return l.h.Lease().Deadline() }
 
 // Context is cancelled when ownership may be gone, before the server can
 // expire the lease, and on Unlock or Close. context.Cause tells why: an
-// error wrapping ErrLost and a reason, or ErrReleased.
+// error wrapping ErrLost and a reason, or ErrReleased. When the key is
+// deleted (by an admin's delete or its lease's revocation) the Context
+// ends in the step that receives the deletion, with the reason ErrKeyGone;
+// Unlock's error, the logs and the metrics then tell ErrKeyDeleted from
+// ErrLeaseExpired.
 func (l *Lock) Context() context.Context { return l.h.Context() }
 
 // Done is Context().Done().
@@ -74,12 +78,12 @@ func (l *Lock) IsOwner() clientv3.Cmp { return l.h.IsOwner() }
 func (l *Lock) Unlock(ctx context.Context) error { return l.m.owner.Release(ctx, l.h) }
 
 // ended records a hold's end in metrics and logs.
-func (m *Mutex) ended(h *queue.Hold, cause error, held time.Duration) {
+func (m *Mutex) ended(h *core.Hold, cause error, held time.Duration) {
 	if errors.Is(cause, ErrReleased) {
-		m.met.HoldEnded(m.cfg.Namespace, m.name, held, "")
+		m.met.HoldEnded(m.cfg.Namespace, m.label, held, "")
 		m.log.Debug("lock released", h.LogFields()...)
 		return
 	}
-	m.met.HoldEnded(m.cfg.Namespace, m.name, held, errs.Reason(cause))
+	m.met.HoldEnded(m.cfg.Namespace, m.label, held, errs.Reason(cause))
 	m.log.Warn("lock lost", append(h.LogFields(), zap.Error(cause))...)
 }

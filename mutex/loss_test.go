@@ -19,29 +19,31 @@ func TestLossCauses(t *testing.T) {
 		ttl    time.Duration
 		margin time.Duration
 		cut    func(t *testing.T, l *mutex.Lock, admin *clientv3.Client, blackhole func())
-		reason error
+		// reason is the Context's cause; refined, when set, is the reason
+		// Unlock tells apart afterwards.
+		reason, refined error
 	}{
 		{"lease revoked by an admin", 5 * time.Second, 0, func(t *testing.T, l *mutex.Lock, admin *clientv3.Client, _ func()) {
 			if _, err := admin.Revoke(etcdtest.Context(t, 5*time.Second), l.Lease()); err != nil {
 				t.Fatal(err)
 			}
-		}, mutex.ErrLeaseExpired},
+		}, mutex.ErrKeyGone, mutex.ErrLeaseExpired},
 		{"key deleted while the lease lives", 5 * time.Second, 0, func(t *testing.T, l *mutex.Lock, admin *clientv3.Client, _ func()) {
 			if _, err := admin.Delete(etcdtest.Context(t, 5*time.Second), l.Key()); err != nil {
 				t.Fatal(err)
 			}
-		}, mutex.ErrKeyDeleted},
+		}, mutex.ErrKeyGone, mutex.ErrKeyDeleted},
 		// TTL 2s: renewals every 667ms, each given 333ms; the second failure
 		// (~1.33s after the last acknowledged send) comes before the
 		// validity deadline (2s − 0.4s).
 		{"two renewals fail", 2 * time.Second, 0, func(t *testing.T, _ *mutex.Lock, _ *clientv3.Client, blackhole func()) {
 			blackhole()
-		}, mutex.ErrRenewalFailed},
+		}, mutex.ErrRenewalFailed, nil},
 		// TTL 3s, margin 1.5s: the deadline (1.5s) comes before the second
 		// failed renewal (2s).
 		{"validity deadline passes", 3 * time.Second, 1500 * time.Millisecond, func(t *testing.T, _ *mutex.Lock, _ *clientv3.Client, blackhole func()) {
 			blackhole()
-		}, mutex.ErrValidityExpired},
+		}, mutex.ErrValidityExpired, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -62,15 +64,19 @@ func TestLossCauses(t *testing.T) {
 				t.Fatalf("cause = %v, want ErrLost and %v", cause, tt.reason)
 			}
 			proxy.Restore()
-			if err := l.Unlock(etcdtest.Context(t, 10*time.Second)); !errors.Is(err, mutex.ErrNotHeld) {
+			err = l.Unlock(etcdtest.Context(t, 10*time.Second))
+			if !errors.Is(err, mutex.ErrNotHeld) {
 				t.Fatalf("Unlock after loss = %v, want ErrNotHeld", err)
+			}
+			if tt.refined != nil && !errors.Is(err, tt.refined) {
+				t.Fatalf("Unlock after loss = %v, want the reason told apart: %v", err, tt.refined)
 			}
 			// The Mutex takes a new lease by itself.
 			l2, err := m.Lock(etcdtest.Context(t, 10*time.Second))
 			if err != nil {
 				t.Fatalf("Lock after loss: %v", err)
 			}
-			if leaseLost := tt.reason != mutex.ErrKeyDeleted; leaseLost && l2.Lease() == l.Lease() {
+			if leaseLost := tt.refined != mutex.ErrKeyDeleted; leaseLost && l2.Lease() == l.Lease() {
 				t.Fatal("lost lease reused")
 			}
 			_ = l2.Unlock(etcdtest.Context(t, 5*time.Second))

@@ -12,10 +12,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/config"
+	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/keys"
-	"github.com/batonhq/baton/internal/lease"
 	"github.com/batonhq/baton/internal/metrics"
-	"github.com/batonhq/baton/internal/queue"
 )
 
 // Mutex is a named distributed lock. Lock and TryLock return a *Lock for
@@ -24,12 +23,14 @@ import (
 type Mutex struct {
 	cli    *clientv3.Client
 	name   string
+	label  string // metrics' name label
 	prefix string
 	cfg    config.Config
 	met    *metrics.Metrics
 	log    *zap.Logger
 	value  string
-	owner  *queue.Owner[*Lock]
+	owner  *core.Owner[*Lock]
+	unsub  func()
 }
 
 // New returns a Mutex for name in the configured namespace. It does not
@@ -39,7 +40,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 	if err := keys.ValidateName("mutex name", name); err != nil {
 		return nil, err
 	}
-	cfg, err := config.Build(cli, build(opts))
+	cfg, err := config.Build(cli, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -48,14 +49,19 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 		return nil, err
 	}
 	m := &Mutex{
-		cli: cli, name: name, prefix: keys.Prefix(cfg.Namespace, keys.Lock, name), cfg: cfg, met: met,
-		log:   cfg.Logger.With(zap.String("name", name), zap.String("namespace", cfg.Namespace)),
+		cli: cli, name: name, label: name, prefix: keys.Prefix(cfg.Namespace, keys.Lock, name), cfg: cfg, met: met,
+		log:   cfg.Session.Logger.With(zap.String("name", name), zap.String("namespace", cfg.Namespace)),
 		value: holderIdentity(),
 	}
-	sessions := lease.NewProvider(cli, cfg.Session, cfg.LeaseConfig(met.RenewalFailed(cfg.Namespace, name)))
-	m.owner = queue.NewOwner[*Lock](sessions, queue.OwnerConfig{
-		Label: fmt.Sprintf("mutex %q", name), Prefix: m.prefix, MaxHeld: cfg.MaxHeld,
-		NotHeld: ErrNotHeld, BorrowedSession: cfg.Session != nil,
+	if cfg.MetricLabel != "" {
+		m.label = cfg.MetricLabel
+	}
+	sess, own := cfg.NewSession(cli)
+	if fn := met.RenewalFailed(cfg.Namespace, m.label); fn != nil {
+		m.unsub = sess.OnRenewalFailure(fn)
+	}
+	m.owner = core.NewOwner[*Lock](sess, core.OwnerConfig{
+		Label: fmt.Sprintf("mutex %q", name), Prefix: m.prefix, NotHeld: ErrNotHeld, OwnSession: own, OnEnd: m.ended,
 	})
 	return m, nil
 }
@@ -78,11 +84,13 @@ func (m *Mutex) Namespace() string { return m.cfg.Namespace }
 // Prefix returns the etcd prefix under which every contender's key lives.
 func (m *Mutex) Prefix() string { return m.prefix }
 
-// Lock waits until it holds the lock, ctx ends, or the Mutex is closed.
-// ctx bounds the wait only: the returned Lock's Context lives until the
-// lock is lost or released. On error no key of this call is left in etcd.
-// Waiting is by watching the key just ahead in the queue, so a release
-// wakes one waiter, first come first served.
+// Lock waits until it holds the lock, ctx ends, or the Mutex is closed
+// (ErrClosed). ctx bounds the wait only: the returned Lock's Context lives
+// until the lock is lost or released. On error no key of this call is left
+// in etcd. Waiting is by watching the key just ahead in the queue, so a
+// release wakes one waiter, first come first served. A refusal by etcd
+// (permission denied, authentication failed, invalid request) is returned
+// at once and never retried.
 func (m *Mutex) Lock(ctx context.Context) (*Lock, error) { return m.lock(ctx, false) }
 
 // TryLock takes the lock if no one holds it and returns ErrLocked at once
@@ -91,35 +99,32 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lock, error) { return m.lock(ctx,
 
 func (m *Mutex) lock(ctx context.Context, try bool) (*Lock, error) {
 	start := time.Now()
-	l, err := m.acquire(ctx, try)
+	l, err := m.owner.Acquire(ctx, m.value, try, func(h *core.Hold) *Lock { return &Lock{m: m, h: h} })
 	result := "acquired"
 	switch {
 	case err == nil:
-	case errors.Is(err, ErrLocked):
-		result = "locked"
+		m.log.Debug("lock acquired", l.h.LogFields()...)
+	case errors.Is(err, core.ErrBusy):
+		err, result = fmt.Errorf("%w: %q", ErrLocked, m.name), "locked"
 	case ctx.Err() != nil || errors.Is(err, ErrClosed):
 		result = "canceled"
 	default:
 		result = "error"
 	}
-	m.met.ObserveAcquire(m.cfg.Namespace, m.name, result, time.Since(start))
+	m.met.ObserveAcquire(m.cfg.Namespace, m.label, result, time.Since(start))
 	return l, err
-}
-
-func (m *Mutex) acquire(ctx context.Context, try bool) (*Lock, error) {
-	l, err := m.owner.Acquire(ctx, m.value, try, func(h *queue.Hold) *Lock { return &Lock{m: m, h: h} }, m.ended)
-	if errors.Is(err, queue.ErrBusy) {
-		return nil, fmt.Errorf("%w: %q", ErrLocked, m.name)
-	}
-	if err != nil {
-		return nil, err
-	}
-	m.log.Debug("lock acquired", l.h.LogFields()...)
-	return l, nil
 }
 
 // Close releases every lock the Mutex holds (their Context ends with
 // ErrReleased), makes waiting and later Lock calls return ErrClosed, and
-// revokes the lease the Mutex created. It waits for every goroutine the
-// Mutex started and is idempotent.
-func (m *Mutex) Close() error { return m.owner.Close() }
+// revokes the lease the Mutex created (a shared session is left open). It
+// deletes the Mutex's metric series, waits for every goroutine the Mutex
+// started, and is idempotent.
+func (m *Mutex) Close() error {
+	err := m.owner.Close()
+	if m.unsub != nil {
+		m.unsub()
+	}
+	m.met.Forget(m.cfg.Namespace, m.label)
+	return err
+}

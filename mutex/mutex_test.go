@@ -88,8 +88,11 @@ func TestTxnAppliesOnlyWhileHeld(t *testing.T) {
 		t.Fatalf("txn after key deletion: %v, want ErrNotHeld", err)
 	}
 	etcdtest.Within(t, l.Done(), 5*time.Second, "context end after key deletion")
-	if cause := context.Cause(l.Context()); !errors.Is(cause, mutex.ErrLost) || !errors.Is(cause, mutex.ErrKeyDeleted) {
-		t.Fatalf("cause = %v, want ErrLost and ErrKeyDeleted", cause)
+	if cause := context.Cause(l.Context()); !errors.Is(cause, mutex.ErrLost) || !errors.Is(cause, mutex.ErrKeyGone) {
+		t.Fatalf("cause = %v, want ErrLost and ErrKeyGone", cause)
+	}
+	if err := l.Unlock(ctx); !errors.Is(err, mutex.ErrNotHeld) || !errors.Is(err, mutex.ErrKeyDeleted) {
+		t.Fatalf("Unlock after the key's deletion = %v, want ErrNotHeld and ErrKeyDeleted", err)
 	}
 	got, _ := cli.Get(ctx, "/data/txn")
 	if string(got.Kvs[0].Value) != "1" {
@@ -542,12 +545,14 @@ func TestDo(t *testing.T) {
 		t.Fatalf("Do = %v, want fn's error", err)
 	}
 	// A loss while fn runs is reported even when fn returns nil.
-	err = mutex.Do(ctx, cli, "do", func(ctx context.Context, tok fencing.Token) error {
+	// (The admin's calls use the test's ctx: fn's ends with the revoke,
+	// possibly before the admin hears its reply.)
+	err = mutex.Do(ctx, cli, "do", func(fctx context.Context, tok fencing.Token) error {
 		resp, _ := cli.Get(ctx, "/baton/v1/lock/do/", clientv3.WithPrefix())
 		if _, err := cli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
 			t.Error(err)
 		}
-		<-ctx.Done()
+		<-fctx.Done()
 		return nil
 	})
 	if !errors.Is(err, mutex.ErrNotHeld) || !errors.Is(err, mutex.ErrLeaseExpired) {

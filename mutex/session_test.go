@@ -11,12 +11,19 @@ import (
 
 	"github.com/batonhq/baton/integration/etcdtest"
 	"github.com/batonhq/baton/mutex"
+	bsession "github.com/batonhq/baton/session"
 )
 
 func TestMaxHeldCapsKeysPerSession(t *testing.T) {
 	cli := client(t)
 	ctx := etcdtest.Context(t, 20*time.Second)
-	sess := session(t, cli, 10)
+	// The cap is session-wide: it counts the keys of every Mutex sharing
+	// one session.
+	sess, err := bsession.New(cli, bsession.WithTTL(10*time.Second), bsession.WithMaxHeld(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sess.Close() })
 	var held []*mutex.Lock
 	for i := range 3 {
 		m := newMutex(t, cli, fmt.Sprintf("quota-%d", i), mutex.WithSession(sess), mutex.WithMaxHeld(3))

@@ -3,6 +3,8 @@ package chaos_test
 import (
 	"context"
 	"errors"
+	"github.com/batonhq/baton/internal/config"
+	"github.com/batonhq/baton/internal/core"
 	"net/http"
 	"sync"
 	"testing"
@@ -28,7 +30,7 @@ func TestSkewedClockHoldersPartitioned(t *testing.T) {
 	const ttl = 2 * time.Second
 	tests := []struct {
 		name  string
-		clock mutex.Clock
+		clock core.Clock
 	}{
 		{"half-speed", newSlowClock(0.5)},
 		{"frozen", frozenClock{at: time.Now()}},
@@ -38,7 +40,7 @@ func TestSkewedClockHoldersPartitioned(t *testing.T) {
 			name := "skew-" + tt.name
 			register := "/chaos/skew/" + tt.name
 			pcli, part := c.Proxied(t)
-			m, err := mutex.New(pcli, name, mutex.WithTTL(ttl), mutex.WithClock(tt.clock))
+			m, err := mutex.New(pcli, name, mutex.WithTTL(ttl), config.Clock(tt.clock))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,9 +1,10 @@
-// Package config holds the settings that mutex and election share, their
-// defaults and their validation. Each public package wraps it in its own
-// Option type.
+// Package config is the one definition of the options that session, mutex
+// and election share, their defaults and their validation. Test-only
+// options (clock, pause points) live here too, out of the public API.
 package config
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,54 +13,159 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 
+	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/errs"
 	"github.com/batonhq/baton/internal/keys"
-	"github.com/batonhq/baton/internal/lease"
 	"github.com/batonhq/baton/internal/metrics"
 )
 
-// Bounds and defaults.
-const (
-	DefaultTTL    = 15 * time.Second
-	MinTTL        = 2 * time.Second // etcd's minimum lease TTL with default timing
-	DefaultMaxTTL = 5 * time.Minute
-)
+// Option is one setting. Its method takes an internal type, so only baton
+// defines options.
+type Option interface{ Apply(*Config) }
 
-// Config is the validated configuration of one mutex or election.
+// Config is the validated configuration of one session, mutex or election.
 type Config struct {
-	TTL        time.Duration
-	ttlSet     bool
-	MaxTTL     time.Duration
-	Margin     time.Duration
-	Namespace  string
-	Session    *concurrency.Session
-	Logger     *zap.Logger
-	Registerer prometheus.Registerer
-	Clock      lease.Clock
-	MaxHeld    int
+	// Session is the session-wide part.
+	Session core.Config
+	// set names the session-wide options given explicitly, with their
+	// values as shown in errors.
+	set map[string]string
+	// sessionOnly refuses options that are not session-wide.
+	sessionOnly bool
+	errs        []error
+
+	Namespace   string
+	Shared      *core.Session
+	Borrowed    *concurrency.Session
+	MetricLabel string
+	Identity    string
 }
 
-// Setter is one option's effect.
-type Setter func(*Config)
+type opt struct {
+	name        string // "WithTTL"
+	sessionWide bool
+	fn          func(*Config) string // returns the value as shown in errors
+}
 
-// SetTTL records an explicit TTL.
-func SetTTL(d time.Duration) Setter { return func(c *Config) { c.TTL, c.ttlSet = d, true } }
-
-// Build applies the options over the defaults and validates the result.
-// Every error wraps errs.ErrInvalid and names the option and its bound.
-func Build(cli *clientv3.Client, setters []Setter) (Config, error) {
-	c := Config{
-		TTL:       DefaultTTL,
-		MaxTTL:    DefaultMaxTTL,
-		Namespace: keys.DefaultNamespace,
-		Logger:    zap.NewNop(),
-		Clock:     lease.RealClock{},
+func (o opt) Apply(c *Config) {
+	if c.sessionOnly && !o.sessionWide {
+		c.errs = append(c.errs, fmt.Errorf("%w: %s is not a session option", errs.ErrInvalid, o.name))
+		return
 	}
-	for _, set := range setters {
-		if set == nil {
+	v := o.fn(c)
+	if o.sessionWide {
+		c.set[o.name] = v
+	}
+}
+
+func sessionOpt(name string, fn func(*Config) string) Option {
+	return opt{name: name, sessionWide: true, fn: fn}
+}
+
+func plainOpt(name string, fn func(*Config)) Option {
+	return opt{name: name, fn: func(c *Config) string { fn(c); return "" }}
+}
+
+// TTL sets the TTL of a granted lease.
+func TTL(d time.Duration) Option {
+	return sessionOpt("WithTTL", func(c *Config) string { c.Session.TTL = d; return d.String() })
+}
+
+// MaxTTL caps the TTL.
+func MaxTTL(d time.Duration) Option {
+	return sessionOpt("WithMaxTTL", func(c *Config) string { c.Session.MaxTTL = d; return d.String() })
+}
+
+// Margin sets the safety margin.
+func Margin(d time.Duration) Option {
+	return sessionOpt("WithSafetyMargin", func(c *Config) string { c.Session.Margin = d; return d.String() })
+}
+
+// MaxHeld caps the keys of one session.
+func MaxHeld(n int) Option {
+	return sessionOpt("WithMaxHeld", func(c *Config) string { c.Session.MaxHeld = n; return fmt.Sprint(n) })
+}
+
+// Logger sets the logger.
+func Logger(l *zap.Logger) Option {
+	return sessionOpt("WithLogger", func(c *Config) string { c.Session.Logger = l; return fmt.Sprintf("%p", l) })
+}
+
+// Registerer sets the metrics registerer.
+func Registerer(r prometheus.Registerer) Option {
+	return sessionOpt("WithRegisterer", func(c *Config) string { c.Session.Registerer = r; return fmt.Sprintf("%p", r) })
+}
+
+// Clock sets the watchdog's clock (tests).
+func Clock(clock core.Clock) Option {
+	return sessionOpt("WithClock", func(c *Config) string { c.Session.Clock = clock; return fmt.Sprintf("%v", clock) })
+}
+
+// Hooks sets the pause points (tests).
+func Hooks(h *core.Hooks) Option {
+	return sessionOpt("WithHooks", func(c *Config) string { c.Session.Hooks = h; return fmt.Sprintf("%p", h) })
+}
+
+// Namespace sets the key namespace.
+func Namespace(ns string) Option { return plainOpt("WithNamespace", func(c *Config) { c.Namespace = ns }) }
+
+// Shared makes a mutex or election use a baton session.
+func Shared(s *core.Session) Option {
+	return plainOpt("WithSession", func(c *Config) {
+		if s == nil {
+			c.errs = append(c.errs, fmt.Errorf("%w: WithSession: session must not be nil", errs.ErrInvalid))
+		}
+		c.Shared = s
+	})
+}
+
+// Borrowed makes a mutex or election watch a caller's etcd session.
+func Borrowed(cs *concurrency.Session) Option {
+	return plainOpt("WithSession", func(c *Config) {
+		if cs == nil {
+			c.errs = append(c.errs, fmt.Errorf("%w: WithSession: session must not be nil", errs.ErrInvalid))
+		}
+		c.Borrowed = cs
+	})
+}
+
+// MetricLabel sets the value of the name label of a mutex's or election's
+// metrics.
+func MetricLabel(label string) Option {
+	return plainOpt("WithMetricLabel", func(c *Config) { c.MetricLabel = label })
+}
+
+// Identity sets the value a mutex writes to its key.
+func Identity(id string) Option { return plainOpt("WithIdentity", func(c *Config) { c.Identity = id }) }
+
+// BuildSession validates the options of a session.
+func BuildSession(cli *clientv3.Client, opts []Option) (Config, error) {
+	return build(cli, opts, true)
+}
+
+// Build validates the options of a mutex or election. Every error wraps
+// errs.ErrInvalid and names the option and its bound.
+func Build(cli *clientv3.Client, opts []Option) (Config, error) {
+	return build(cli, opts, false)
+}
+
+func build(cli *clientv3.Client, opts []Option, sessionOnly bool) (Config, error) {
+	c := Config{
+		Session: core.Config{
+			TTL: core.DefaultTTL, MaxTTL: core.DefaultMaxTTL, Logger: zap.NewNop(), Clock: core.RealClock{},
+		},
+		set:         make(map[string]string),
+		sessionOnly: sessionOnly,
+		Namespace:   keys.DefaultNamespace,
+	}
+	for _, o := range opts {
+		if o == nil {
 			return c, fmt.Errorf("%w: nil option", errs.ErrInvalid)
 		}
-		set(&c)
+		o.Apply(&c)
+	}
+	if err := errors.Join(c.errs...); err != nil {
+		return c, err
 	}
 	if cli == nil {
 		return c, fmt.Errorf("%w: client must not be nil", errs.ErrInvalid)
@@ -67,57 +173,98 @@ func Build(cli *clientv3.Client, setters []Setter) (Config, error) {
 	if err := keys.ValidateNamespace(c.Namespace); err != nil {
 		return c, fmt.Errorf("WithNamespace: %w", err)
 	}
-	if c.MaxTTL < MinTTL {
-		return c, fmt.Errorf("%w: WithMaxTTL(%v): the cap must be at least %v", errs.ErrInvalid, c.MaxTTL, MinTTL)
+	if c.Shared != nil && c.Borrowed != nil {
+		return c, fmt.Errorf("%w: WithSession given twice", errs.ErrInvalid)
 	}
-	if c.Session != nil {
-		if c.ttlSet {
+	if c.Shared != nil {
+		return c, c.adoptShared(cli)
+	}
+	s := &c.Session
+	if s.MaxTTL < core.MinTTL {
+		return c, fmt.Errorf("%w: WithMaxTTL(%v): the cap must be at least %v", errs.ErrInvalid, s.MaxTTL, core.MinTTL)
+	}
+	if c.Borrowed != nil {
+		if _, ok := c.set["WithTTL"]; ok {
 			return c, fmt.Errorf("%w: WithTTL cannot be combined with WithSession: the session's lease has its own TTL", errs.ErrInvalid)
 		}
-		if c.Session.Client() == nil {
+		if c.Borrowed.Client() == nil {
 			return c, fmt.Errorf("%w: WithSession: session has no client", errs.ErrInvalid)
 		}
 	} else {
 		switch {
-		case c.TTL < MinTTL:
-			return c, fmt.Errorf("%w: WithTTL(%v): ttl must be at least %v", errs.ErrInvalid, c.TTL, MinTTL)
-		case c.TTL > c.MaxTTL:
-			return c, fmt.Errorf("%w: WithTTL(%v): ttl must be at most %v (WithMaxTTL)", errs.ErrInvalid, c.TTL, c.MaxTTL)
-		case c.TTL%time.Second != 0:
-			return c, fmt.Errorf("%w: WithTTL(%v): ttl must be a whole number of seconds, as etcd leases are", errs.ErrInvalid, c.TTL)
+		case s.TTL < core.MinTTL:
+			return c, fmt.Errorf("%w: WithTTL(%v): ttl must be at least %v", errs.ErrInvalid, s.TTL, core.MinTTL)
+		case s.TTL > s.MaxTTL:
+			return c, fmt.Errorf("%w: WithTTL(%v): ttl must be at most %v (WithMaxTTL)", errs.ErrInvalid, s.TTL, s.MaxTTL)
+		case s.TTL%time.Second != 0:
+			return c, fmt.Errorf("%w: WithTTL(%v): ttl must be a whole number of seconds, as etcd leases are", errs.ErrInvalid, s.TTL)
+		case s.Margin > s.TTL/2:
+			return c, fmt.Errorf("%w: WithSafetyMargin(%v): margin must be at most half the ttl (%v)", errs.ErrInvalid, s.Margin, s.TTL/2)
 		}
 	}
-	if c.Margin < 0 {
-		return c, fmt.Errorf("%w: WithSafetyMargin(%v): margin must not be negative", errs.ErrInvalid, c.Margin)
-	}
-	if c.Session == nil && c.Margin > c.TTL/2 {
-		return c, fmt.Errorf("%w: WithSafetyMargin(%v): margin must be at most half the ttl (%v)", errs.ErrInvalid, c.Margin, c.TTL/2)
-	}
-	if c.Logger == nil {
+	switch {
+	case s.Margin < 0:
+		return c, fmt.Errorf("%w: WithSafetyMargin(%v): margin must not be negative", errs.ErrInvalid, s.Margin)
+	case s.Logger == nil:
 		return c, fmt.Errorf("%w: WithLogger: logger must not be nil (zap.NewNop() is the silent one)", errs.ErrInvalid)
-	}
-	if c.Clock == nil {
+	case s.Clock == nil:
 		return c, fmt.Errorf("%w: clock must not be nil", errs.ErrInvalid)
-	}
-	if c.MaxHeld < 0 {
-		return c, fmt.Errorf("%w: WithMaxHeld(%d): must not be negative", errs.ErrInvalid, c.MaxHeld)
+	case s.MaxHeld < 0:
+		return c, fmt.Errorf("%w: WithMaxHeld(%d): must not be negative", errs.ErrInvalid, s.MaxHeld)
 	}
 	return c, nil
 }
 
+// adoptShared takes the session-wide settings from a baton session; one
+// given here too must agree with it.
+func (c *Config) adoptShared(cli *clientv3.Client) error {
+	if c.Shared.Client() != cli {
+		return fmt.Errorf("%w: WithSession: the session uses another etcd client", errs.ErrInvalid)
+	}
+	mine := c.Session
+	theirs := c.Shared.Settings()
+	values := map[string][2]string{
+		"WithTTL":          {mine.TTL.String(), theirs.TTL.String()},
+		"WithMaxTTL":       {mine.MaxTTL.String(), theirs.MaxTTL.String()},
+		"WithSafetyMargin": {mine.Margin.String(), theirs.Margin.String()},
+		"WithMaxHeld":      {fmt.Sprint(mine.MaxHeld), fmt.Sprint(theirs.MaxHeld)},
+		"WithLogger":       {fmt.Sprintf("%p", mine.Logger), fmt.Sprintf("%p", theirs.Logger)},
+		"WithRegisterer":   {fmt.Sprintf("%p", mine.Registerer), fmt.Sprintf("%p", theirs.Registerer)},
+		"WithClock":        {fmt.Sprintf("%v", mine.Clock), fmt.Sprintf("%v", theirs.Clock)},
+		"WithHooks":        {fmt.Sprintf("%p", mine.Hooks), fmt.Sprintf("%p", theirs.Hooks)},
+	}
+	var out []error
+	for _, name := range []string{"WithTTL", "WithMaxTTL", "WithSafetyMargin", "WithMaxHeld", "WithLogger", "WithRegisterer", "WithClock", "WithHooks"} {
+		if _, given := c.set[name]; !given {
+			continue
+		}
+		if v := values[name]; v[0] != v[1] {
+			out = append(out, fmt.Errorf("%w: %s(%s) conflicts with the session's %s: session-wide settings are set once, on the session",
+				errs.ErrInvalid, name, v[0], v[1]))
+		}
+	}
+	c.Session = theirs
+	return errors.Join(out...)
+}
+
+// NewSession returns the session a mutex or election uses: the shared one,
+// one watching the borrowed etcd session, or its own; own reports whether
+// the caller must close it.
+func (c Config) NewSession(cli *clientv3.Client) (s *core.Session, own bool) {
+	switch {
+	case c.Shared != nil:
+		return c.Shared, false
+	case c.Borrowed != nil:
+		return core.Borrow(c.Borrowed, c.Session), true
+	}
+	return core.NewSession(cli, c.Session), true
+}
+
 // Metrics builds and registers the metrics on the configured Registerer.
 func (c Config) Metrics() (*metrics.Metrics, error) {
-	m, err := metrics.New(c.Registerer)
+	m, err := metrics.New(c.Session.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("%w: WithRegisterer: %w", errs.ErrInvalid, err)
 	}
 	return m, nil
-}
-
-// LeaseConfig is the watchdog configuration.
-func (c Config) LeaseConfig(onFailure func()) lease.Config {
-	return lease.Config{
-		TTL: c.TTL, MaxTTL: c.MaxTTL, Margin: c.Margin, Clock: c.Clock, Logger: c.Logger,
-		OnRenewalFailure: onFailure,
-	}
 }

@@ -56,3 +56,8 @@ func Reason(cause error) string {
 
 // ErrTooManyHeld: a session already has as many keys as WithMaxHeld allows.
 var ErrTooManyHeld = errors.New("baton: too many locks held or awaited through one session")
+
+// ErrKeyGone: the holder's key was deleted, by a delete or by its lease's
+// revocation; the cause a hold's context ends with at once, before the two
+// can be told apart.
+var ErrKeyGone = errors.New("key deleted or its lease revoked")

@@ -183,3 +183,13 @@ func Parse(ns, key string) (Parsed, error) {
 	}
 	return Parsed{Kind: Kind(parts[0]), Name: name, Lease: lease}, nil
 }
+
+// NamespaceOf is "/<ns>/v1/" for a key "/<ns>/v1/...", or key itself when
+// it has no such form.
+func NamespaceOf(key string) string {
+	parts := strings.SplitN(key, "/", 4)
+	if len(parts) < 4 {
+		return key
+	}
+	return "/" + parts[1] + "/" + parts[2] + "/"
+}

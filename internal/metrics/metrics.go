@@ -168,3 +168,21 @@ func (m *Metrics) Rejected(resource string) {
 	}
 	m.FencingRejections.WithLabelValues(resource).Inc()
 }
+
+// Forget deletes every series of one lock or election (its namespace and
+// name labels), so that closed ones do not accumulate.
+func (m *Metrics) Forget(ns, name string) {
+	if m == nil {
+		return
+	}
+	labels := prometheus.Labels{"namespace": ns, "name": name}
+	m.AcquireDuration.DeletePartialMatch(labels)
+	m.AcquireTotal.DeletePartialMatch(labels)
+	m.HoldDuration.DeletePartialMatch(labels)
+	m.LostTotal.DeletePartialMatch(labels)
+	m.RenewalFailures.DeletePartialMatch(labels)
+	m.IsLeader.DeletePartialMatch(labels)
+	m.Transitions.DeletePartialMatch(labels)
+	m.CampaignDuration.DeletePartialMatch(labels)
+	m.ElectionLostTotal.DeletePartialMatch(labels)
+}

@@ -42,36 +42,46 @@ func Transient(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded)
 }
 
-// Do runs op, each attempt bounded by AttemptTimeout, until it succeeds,
-// fails for good, or ctx ends; it returns op's last error.
+// Do runs op until it succeeds, fails for good, or ctx ends, and returns
+// op's last error. The first attempt runs under ctx alone (the requests are
+// marked "require leader", so a member without a leader fails them fast);
+// each retry is bounded by AttemptTimeout, so that a request stuck on one
+// member gives way to another.
 func Do(ctx context.Context, op func(ctx context.Context) error) error {
-	for attempt := 0; ; attempt++ {
+	err := op(ctx)
+	for attempt := 0; err != nil && ctx.Err() == nil && Transient(err); attempt++ {
+		if Sleep(ctx, Backoff(attempt)) != nil {
+			return err
+		}
 		actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
-		err := op(actx)
+		err = op(actx)
 		cancel()
-		if err == nil || ctx.Err() != nil || !Transient(err) {
-			return err
-		}
-		t := time.NewTimer(Backoff(attempt))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		}
 	}
+	return err
 }
 
 // Permanent reports whether retrying err cannot help: the caller lacks
-// permission or its credentials are refused.
+// permission, its credentials are refused, or etcd calls the request
+// invalid. Such errors are returned to the caller, never retried.
 func Permanent(err error) bool {
 	for _, p := range []error{
 		rpctypes.ErrPermissionDenied, rpctypes.ErrUserEmpty, rpctypes.ErrAuthFailed,
-		rpctypes.ErrUserNotFound, rpctypes.ErrAuthOldRevision,
+		rpctypes.ErrUserNotFound, rpctypes.ErrAuthOldRevision, rpctypes.ErrInvalidAuthToken,
 	} {
 		if errors.Is(err, p) {
 			return true
 		}
+	}
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		switch ee.Code() {
+		case codes.PermissionDenied, codes.Unauthenticated, codes.InvalidArgument:
+			return true
+		}
+	}
+	switch status.Code(err) {
+	case codes.PermissionDenied, codes.Unauthenticated, codes.InvalidArgument:
+		return true
 	}
 	return false
 }
@@ -80,4 +90,16 @@ func Permanent(err error) bool {
 func Backoff(attempt int) time.Duration {
 	d := 50 * time.Millisecond << min(attempt, 5)
 	return min(d, time.Second)
+}
+
+// Sleep waits d or until ctx ends, returning ctx's cause then.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }

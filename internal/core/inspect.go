@@ -1,7 +1,11 @@
-package queue
+package core
 
 import (
+	"errors"
+	"sync"
+
 	"context"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -39,31 +43,60 @@ func Read(ctx context.Context, cli *clientv3.Client, prefix string) ([]Entry, in
 	return entries, resp.Header.Revision, nil
 }
 
-// FillTTLs sets each entry's TTL, asking once per distinct lease.
+// FillTTLs sets each entry's TTL, asking once per distinct lease, up to
+// ttlParallel requests at a time.
 func FillTTLs(ctx context.Context, cli *clientv3.Client, entries []Entry) error {
 	ttls := make(map[clientv3.LeaseID]time.Duration)
-	for i := range entries {
-		id := entries[i].Lease
-		ttl, ok := ttls[id]
-		if !ok {
-			if id == clientv3.NoLease {
-				ttl = -1
-			} else {
-				resp, err := cli.TimeToLive(ctx, id)
-				switch {
-				case err != nil && isLeaseNotFound(err):
-					ttl = -1
-				case err != nil:
-					return err
-				case resp.TTL < 0:
-					ttl = -1
-				default:
-					ttl = time.Duration(resp.TTL) * time.Second
-				}
-			}
-			ttls[id] = ttl
+	for _, e := range entries {
+		ttls[e.Lease] = -1
+	}
+	var (
+		mu   sync.Mutex
+		errp error
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, ttlParallel)
+	)
+	ids := make([]clientv3.LeaseID, 0, len(ttls))
+	for id := range ttls {
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		if id == clientv3.NoLease {
+			continue
 		}
-		entries[i].TTL = ttl
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			resp, err := cli.TimeToLive(ctx, id)
+			ttl := time.Duration(-1)
+			switch {
+			case err != nil && errors.Is(err, rpctypes.ErrLeaseNotFound):
+			case err != nil:
+				mu.Lock()
+				if errp == nil {
+					errp = err
+				}
+				mu.Unlock()
+				return
+			case resp.TTL >= 0:
+				ttl = time.Duration(resp.TTL) * time.Second
+			}
+			mu.Lock()
+			ttls[id] = ttl
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if errp != nil {
+		return errp
+	}
+	for i := range entries {
+		entries[i].TTL = ttls[entries[i].Lease]
 	}
 	return nil
 }
+
+// ttlParallel bounds the TimeToLive requests of one FillTTLs in flight.
+const ttlParallel = 16

@@ -1,10 +1,9 @@
-package lease
+package core
 
 import "time"
 
-// Clock is the time source of the validity watchdog. The real clock reads
-// Go's monotonic clock; tests give a slow or frozen one to show that
-// fencing, not timing, is what keeps data safe.
+// Clock is the time source of the validity watchdog: Go's monotonic clock,
+// or a slow or frozen one in tests.
 type Clock interface {
 	Now() time.Time
 	// AfterFunc calls f in its own goroutine once d has passed on this clock.

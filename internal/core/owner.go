@@ -1,0 +1,235 @@
+package core
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/batonhq/baton/internal/errs"
+)
+
+// releaseTimeout bounds a release whose caller's ctx has already ended.
+const releaseTimeout = 5 * time.Second
+
+// OwnerConfig configures an Owner.
+type OwnerConfig struct {
+	// Label names the lock or election in errors ("mutex \"x\"").
+	Label  string
+	Prefix string
+	// NotHeld is the sentinel for a handle that no longer owns.
+	NotHeld error
+	// OwnSession makes Close close the session.
+	OwnSession bool
+	// OnStart runs when a hold begins, before anything can end it.
+	OnStart func(h *Hold)
+	// OnEnd runs once when a hold ends, with the cause (errs.ErrReleased,
+	// or a loss with its reason told apart) and how long it was held.
+	OnEnd func(h *Hold, cause error, held time.Duration)
+}
+
+// Owner is one Mutex or Election on a session: the handles it holds (T is
+// *mutex.Lock or *election.Term), its calls in flight, and Close. After
+// Close returns, no goroutine of the Owner runs.
+type Owner[T any] struct {
+	sess *Session
+	cfg  OwnerConfig
+
+	closeCtx    context.Context // ends with errs.ErrClosed when Close begins
+	closeCancel context.CancelCauseFunc
+	closeDone   chan struct{}
+	calls       sync.WaitGroup // acquisitions and observers in flight
+	bg          sync.WaitGroup // deletions and loss refinements
+
+	mu       sync.Mutex
+	closed   bool
+	bgClosed bool
+	held     map[*Hold]T
+}
+
+// NewOwner returns an Owner on sess.
+func NewOwner[T any](sess *Session, cfg OwnerConfig) *Owner[T] {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &Owner[T]{sess: sess, cfg: cfg, closeCtx: ctx, closeCancel: cancel, closeDone: make(chan struct{}), held: make(map[*Hold]T)}
+}
+
+// Session is the owner's session.
+func (o *Owner[T]) Session() *Session { return o.sess }
+
+// enter counts a call in flight; false after Close began.
+func (o *Owner[T]) enter() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return false
+	}
+	o.calls.Add(1)
+	return true
+}
+
+// Go runs fn in a goroutine that Close waits for, with a ctx that also
+// ends when Close begins; false (fn not run) after Close began.
+func (o *Owner[T]) Go(ctx context.Context, fn func(ctx context.Context)) bool {
+	if !o.enter() {
+		return false
+	}
+	ctx, stop := o.link(ctx)
+	go func() {
+		defer o.calls.Done()
+		defer stop()
+		fn(ctx)
+	}()
+	return true
+}
+
+// goBG runs fn in a background goroutine Close waits for; false once Close
+// stopped accepting them.
+func (o *Owner[T]) goBG(fn func()) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.bgClosed {
+		return false
+	}
+	o.bg.Add(1)
+	go func() {
+		defer o.bg.Done()
+		fn()
+	}()
+	return true
+}
+
+// link returns ctx that also ends, with errs.ErrClosed, when Close begins.
+func (o *Owner[T]) link(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(o.closeCtx, func() { cancel(errs.ErrClosed) })
+	return ctx, func() { stop(); cancel(nil) }
+}
+
+// Acquire queues value and returns a handle made by wrap once it owns. It
+// returns ErrBusy for a try that found another owner, errs.ErrClosed after
+// Close (also for a call waiting when Close begins).
+func (o *Owner[T]) Acquire(ctx context.Context, value string, try bool, wrap func(*Hold) T) (T, error) {
+	var zero T
+	if !o.enter() {
+		return zero, errs.ErrClosed
+	}
+	defer o.calls.Done()
+	ctx, stop := o.link(ctx)
+	defer stop()
+	l, err := o.sess.lease(ctx)
+	if err != nil {
+		return zero, o.wrapErr(err)
+	}
+	h, err := o.queue(ctx, l, value, try)
+	if errors.Is(err, ErrBusy) {
+		return zero, err
+	}
+	if err != nil {
+		return zero, o.wrapErr(err)
+	}
+	handle := wrap(h)
+	o.mu.Lock()
+	closed := o.closed
+	if !closed {
+		o.held[h] = handle
+	}
+	o.mu.Unlock()
+	h.arm()
+	if closed {
+		_ = h.Release(context.Background())
+		return zero, errs.ErrClosed
+	}
+	return handle, nil
+}
+
+// wrapErr names the lock or election in an error; ErrClosed stays bare.
+func (o *Owner[T]) wrapErr(err error) error {
+	if errors.Is(err, errs.ErrClosed) || o.closeCtx.Err() != nil {
+		return errs.ErrClosed
+	}
+	return fmt.Errorf("%s: %w", o.cfg.Label, err)
+}
+
+// Release releases h and forgets it once no retry is due.
+func (o *Owner[T]) Release(ctx context.Context, h *Hold) error {
+	err := h.Release(ctx)
+	if err == nil || errors.Is(err, o.cfg.NotHeld) {
+		o.mu.Lock()
+		delete(o.held, h)
+		o.mu.Unlock()
+	}
+	return err
+}
+
+// Held returns the handles held, oldest token first.
+func (o *Owner[T]) Held() []T {
+	type pair struct {
+		h *Hold
+		t T
+	}
+	o.mu.Lock()
+	pairs := make([]pair, 0, len(o.held))
+	for h, t := range o.held {
+		pairs = append(pairs, pair{h, t})
+	}
+	o.mu.Unlock()
+	slices.SortFunc(pairs, func(a, b pair) int { return cmp.Compare(a.h.rev, b.h.rev) })
+	out := make([]T, len(pairs))
+	for i, p := range pairs {
+		out[i] = p.t
+	}
+	return out
+}
+
+// Close ends every hold with errs.ErrReleased (deleting its key, or
+// revoking the lease when the session is the owner's own), makes calls in
+// flight and later ones return errs.ErrClosed, closes an own session, and
+// waits for every goroutine. It is idempotent.
+func (o *Owner[T]) Close() error {
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		<-o.closeDone
+		return nil
+	}
+	o.closed = true
+	o.mu.Unlock()
+	defer close(o.closeDone)
+	o.closeCancel(errs.ErrClosed)
+	call(o.sess.cfg.Hooks.InClose)
+	o.calls.Wait()
+
+	o.mu.Lock()
+	holds := make([]*Hold, 0, len(o.held))
+	for h := range o.held {
+		holds = append(holds, h)
+	}
+	clear(o.held)
+	o.mu.Unlock()
+	revoke := o.cfg.OwnSession && !o.sess.IsBorrowed()
+	var out []error
+	for _, h := range holds {
+		if revoke {
+			h.abandon() // the revoke below deletes the key
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		if err := h.Release(ctx); err != nil && !errors.Is(err, o.cfg.NotHeld) {
+			out = append(out, err)
+		}
+		cancel()
+	}
+	if o.cfg.OwnSession {
+		if err := o.sess.Close(); err != nil {
+			out = append(out, err)
+		}
+	}
+	o.mu.Lock()
+	o.bgClosed = true
+	o.mu.Unlock()
+	o.bg.Wait()
+	return errors.Join(out...)
+}

@@ -1,0 +1,276 @@
+package core
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/retry"
+)
+
+// keyWatcher tells the holds of one session under one namespace when their
+// keys are deleted: one watch serves every key, so 10,000 held locks cost
+// one watch, not 10,000.
+//
+// A key is registered after the acquisition confirmed it at revision at.
+// A deletion after at must reach its hold whatever the watch was doing
+// then, so every registration checks the one window the stream cannot
+// cover: when the stream started after at, or broke and was re-read after
+// at, the key is read once. Keys whose acquisition is under way are
+// expected, so a deletion of one seen before registration is kept, not
+// dropped.
+type keyWatcher struct {
+	s      *Session
+	prefix string
+	cancel context.CancelFunc
+
+	mu   sync.Mutex
+	keys map[string]*watched
+	// expected holds keys being acquired: a deletion seen before
+	// registration is recorded (at its revision) instead of dropped.
+	expected map[string]int64
+	// from is the first revision the current stream delivers; keys
+	// confirmed before it are read once on registration.
+	from int64
+	// linger stops an idle watch later; uses counts registrations.
+	linger *time.Timer
+	uses   int
+}
+
+type watched struct {
+	rev, at int64
+	gone    func(at int64)
+}
+
+func (s *Session) watcher(key string) *keyWatcher {
+	prefix := keys.NamespaceOf(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watchers == nil {
+		s.watchers = make(map[string]*keyWatcher)
+	}
+	w, ok := s.watchers[prefix]
+	if !ok {
+		w = &keyWatcher{s: s, prefix: prefix, keys: make(map[string]*watched), expected: make(map[string]int64)}
+		s.watchers[prefix] = w
+	}
+	return w
+}
+
+// expect marks key as being acquired; call before the acquisition's
+// confirming read. unexpect undoes it.
+func (w *keyWatcher) expect(key string) (unexpect func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cancel != nil {
+		w.expected[key] = 0
+	}
+	return func() {
+		w.mu.Lock()
+		delete(w.expected, key)
+		w.mu.Unlock()
+	}
+}
+
+// register calls gone (once, in the watch's goroutine or the caller's) when
+// key, created at rev and confirmed present at revision at, is deleted or
+// replaced. stop unregisters it.
+func (w *keyWatcher) register(key string, rev, at int64, gone func(at int64)) (stop func()) {
+	e := &watched{rev: rev, at: at, gone: gone}
+	w.mu.Lock()
+	deletedAt, wasExpected := w.expected[key]
+	delete(w.expected, key)
+	w.keys[key] = e
+	w.uses++
+	if w.linger != nil {
+		w.linger.Stop()
+		w.linger = nil
+	}
+	check := false
+	switch {
+	case w.cancel == nil:
+		w.start(at + 1)
+	case deletedAt > rev:
+		delete(w.keys, key)
+		w.mu.Unlock()
+		gone(deletedAt)
+		return w.stopper(key, e)
+	case !wasExpected || w.from > at+1:
+		// The stream may not have delivered a deletion after at with the
+		// key expected: read once.
+		check = true
+	}
+	w.mu.Unlock()
+	if check {
+		w.checkOnce(key, e)
+	}
+	return w.stopper(key, e)
+}
+
+func (w *keyWatcher) stopper(key string, e *watched) func() {
+	return func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.keys[key] == e {
+			delete(w.keys, key)
+		}
+		// Keep the watch a TTL after the last key goes when this session
+		// holds again and again; give it up at once after a single hold, so
+		// that drained waiters do not each keep receiving the namespace's
+		// deletions.
+		switch {
+		case len(w.keys) > 0 || len(w.expected) > 0 || w.cancel == nil || w.linger != nil:
+		case w.uses < 2:
+			w.cancel()
+			w.cancel = nil
+		default:
+			w.linger = time.AfterFunc(DefaultTTL, w.stopIfIdle)
+		}
+	}
+}
+
+func (w *keyWatcher) stopIfIdle() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.linger = nil
+	if len(w.keys) == 0 && len(w.expected) == 0 && w.cancel != nil {
+		w.cancel()
+		w.cancel = nil
+	}
+}
+
+// start runs the watch loop from revision from; w.mu is held.
+func (w *keyWatcher) start(from int64) {
+	w.s.mu.Lock()
+	closed := w.s.closed
+	if !closed {
+		w.s.wg.Add(1)
+	}
+	w.s.mu.Unlock()
+	if closed {
+		return
+	}
+	ctx, cancel := context.WithCancel(w.s.ctx)
+	w.cancel, w.from = cancel, from
+	go func() {
+		defer w.s.wg.Done()
+		w.loop(ctx, from)
+	}()
+}
+
+func (w *keyWatcher) loop(ctx context.Context, from int64) {
+	cli := w.s.cli
+	for ctx.Err() == nil {
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		for wr := range cli.Watch(wctx, w.prefix, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithRev(from)) {
+			if wr.Err() != nil {
+				break
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE {
+					w.deleted(string(ev.Kv.Key), ev.Kv.ModRevision)
+				}
+				from = ev.Kv.ModRevision + 1
+			}
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		// The stream broke (compaction, no leader, connection lost): read
+		// what is held, then watch again from there.
+		call(w.s.cfg.Hooks.BeforeReread)
+		rev, ok := w.reread(ctx)
+		if !ok {
+			if retry.Sleep(ctx, 100*time.Millisecond) != nil {
+				return
+			}
+			continue
+		}
+		from = rev + 1
+	}
+}
+
+// deleted ends the hold of key, if it was created before the deletion, in
+// this goroutine: the hold's context ends in the same step that receives
+// the event.
+func (w *keyWatcher) deleted(key string, at int64) {
+	w.mu.Lock()
+	if _, ok := w.expected[key]; ok {
+		w.expected[key] = at
+	}
+	e, ok := w.keys[key]
+	ok = ok && at > e.rev // an older deletion is of an earlier holder of this key
+	if ok {
+		delete(w.keys, key)
+	}
+	w.mu.Unlock()
+	if ok {
+		e.gone(at)
+	}
+}
+
+// reread reads the namespace's keys and ends the holds whose keys are gone:
+// those registered before the read, including any registered while the
+// stream was down. It returns the revision read at.
+func (w *keyWatcher) reread(ctx context.Context) (int64, bool) {
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	resp, err := w.s.cli.Get(rctx, w.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	cancel()
+	if err != nil {
+		return 0, false
+	}
+	rev := resp.Header.Revision
+	present := make(map[string]int64, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		present[string(kv.Key)] = kv.CreateRevision
+	}
+	var gone []*watched
+	w.mu.Lock()
+	for k, e := range w.keys {
+		if e.at < rev && present[k] != e.rev {
+			delete(w.keys, k)
+			gone = append(gone, e)
+		}
+	}
+	// Expected keys: a deletion during the outage cannot be told from the
+	// key not yet created; their registration reads them.
+	for k := range w.expected {
+		delete(w.expected, k)
+	}
+	w.from = rev + 1
+	w.mu.Unlock()
+	for _, e := range gone {
+		e.gone(rev)
+	}
+	return rev, true
+}
+
+// checkOnce reads key (a few attempts) and ends its hold if it is gone.
+func (w *keyWatcher) checkOnce(key string, e *watched) {
+	for attempt := 0; attempt < 3; attempt++ {
+		ctx, cancel := context.WithTimeout(w.s.ctx, 2*time.Second)
+		resp, err := w.s.cli.Get(ctx, key, clientv3.WithKeysOnly())
+		cancel()
+		if err != nil {
+			continue
+		}
+		if len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == e.rev {
+			return
+		}
+		w.mu.Lock()
+		mine := w.keys[key] == e
+		if mine {
+			delete(w.keys, key)
+		}
+		w.mu.Unlock()
+		if mine {
+			e.gone(resp.Header.Revision)
+		}
+		return
+	}
+}
