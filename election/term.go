@@ -11,8 +11,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/fencing"
-	"github.com/batonhq/baton/internal/errs"
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/errs"
 )
 
 // Term is one leadership won by Campaign. Its methods are safe for

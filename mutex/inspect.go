@@ -10,8 +10,8 @@ import (
 
 	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/internal/config"
-	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/keys"
 )
 
 // Contender is a holder or waiter of a lock, as read from etcd.

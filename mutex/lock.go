@@ -9,8 +9,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/fencing"
-	"github.com/batonhq/baton/internal/errs"
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/errs"
 )
 
 // Lock is one acquisition of a Mutex. Its methods are safe for concurrent

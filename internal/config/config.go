@@ -107,7 +107,9 @@ func Hooks(h *core.Hooks) Option {
 }
 
 // Namespace sets the key namespace.
-func Namespace(ns string) Option { return plainOpt("WithNamespace", func(c *Config) { c.Namespace = ns }) }
+func Namespace(ns string) Option {
+	return plainOpt("WithNamespace", func(c *Config) { c.Namespace = ns })
+}
 
 // Shared makes a mutex or election use a baton session.
 func Shared(s *core.Session) Option {
