@@ -11,6 +11,8 @@ type Hooks struct {
 	// InClose runs in an owner's Close after it refused new calls, before it
 	// waits for the calls in flight.
 	InClose func()
+	// Deleted runs in the namespace watch for every deletion it receives.
+	Deleted func(key string)
 	// OnRenewed runs after each acknowledged renewal.
 	OnRenewed func()
 }

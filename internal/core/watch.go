@@ -212,6 +212,9 @@ func (w *keyWatcher) deleted(key string, at int64) {
 	if ok {
 		e.gone(at)
 	}
+	if f := w.s.cfg.Hooks.Deleted; f != nil {
+		f(key)
+	}
 }
 
 // reread reads the namespace's keys and ends the holds whose keys are gone:
