@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/integration/bench"
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/embedetcd"
 )
 
 func main() {
@@ -76,7 +76,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cfg.HeldCommand = []string{exe}
 
-	srv, err := etcdtest.New(etcdtest.Config{})
+	srv, err := embedetcd.New(embedetcd.Config{})
 	if err != nil {
 		fmt.Fprintf(stderr, "baton-bench: %v\n", err)
 		return 1

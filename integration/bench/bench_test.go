@@ -237,7 +237,7 @@ func TestRunSmall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var progress strings.Builder
-	rep, err := Run(ctx, srv, Config{
+	rep, err := Run(ctx, srv.Server, Config{
 		Runs: 1, Duration: 300 * time.Millisecond, Trials: 5, Settle: time.Millisecond,
 		CrashTrials: 1, Held: 200, HeldWindow: time.Second, Waiters: 20,
 	}, &progress)

@@ -15,7 +15,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/embedetcd"
 )
 
 // Config scales the workloads. The zero value of a field picks its default.
@@ -160,7 +160,7 @@ type Report struct {
 // Run runs every workload cfg.Runs times per implementation against srv,
 // alternating which implementation goes first, and reports progress on
 // progress.
-func Run(ctx context.Context, srv *etcdtest.Server, cfg Config, progress io.Writer) (*Report, error) {
+func Run(ctx context.Context, srv *embedetcd.Server, cfg Config, progress io.Writer) (*Report, error) {
 	cfg = cfg.Defaults()
 	counter := NewCounter()
 	cli, err := newClient(srv.Endpoint(), counter)

@@ -15,7 +15,7 @@ import (
 // test can blackhole; both are closed on t.Cleanup.
 func (s *Server) Proxied(tb testing.TB) (*clientv3.Client, *netproxy.Proxy) {
 	tb.Helper()
-	p, err := netproxy.New(strings.TrimPrefix(s.endpoint, "http://"))
+	p, err := netproxy.New(strings.TrimPrefix(s.Endpoint(), "http://"))
 	if err != nil {
 		tb.Fatal(err)
 	}

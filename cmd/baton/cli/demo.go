@@ -20,7 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/election"
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/embedetcd"
 )
 
 type demoOptions struct {
@@ -97,7 +97,7 @@ func runDemo(cmd *cobra.Command, g *globals, o demoOptions) error {
 		"numbered records to a ledger that admits a token only if it is >= the highest it has seen.\n"+
 		"The leader will be frozen (SIGSTOP) past its lease, then resumed (SIGCONT).\n\n", o.workers, demoElection, o.ttl)
 
-	srv, err := etcdtest.New(etcdtest.Config{})
+	srv, err := embedetcd.New(embedetcd.Config{})
 	if err != nil {
 		return fmt.Errorf("start embedded etcd: %w", err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.etcd.io/etcd/server/v3/embed"
 
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/embedetcd"
 )
 
 // devSettings is the embedded etcd `baton dev` is about to start. A
@@ -19,7 +19,7 @@ import (
 type devSettings struct {
 	// Config is the member; Config.Tune may be chained, not replaced
 	// (see tune).
-	Config etcdtest.Config
+	Config embedetcd.Config
 	// Hints are lines printed after the endpoint, e.g. the flags or
 	// environment a client needs.
 	Hints []string
@@ -44,7 +44,7 @@ func (s *devSettings) tune(f func(*embed.Config)) {
 type devExtension struct {
 	Flags  func(fs *pflag.FlagSet)
 	Before func(ctx context.Context, s *devSettings) error
-	After  func(ctx context.Context, srv *etcdtest.Server, s *devSettings, out io.Writer) error
+	After  func(ctx context.Context, srv *embedetcd.Server, s *devSettings, out io.Writer) error
 }
 
 // devExtensions is the one list of extensions of `baton dev` (TLS and auth
@@ -67,7 +67,7 @@ directory finds it again. Every other baton command reaches it with no flags.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			s := &devSettings{Config: etcdtest.Config{Dir: dataDir, ClientAddr: listen, PeerAddr: listenPeer, Name: "baton-dev"}}
+			s := &devSettings{Config: embedetcd.Config{Dir: dataDir, ClientAddr: listen, PeerAddr: listenPeer, Name: "baton-dev"}}
 			for _, x := range exts {
 				if x.Before != nil {
 					if err := x.Before(ctx, s); err != nil {
@@ -75,7 +75,7 @@ directory finds it again. Every other baton command reaches it with no flags.`,
 					}
 				}
 			}
-			srv, err := etcdtest.New(s.Config)
+			srv, err := embedetcd.New(s.Config)
 			if err != nil {
 				return fmt.Errorf("start etcd: %w", err)
 			}

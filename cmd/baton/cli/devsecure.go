@@ -13,7 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/embedetcd"
 	"github.com/batonhq/baton/rbac"
 )
 
@@ -72,7 +72,7 @@ func secureDev(_ *globals) devExtension {
 				fmt.Sprintf("as root: --cacert %s --cert %s --key %s", root.CA, root.Cert, root.Key))
 			return nil
 		},
-		After: func(ctx context.Context, srv *etcdtest.Server, s *devSettings, out io.Writer) error {
+		After: func(ctx context.Context, srv *embedetcd.Server, s *devSettings, out io.Writer) error {
 			if !auth {
 				return nil
 			}
