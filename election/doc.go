@@ -27,9 +27,21 @@
 //     or Close; context.Cause says which.
 //   - Resign deletes only this term's key; Run resigns when its ctx ends,
 //     so the next candidate leads within a round trip, not a TTL.
+//   - A deleted key or revoked lease ends the Term's Context in the step
+//     that receives the deletion (cause ErrKeyGone); Resign's error, the
+//     logs and the metrics then tell ErrKeyDeleted from ErrLeaseExpired.
 //   - Observe sends the current state first, then every change it sees,
-//     and converges on the current state after compaction or a broken
-//     watch; its channel closes only when ctx ends or on Close.
+//     in strictly increasing revision, and converges on the current state
+//     after compaction or a broken watch. Its channel closes when ctx ends,
+//     on Close, or after a value with Err set when etcd refuses the read
+//     for good.
+//   - Campaign and Run return etcd's refusals (permission denied,
+//     authentication failed, invalid request) at once; Run retries only
+//     errors that pass.
+//   - The leader gauge is 1 exactly while a term lasts, also for a term
+//     lost before Campaign returned; Close deletes the Election's series.
+//   - After Close returns, no goroutine of the Election runs (Observe's
+//     included).
 //
 // What is not guaranteed:
 //

@@ -27,14 +27,27 @@
 //     revoked, when the key is deleted by anyone else, when a fenced
 //     transaction finds the key gone, and on Unlock or Close.
 //     context.Cause says which (ErrLost with a reason, or ErrReleased).
+//   - A deleted key or revoked lease ends the Context in the step that
+//     receives the deletion (cause ErrKeyGone), before baton asks etcd
+//     which of the two it was; so with equal network delay the holder
+//     hears of it before a waiter woken by the same event returns from
+//     Lock, which confirms with one more read. Unlock's error, the logs and
+//     the metrics then say ErrKeyDeleted or ErrLeaseExpired.
 //   - Unlock deletes only the key of this acquisition (a transaction
 //     guarded by its CreateRevision), so a stale handle never releases a
 //     later holder's lock.
 //   - Lock and TryLock leave no key behind on error, and return within a
 //     round trip after ctx ends, even when etcd is unreachable (the key is
 //     then deleted in the background, or goes with the lease).
-//   - Goroutines that lock the same name through one session exclude each
-//     other (etcd alone would let them share one key).
+//   - Goroutines that lock the same name through one Mutex, or Mutexes
+//     sharing one session.Session, exclude each other (etcd alone would let
+//     them share one key), and a key still being deleted after a loss is
+//     never adopted by a later Lock.
+//   - etcd's refusals (permission denied, authentication failed, invalid
+//     request) are returned by Lock and TryLock at once; nothing retries
+//     them in the background, and they leave the Mutex usable.
+//   - After Close returns, no goroutine of the Mutex runs, and its metric
+//     series are deleted.
 //
 // What is not guaranteed:
 //
@@ -50,4 +63,19 @@
 //     no quorum.
 //   - That waiters see every holder: a waiter only learns that those ahead
 //     of it are gone.
+//   - That an admin's delete or revoke reaches the holder before everyone
+//     else: etcd tells every watcher at once, and the holder can only be
+//     first by a round trip. Fencing covers that window.
+//   - Exclusion between two Mutexes that lock one name through the same
+//     etcd *concurrency.Session when one of them retries an enqueue whose
+//     reply was lost; share a session.Session instead.
+//
+// # Metrics
+//
+// Series are labelled namespace (bounded by your namespaces), name (one
+// per lock name, or the WithMetricLabel value) and, where they fit, result
+// (acquired, locked, canceled, error) or reason (lease_expired,
+// key_deleted, renewal_failed, validity_expired, session_closed). With
+// unbounded lock names, give them one WithMetricLabel; Close deletes the
+// Mutex's series.
 package mutex
