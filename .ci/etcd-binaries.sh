@@ -31,6 +31,7 @@ get34() {
 	tmp=$(mktemp -d)
 	log "3.4: apt-get update and download of etcd-server, etcd-client"
 	apt-get update -qq >&2
+	chown _apt "$tmp" 2>/dev/null || true # apt's download user writes there
 	(cd "$tmp" && apt-get download -qq etcd-server etcd-client >&2)
 	for deb in "$tmp"/*.deb; do dpkg-deb -x "$deb" "$tmp/root"; done
 	mkdir -p "$dir.new"

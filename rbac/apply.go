@@ -131,7 +131,8 @@ type state struct {
 //
 // Namespaces p does not list are left as they are, so that teams can
 // apply their own files; with WithPrune, the roles of unlisted namespaces
-// are revoked from every user and deleted. Apply never deletes a user,
+// are revoked from every user and deleted (a policy that lists no
+// namespace is then refused with ErrInvalidPolicy). Apply never deletes a user,
 // never changes a password, and never touches a role whose name does not
 // start with "baton:".
 //
@@ -146,6 +147,9 @@ func Apply(ctx context.Context, cli *clientv3.Client, p Policy, opts ...ApplyOpt
 	}
 	if err := p.Validate(); err != nil {
 		return nil, err
+	}
+	if o.prune && len(p.Namespaces) == 0 {
+		return nil, fmt.Errorf("%w: pruning with a policy that lists no namespace would delete every baton role", ErrInvalidPolicy)
 	}
 	st, err := readState(ctx, cli)
 	if err != nil {
