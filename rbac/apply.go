@@ -151,7 +151,7 @@ func Apply(ctx context.Context, cli *clientv3.Client, p Policy, opts ...ApplyOpt
 	if o.prune && len(p.Namespaces) == 0 {
 		return nil, fmt.Errorf("%w: pruning with a policy that lists no namespace would delete every baton role", ErrInvalidPolicy)
 	}
-	st, err := readState(ctx, cli)
+	st, err := readState(ctx, cli, o)
 	if err != nil {
 		return nil, err
 	}
@@ -161,12 +161,17 @@ func Apply(ctx context.Context, cli *clientv3.Client, p Policy, opts ...ApplyOpt
 	}
 	var done []Change
 	for _, c := range changes {
-		applied, err := execute(ctx, cli, c)
+		rctx, cancel := o.request(ctx)
+		applied, err := execute(rctx, cli, c)
+		cancel()
 		if err != nil {
 			return done, fmt.Errorf("rbac: apply %s: %w", c, err)
 		}
 		if applied {
 			done = append(done, c)
+			if o.progress != nil {
+				o.progress(c)
+			}
 		}
 	}
 	return done, nil
@@ -175,9 +180,17 @@ func Apply(ctx context.Context, cli *clientv3.Client, p Policy, opts ...ApplyOpt
 // Show reads from etcd the policy in force: every namespace that has a
 // role Apply manages, with the users holding each role, sorted. Encode
 // turns it into a file Apply accepts. Show needs an admin client when
-// auth is enabled.
-func Show(ctx context.Context, cli *clientv3.Client) (Policy, error) {
-	st, err := readState(ctx, cli)
+// auth is enabled. Of the options, only WithRequestTimeout applies to
+// Show; WithPrune, WithDryRun and WithProgress are refused with ErrInvalid.
+func Show(ctx context.Context, cli *clientv3.Client, opts ...ApplyOption) (Policy, error) {
+	o, err := buildApply(opts)
+	if err != nil {
+		return Policy{}, err
+	}
+	if o.prune || o.dryRun || o.progress != nil {
+		return Policy{}, fmt.Errorf("%w: Show takes only WithRequestTimeout", ErrInvalid)
+	}
+	st, err := readState(ctx, cli, o)
 	if err != nil {
 		return Policy{}, err
 	}
@@ -216,9 +229,11 @@ func Show(ctx context.Context, cli *clientv3.Client) (Policy, error) {
 	return p.normalized(), nil
 }
 
-func readState(ctx context.Context, cli *clientv3.Client) (state, error) {
+func readState(ctx context.Context, cli *clientv3.Client, o applyConfig) (state, error) {
 	st := state{users: make(map[string][]string), roles: make(map[string][]*Permission)}
-	rl, err := cli.RoleList(ctx)
+	rctx, cancel := o.request(ctx)
+	rl, err := cli.RoleList(rctx)
+	cancel()
 	if err != nil {
 		return st, fmt.Errorf("rbac: list roles: %w", err)
 	}
@@ -226,7 +241,9 @@ func readState(ctx context.Context, cli *clientv3.Client) (state, error) {
 		var perms []*Permission
 		if _, _, managed := parseRole(role); managed {
 			// Only baton's roles are compared permission by permission.
-			rg, err := cli.RoleGet(ctx, role)
+			rctx, cancel := o.request(ctx)
+			rg, err := cli.RoleGet(rctx, role)
+			cancel()
 			if err != nil && !errors.Is(err, rpctypes.ErrRoleNotFound) {
 				return st, fmt.Errorf("rbac: get role %s: %w", role, err)
 			}
@@ -238,12 +255,16 @@ func readState(ctx context.Context, cli *clientv3.Client) (state, error) {
 		}
 		st.roles[role] = perms
 	}
-	ul, err := cli.UserList(ctx)
+	rctx, cancel = o.request(ctx)
+	ul, err := cli.UserList(rctx)
+	cancel()
 	if err != nil {
 		return st, fmt.Errorf("rbac: list users: %w", err)
 	}
 	for _, user := range ul.Users {
-		ug, err := cli.UserGet(ctx, user)
+		rctx, cancel := o.request(ctx)
+		ug, err := cli.UserGet(rctx, user)
+		cancel()
 		if errors.Is(err, rpctypes.ErrUserNotFound) {
 			continue // deleted meanwhile
 		}
