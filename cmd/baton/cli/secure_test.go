@@ -255,3 +255,48 @@ func TestRBACApplyBoundsEachRequestNotTheWhole(t *testing.T) {
 		t.Logf("apply took %v: too fast to show the bound", took)
 	}
 }
+
+func TestCertsInitChecksEveryUserBeforeWritingAnything(t *testing.T) {
+	ctx := testContext(t)
+	dir := filepath.Join(t.TempDir(), "pki")
+	code, _, errOut := run(ctx, t, "", "certs", "init", "--dir", dir, "--users", "ok,bad user,also bad")
+	if code != ExitUsage || !strings.Contains(errOut, `"bad user"`) || !strings.Contains(errOut, `"also bad"`) {
+		t.Fatalf("exit %d, stderr %q; want a usage error naming both bad users", code, errOut)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("certs init wrote %s before refusing: %v", dir, err)
+	}
+}
+
+func TestCertsInitSaysItReusesTheCA(t *testing.T) {
+	ctx := testContext(t)
+	dir := filepath.Join(t.TempDir(), "pki")
+	if code, _, errOut := run(ctx, t, "", "certs", "init", "--dir", dir); code != ExitOK || strings.Contains(errOut, "reusing") {
+		t.Fatalf("first init: exit %d, stderr %q", code, errOut)
+	}
+	code, _, errOut := run(ctx, t, "", "certs", "init", "--dir", dir)
+	if code != ExitOK || !strings.Contains(errOut, "reusing the existing CA") {
+		t.Fatalf("second init: exit %d, stderr %q; want it to say it reuses the CA", code, errOut)
+	}
+}
+
+func TestCertsInitRefusesAWritableDirectoryUnlessForced(t *testing.T) {
+	ctx := testContext(t)
+	dir := filepath.Join(t.TempDir(), "pki")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := run(ctx, t, "", "certs", "init", "--dir", dir)
+	if code != ExitUsage || !strings.Contains(errOut, "group or others can write it") {
+		t.Fatalf("exit %d, stderr %q; want a refusal", code, errOut)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("wrote %d files before refusing", len(entries))
+	}
+	if code, _, errOut := run(ctx, t, "", "certs", "init", "--dir", dir, "--force"); code != ExitOK {
+		t.Fatalf("--force: exit %d, stderr %q", code, errOut)
+	}
+}
