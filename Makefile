@@ -1,7 +1,7 @@
 GO ?= go
 PKGS ?= ./...
 
-.PHONY: all test test-short test-chaos lint bench demo build fuzz check-alerts
+.PHONY: all test test-short test-chaos test-compat lint bench demo build fuzz check-alerts
 
 all: lint test
 
@@ -22,6 +22,15 @@ test-short:
 test-chaos:
 	@log=$$(mktemp); $(GO) test -race -count=1 -v -timeout 15m ./integration/cluster ./integration/chaos >$$log 2>&1; status=$$?; \
 	grep -E '^(--- |PASS|FAIL|ok|panic)|FIGURE|_test.go:' $$log; rm -f $$log; exit $$status
+
+# The compatibility suite: 3-member clusters of real etcd 3.4, 3.5 and 3.6
+# server processes (fetched and cached by .ci/etcd-binaries.sh), the same
+# scenarios on each, with measured figures per version. Fails when a
+# version's binaries are missing.
+test-compat:
+	@bins=$$(bash .ci/etcd-binaries.sh) || exit 1; eval "$$bins"; export BATON_COMPAT_DIR BATON_COMPAT_REQUIRE=1; \
+	log=$$(mktemp) && $(GO) test -race -count=1 -v -timeout 15m ./integration/compat >$$log 2>&1; status=$$?; \
+	grep -E '^(--- |    --- |PASS|FAIL|ok|panic|SUMMARY)|_test.go:' $$log; rm -f $$log; exit $$status
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

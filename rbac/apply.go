@@ -131,7 +131,8 @@ type state struct {
 //
 // Namespaces p does not list are left as they are, so that teams can
 // apply their own files; with WithPrune, the roles of unlisted namespaces
-// are revoked from every user and deleted. Apply never deletes a user,
+// are revoked from every user and deleted (a policy that lists no
+// namespace is then refused with ErrInvalidPolicy). Apply never deletes a user,
 // never changes a password, and never touches a role whose name does not
 // start with "baton:".
 //
@@ -147,7 +148,10 @@ func Apply(ctx context.Context, cli *clientv3.Client, p Policy, opts ...ApplyOpt
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	st, err := readState(ctx, cli)
+	if o.prune && len(p.Namespaces) == 0 {
+		return nil, fmt.Errorf("%w: pruning with a policy that lists no namespace would delete every baton role", ErrInvalidPolicy)
+	}
+	st, err := readState(ctx, cli, o)
 	if err != nil {
 		return nil, err
 	}
@@ -157,12 +161,17 @@ func Apply(ctx context.Context, cli *clientv3.Client, p Policy, opts ...ApplyOpt
 	}
 	var done []Change
 	for _, c := range changes {
-		applied, err := execute(ctx, cli, c)
+		rctx, cancel := o.request(ctx)
+		applied, err := execute(rctx, cli, c)
+		cancel()
 		if err != nil {
 			return done, fmt.Errorf("rbac: apply %s: %w", c, err)
 		}
 		if applied {
 			done = append(done, c)
+			if o.progress != nil {
+				o.progress(c)
+			}
 		}
 	}
 	return done, nil
@@ -171,9 +180,17 @@ func Apply(ctx context.Context, cli *clientv3.Client, p Policy, opts ...ApplyOpt
 // Show reads from etcd the policy in force: every namespace that has a
 // role Apply manages, with the users holding each role, sorted. Encode
 // turns it into a file Apply accepts. Show needs an admin client when
-// auth is enabled.
-func Show(ctx context.Context, cli *clientv3.Client) (Policy, error) {
-	st, err := readState(ctx, cli)
+// auth is enabled. Of the options, only WithRequestTimeout applies to
+// Show; WithPrune, WithDryRun and WithProgress are refused with ErrInvalid.
+func Show(ctx context.Context, cli *clientv3.Client, opts ...ApplyOption) (Policy, error) {
+	o, err := buildApply(opts)
+	if err != nil {
+		return Policy{}, err
+	}
+	if o.prune || o.dryRun || o.progress != nil {
+		return Policy{}, fmt.Errorf("%w: Show takes only WithRequestTimeout", ErrInvalid)
+	}
+	st, err := readState(ctx, cli, o)
 	if err != nil {
 		return Policy{}, err
 	}
@@ -212,9 +229,11 @@ func Show(ctx context.Context, cli *clientv3.Client) (Policy, error) {
 	return p.normalized(), nil
 }
 
-func readState(ctx context.Context, cli *clientv3.Client) (state, error) {
+func readState(ctx context.Context, cli *clientv3.Client, o applyConfig) (state, error) {
 	st := state{users: make(map[string][]string), roles: make(map[string][]*Permission)}
-	rl, err := cli.RoleList(ctx)
+	rctx, cancel := o.request(ctx)
+	rl, err := cli.RoleList(rctx)
+	cancel()
 	if err != nil {
 		return st, fmt.Errorf("rbac: list roles: %w", err)
 	}
@@ -222,7 +241,9 @@ func readState(ctx context.Context, cli *clientv3.Client) (state, error) {
 		var perms []*Permission
 		if _, _, managed := parseRole(role); managed {
 			// Only baton's roles are compared permission by permission.
-			rg, err := cli.RoleGet(ctx, role)
+			rctx, cancel := o.request(ctx)
+			rg, err := cli.RoleGet(rctx, role)
+			cancel()
 			if err != nil && !errors.Is(err, rpctypes.ErrRoleNotFound) {
 				return st, fmt.Errorf("rbac: get role %s: %w", role, err)
 			}
@@ -234,12 +255,16 @@ func readState(ctx context.Context, cli *clientv3.Client) (state, error) {
 		}
 		st.roles[role] = perms
 	}
-	ul, err := cli.UserList(ctx)
+	rctx, cancel = o.request(ctx)
+	ul, err := cli.UserList(rctx)
+	cancel()
 	if err != nil {
 		return st, fmt.Errorf("rbac: list users: %w", err)
 	}
 	for _, user := range ul.Users {
-		ug, err := cli.UserGet(ctx, user)
+		rctx, cancel := o.request(ctx)
+		ug, err := cli.UserGet(rctx, user)
+		cancel()
 		if errors.Is(err, rpctypes.ErrUserNotFound) {
 			continue // deleted meanwhile
 		}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -264,5 +265,14 @@ func TestApplyPruneDeletesUnlistedNamespaces(t *testing.T) {
 	}
 	if again, err := rbac.Apply(ctx, cli, onlyKeep, rbac.WithPrune()); err != nil || again != nil {
 		t.Fatalf("second prune = %v, %v", changeStrings(again), err)
+	}
+}
+
+func TestApplyRefusesToPruneWithAnEmptyPolicy(t *testing.T) {
+	cli := srv.Client(t)
+	ctx := etcdtest.Context(t, 10*time.Second)
+	changes, err := rbac.Apply(ctx, cli, rbac.Policy{}, rbac.WithPrune())
+	if !errors.Is(err, rbac.ErrInvalidPolicy) || changes != nil {
+		t.Fatalf("Apply(empty, prune) = %v, %v; want ErrInvalidPolicy and no change", changes, err)
 	}
 }

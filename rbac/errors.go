@@ -4,7 +4,9 @@ import "errors"
 
 var (
 	// ErrInvalidPolicy is wrapped by every error of Parse, LoadFile and
-	// Policy.Validate: malformed YAML or JSON, an unknown or duplicate
+	// Policy.Validate, and by Apply's refusal to prune with a policy that
+	// lists no namespace: an empty file, more than one YAML document,
+	// malformed YAML or JSON (a trailing comma too), an unknown or duplicate
 	// field, a bad namespace or user name, a namespace listed twice, or a
 	// user listed twice in one namespace (as contender and observer, or
 	// twice in one list). The message names the namespace and the user.

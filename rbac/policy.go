@@ -1,12 +1,16 @@
 package rbac
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
 
+	yamlv2 "go.yaml.in/yaml/v2"
 	"sigs.k8s.io/yaml"
 
 	"github.com/batonhq/baton/internal/keys"
@@ -44,19 +48,145 @@ type Namespace struct {
 // MaxUserBytes is the longest user name a policy accepts.
 const MaxUserBytes = 128
 
-// Parse reads a policy from YAML or JSON (JSON is YAML) and validates it.
-// Decoding is strict: an unknown field, a duplicate key or a value of the
-// wrong type is an error wrapping ErrInvalidPolicy, so a misspelt
-// "contender:" is never silently ignored.
+// Parse reads a policy from YAML or JSON and validates it. Decoding is
+// strict, and every problem is reported at once, joined, each wrapping
+// ErrInvalidPolicy: an empty document (which, applied with WithPrune,
+// would delete every baton role), more than one YAML document, JSON that
+// is not strictly JSON (a trailing comma, trailing data), every unknown
+// field with its path (a misspelt "contender:" is never silently
+// ignored), a duplicate key, a value of the wrong type, and every
+// validation problem of Validate.
 func Parse(data []byte) (Policy, error) {
+	var problems []error
+	bad := func(format string, args ...any) {
+		problems = append(problems, fmt.Errorf("%w: "+format, append([]any{ErrInvalidPolicy}, args...)...))
+	}
+	trimmed := bytes.TrimSpace(data)
+	switch {
+	case len(trimmed) == 0:
+		bad("the policy is empty; list at least one namespace")
+		return Policy{}, errors.Join(problems...)
+	case trimmed[0] == '{' || trimmed[0] == '[':
+		if err := strictJSON(trimmed); err != nil {
+			bad("%v", err)
+			return Policy{}, errors.Join(problems...)
+		}
+	default:
+		n, err := yamlDocuments(data)
+		if err != nil {
+			bad("yaml: %v", err)
+			return Policy{}, errors.Join(problems...)
+		}
+		if n == 0 {
+			bad("the policy is empty; list at least one namespace")
+			return Policy{}, errors.Join(problems...)
+		}
+		if n > 1 {
+			bad("the file holds %d YAML documents; a policy is exactly one", n)
+			return Policy{}, errors.Join(problems...)
+		}
+	}
+	var generic any
+	if err := yaml.Unmarshal(data, &generic); err != nil {
+		bad("%v", err)
+		return Policy{}, errors.Join(problems...)
+	}
+	if generic == nil {
+		bad("the policy is empty; list at least one namespace")
+		return Policy{}, errors.Join(problems...)
+	}
+	unknown := unknownFields(generic)
+	for _, u := range unknown {
+		bad("%s", u)
+	}
 	var p Policy
-	if err := yaml.UnmarshalStrict(data, &p); err != nil {
-		return Policy{}, fmt.Errorf("%w: %v", ErrInvalidPolicy, err)
+	decode := yaml.UnmarshalStrict
+	if len(unknown) > 0 {
+		decode = yaml.Unmarshal // the unknown fields are reported above
+	}
+	if err := decode(data, &p); err != nil {
+		bad("%v", err)
+		return Policy{}, errors.Join(problems...)
 	}
 	if err := p.Validate(); err != nil {
-		return Policy{}, err
+		problems = append(problems, err)
+	}
+	if len(problems) > 0 {
+		return Policy{}, errors.Join(problems...)
 	}
 	return p, nil
+}
+
+// strictJSON refuses what YAML would accept but JSON does not: a trailing
+// comma, comments, single quotes, trailing data.
+func strictJSON(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return fmt.Errorf("json: %v at byte %d", err, se.Offset)
+		}
+		return fmt.Errorf("json: %v", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("json: data after the policy object at byte %d", dec.InputOffset())
+	}
+	return nil
+}
+
+// yamlDocuments counts the YAML documents in data.
+func yamlDocuments(data []byte) (int, error) {
+	dec := yamlv2.NewDecoder(bytes.NewReader(data))
+	n := 0
+	for {
+		var v any
+		err := dec.Decode(&v)
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		n++
+	}
+}
+
+// unknownFields lists every field of the decoded document that Policy
+// does not have, with its path.
+func unknownFields(doc any) []string {
+	var out []string
+	top, ok := doc.(map[string]any)
+	if !ok {
+		return nil // a type error, reported by the typed decoding
+	}
+	for _, k := range sortedKeys(top) {
+		if k != "namespaces" {
+			out = append(out, fmt.Sprintf("unknown field %q", k))
+		}
+	}
+	list, _ := top["namespaces"].([]any)
+	for i, item := range list {
+		ns, ok := item.(map[string]any)
+		if !ok {
+			continue
+		}
+		for _, k := range sortedKeys(ns) {
+			if k != "name" && k != "contenders" && k != "observers" {
+				out = append(out, fmt.Sprintf("namespaces[%d]: unknown field %q", i, k))
+			}
+		}
+	}
+	return out
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // LoadFile reads and validates a policy file, YAML or JSON.

@@ -199,3 +199,31 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestParseRefusesWhatWouldBeSilentlyMisread(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc string
+		wants     []string
+	}{
+		{"zero bytes", "", []string{"the policy is empty"}},
+		{"only a comment", "# to do\n", []string{"the policy is empty"}},
+		{"second yaml document", "namespaces:\n  - name: a\n---\nnamespaces:\n  - name: b\n", []string{"2 YAML documents"}},
+		{"json trailing comma", `{"namespaces": [{"name": "a", "contenders": ["x"]},]}`, []string{"json:", "invalid character ']'"}},
+		{"json trailing data", `{"namespaces": [{"name": "a"}]} {}`, []string{"json: data after the policy object"}},
+		{"every unknown field and problem at once",
+			"namespace: x\nnamespaces:\n  - name: a\n    contender: [x]\n  - name: b/c\n    reader: [y]\n",
+			[]string{`unknown field "namespace"`, `namespaces[0]: unknown field "contender"`, `namespaces[1]: unknown field "reader"`, `namespaces[1]: namespace "b/c"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := rbac.Parse([]byte(tc.doc))
+			if !errors.Is(err, rbac.ErrInvalidPolicy) {
+				t.Fatalf("err = %v, want one wrapping ErrInvalidPolicy", err)
+			}
+			for _, w := range tc.wants {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}

@@ -36,6 +36,7 @@ func newCertsInitCmd(g *globals) *cobra.Command {
 		users    []string
 		keyType  string
 		validity = rbac.DefaultValidity
+		force    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "init --dir DIR [--hosts localhost,127.0.0.1] [--users root,...]",
@@ -44,7 +45,10 @@ func newCertsInitCmd(g *globals) *cobra.Command {
 the given hosts and IP addresses (server.crt, server.key), and one client
 certificate per user (client-USER.crt, client-USER.key) whose CN is the etcd
 user, as etcd's --client-cert-auth reads it. Keys are written with mode 0600.
-Run again, it keeps the CA and reissues the other certificates.
+Run again, it keeps the CA and reissues the other certificates, and says so.
+Every argument is checked before anything is written. A directory that group or
+others can write is refused (anyone who can write there can replace the CA)
+unless --force.
 
 For development and tests only: on a real cluster, certificates come from
 your own PKI (see docs/security.md).`,
@@ -54,12 +58,28 @@ your own PKI (see docs/security.md).`,
 				return usageErrorf("--dir is required")
 			}
 			opts := rbac.CertOptions{KeyType: rbac.KeyType(keyType), Validity: validity}
+			// Everything checked before the first file is written.
+			var bad []error
+			for _, u := range users {
+				if err := rbac.ValidateUser(u); err != nil {
+					bad = append(bad, fmt.Errorf("--users: %w", err))
+				}
+			}
+			if len(bad) > 0 {
+				return withCode(ExitUsage, errors.Join(bad...))
+			}
+			if st, err := os.Stat(dir); err == nil && st.Mode().Perm()&0o022 != 0 && !force {
+				return usageErrorf("--dir %q has mode %v: group or others can write it; chmod go-w it, or pass --force", dir, st.Mode().Perm())
+			}
 			_, statErr := os.Stat(filepath.Join(dir, rbac.CACertFile))
 			ca, err := rbac.OpenDevCA(dir, opts)
 			if err != nil {
 				return certsError(err)
 			}
 			rep := certsReport{CA: ca.CertFile(), CACreated: errors.Is(statErr, os.ErrNotExist), Hosts: hosts, Clients: map[string]rbac.TLSFiles{}}
+			if !rep.CACreated {
+				fmt.Fprintf(cmd.ErrOrStderr(), "reusing the existing CA %q\n", rep.CA)
+			}
 			if rep.Server, err = ca.IssueServer(hosts, opts); err != nil {
 				return certsError(err)
 			}
@@ -92,6 +112,7 @@ your own PKI (see docs/security.md).`,
 	f.StringSliceVar(&users, "users", []string{"root"}, "etcd users to write client certificates for")
 	f.StringVar(&keyType, "key-type", string(rbac.ECDSAP256), "key type: ecdsa-p256 or ed25519")
 	f.DurationVar(&validity, "validity", rbac.DefaultValidity, "validity of new certificates")
+	f.BoolVar(&force, "force", false, "write into a directory that group or others can write")
 	return cmd
 }
 

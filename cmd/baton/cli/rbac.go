@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/rbac"
 )
@@ -20,8 +21,9 @@ func newRBACCmd(g *globals) *cobra.Command {
 
 // applyReport is the outcome of rbac apply, for -o json.
 type applyReport struct {
-	DryRun  bool          `json:"dry_run"`
-	Changes []rbac.Change `json:"changes"`
+	DryRun      bool          `json:"dry_run"`
+	AuthEnabled bool          `json:"auth_enabled"`
+	Changes     []rbac.Change `json:"changes"`
 }
 
 func newRBACApplyCmd(g *globals) *cobra.Command {
@@ -38,7 +40,9 @@ observers, each holding one permission on the namespace's prefix; missing users
 created without a password (they authenticate by client certificate); roles
 granted, and revoked from users the policy no longer lists. Namespaces not in
 the file are left alone unless --prune. Prints each change; a second run prints
-none. Needs root when auth is enabled.`,
+none. Needs root when auth is enabled; warns when auth is disabled, since the
+roles are then not enforced. --command-timeout bounds each request, not the
+whole apply, and each change is printed as soon as etcd accepted it.`,
 		Args: args(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
@@ -57,32 +61,34 @@ none. Needs root when auth is enabled.`,
 				return err
 			}
 			defer cli.Close()
-			var opts []rbac.ApplyOption
+			out := cmd.OutOrStdout()
+			authOn := warnIfAuthOff(cmd, g, cli)
+			// Each request bounded: an apply of thousands of changes may take
+			// longer than --command-timeout as a whole.
+			opts := []rbac.ApplyOption{rbac.WithRequestTimeout(g.commandTimeout)}
 			if dryRun {
 				opts = append(opts, rbac.WithDryRun())
 			}
 			if prun {
 				opts = append(opts, rbac.WithPrune())
 			}
-			// Bounded as a whole: Apply makes one request per change.
-			actx, cancel := g.opContext(ctx)
-			defer cancel()
-			changes, err := rbac.Apply(actx, cli, p, opts...)
-			out := cmd.OutOrStdout()
+			streamed := !g.json() && !dryRun
+			if streamed {
+				opts = append(opts, rbac.WithProgress(func(c rbac.Change) { fmt.Fprintln(out, c) }))
+			}
+			changes, err := rbac.Apply(ctx, cli, p, opts...)
 			if g.json() {
 				if changes == nil {
 					changes = []rbac.Change{}
 				}
-				if werr := writeJSON(out, applyReport{DryRun: dryRun, Changes: changes}); werr != nil {
+				if werr := writeJSON(out, applyReport{DryRun: dryRun, AuthEnabled: authOn, Changes: changes}); werr != nil {
 					return werr
 				}
 			} else {
-				verb := ""
-				if dryRun {
-					verb = "would "
-				}
-				for _, c := range changes {
-					fmt.Fprintf(out, "%s%s\n", verb, c)
+				if !streamed {
+					for _, c := range changes {
+						fmt.Fprintf(out, "would %s\n", c)
+					}
 				}
 				if err == nil && len(changes) == 0 {
 					fmt.Fprintln(out, "no changes")
@@ -105,7 +111,9 @@ func newRBACShowCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "show",
 		Short: "Print the policy in force, as a file rbac apply accepts",
-		Args:  args(0, 0),
+		Long: `Print the policy in force, as a file rbac apply accepts. Needs root when auth
+is enabled; warns when auth is disabled, since the roles are then not enforced.`,
+		Args: args(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			cli, err := g.client(ctx)
@@ -113,9 +121,8 @@ func newRBACShowCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer cli.Close()
-			sctx, cancel := g.opContext(ctx)
-			defer cancel()
-			p, err := rbac.Show(sctx, cli)
+			warnIfAuthOff(cmd, g, cli)
+			p, err := rbac.Show(ctx, cli, rbac.WithRequestTimeout(g.commandTimeout))
 			if err != nil {
 				return g.failed("rbac show", err)
 			}
@@ -134,4 +141,20 @@ func newRBACShowCmd(g *globals) *cobra.Command {
 			return err
 		},
 	}
+}
+
+// warnIfAuthOff tells on stderr that the roles are not enforced when
+// etcd's auth is off, and reports whether it is on (true when unknown).
+func warnIfAuthOff(cmd *cobra.Command, g *globals, cli *clientv3.Client) bool {
+	ctx, cancel := g.opContext(cmd.Context())
+	defer cancel()
+	on, err := rbac.AuthEnabled(ctx, cli)
+	switch {
+	case err != nil:
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: could not tell whether auth is enabled: %v\n", err)
+		return true
+	case !on:
+		fmt.Fprintln(cmd.ErrOrStderr(), "warning: auth is disabled on this etcd: these roles are not enforced until `baton auth enable`")
+	}
+	return on
 }

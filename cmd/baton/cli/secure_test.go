@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -209,5 +210,93 @@ func TestDevServesTLSWithAuthAndPolicy(t *testing.T) {
 	// The operator is told why, not only that a deadline passed.
 	if !strings.Contains(refusal, "certificate") {
 		t.Fatalf("refusal does not say why: %s", refusal)
+	}
+}
+
+func TestRBACApplyAndShowWarnWhenAuthIsOff(t *testing.T) {
+	ctx := testContext(t)
+	policy := writePolicy(t, "namespaces:\n  - name: cli-authoff\n    contenders: [cli-authoff-app]\n")
+	const warning = "warning: auth is disabled on this etcd: these roles are not enforced"
+	code, out, errOut := run(ctx, t, "", "rbac", "apply", "-f", policy)
+	if code != ExitOK || !strings.Contains(errOut, warning) {
+		t.Fatalf("apply exited %d, stderr %q, want the warning\n%s", code, errOut, out)
+	}
+	code, out, errOut = run(ctx, t, "", "-o", "json", "rbac", "apply", "-f", policy)
+	if code != ExitOK || !strings.Contains(out, `"auth_enabled": false`) || !strings.Contains(errOut, warning) {
+		t.Fatalf("json apply exited %d:\n%s%s", code, out, errOut)
+	}
+	code, _, errOut = run(ctx, t, "", "rbac", "show")
+	if code != ExitOK || !strings.Contains(errOut, warning) {
+		t.Fatalf("show exited %d, stderr %q, want the warning", code, errOut)
+	}
+}
+
+// TestRBACApplyBoundsEachRequestNotTheWhole applies about 240 changes with
+// a --command-timeout far below the time they take together.
+func TestRBACApplyBoundsEachRequestNotTheWhole(t *testing.T) {
+	ctx := testContext(t)
+	var b strings.Builder
+	b.WriteString("namespaces:\n")
+	const n = 40
+	for i := range n {
+		fmt.Fprintf(&b, "  - name: cli-bulk-%03d\n    contenders: [cli-bulk-app]\n    observers: [cli-bulk-ops]\n", i)
+	}
+	policy := writePolicy(t, b.String())
+	start := time.Now()
+	code, out, errOut := run(ctx, t, "", "--command-timeout", "1s", "rbac", "apply", "-f", policy)
+	took := time.Since(start)
+	if code != ExitOK {
+		t.Fatalf("apply exited %d after %v: %s", code, took, errOut)
+	}
+	if lines := strings.Count(out, "\n"); lines != 6*n+2 {
+		t.Fatalf("%d changes printed, want %d", lines, 6*n+2)
+	}
+	if took < time.Second {
+		t.Logf("apply took %v: too fast to show the bound", took)
+	}
+}
+
+func TestCertsInitChecksEveryUserBeforeWritingAnything(t *testing.T) {
+	ctx := testContext(t)
+	dir := filepath.Join(t.TempDir(), "pki")
+	code, _, errOut := run(ctx, t, "", "certs", "init", "--dir", dir, "--users", "ok,bad user,also bad")
+	if code != ExitUsage || !strings.Contains(errOut, `"bad user"`) || !strings.Contains(errOut, `"also bad"`) {
+		t.Fatalf("exit %d, stderr %q; want a usage error naming both bad users", code, errOut)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("certs init wrote %s before refusing: %v", dir, err)
+	}
+}
+
+func TestCertsInitSaysItReusesTheCA(t *testing.T) {
+	ctx := testContext(t)
+	dir := filepath.Join(t.TempDir(), "pki")
+	if code, _, errOut := run(ctx, t, "", "certs", "init", "--dir", dir); code != ExitOK || strings.Contains(errOut, "reusing") {
+		t.Fatalf("first init: exit %d, stderr %q", code, errOut)
+	}
+	code, _, errOut := run(ctx, t, "", "certs", "init", "--dir", dir)
+	if code != ExitOK || !strings.Contains(errOut, "reusing the existing CA") {
+		t.Fatalf("second init: exit %d, stderr %q; want it to say it reuses the CA", code, errOut)
+	}
+}
+
+func TestCertsInitRefusesAWritableDirectoryUnlessForced(t *testing.T) {
+	ctx := testContext(t)
+	dir := filepath.Join(t.TempDir(), "pki")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := run(ctx, t, "", "certs", "init", "--dir", dir)
+	if code != ExitUsage || !strings.Contains(errOut, "group or others can write it") {
+		t.Fatalf("exit %d, stderr %q; want a refusal", code, errOut)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("wrote %d files before refusing", len(entries))
+	}
+	if code, _, errOut := run(ctx, t, "", "certs", "init", "--dir", dir, "--force"); code != ExitOK {
+		t.Fatalf("--force: exit %d, stderr %q", code, errOut)
 	}
 }
