@@ -75,11 +75,12 @@ func (g *globals) connectError(ctx context.Context, tlsCfg *tls.Config, err erro
 	}
 	// etcd's client reports every failure to connect as a timeout: ask
 	// the endpoints directly what is wrong.
-	if isUnavailable(err) {
-		for _, ep := range g.endpoints {
-			if derr := diagnose(ctx, ep, tlsCfg, g.dialTimeout); derr != nil {
-				return derr
-			}
+	if !isUnavailable(err) {
+		return withCode(ExitError, fmt.Errorf("etcd at %s: %w", eps, err))
+	}
+	for _, ep := range g.endpoints {
+		if derr := diagnose(ctx, ep, tlsCfg, g.dialTimeout); derr != nil {
+			return derr
 		}
 	}
 	return withCode(ExitUnavailable, fmt.Errorf("cannot connect to etcd at %s within %v: %w", eps, g.dialTimeout, err))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
@@ -101,8 +102,11 @@ func isDenied(err error) bool {
 			return true
 		}
 	}
-	if s, ok := status.FromError(err); ok && (s.Code() == codes.PermissionDenied || s.Code() == codes.Unauthenticated) {
-		return true
+	if s, ok := status.FromError(err); ok {
+		// etcd's own auth package answers some refusals ("password was
+		// given for no password user") with code Unknown.
+		return s.Code() == codes.PermissionDenied || s.Code() == codes.Unauthenticated ||
+			s.Code() == codes.Unknown && strings.HasPrefix(s.Message(), "auth: ")
 	}
 	return false
 }
