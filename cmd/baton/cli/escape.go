@@ -74,18 +74,19 @@ func safeMessage(s string) string {
 	return b.String()
 }
 
-// escapeJSON rewrites the format and separator characters encoding/json
-// leaves raw (it escapes only controls, U+2028 and U+2029) as \uXXXX, so
+// escapeJSON rewrites the characters encoding/json leaves raw (it escapes
+// controls below U+0020, U+2028 and U+2029, not DEL nor format
+// characters) as \uXXXX, so
 // that JSON printed to a terminal cannot reorder or hide text either. The
 // document means the same: outside strings JSON is ASCII.
 func escapeJSON(b []byte) []byte {
-	if !bytes.ContainsFunc(b, func(r rune) bool { return r >= utf8.RuneSelf && unsafeRune(r) }) {
+	if !bytes.ContainsFunc(b, jsonLeavesRaw) {
 		return b
 	}
 	out := make([]byte, 0, len(b)+16)
 	for i := 0; i < len(b); {
 		r, size := utf8.DecodeRune(b[i:])
-		if r >= utf8.RuneSelf && unsafeRune(r) {
+		if jsonLeavesRaw(r) {
 			if r > 0xFFFF {
 				r1, r2 := utf16Pair(r)
 				out = fmt.Appendf(out, `\u%04x\u%04x`, r1, r2)
@@ -99,6 +100,8 @@ func escapeJSON(b []byte) []byte {
 	}
 	return out
 }
+
+func jsonLeavesRaw(r rune) bool { return r == 0x7f || r >= utf8.RuneSelf && unsafeRune(r) }
 
 func utf16Pair(r rune) (rune, rune) {
 	r -= 0x10000
