@@ -14,15 +14,18 @@ import (
 	"github.com/batonhq/baton/internal/keys"
 )
 
-// Access is what a role may do on its namespace's prefix.
+// Access is what a permission allows on its key range; with Operate, also
+// the access level of a role of a namespace.
 type Access string
 
-// The accesses of baton's roles. Write alone appears only when read from a
-// role someone edited by hand.
+// The accesses of baton's permissions. Write alone appears only when read
+// from a role someone edited by hand. Operate is no etcd permission but
+// the access level of the operators' role (see OperatorPermissions).
 const (
 	Read      Access = "read"
 	ReadWrite Access = "readwrite"
 	Write     Access = "write"
+	Operate   Access = "operate"
 )
 
 // rolePrefix marks the roles Apply manages; any other role is never
@@ -30,18 +33,19 @@ const (
 // unambiguously.
 const rolePrefix = "baton:"
 
-// RoleName is the etcd role Apply manages for access to namespace ns:
-// "baton:<ns>:readwrite" for contenders, "baton:<ns>:read" for observers.
+// RoleName is the etcd role Apply manages for access level access to
+// namespace ns: "baton:<ns>:readwrite" for contenders, "baton:<ns>:read"
+// for observers, "baton:<ns>:operate" for operators.
 func RoleName(ns string, access Access) string { return rolePrefix + ns + ":" + string(access) }
 
-// parseRole reports the namespace and access of a role Apply manages.
+// parseRole reports the namespace and access level of a role Apply manages.
 func parseRole(role string) (ns string, access Access, ok bool) {
 	rest, ok := strings.CutPrefix(role, rolePrefix)
 	if !ok {
 		return "", "", false
 	}
 	ns, a, ok := strings.Cut(rest, ":")
-	if !ok || keys.ValidateNamespace(ns) != nil || (Access(a) != Read && Access(a) != ReadWrite) {
+	if !ok || keys.ValidateNamespace(ns) != nil || (Access(a) != Read && Access(a) != ReadWrite && Access(a) != Operate) {
 		return "", "", false
 	}
 	return ns, Access(a), true
@@ -54,11 +58,39 @@ type Permission struct {
 	Access   Access `json:"access"`
 }
 
-// NamespacePermission is the one permission a role of namespace ns holds:
-// the namespace's whole prefix.
+// NamespacePermission is the permission access on namespace ns's whole
+// prefix, where its locks, elections and acquisition records live.
 func NamespacePermission(ns string, access Access) Permission {
 	prefix := keys.NamespacePrefix(ns)
 	return Permission{Key: prefix, RangeEnd: clientv3.GetPrefixRangeEnd(prefix), Access: access}
+}
+
+// AuditPrefix is the prefix of namespace ns's audit trail (the records of
+// force-unlocks). It lies outside the namespace's prefix, so that the
+// contenders' grant does not cover it: "/<ns>/audit/v1/".
+func AuditPrefix(ns string) string { return "/" + ns + "/audit/v1/" }
+
+// AuditPermission is the permission access on namespace ns's audit trail.
+func AuditPermission(ns string, access Access) Permission {
+	prefix := AuditPrefix(ns)
+	return Permission{Key: prefix, RangeEnd: clientv3.GetPrefixRangeEnd(prefix), Access: access}
+}
+
+// RolePermissions is every permission of the role of access level access
+// (Read, ReadWrite or Operate) of namespace ns, as Apply grants them:
+//
+//	read       read on the namespace, read on its audit trail
+//	readwrite  readwrite on the namespace, read on its audit trail
+//	operate    readwrite on the namespace and on its audit trail
+func RolePermissions(ns string, access Access) []Permission {
+	switch access {
+	case Operate:
+		return []Permission{NamespacePermission(ns, ReadWrite), AuditPermission(ns, ReadWrite)}
+	case ReadWrite:
+		return []Permission{NamespacePermission(ns, ReadWrite), AuditPermission(ns, Read)}
+	default:
+		return []Permission{NamespacePermission(ns, Read), AuditPermission(ns, Read)}
+	}
 }
 
 // Action is the kind of one change to etcd's auth state.
@@ -119,10 +151,10 @@ type state struct {
 // Apply of the same policy returns nil. It needs an admin client (root)
 // when auth is enabled; it does not enable auth (EnableAuth does).
 //
-// For every namespace p lists, p is the whole truth about baton's two
+// For every namespace p lists, p is the whole truth about baton's three
 // roles of that namespace:
-//   - the roles exist and each holds exactly its one prefix permission
-//     (extra permissions someone added by hand are revoked);
+//   - the roles exist and each holds exactly its RolePermissions (extra
+//     permissions someone added by hand are revoked);
 //   - the users listed exist (missing ones are created without a
 //     password: they authenticate with a client certificate whose CN is
 //     the user name; give a password with etcdctl user passwd if needed);
@@ -178,7 +210,8 @@ func Apply(ctx context.Context, cli *clientv3.Client, p Policy, opts ...ApplyOpt
 }
 
 // Show reads from etcd the policy in force: every namespace that has a
-// role Apply manages, with the users holding each role, sorted. Encode
+// role Apply manages, with the users holding each role (contenders,
+// observers, operators), sorted. Encode
 // turns it into a file Apply accepts. Show needs an admin client when
 // auth is enabled. Of the options, only WithRequestTimeout applies to
 // Show; WithPrune, WithDryRun and WithProgress are refused with ErrInvalid.
@@ -215,9 +248,12 @@ func Show(ctx context.Context, cli *clientv3.Client, opts ...ApplyOption) (Polic
 				continue
 			}
 			n := get(ns)
-			if access == ReadWrite {
+			switch access {
+			case ReadWrite:
 				n.Contenders = append(n.Contenders, user)
-			} else {
+			case Operate:
+				n.Operators = append(n.Operators, user)
+			default:
 				n.Observers = append(n.Observers, user)
 			}
 		}
@@ -310,28 +346,31 @@ func plan(st state, p Policy, prune bool) []Change {
 		for _, r := range []struct {
 			access Access
 			users  []string
-		}{{ReadWrite, ns.Contenders}, {Read, ns.Observers}} {
+		}{{ReadWrite, ns.Contenders}, {Read, ns.Observers}, {Operate, ns.Operators}} {
 			role := RoleName(ns.Name, r.access)
-			want := NamespacePermission(ns.Name, r.access)
+			want := RolePermissions(ns.Name, r.access)
 			perms, exists := st.roles[role]
 			if !exists {
 				out = append(out, Change{Action: AddRole, Role: role})
 			}
-			found := false
+			found := make([]bool, len(want))
 			for _, have := range perms {
+				i := slices.IndexFunc(want, func(w Permission) bool { return w.Key == have.Key && w.RangeEnd == have.RangeEnd })
 				switch {
-				case *have == want:
-					found = true
-				case have.Key == want.Key && have.RangeEnd == want.RangeEnd:
+				case i >= 0 && want[i] == *have:
+					found[i] = true
+				case i >= 0:
 					// A grant on the same range replaces the access; it is
 					// reported below as the grant.
 				default:
 					out = append(out, Change{Action: RevokePermission, Role: role, Perm: have})
 				}
 			}
-			if !found {
-				w := want
-				out = append(out, Change{Action: GrantPermission, Role: role, Perm: &w})
+			for i, w := range want {
+				if !found[i] {
+					w := w
+					out = append(out, Change{Action: GrantPermission, Role: role, Perm: &w})
+				}
 			}
 			wanted := make(map[string]bool, len(r.users))
 			for _, u := range r.users {

@@ -61,8 +61,8 @@ func TestApplyCreatesRolesUsersAndGrantsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(changes) != 8 {
-		t.Fatalf("first Apply made %d changes, want 8:\n%s", len(changes), strings.Join(changeStrings(changes), "\n"))
+	if len(changes) != 13 {
+		t.Fatalf("first Apply made %d changes, want 13:\n%s", len(changes), strings.Join(changeStrings(changes), "\n"))
 	}
 	if got := userRoles(t, cli, "ap1-api"); !reflect.DeepEqual(got, []string{"baton:ap1:readwrite"}) {
 		t.Fatalf("contender roles %v", got)
@@ -70,11 +70,17 @@ func TestApplyCreatesRolesUsersAndGrantsOnce(t *testing.T) {
 	if got := userRoles(t, cli, "ap1-ops"); !reflect.DeepEqual(got, []string{"baton:ap1:read"}) {
 		t.Fatalf("observer roles %v", got)
 	}
-	if got, want := rolePerms(t, cli, "baton:ap1:readwrite"), []rbac.Permission{{Key: "/ap1/v1/", RangeEnd: "/ap1/v10", Access: rbac.ReadWrite}}; !reflect.DeepEqual(got, want) {
+	audit := func(a rbac.Access) rbac.Permission {
+		return rbac.Permission{Key: "/ap1/audit/v1/", RangeEnd: "/ap1/audit/v10", Access: a}
+	}
+	if got, want := rolePerms(t, cli, "baton:ap1:readwrite"), []rbac.Permission{audit(rbac.Read), {Key: "/ap1/v1/", RangeEnd: "/ap1/v10", Access: rbac.ReadWrite}}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("readwrite role perms %v, want %v", got, want)
 	}
-	if got, want := rolePerms(t, cli, "baton:ap1:read"), []rbac.Permission{{Key: "/ap1/v1/", RangeEnd: "/ap1/v10", Access: rbac.Read}}; !reflect.DeepEqual(got, want) {
+	if got, want := rolePerms(t, cli, "baton:ap1:read"), []rbac.Permission{audit(rbac.Read), {Key: "/ap1/v1/", RangeEnd: "/ap1/v10", Access: rbac.Read}}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("read role perms %v, want %v", got, want)
+	}
+	if got, want := rolePerms(t, cli, "baton:ap1:operate"), []rbac.Permission{audit(rbac.ReadWrite), {Key: "/ap1/v1/", RangeEnd: "/ap1/v10", Access: rbac.ReadWrite}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("operate role perms %v, want %v", got, want)
 	}
 
 	again, err := rbac.Apply(ctx, cli, p)
@@ -145,7 +151,7 @@ func TestApplyRestoresHandEditedRoleAndLeavesOtherRolesAlone(t *testing.T) {
 	if got := changeStrings(changes); !reflect.DeepEqual(got, want) {
 		t.Fatalf("changes %q, want %q", got, want)
 	}
-	if got := rolePerms(t, cli, "baton:ap3:readwrite"); len(got) != 1 || got[0].Key != "/ap3/v1/" {
+	if got := rolePerms(t, cli, "baton:ap3:readwrite"); len(got) != 2 || got[0].Key != "/ap3/audit/v1/" || got[1].Key != "/ap3/v1/" {
 		t.Fatalf("role perms after Apply: %v", got)
 	}
 	if got := userRoles(t, cli, "ap3-a"); !slices.Contains(got, "ap3-custom") {
@@ -161,7 +167,7 @@ func TestApplyDryRunChangesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(planned) != 6 {
+	if len(planned) != 11 {
 		t.Fatalf("dry run planned %v", changeStrings(planned))
 	}
 	if _, err := cli.RoleGet(ctx, "baton:ap4:readwrite"); err == nil {
@@ -196,7 +202,7 @@ func TestShowReadsBackWhatApplyWrote(t *testing.T) {
 	cli := client(t)
 	ctx := testCtx(t)
 	p := rbac.Policy{Namespaces: []rbac.Namespace{
-		{Name: "ap6b", Contenders: []string{"ap6-z", "ap6-a"}, Observers: []string{"ap6-o"}},
+		{Name: "ap6b", Contenders: []string{"ap6-z", "ap6-a"}, Observers: []string{"ap6-o"}, Operators: []string{"ap6-p"}},
 		{Name: "ap6a", Observers: []string{"ap6-a"}},
 	}}
 	if _, err := rbac.Apply(ctx, cli, p); err != nil {
@@ -214,7 +220,7 @@ func TestShowReadsBackWhatApplyWrote(t *testing.T) {
 	}
 	want := []rbac.Namespace{
 		{Name: "ap6a", Observers: []string{"ap6-a"}},
-		{Name: "ap6b", Contenders: []string{"ap6-a", "ap6-z"}, Observers: []string{"ap6-o"}},
+		{Name: "ap6b", Contenders: []string{"ap6-a", "ap6-z"}, Observers: []string{"ap6-o"}, Operators: []string{"ap6-p"}},
 	}
 	if !reflect.DeepEqual(mine, want) {
 		t.Fatalf("Show = %+v, want %+v", mine, want)
@@ -248,6 +254,7 @@ func TestApplyPruneDeletesUnlistedNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
+		"delete-role baton:gone:operate",
 		"revoke-role baton:gone:read from user k",
 		"delete-role baton:gone:read",
 		"revoke-role baton:gone:readwrite from user g",
@@ -260,7 +267,7 @@ func TestApplyPruneDeletesUnlistedNamespaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"baton:keep:read", "baton:keep:readwrite", "not-baton"}; !reflect.DeepEqual(roles.Roles, want) {
+	if want := []string{"baton:keep:operate", "baton:keep:read", "baton:keep:readwrite", "not-baton"}; !reflect.DeepEqual(roles.Roles, want) {
 		t.Fatalf("roles after prune %v, want %v", roles.Roles, want)
 	}
 	if again, err := rbac.Apply(ctx, cli, onlyKeep, rbac.WithPrune()); err != nil || again != nil {

@@ -1,14 +1,23 @@
 // Package rbac locks down the etcd cluster baton runs on: a declarative
-// policy of who may contend and who may only observe in each namespace,
-// applied as etcd roles; auth enabled with a root user; TLS configurations
+// policy of who may contend, who may only observe and who may operate
+// (force-unlock) in each namespace, applied as etcd roles; auth enabled with a root user; TLS configurations
 // for mutually authenticated connections; and a development CA that makes
 // the certificates for all of it.
 //
-// Every key of a baton namespace lies under "/<namespace>/v1/", so access
-// to a namespace is one prefix permission:
+// Every lock and election key of a baton namespace lies under
+// "/<namespace>/v1/"; the namespace's audit trail (who forced which lock,
+// when and why) lies beside it under "/<namespace>/audit/v1/", where the
+// contenders' grant does not reach. etcd has no create-only permission, so
+// the trail is protected by who may write there at all:
 //
-//	role baton:<ns>:readwrite  readwrite on ["/<ns>/v1/", "/<ns>/v10")  contenders
-//	role baton:<ns>:read       read      on ["/<ns>/v1/", "/<ns>/v10")  observers
+//	role baton:<ns>:readwrite  readwrite on /<ns>/v1/, read on /<ns>/audit/v1/   contenders
+//	role baton:<ns>:read       read      on /<ns>/v1/, read on /<ns>/audit/v1/   observers
+//	role baton:<ns>:operate    readwrite on /<ns>/v1/ and on /<ns>/audit/v1/     operators
+//
+// A service that runs as a contender can therefore neither forge nor
+// erase an audit record; an operator can force-unlock (delete a holder's
+// key and write the record in one transaction) and can, like root, still
+// delete records: keep the operators few and people, not services.
 //
 // A contender needs write for every step of holding a lock or leading:
 // the Put of its key, the Delete on release, and the renewal and

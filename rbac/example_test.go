@@ -35,6 +35,7 @@ namespaces:
   - name: payments
     contenders: [payments-api]
     observers: [oncall]
+    operators: [oncall-lead]
 `))
 	if err != nil {
 		fmt.Println(err)
@@ -53,12 +54,19 @@ namespaces:
 	// Output:
 	// add-role baton:payments:readwrite
 	// grant-permission readwrite ["/payments/v1/", "/payments/v10") on role baton:payments:readwrite
+	// grant-permission read ["/payments/audit/v1/", "/payments/audit/v10") on role baton:payments:readwrite
 	// add-user payments-api
 	// grant-role baton:payments:readwrite to user payments-api
 	// add-role baton:payments:read
 	// grant-permission read ["/payments/v1/", "/payments/v10") on role baton:payments:read
+	// grant-permission read ["/payments/audit/v1/", "/payments/audit/v10") on role baton:payments:read
 	// add-user oncall
 	// grant-role baton:payments:read to user oncall
+	// add-role baton:payments:operate
+	// grant-permission readwrite ["/payments/v1/", "/payments/v10") on role baton:payments:operate
+	// grant-permission readwrite ["/payments/audit/v1/", "/payments/audit/v10") on role baton:payments:operate
+	// add-user oncall-lead
+	// grant-role baton:payments:operate to user oncall-lead
 	// second apply: 0 changes, <nil>
 }
 

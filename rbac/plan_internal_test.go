@@ -6,9 +6,27 @@ import (
 	"testing"
 )
 
-func perm(ns string, a Access) *Permission {
-	p := NamespacePermission(ns, a)
-	return &p
+// perms is what Apply grants the role of access level a.
+func perms(ns string, a Access) []*Permission {
+	var out []*Permission
+	for _, p := range RolePermissions(ns, a) {
+		out = append(out, &p)
+	}
+	return out
+}
+
+// applied is the roles of namespaces pay and jobs as Apply leaves them.
+func applied(extra map[string][]*Permission) map[string][]*Permission {
+	out := map[string][]*Permission{}
+	for _, ns := range []string{"pay"} {
+		for _, a := range []Access{ReadWrite, Read, Operate} {
+			out[RoleName(ns, a)] = perms(ns, a)
+		}
+	}
+	for k, v := range extra {
+		out[k] = v
+	}
+	return out
 }
 
 func TestPlan(t *testing.T) {
@@ -28,18 +46,23 @@ func TestPlan(t *testing.T) {
 			want: []string{
 				"add-role baton:pay:readwrite",
 				`grant-permission readwrite ["/pay/v1/", "/pay/v10") on role baton:pay:readwrite`,
+				`grant-permission read ["/pay/audit/v1/", "/pay/audit/v10") on role baton:pay:readwrite`,
 				"add-user api",
 				"grant-role baton:pay:readwrite to user api",
 				"add-role baton:pay:read",
 				`grant-permission read ["/pay/v1/", "/pay/v10") on role baton:pay:read`,
+				`grant-permission read ["/pay/audit/v1/", "/pay/audit/v10") on role baton:pay:read`,
 				"add-user ops",
 				"grant-role baton:pay:read to user ops",
+				"add-role baton:pay:operate",
+				`grant-permission readwrite ["/pay/v1/", "/pay/v10") on role baton:pay:operate`,
+				`grant-permission readwrite ["/pay/audit/v1/", "/pay/audit/v10") on role baton:pay:operate`,
 			},
 		},
 		{
 			name: "already applied",
 			st: state{
-				roles: map[string][]*Permission{rw: {perm("pay", ReadWrite)}, r: {perm("pay", Read)}},
+				roles: applied(nil),
 				users: map[string][]string{"api": {rw}, "ops": {r}},
 			},
 			pol:  pol,
@@ -48,7 +71,7 @@ func TestPlan(t *testing.T) {
 		{
 			name: "user removed from the policy loses the role, keeps the account",
 			st: state{
-				roles: map[string][]*Permission{rw: {perm("pay", ReadWrite)}, r: {perm("pay", Read)}},
+				roles: applied(nil),
 				users: map[string][]string{"api": {rw}, "ops": {r}, "old": {rw, "other"}},
 			},
 			pol:  pol,
@@ -57,10 +80,9 @@ func TestPlan(t *testing.T) {
 		{
 			name: "permissions edited by hand are put back",
 			st: state{
-				roles: map[string][]*Permission{
-					rw: {perm("pay", Read), {Key: "/", RangeEnd: "\x00", Access: ReadWrite}},
-					r:  {perm("pay", Read)},
-				},
+				roles: applied(map[string][]*Permission{
+					rw: {perms("pay", Read)[0], perms("pay", Read)[1], {Key: "/", RangeEnd: "\x00", Access: ReadWrite}},
+				}),
 				users: map[string][]string{"api": {rw}, "ops": {r}},
 			},
 			pol: pol,
@@ -72,7 +94,7 @@ func TestPlan(t *testing.T) {
 		{
 			name: "unlisted namespace left alone",
 			st: state{
-				roles: map[string][]*Permission{rw: {perm("pay", ReadWrite)}, r: {perm("pay", Read)}, RoleName("jobs", ReadWrite): {perm("jobs", ReadWrite)}, "custom": nil},
+				roles: applied(map[string][]*Permission{RoleName("jobs", ReadWrite): perms("jobs", ReadWrite), "custom": nil}),
 				users: map[string][]string{"api": {rw}, "ops": {r}, "sched": {RoleName("jobs", ReadWrite), "custom"}},
 			},
 			pol:  pol,
@@ -81,7 +103,7 @@ func TestPlan(t *testing.T) {
 		{
 			name: "prune removes unlisted namespaces only",
 			st: state{
-				roles: map[string][]*Permission{rw: {perm("pay", ReadWrite)}, r: {perm("pay", Read)}, RoleName("jobs", ReadWrite): {perm("jobs", ReadWrite)}, "custom": nil, "baton:bad": nil},
+				roles: applied(map[string][]*Permission{RoleName("jobs", ReadWrite): perms("jobs", ReadWrite), "custom": nil, "baton:bad": nil}),
 				users: map[string][]string{"api": {rw}, "ops": {r}, "sched": {RoleName("jobs", ReadWrite), "custom"}},
 			},
 			pol:   pol,
@@ -98,15 +120,25 @@ func TestPlan(t *testing.T) {
 			want: []string{
 				"add-role baton:a:readwrite",
 				`grant-permission readwrite ["/a/v1/", "/a/v10") on role baton:a:readwrite`,
+				`grant-permission read ["/a/audit/v1/", "/a/audit/v10") on role baton:a:readwrite`,
 				"add-user u",
 				"grant-role baton:a:readwrite to user u",
 				"add-role baton:a:read",
 				`grant-permission read ["/a/v1/", "/a/v10") on role baton:a:read`,
+				`grant-permission read ["/a/audit/v1/", "/a/audit/v10") on role baton:a:read`,
+				"add-role baton:a:operate",
+				`grant-permission readwrite ["/a/v1/", "/a/v10") on role baton:a:operate`,
+				`grant-permission readwrite ["/a/audit/v1/", "/a/audit/v10") on role baton:a:operate`,
 				"add-role baton:b:readwrite",
 				`grant-permission readwrite ["/b/v1/", "/b/v10") on role baton:b:readwrite`,
+				`grant-permission read ["/b/audit/v1/", "/b/audit/v10") on role baton:b:readwrite`,
 				"add-role baton:b:read",
 				`grant-permission read ["/b/v1/", "/b/v10") on role baton:b:read`,
+				`grant-permission read ["/b/audit/v1/", "/b/audit/v10") on role baton:b:read`,
 				"grant-role baton:b:read to user u",
+				"add-role baton:b:operate",
+				`grant-permission readwrite ["/b/v1/", "/b/v10") on role baton:b:operate`,
+				`grant-permission readwrite ["/b/audit/v1/", "/b/audit/v10") on role baton:b:operate`,
 			},
 		},
 	} {
@@ -131,6 +163,7 @@ func TestParseRole(t *testing.T) {
 	}{
 		{"baton:payments:readwrite", "payments", ReadWrite, true},
 		{"baton:a.b_c-d:read", "a.b_c-d", Read, true},
+		{"baton:payments:operate", "payments", Operate, true},
 		{"baton:payments:write", "", "", false},
 		{"baton:payments", "", "", false},
 		{"baton::read", "", "", false},

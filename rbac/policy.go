@@ -17,8 +17,9 @@ import (
 )
 
 // Policy says, per namespace, which etcd users may contend (hold locks,
-// campaign) and which may only observe. It is the whole of baton's access
-// control: one prefix grant per namespace and access.
+// campaign), which may only observe, and which may operate (force-unlock
+// and write the audit trail). It is the whole of baton's access control:
+// one role per namespace and access level.
 //
 // In YAML (JSON has the same fields):
 //
@@ -26,6 +27,7 @@ import (
 //	  - name: payments
 //	    contenders: [payments-api, payments-batch]
 //	    observers: [oncall]
+//	    operators: [oncall-lead]
 type Policy struct {
 	Namespaces []Namespace `json:"namespaces"`
 }
@@ -43,6 +45,12 @@ type Namespace struct {
 	// Observers get read on the prefix: Leader, Candidates, Observe,
 	// Holder, Waiters and listing, but no write of any kind.
 	Observers []string `json:"observers,omitempty"`
+	// Operators get readwrite on the prefix and on the namespace's audit
+	// trail (AuditPrefix): what a force-unlock needs, which deletes a
+	// holder's key in the same transaction as it writes the audit record.
+	// Contenders and observers may read the audit trail but neither write
+	// nor delete it.
+	Operators []string `json:"operators,omitempty"`
 }
 
 // MaxUserBytes is the longest user name a policy accepts.
@@ -210,7 +218,7 @@ func Encode(p Policy) ([]byte, error) {
 
 // Validate reports every problem of p at once, joined, each wrapping
 // ErrInvalidPolicy: bad or duplicate namespaces, bad user names, a user
-// listed twice in one namespace, and "root", which etcd already lets do
+// listed twice in one namespace (in one list or in two), and "root", which etcd already lets do
 // everything.
 func (p Policy) Validate() error {
 	var problems []error
@@ -232,7 +240,7 @@ func (p Policy) Validate() error {
 		for _, list := range []struct {
 			field string
 			users []string
-		}{{"contenders", ns.Contenders}, {"observers", ns.Observers}} {
+		}{{"contenders", ns.Contenders}, {"observers", ns.Observers}, {"operators", ns.Operators}} {
 			for j, u := range list.users {
 				if err := ValidateUser(u); err != nil {
 					bad("namespace %q %s[%d]: %v", ns.Name, list.field, j, trimInvalid(err))
@@ -246,7 +254,7 @@ func (p Policy) Validate() error {
 					if prev == list.field {
 						bad("namespace %q: user %q is listed twice in %s", ns.Name, u, list.field)
 					} else {
-						bad("namespace %q: user %q is in both contenders and observers; list it once (contenders can also observe)", ns.Name, u)
+						bad("namespace %q: user %q is in both %s and %s; list it once (operators can also contend, contenders can also observe)", ns.Name, u, prev, list.field)
 					}
 					continue
 				}
@@ -297,7 +305,7 @@ func ValidateUser(name string) error {
 func (p Policy) normalized() Policy {
 	out := Policy{Namespaces: make([]Namespace, len(p.Namespaces))}
 	for i, ns := range p.Namespaces {
-		out.Namespaces[i] = Namespace{Name: ns.Name, Contenders: sortedCopy(ns.Contenders), Observers: sortedCopy(ns.Observers)}
+		out.Namespaces[i] = Namespace{Name: ns.Name, Contenders: sortedCopy(ns.Contenders), Observers: sortedCopy(ns.Observers), Operators: sortedCopy(ns.Operators)}
 	}
 	slices.SortFunc(out.Namespaces, func(a, b Namespace) int { return strings.Compare(a.Name, b.Name) })
 	return out

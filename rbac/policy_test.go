@@ -64,6 +64,8 @@ func TestParseRejectsBadPolicies(t *testing.T) {
 		{"root", "namespaces:\n  - name: a\n    contenders: [root]\n", []string{`user "root" has every permission`}},
 		{"contender and observer", "namespaces:\n  - name: a\n    contenders: [x]\n    observers: [x]\n", []string{`user "x" is in both contenders and observers`}},
 		{"listed twice", "namespaces:\n  - name: a\n    observers: [x, x]\n", []string{`user "x" is listed twice in observers`}},
+		{"contender and operator", "namespaces:\n  - name: a\n    contenders: [x]\n    operators: [x]\n", []string{`user "x" is in both contenders and operators`}},
+		{"bad operator", "namespaces:\n  - name: a\n    operators: [\"a b\"]\n", []string{`namespace "a" operators[0]`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := rbac.Parse([]byte(tc.doc))

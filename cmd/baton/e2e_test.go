@@ -272,7 +272,7 @@ func TestForceUnlockRefusesLiveHolderThenRevokesDeadOne(t *testing.T) {
 	_ = holder.cmd.Process.Kill()
 	holder.wait(5 * time.Second)
 	code, out, errOut = runBaton(t, 20*time.Second, "unlock", "victim", "--force", "--reason", "e2e: holder killed")
-	if code != cli.ExitOK || !strings.Contains(out, "NOT renewed") || !strings.Contains(out, "revoked lease") {
+	if code != cli.ExitOK || !strings.Contains(out, "NOT renewed") || !strings.Contains(out, "deleted key") {
 		t.Fatalf("unlock of a dead holder: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 	resp, err := client(t).Get(ctxT(t), "/baton/v1/lock/victim/", clientv3.WithPrefix(), clientv3.WithCountOnly())
@@ -291,7 +291,7 @@ func TestForceUnlockRefusesLiveHolderThenRevokesDeadOne(t *testing.T) {
 		t.Fatalf("audit records %v, want exactly the one forced unlock", audit.Records)
 	}
 	r := audit.Records[0]
-	if r["lock"] != "victim" || r["reason"] != "e2e: holder killed" || r["result"] != "revoked" ||
+	if r["name"] != "victim" || r["reason"] != "e2e: holder killed" || r["result"] != "deleted" ||
 		r["renewed"] != false || r["host"] == "" || r["token"] == nil {
 		t.Errorf("audit record %v", r)
 	}

@@ -507,6 +507,7 @@ func TestRevokedRoleEndsTheHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
+		"delete-role baton:temporary:operate",
 		"delete-role baton:temporary:read",
 		"revoke-role baton:temporary:readwrite from user " + tempApp,
 		"delete-role baton:temporary:readwrite",

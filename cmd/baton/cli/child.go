@@ -46,7 +46,7 @@ type childResult struct {
 // not left running on any path.
 func (c child) run(ctx context.Context, owned <-chan struct{}, sigs <-chan os.Signal) (childResult, error) {
 	cmd := exec.Command(c.argv[0], c.argv[1:]...)
-	cmd.Env = append(os.Environ(), c.env...)
+	cmd.Env = append(childEnviron(), c.env...) // never BATON_PASSWORD
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.stdin, c.stdout, c.stderr
 	// A grandchild that keeps the output pipe open must not hold baton.
 	cmd.WaitDelay = time.Second

@@ -23,6 +23,8 @@ type devSettings struct {
 	// Hints are lines printed after the endpoint, e.g. the flags or
 	// environment a client needs.
 	Hints []string
+	// Auth is set by an extension that enables etcd's auth.
+	Auth bool
 }
 
 // tune adds an adjustment of the embed configuration after the ones
@@ -62,7 +64,9 @@ func newDevCmd(g *globals) *cobra.Command {
 		Long: `Start a single-member etcd in this process, print its endpoint, and serve
 until SIGINT or SIGTERM. Without --data-dir the data lives in a temporary
 directory removed on exit; with it, the data is kept and a restart on the same
-directory finds it again. Every other baton command reaches it with no flags.`,
+directory finds it again; a second baton dev on a directory in use exits at
+once. Every other baton command reaches it with no flags. Listening beyond
+loopback without --tls and --auth prints a warning: everything is open.`,
 		Args: args(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
@@ -74,6 +78,16 @@ directory finds it again. Every other baton command reaches it with no flags.`,
 						return err
 					}
 				}
+			}
+			if dataDir != "" {
+				release, err := lockDataDir(dataDir)
+				if err != nil {
+					return err
+				}
+				defer release()
+			}
+			if w := exposure(listen, s.Config.TLS != nil, s.Auth); w != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "baton: %s\n", w)
 			}
 			srv, err := embedetcd.New(s.Config)
 			if err != nil {

@@ -44,6 +44,7 @@ func secureDev(_ *globals) devExtension {
 					return withCode(ExitUsage, err)
 				}
 			}
+			s.Auth = auth
 			ca, err := rbac.OpenDevCA(dir, rbac.CertOptions{})
 			if err != nil {
 				return certsError(err)

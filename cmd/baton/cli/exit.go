@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
-// Exit codes. 64, 69, 75 and 77 follow sysexits.h; a child's own status,
+// Exit codes. 64, 69, 75, 77 and 78 follow sysexits.h; a child's own status,
 // which baton lock and baton elect pass through, may take any value, so a
 // script that must tell them apart should have its command avoid these.
 const (
@@ -31,6 +32,11 @@ const (
 	// being renewed (the holder looks alive) and --even-if-alive was not
 	// given.
 	ExitRefused = 77
+	// ExitDenied: etcd refused this client: the TLS handshake failed (a
+	// certificate refused by either side), authentication failed (wrong
+	// password, unknown user), or permission was denied. Retrying does not
+	// help, unlike ExitUnavailable.
+	ExitDenied = 78
 	// ExitOwnershipLost: the lock or leadership may have been lost while
 	// held (its command, if any, was stopped), or elect --once lost it.
 	ExitOwnershipLost = 79
@@ -79,7 +85,30 @@ func exitCode(err error) int {
 	if isUnavailable(err) {
 		return ExitUnavailable
 	}
+	if isDenied(err) {
+		return ExitDenied
+	}
 	return ExitError
+}
+
+// isDenied reports whether etcd refused the client's identity or its
+// rights, as opposed to being unreachable.
+func isDenied(err error) bool {
+	for _, e := range []error{rpctypes.ErrPermissionDenied, rpctypes.ErrGRPCPermissionDenied,
+		rpctypes.ErrAuthFailed, rpctypes.ErrGRPCAuthFailed, rpctypes.ErrInvalidAuthToken, rpctypes.ErrGRPCInvalidAuthToken,
+		rpctypes.ErrUserEmpty, rpctypes.ErrGRPCUserEmpty, rpctypes.ErrAuthNotEnabled, rpctypes.ErrGRPCAuthNotEnabled,
+		rpctypes.ErrUserNotFound, rpctypes.ErrGRPCUserNotFound} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	if s, ok := status.FromError(err); ok {
+		// etcd's own auth package answers some refusals ("password was
+		// given for no password user") with code Unknown.
+		return s.Code() == codes.PermissionDenied || s.Code() == codes.Unauthenticated ||
+			s.Code() == codes.Unknown && strings.HasPrefix(s.Message(), "auth: ")
+	}
+	return false
 }
 
 // isUnavailable reports whether err means etcd could not be reached, as

@@ -55,7 +55,7 @@ func writeLeader(w io.Writer, asJSON bool, v leaderView) error {
 		return writeJSON(w, out)
 	}
 	if v.Leader == nil {
-		_, err := fmt.Fprintf(w, "election %q has no leader\n", v.Election)
+		_, err := fmt.Fprintf(w, "election %s has no leader\n", safeQ(v.Election))
 		return err
 	}
 	l := v.Leader
@@ -64,10 +64,10 @@ func writeLeader(w io.Writer, asJSON bool, v leaderView) error {
 		sinceText = l.Since.UTC().Format(time.RFC3339) + " (" + ageText(v.Now, l.Since) + " ago)"
 	}
 	t := newTable(w, "FIELD", "VALUE")
-	t.row("election", v.Election)
-	t.row("leader", l.Value)
+	t.row("election", safe(v.Election))
+	t.row("leader", safe(l.Value))
 	t.row("token", strconv.FormatInt(l.Token, 10))
-	t.row("key", l.Key)
+	t.row("key", safe(l.Key))
 	t.row("lease", leaseHex(int64(l.Lease)))
 	t.row("ttl left", ttlText(l.TTL))
 	t.row("leading since", sinceText)
@@ -139,7 +139,7 @@ func writeCandidates(w io.Writer, asJSON bool, v candidatesView) error {
 		return writeJSON(w, out)
 	}
 	if len(v.Candidates) == 0 {
-		_, err := fmt.Fprintf(w, "election %q has no candidates\n", v.Election)
+		_, err := fmt.Fprintf(w, "election %s has no candidates\n", safeQ(v.Election))
 		return err
 	}
 	t := newTable(w, "#", "ROLE", "VALUE", "TOKEN", "LEASE", "TTL LEFT", "KEY")
@@ -148,7 +148,7 @@ func writeCandidates(w io.Writer, asJSON bool, v candidatesView) error {
 		if i == 0 {
 			role = "leader"
 		}
-		t.row(strconv.Itoa(i+1), role, dash(c.Value), c.Token.String(), leaseHex(int64(c.LeaseID)), ttlText(c.TTL), c.Key)
+		t.row(strconv.Itoa(i+1), role, safe(dash(c.Value)), c.Token.String(), leaseHex(int64(c.LeaseID)), ttlText(c.TTL), safe(c.Key))
 	}
 	return t.flush()
 }

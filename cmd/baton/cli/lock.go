@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -62,7 +63,7 @@ func splitCommand(cmd *cobra.Command, a []string, fixed int) ([]string, error) {
 		return nil, nil
 	}
 	if cmd.ArgsLenAtDash() != fixed {
-		return nil, usageErrorf("put -- before the command, as in: baton %s -- CMD ARGS", cmd.Use)
+		return nil, usageErrorf("put -- before the command, as in: %s %s -- %s", cmd.CommandPath(), strings.Join(a[:fixed], " "), strings.Join(a[fixed:], " "))
 	}
 	return a[fixed:], nil
 }

@@ -1,14 +1,21 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/mutex"
 )
@@ -44,8 +51,9 @@ func writeLocks(w io.Writer, asJSON bool, v locksView) error {
 	if asJSON {
 		out := struct {
 			Namespace string     `json:"namespace"`
+			Count     int        `json:"count"`
 			Locks     []lockJSON `json:"locks"`
-		}{Namespace: v.Namespace, Locks: []lockJSON{}}
+		}{Namespace: v.Namespace, Count: len(v.Locks), Locks: []lockJSON{}}
 		for _, l := range v.Locks {
 			out.Locks = append(out.Locks, lockJSON{Name: l.Name, Holder: l.Holder.Identity, Key: l.Holder.Key,
 				Token: int64(l.Holder.Token), Lease: leaseHex(int64(l.Holder.Lease)), TTLLeft: ttlSeconds(l.Holder.TTL),
@@ -54,26 +62,32 @@ func writeLocks(w io.Writer, asJSON bool, v locksView) error {
 		return writeJSON(w, out)
 	}
 	if len(v.Locks) == 0 {
-		what := "no locks are held in namespace " + strconv.Quote(v.Namespace)
+		what := "no locks are held in namespace " + safeQ(v.Namespace)
 		if v.Prefix != "" {
-			what += " under " + strconv.Quote(v.Prefix)
+			what += " under " + safeQ(v.Prefix)
 		}
 		_, err := fmt.Fprintln(w, what)
 		return err
 	}
 	t := newTable(w, "NAME", "HOLDER", "TOKEN", "TTL LEFT", "HELD FOR", "WAITERS", "KEY")
 	for _, l := range v.Locks {
-		t.row(l.Name, dash(l.Holder.Identity), l.Holder.Token.String(), ttlText(l.Holder.TTL),
-			ageText(v.Now, l.Since), strconv.Itoa(l.Waiters), l.Holder.Key)
+		t.row(safe(l.Name), safe(dash(l.Holder.Identity)), l.Holder.Token.String(), ttlText(l.Holder.TTL),
+			ageText(v.Now, l.Since), strconv.Itoa(l.Waiters), safe(l.Holder.Key))
 	}
-	return t.flush()
+	if err := t.flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%d lock(s)\n", len(v.Locks))
+	return err
 }
 
 func newLocksCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "locks [PREFIX]",
 		Short: "List the locks of the namespace: name, holder, token, TTL left, held for, waiters",
-		Long: `List every held lock of the namespace whose name starts with PREFIX.
+		Long: `List every held lock of the namespace whose name starts with PREFIX, and
+how many. etcd filters by PREFIX; the holders' lease TTLs are asked in
+parallel.
 
 "held for" is known only for holders that recorded when they acquired
 (baton lock does); for others it shows "unknown": etcd itself keeps no
@@ -92,7 +106,7 @@ acquisition time.`,
 			defer cli.Close()
 			octx, cancel := g.opContext(ctx)
 			defer cancel()
-			infos, err := mutex.List(octx, cli, mutex.WithNamespace(g.namespace))
+			rows, err := listLocks(octx, cli, g.namespace, prefix)
 			if err != nil {
 				return g.failed("list locks", err)
 			}
@@ -100,15 +114,111 @@ acquisition time.`,
 			if err != nil {
 				return g.failed("read acquisition records", err)
 			}
-			v := locksView{Namespace: g.namespace, Prefix: prefix, Now: g.io.Now()}
-			for _, info := range infos {
-				if !strings.HasPrefix(info.Name, prefix) {
-					continue
-				}
-				v.Locks = append(v.Locks, lockRow{Name: info.Name, Holder: info.Holder,
-					Since: heldLookup(held, info.Name, info.Holder.Lease), Waiters: len(info.Waiters)})
+			for i := range rows {
+				rows[i].Since = heldLookup(held, rows[i].Name, rows[i].Holder.Lease)
 			}
-			return writeLocks(cmd.OutOrStdout(), g.json(), v)
+			return writeLocks(cmd.OutOrStdout(), g.json(), locksView{Namespace: g.namespace, Prefix: prefix, Locks: rows, Now: g.io.Now()})
 		},
 	}
+}
+
+// ttlWorkers bounds the TimeToLive requests in flight.
+const ttlWorkers = 32
+
+// listLocks reads the locks of namespace ns whose name starts with prefix,
+// sorted by name: the range is filtered by etcd (escaping keeps name
+// prefixes as key prefixes, and an escaped prefix never reaches past the
+// name's segment), and the holders' TTLs are asked in parallel.
+func listLocks(ctx context.Context, cli *clientv3.Client, ns, prefix string) ([]lockRow, error) {
+	resp, err := cli.Get(ctx, keys.KindPrefix(ns, keys.Lock)+keys.Escape(prefix), clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return nil, err
+	}
+	byName := make(map[string]int)
+	var rows []lockRow
+	for _, kv := range resp.Kvs {
+		p, err := keys.Parse(ns, string(kv.Key))
+		if err != nil || p.Kind != keys.Lock || !strings.HasPrefix(p.Name, prefix) {
+			continue // not a key baton wrote
+		}
+		if i, ok := byName[p.Name]; ok {
+			rows[i].Waiters++
+			continue
+		}
+		byName[p.Name] = len(rows)
+		rows = append(rows, lockRow{Name: p.Name, Holder: mutex.Contender{Key: string(kv.Key), Token: fencing.Token(kv.CreateRevision),
+			Lease: clientv3.LeaseID(kv.Lease), Identity: string(kv.Value)}})
+	}
+	if err := fillTTLs(ctx, cli, rows); err != nil {
+		return nil, err
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].Name < rows[j].Name })
+	return rows, nil
+}
+
+// fillTTLs asks each distinct holder lease's TTL, at most ttlWorkers at a
+// time; the first error ends the others.
+func fillTTLs(ctx context.Context, cli *clientv3.Client, rows []lockRow) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	leases := make(chan clientv3.LeaseID)
+	var mu sync.Mutex
+	ttls := make(map[clientv3.LeaseID]time.Duration, len(rows))
+	var wg sync.WaitGroup
+	for range min(ttlWorkers, len(rows)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range leases {
+				ttl, err := leaseTTL(ctx, cli, id)
+				if err != nil {
+					cancel(err)
+					continue
+				}
+				mu.Lock()
+				ttls[id] = ttl
+				mu.Unlock()
+			}
+		}()
+	}
+	seen := make(map[clientv3.LeaseID]bool, len(rows))
+feed:
+	for _, r := range rows {
+		if seen[r.Holder.Lease] {
+			continue
+		}
+		seen[r.Holder.Lease] = true
+		select {
+		case leases <- r.Holder.Lease:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(leases)
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	for i := range rows {
+		rows[i].Holder.TTL = ttls[rows[i].Holder.Lease]
+	}
+	return nil
+}
+
+// leaseTTL is a lease's time left; -1 once it is gone.
+func leaseTTL(ctx context.Context, cli *clientv3.Client, id clientv3.LeaseID) (time.Duration, error) {
+	if id == clientv3.NoLease {
+		return -1, nil
+	}
+	resp, err := cli.TimeToLive(ctx, id)
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return -1, nil
+	case err != nil:
+		return 0, err
+	case resp.TTL < 0:
+		return -1, nil
+	}
+	return time.Duration(resp.TTL) * time.Second, nil
 }

@@ -41,11 +41,11 @@ func writeObserveEvent(w io.Writer, asJSON bool, ev observeEvent) error {
 	}
 	ts := ev.Time.UTC().Format("2006-01-02T15:04:05.000Z")
 	if l.IsZero() {
-		_, err := fmt.Fprintf(w, "%s  %s: no leader  (revision %d)\n", ts, ev.Election, l.Revision)
+		_, err := fmt.Fprintf(w, "%s  %s: no leader  (revision %d)\n", ts, safe(ev.Election), l.Revision)
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%s  %s: leader %q  token %d  lease %s  key %s  (revision %d)\n",
-		ts, ev.Election, l.Value, l.Token, leaseHex(int64(l.LeaseID)), l.Key, l.Revision)
+	_, err := fmt.Fprintf(w, "%s  %s: leader %s  token %d  lease %s  key %s  (revision %d)\n",
+		ts, safe(ev.Election), safeQ(l.Value), l.Token, leaseHex(int64(l.LeaseID)), safe(l.Key), l.Revision)
 	return err
 }
 

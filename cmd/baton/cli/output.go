@@ -10,16 +10,25 @@ import (
 	"time"
 )
 
-// writeJSON writes v as one indented JSON document.
+// writeJSON writes v as one indented JSON document, every format
+// character escaped (escapeJSON).
 func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(escapeJSON(b), '\n'))
+	return err
 }
 
 // writeJSONLine writes v as one JSON object on one line, for streams.
 func writeJSONLine(w io.Writer, v any) error {
-	return json.NewEncoder(w).Encode(v)
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(escapeJSON(b), '\n'))
+	return err
 }
 
 // table writes aligned columns.

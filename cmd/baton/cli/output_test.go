@@ -58,11 +58,14 @@ func TestOutputGolden(t *testing.T) {
 		{Name: "migrate", Holder: mutex.Contender{Key: "/baton/v1/lock/migrate/694d7f1c2a3b0005", Token: 30,
 			Lease: 0x694d7f1c2a3b0005, TTL: -1, Identity: "db-2:77"}},
 	}}
-	audit := auditView{Namespace: "baton", Records: []auditRecord{{
-		Time: t0, Action: actionForceUnlock, Lock: "migrate", Key: "/baton/v1/lock/migrate/694d7f1c2a3b0005",
-		Holder: "db-2:77", Token: 30, Lease: "694d7f1c2a3b0005", TTLLeft: 4, Renewed: false,
-		Reason: "db-2 powered off", EtcdUser: "ops", OSUser: "alice", Host: "laptop", Result: resultRevoked,
-	}}}
+	audit := auditView{Namespace: "baton", Entries: []auditEntry{{
+		Key: "/baton/audit/v1/20260301T120000.000000000Z-694d7f1c2a3b0005",
+		Record: auditRecord{
+			Time: t0, Action: actionForceUnlock, Kind: "lock", Name: "migrate", Key: "/baton/v1/lock/migrate/694d7f1c2a3b0005",
+			Holder: "db-2:77", Token: 30, Lease: "694d7f1c2a3b0005", TTLLeft: 4, Renewed: false,
+			Reason: "db-2 powered off", Identity: "ops", IdentitySource: identityCertificate, OSUser: "alice", Host: "laptop", Result: resultDeleted,
+		},
+	}, parseAudit("/baton/audit/v1/20260301T120001.000000000Z-1", []byte("not json\x1b[2J"))}}
 	observe := []observeEvent{
 		{Time: t0, Election: "scheduler", Leader: election.Leader{Revision: 7}},
 		{Time: t0.Add(1500 * time.Millisecond), Election: "scheduler", Leader: election.Leader{

@@ -42,6 +42,7 @@ func commands(g *globals) []*cobra.Command {
 		newLockCmd(g),
 		newElectCmd(g),
 		newUnlockCmd(g),
+		newResignCmd(g),
 		newAuditCmd(g),
 		newDevCmd(g),
 		newDemoCmd(g),
@@ -67,13 +68,21 @@ environment), force-unlocks only after checking the holder is dead, serves
 an embedded etcd for local use, and demonstrates fencing (baton demo).
 
 Exit codes: 0 ok, 1 error, 64 usage, 69 etcd unreachable, 75 lock not
-acquired, 77 force-unlock refused, 79 ownership lost; lock and elect pass
-their command's own status through.`,
+acquired, 77 force-unlock refused (holder alive), 78 refused by etcd (TLS,
+authentication, permission), 79 ownership lost; lock and elect pass their
+command's own status through.
+
+Every global flag may also be set by a variable: --dial-timeout by
+BATON_DIAL_TIMEOUT, and so on; a flag on the command line wins.`,
+		Version:       versionText(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+		PersistentPreRunE: func(cmd *cobra.Command, a []string) error {
 			g.ran = true
-			return g.validate()
+			if err := g.validate(); err != nil {
+				return err
+			}
+			return validateArgs(cmd, a)
 		},
 	}
 	root.SetIn(io.In)
@@ -84,6 +93,7 @@ their command's own status through.`,
 	for _, c := range commands(g) {
 		root.AddCommand(c)
 	}
+	finishCommands(root)
 	return root, g
 }
 
@@ -102,7 +112,7 @@ func Main(ctx context.Context, args []string, io IO) int {
 		code = ExitUsage // cobra's own errors: unknown command, bad arguments
 	}
 	if !errors.As(err, &ee) || !ee.silent {
-		fmt.Fprintf(io.Err, "baton: %v\n", err)
+		fmt.Fprintf(io.Err, "baton: %s\n", safeMessage(err.Error()))
 		if code == ExitUsage && cmd != nil {
 			fmt.Fprintf(io.Err, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		}

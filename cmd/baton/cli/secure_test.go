@@ -89,8 +89,8 @@ func TestRBACApplyIsIdempotentAndShowReadsItBack(t *testing.T) {
 		t.Fatalf("dry run exited %d:\n%s%s", code, out, errOut)
 	}
 	code, out, errOut = run(ctx, t, "", "rbac", "apply", "-f", policy)
-	if code != ExitOK || len(strings.Split(strings.TrimSpace(out), "\n")) != 8 {
-		t.Fatalf("apply exited %d, want 8 changes:\n%s%s", code, out, errOut)
+	if code != ExitOK || len(strings.Split(strings.TrimSpace(out), "\n")) != 13 {
+		t.Fatalf("apply exited %d, want 13 changes:\n%s%s", code, out, errOut)
 	}
 	code, out, errOut = run(ctx, t, "", "rbac", "apply", "-f", policy)
 	if code != ExitOK || strings.TrimSpace(out) != "no changes" {
@@ -197,15 +197,15 @@ func TestDevServesTLSWithAuthAndPolicy(t *testing.T) {
 	if code, _, errOut := as("payments-api", "--namespace", "payments", "locks"); code != ExitOK {
 		t.Fatalf("contender lists its namespace: %d %s", code, errOut)
 	}
-	if code, _, errOut := as("payments-api", "--namespace", "jobs", "locks"); code != ExitError || !strings.Contains(errOut, "permission denied") {
+	if code, _, errOut := as("payments-api", "--namespace", "jobs", "locks"); code != ExitDenied || !strings.Contains(errOut, "permission denied") {
 		t.Fatalf("contender lists another namespace: %d %s", code, errOut)
 	}
-	if code, _, errOut := as("payments-api", "rbac", "show"); code != ExitError || !strings.Contains(errOut, "permission denied") {
+	if code, _, errOut := as("payments-api", "rbac", "show"); code != ExitDenied || !strings.Contains(errOut, "permission denied") {
 		t.Fatalf("contender shows the policy: %d %s", code, errOut)
 	}
 	code, _, refusal := as("", "--namespace", "payments", "--dial-timeout", "500ms", "locks")
-	if code != ExitUnavailable {
-		t.Fatalf("a client without a certificate: exit %d, want %d: %s", code, ExitUnavailable, refusal)
+	if code != ExitDenied {
+		t.Fatalf("a client without a certificate: exit %d, want %d (refused, not unreachable): %s", code, ExitDenied, refusal)
 	}
 	// The operator is told why, not only that a deadline passed.
 	if !strings.Contains(refusal, "certificate") {

@@ -2,11 +2,8 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"os/user"
 	"strings"
 	"time"
 
@@ -15,47 +12,381 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/internal/keys"
-	"github.com/batonhq/baton/mutex"
 )
 
-type unlockOptions struct {
+// forceOptions are the flags of unlock and resign.
+type forceOptions struct {
 	force       bool
 	reason      string
 	evenIfAlive bool
+	revokeLease bool
 	watch       time.Duration // 0: a third of the granted TTL plus a second
 }
 
-// auditRecord is one force-unlock, stored under /<ns>/v1/audit/.
-type auditRecord struct {
-	Time        time.Time `json:"time"`
-	Action      string    `json:"action"`
-	Lock        string    `json:"lock"`
-	Key         string    `json:"key"`
-	Holder      string    `json:"holder"`
-	Token       int64     `json:"token"`
-	Lease       string    `json:"lease"`
-	TTLLeft     int64     `json:"ttl_left_seconds"`
-	Renewed     bool      `json:"renewed"`
-	EvenIfAlive bool      `json:"even_if_alive"`
-	Reason      string    `json:"reason"`
-	EtcdUser    string    `json:"etcd_user,omitempty"`
-	OSUser      string    `json:"os_user"`
-	Host        string    `json:"host"`
-	Result      string    `json:"result"`
-}
-
-// Results of a force-unlock.
+// Results of a force-unlock, as recorded.
 const (
+	resultDeleted  = "deleted"
 	resultRevoking = "revoking"
 	resultRevoked  = "revoked"
 	resultGone     = "lease already gone"
 )
 
-const actionForceUnlock = "force-unlock"
+// Actions of the audit trail.
+const (
+	actionForceUnlock = "force-unlock"
+	actionForceResign = "force-resign"
+)
 
-// auditKey orders records by time; the lease makes it unique.
-func auditKey(ns string, t time.Time, lease clientv3.LeaseID) string {
-	return keys.KindPrefix(ns, keys.Audit) + t.UTC().Format("20060102T150405.000000000Z") + "-" + leaseHex(int64(lease))
+// maxProbeOps bounds the permission probe's transaction below etcd's
+// default --max-txn-ops (128).
+const maxProbeOps = 100
+
+func newUnlockCmd(g *globals) *cobra.Command {
+	var o forceOptions
+	cmd := &cobra.Command{
+		Use:   "unlock NAME --force --reason TEXT [--even-if-alive] [--revoke-lease]",
+		Short: "Force-release a lock held by another process, after checking it is dead",
+		Long: `Release the lock NAME for a holder that died without releasing it. baton
+shows the holder, checks that you may force it (the operators access level
+of the namespace), then watches the holder's lease for more than a third of
+its TTL: if a renewal arrives the holder is alive, and baton refuses (exit
+77) unless --even-if-alive is given.
+
+Then, in one transaction guarded by the holder's key still being the one
+shown, baton deletes that one key (and its acquisition record) and writes
+the audit record. Other locks held on the same lease stay held. The
+holder's context ends: a live holder stops, and a paused one is fenced by
+its token.
+
+--revoke-lease instead revokes the holder's whole lease, which releases
+every key on it: baton lists those keys first and records them all.
+
+Elections have their own command: baton resign NAME --force.`,
+		Example: `  baton unlock nightly-report --force --reason "host db-7 died, INC-4411"
+  baton unlock nightly-report --force --reason "stuck, INC-4412" --even-if-alive
+  baton unlock bulk-0007 --force --reason "whole session wedged" --revoke-lease`,
+		Args: args(1, 1),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			if err := validateForce(cmd, o); err != nil {
+				return err
+			}
+			return runForce(cmd, g, o, keys.Lock, a[0])
+		},
+	}
+	forceFlags(cmd, &o, "lock")
+	return cmd
+}
+
+func newResignCmd(g *globals) *cobra.Command {
+	var o forceOptions
+	cmd := &cobra.Command{
+		Use:   "resign NAME --force --reason TEXT [--even-if-alive] [--revoke-lease]",
+		Short: "Force the leader of an election to step down, after checking it is dead",
+		Long: `Remove the leader of election NAME, for a leader that died without
+resigning; the next candidate leads. The checks, the transaction and the
+audit record are those of baton unlock: the leader's one key (and its
+acquisition record) is deleted with the audit record, guarded by the key
+still being the leader's, unless --revoke-lease revokes its whole lease.`,
+		Example: `  baton resign scheduler --force --reason "leader on host-3 hung, INC-4413"`,
+		Args:    args(1, 1),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			if err := validateForce(cmd, o); err != nil {
+				return err
+			}
+			return runForce(cmd, g, o, keys.Election, a[0])
+		},
+	}
+	forceFlags(cmd, &o, "leader")
+	return cmd
+}
+
+func forceFlags(cmd *cobra.Command, o *forceOptions, what string) {
+	f := cmd.Flags()
+	f.BoolVar(&o.force, "force", false, "required: act on a "+what+" this process does not hold")
+	f.StringVar(&o.reason, "reason", "", "why, for the audit record (required; one line of printable text)")
+	f.BoolVar(&o.evenIfAlive, "even-if-alive", false, "go on even if the holder's lease is being renewed")
+	f.BoolVar(&o.revokeLease, "revoke-lease", false, "revoke the holder's whole lease: releases every key on it")
+	f.DurationVar(&o.watch, "watch", 0, "how long to watch the lease for renewals; default a third of its TTL plus 1s")
+	_ = f.MarkHidden("watch")
+}
+
+// validateForce checks the flags of unlock and resign, before connecting.
+func validateForce(cmd *cobra.Command, o forceOptions) error {
+	if !o.force {
+		return usageErrorf("%s takes another process's %s away: pass --force and --reason to do it", cmd.Name(), kindWord(cmd))
+	}
+	if strings.TrimSpace(o.reason) == "" {
+		return usageErrorf("--reason: say why, for the audit record")
+	}
+	if err := validateReason(o.reason); err != nil {
+		return err
+	}
+	if o.watch < 0 {
+		return usageErrorf("--watch %v: must not be negative", o.watch)
+	}
+	return nil
+}
+
+func kindWord(cmd *cobra.Command) string {
+	if cmd.Name() == "resign" {
+		return "leadership"
+	}
+	return "lock"
+}
+
+// holder is the contender holding a lock or leading an election.
+type holder struct {
+	Kind     keys.Kind
+	Name     string
+	Key      string
+	Token    int64
+	Lease    clientv3.LeaseID
+	Identity string // the key's value: host:pid, or the election value
+}
+
+func (h holder) what() string {
+	if h.Kind == keys.Election {
+		return "election " + safeQ(h.Name)
+	}
+	return "lock " + safeQ(h.Name)
+}
+
+// readHolder returns the holder of kind/name; the zero holder (empty Key)
+// when none.
+func readHolder(ctx context.Context, cli *clientv3.Client, ns string, kind keys.Kind, name string) (holder, error) {
+	resp, err := cli.Get(ctx, keys.Prefix(ns, kind, name), clientv3.WithFirstCreate()...)
+	if err != nil || len(resp.Kvs) == 0 {
+		return holder{}, err
+	}
+	kv := resp.Kvs[0]
+	return holder{Kind: kind, Name: name, Key: string(kv.Key), Token: kv.CreateRevision,
+		Lease: clientv3.LeaseID(kv.Lease), Identity: string(kv.Value)}, nil
+}
+
+func runForce(cmd *cobra.Command, g *globals, o forceOptions, kind keys.Kind, name string) error {
+	ctx := cmd.Context()
+	out := cmd.OutOrStdout()
+	cli, err := g.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+
+	octx, cancel := g.opContext(ctx)
+	h, err := readHolder(octx, cli, g.namespace, kind, name)
+	cancel()
+	if err != nil {
+		return g.failed("read the holder", err)
+	}
+	if h.Key == "" {
+		return notHeld(ctx, g, cli, kind, name)
+	}
+	fmt.Fprintf(out, "%s held by %s: token %d, key %s, lease %s\n",
+		h.what(), safe(dash(h.Identity)), h.Token, safe(h.Key), leaseHex(int64(h.Lease)))
+
+	// The keys the lease holds, listed before anything is done: a revoke
+	// releases all of them.
+	var leaseKeys []string
+	if o.revokeLease {
+		octx, cancel := g.opContext(ctx)
+		leaseKeys, err = attachedKeys(octx, cli, h.Lease)
+		cancel()
+		if err != nil {
+			return g.failed("list the keys of the holder's lease", err)
+		}
+		fmt.Fprintf(out, "lease %s holds %d key(s), all released by --revoke-lease:\n", leaseHex(int64(h.Lease)), len(leaseKeys))
+		for _, k := range leaseKeys {
+			fmt.Fprintf(out, "  %s\n", safe(k))
+		}
+	}
+
+	// Permission first: an observer is told at once, not after watching.
+	octx, cancel = g.opContext(ctx)
+	err = probeForcePermission(octx, cli, g.namespace, h, leaseKeys)
+	cancel()
+	if err != nil {
+		return g.failed(fmt.Sprintf("check the permission to force %s", h.what()), err)
+	}
+
+	wctx, cancel := context.WithTimeout(ctx, o.watch+g.commandTimeout+2*time.Minute)
+	r, err := watchRenewal(wctx, cli, h.Lease, o.watch)
+	cancel()
+	if err != nil {
+		return g.failed("watch the holder's lease", err)
+	}
+	if r.First < 0 || r.Last < 0 {
+		fmt.Fprintf(out, "the holder's lease %s expired meanwhile: %s is free, nothing was forced\n", leaseHex(int64(h.Lease)), h.what())
+		return nil
+	}
+	state := "NOT renewed: the holder looks dead or stalled"
+	if r.Renewed {
+		state = "RENEWED: the holder is alive"
+	}
+	fmt.Fprintf(out, "watched lease %s (granted %v) for %v: ttl %v -> %v, %s\n",
+		leaseHex(int64(h.Lease)), r.Granted, r.Watched, r.First, r.Last, state)
+	if r.Renewed && !o.evenIfAlive {
+		fmt.Fprintf(out, "refusing to force: stop the holder first, or pass --even-if-alive\n")
+		return &exitError{code: ExitRefused, err: errors.New("refused: the holder is alive"), silent: true}
+	}
+
+	id, err := g.identity(ctx, cli)
+	if err != nil {
+		return g.failed("read the auth status", err)
+	}
+	osUser, host := whoAmI()
+	action := actionForceUnlock
+	if kind == keys.Election {
+		action = actionForceResign
+	}
+	rec := auditRecord{
+		Time: g.io.Now().UTC(), Action: action, Kind: string(kind), Name: name, Key: h.Key, Holder: h.Identity,
+		Token: h.Token, Lease: leaseHex(int64(h.Lease)), TTLLeft: ttlSeconds(r.Last), Renewed: r.Renewed,
+		EvenIfAlive: o.evenIfAlive, Reason: o.reason, Identity: id.Name, IdentitySource: id.Source,
+		OSUser: osUser, Host: host, LeaseKeys: leaseKeys,
+	}
+	akey := auditKey(g.namespace, rec.Time, h.Lease)
+	if o.revokeLease {
+		return revokeHolderLease(cmd, g, cli, h, rec, akey)
+	}
+	return deleteHolderKey(cmd, g, cli, h, rec, akey)
+}
+
+// notHeld explains a name with no holder, pointing to the other command
+// when the name is held as the other kind.
+func notHeld(ctx context.Context, g *globals, cli *clientv3.Client, kind keys.Kind, name string) error {
+	other, cmdName := keys.Election, "resign"
+	if kind == keys.Election {
+		other, cmdName = keys.Lock, "unlock"
+	}
+	octx, cancel := g.opContext(ctx)
+	defer cancel()
+	if h, err := readHolder(octx, cli, g.namespace, other, name); err == nil && h.Key != "" {
+		return usageErrorf("%s is held (token %d), not a %s: use baton %s %s --force --reason TEXT",
+			h.what(), h.Token, kind, cmdName, safeArg(name))
+	}
+	what := holder{Kind: kind, Name: name}.what()
+	if kind == keys.Election {
+		return fmt.Errorf("%s has no leader: nothing to force", what)
+	}
+	return fmt.Errorf("%s is not held: nothing to unlock", what)
+}
+
+// safeArg is a name as the user would type it again in a shell.
+func safeArg(s string) string {
+	if s != "" && !strings.ContainsFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:@%+=", r))
+	}) {
+		return s
+	}
+	if needsQuote(s) {
+		return safeQ(s)
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// attachedKeys lists the keys attached to lease, sorted by etcd.
+func attachedKeys(ctx context.Context, cli *clientv3.Client, lease clientv3.LeaseID) ([]string, error) {
+	resp, err := cli.TimeToLive(ctx, lease, clientv3.WithAttachedKeys())
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(resp.Keys))
+	for _, k := range resp.Keys {
+		out = append(out, string(k))
+	}
+	return out, nil
+}
+
+// probeForcePermission asks etcd whether this client may do what the
+// force will do, without doing it: etcd checks the permissions of both
+// branches of a transaction before it evaluates the condition, and this
+// condition (a version below zero) never holds.
+func probeForcePermission(ctx context.Context, cli *clientv3.Client, ns string, h holder, leaseKeys []string) error {
+	ops := []clientv3.Op{
+		clientv3.OpDelete(h.Key),
+		clientv3.OpDelete(heldKey(ns, h.Kind, h.Name, h.Lease)),
+		clientv3.OpPut(auditPrefix(ns)+"permission-probe", ""),
+	}
+	for _, k := range leaseKeys {
+		if len(ops) >= maxProbeOps {
+			break
+		}
+		if k != h.Key {
+			ops = append(ops, clientv3.OpDelete(k))
+		}
+	}
+	_, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.Version(h.Key), "<", 0)).Then(ops...).Commit()
+	return err
+}
+
+// deleteHolderKey deletes the holder's one key and acquisition record and
+// writes the audit record, in one transaction guarded by the key's
+// CreateRevision: either all three happen, or (the holder left meanwhile)
+// none.
+func deleteHolderKey(cmd *cobra.Command, g *globals, cli *clientv3.Client, h holder, rec auditRecord, akey string) error {
+	out := cmd.OutOrStdout()
+	rec.Result = resultDeleted
+	octx, cancel := g.opContext(cmd.Context())
+	defer cancel()
+	resp, err := cli.Txn(octx).
+		If(clientv3.Compare(clientv3.CreateRevision(h.Key), "=", h.Token),
+			clientv3.Compare(clientv3.CreateRevision(akey), "=", 0)).
+		Then(clientv3.OpDelete(h.Key), clientv3.OpDelete(heldKey(g.namespace, h.Kind, h.Name, h.Lease)),
+			clientv3.OpPut(akey, mustJSON(rec))).
+		Commit()
+	if err != nil {
+		return g.failed("delete the holder's key with its audit record", err)
+	}
+	if !resp.Succeeded {
+		fmt.Fprintf(out, "the holder left meanwhile (key %s is no longer token %d): nothing was forced\n", safe(h.Key), h.Token)
+		return nil
+	}
+	fmt.Fprintf(out, "deleted key %s: %s is free; lease %s and any other key on it are untouched; recorded as %s\n",
+		safe(h.Key), h.what(), leaseHex(int64(h.Lease)), safe(akey))
+	return nil
+}
+
+// revokeHolderLease records the revocation (guarded by the holder's key),
+// revokes the lease, and records the outcome.
+func revokeHolderLease(cmd *cobra.Command, g *globals, cli *clientv3.Client, h holder, rec auditRecord, akey string) error {
+	out := cmd.OutOrStdout()
+	rec.Result = resultRevoking
+	octx, cancel := g.opContext(cmd.Context())
+	defer cancel()
+	// The record is written only if the holder is still the one shown, so
+	// it never names a holder that was not revoked.
+	resp, err := cli.Txn(octx).
+		If(clientv3.Compare(clientv3.CreateRevision(h.Key), "=", h.Token),
+			clientv3.Compare(clientv3.CreateRevision(akey), "=", 0)).
+		Then(clientv3.OpPut(akey, mustJSON(rec))).Commit()
+	if err != nil {
+		return g.failed("write the audit record", err)
+	}
+	if !resp.Succeeded {
+		fmt.Fprintf(out, "the holder left meanwhile (key %s is no longer token %d): nothing was forced\n", safe(h.Key), h.Token)
+		return nil
+	}
+	_, rerr := cli.Revoke(octx, h.Lease)
+	switch {
+	case rerr == nil:
+		rec.Result = resultRevoked
+	case errors.Is(rerr, rpctypes.ErrLeaseNotFound):
+		rec.Result = resultGone
+	default:
+		rec.Result = "revoke failed: " + rerr.Error()
+	}
+	if _, err := cli.Put(octx, akey, mustJSON(rec)); err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "baton: the audit record %s still says %q: %s\n", safe(akey), resultRevoking, safeMessage(err.Error()))
+	}
+	if rerr != nil && rec.Result != resultGone {
+		return g.failed("revoke the holder's lease", rerr)
+	}
+	fmt.Fprintf(out, "revoked lease %s: %s and %d key(s) on the lease are free; recorded as %s\n",
+		leaseHex(int64(h.Lease)), h.what(), len(rec.LeaseKeys), safe(akey))
+	return nil
 }
 
 // renewal is what watching a lease's TTL showed.
@@ -120,145 +451,4 @@ func watchRenewal(ctx context.Context, cli *clientv3.Client, lease clientv3.Leas
 	}
 	r.Watched = time.Since(start).Round(100 * time.Millisecond)
 	return r, nil
-}
-
-func whoAmI() (osUser, host string) {
-	host, err := os.Hostname()
-	if err != nil {
-		host = "unknown-host"
-	}
-	if u, err := user.Current(); err == nil {
-		return u.Username, host
-	}
-	return dash(os.Getenv("USER")), host
-}
-
-func newUnlockCmd(g *globals) *cobra.Command {
-	var o unlockOptions
-	cmd := &cobra.Command{
-		Use:   "unlock NAME --force --reason TEXT [--even-if-alive]",
-		Short: "Force-release a lock held by another process, after checking it is dead",
-		Long: `Release the lock NAME by revoking its holder's lease, for a holder that
-died without releasing it. baton first shows the holder, then watches its
-lease's TTL for more than a third of the lease: if a renewal arrives the
-holder is alive, and baton refuses (exit 77) unless --even-if-alive is given.
-Revoking the lease releases every key on it, and ends the holder's
-context: a live holder stops, and a paused one is fenced by its token.
-
-Every force-unlock is recorded under the namespace (who, from which host,
-when, why, which holder and token): see baton audit.`,
-		Args: args(1, 1),
-		RunE: func(cmd *cobra.Command, a []string) error {
-			if !o.force {
-				return usageErrorf("unlock takes another process's lock away: pass --force and --reason to do it")
-			}
-			if strings.TrimSpace(o.reason) == "" {
-				return usageErrorf("--reason: say why the lock is forced, for the audit record")
-			}
-			return runUnlock(cmd, g, o, a[0])
-		},
-	}
-	f := cmd.Flags()
-	f.BoolVar(&o.force, "force", false, "required: release a lock this process does not hold")
-	f.StringVar(&o.reason, "reason", "", "why, for the audit record (required)")
-	f.BoolVar(&o.evenIfAlive, "even-if-alive", false, "revoke even if the holder's lease is being renewed")
-	f.DurationVar(&o.watch, "watch", 0, "how long to watch the lease for renewals; default a third of its TTL plus 1s")
-	_ = f.MarkHidden("watch")
-	return cmd
-}
-
-func runUnlock(cmd *cobra.Command, g *globals, o unlockOptions, name string) error {
-	ctx := cmd.Context()
-	out := cmd.OutOrStdout()
-	cli, err := g.client(ctx)
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	m, err := mutex.New(cli, name, mutex.WithNamespace(g.namespace))
-	if err != nil {
-		return withCode(ExitUsage, err)
-	}
-	defer m.Close()
-	octx, cancel := g.opContext(ctx)
-	h, err := m.Holder(octx)
-	cancel()
-	if err != nil {
-		return g.failed("read holder", err)
-	}
-	if h.Key == "" {
-		return fmt.Errorf("lock %q is not held: nothing to unlock", name)
-	}
-	fmt.Fprintf(out, "lock %q held by %s: token %d, key %s, lease %s, ttl left %s\n",
-		name, dash(h.Identity), h.Token, h.Key, leaseHex(int64(h.Lease)), ttlText(h.TTL))
-
-	wctx, cancel := context.WithTimeout(ctx, o.watch+g.commandTimeout+2*time.Minute)
-	r, err := watchRenewal(wctx, cli, h.Lease, o.watch)
-	cancel()
-	if err != nil {
-		return g.failed("watch the holder's lease", err)
-	}
-	if r.First < 0 || r.Last < 0 {
-		fmt.Fprintf(out, "the holder's lease %s expired meanwhile: the lock is free, nothing was forced\n", leaseHex(int64(h.Lease)))
-		return nil
-	}
-	state := "NOT renewed: the holder looks dead or stalled"
-	if r.Renewed {
-		state = "RENEWED: the holder is alive"
-	}
-	fmt.Fprintf(out, "watched lease %s (granted %v) for %v: ttl %v -> %v, %s\n",
-		leaseHex(int64(h.Lease)), r.Granted, r.Watched, r.First, r.Last, state)
-	if r.Renewed && !o.evenIfAlive {
-		fmt.Fprintf(out, "refusing to unlock: stop the holder first, or pass --even-if-alive\n")
-		return &exitError{code: ExitRefused, err: errors.New("refused: the holder is alive"), silent: true}
-	}
-
-	osUser, host := whoAmI()
-	etcdUser, _, _ := strings.Cut(g.user, ":")
-	rec := auditRecord{
-		Time: g.io.Now().UTC(), Action: actionForceUnlock, Lock: name, Key: h.Key, Holder: h.Identity,
-		Token: int64(h.Token), Lease: leaseHex(int64(h.Lease)), TTLLeft: ttlSeconds(r.Last), Renewed: r.Renewed,
-		EvenIfAlive: o.evenIfAlive, Reason: o.reason, EtcdUser: etcdUser, OSUser: osUser, Host: host,
-		Result: resultRevoking,
-	}
-	akey := auditKey(g.namespace, rec.Time, h.Lease)
-	octx, cancel = g.opContext(ctx)
-	defer cancel()
-	// The record is written only if the holder is still the one shown, so
-	// it never names a holder that was not revoked.
-	resp, err := cli.Txn(octx).
-		If(clientv3.Compare(clientv3.CreateRevision(h.Key), "=", int64(h.Token))).
-		Then(clientv3.OpPut(akey, mustJSON(rec))).Commit()
-	if err != nil {
-		return g.failed("write the audit record", err)
-	}
-	if !resp.Succeeded {
-		fmt.Fprintf(out, "the holder released the lock meanwhile: nothing was forced\n")
-		return nil
-	}
-	_, rerr := cli.Revoke(octx, h.Lease)
-	switch {
-	case rerr == nil:
-		rec.Result = resultRevoked
-	case errors.Is(rerr, rpctypes.ErrLeaseNotFound):
-		rec.Result = resultGone
-	default:
-		rec.Result = "revoke failed: " + rerr.Error()
-	}
-	if _, err := cli.Put(octx, akey, mustJSON(rec)); err != nil && rerr == nil {
-		fmt.Fprintf(cmd.ErrOrStderr(), "baton: the lease was revoked but the audit result was not updated: %v\n", err)
-	}
-	if rerr != nil && rec.Result != resultGone {
-		return g.failed("revoke the holder's lease", rerr)
-	}
-	fmt.Fprintf(out, "revoked lease %s: lock %q is free; recorded as %s\n", leaseHex(int64(h.Lease)), name, akey)
-	return nil
-}
-
-func mustJSON(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err) // plain structs: cannot fail
-	}
-	return string(b)
 }

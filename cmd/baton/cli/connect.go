@@ -1,0 +1,138 @@
+package cli
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/rbac"
+)
+
+// client connects to etcd and checks, within --dial-timeout, that it
+// answers, so that an unreachable cluster fails fast with ExitUnavailable
+// and a refusal (TLS, authentication, permission) with ExitDenied, each
+// with its cause.
+func (g *globals) client(ctx context.Context) (*clientv3.Client, error) {
+	tlsCfg, err := g.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	user, password, err := g.credentials()
+	if err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   g.endpoints,
+		DialTimeout: g.dialTimeout,
+		TLS:         tlsCfg,
+		Username:    user,
+		Password:    password,
+		Logger:      zap.NewNop(),
+		Context:     ctx,
+	})
+	if err != nil {
+		return nil, g.connectError(ctx, tlsCfg, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, g.dialTimeout)
+	defer cancel()
+	// Any key of the namespace will do: a user granted only the namespace
+	// may read it, and CountOnly returns no data.
+	if _, err := cli.Get(pctx, keys.NamespacePrefix(g.namespace), clientv3.WithCountOnly()); err != nil {
+		_ = cli.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, g.connectError(ctx, tlsCfg, err)
+	}
+	return cli, nil
+}
+
+// who names the identity this client presents, for refusals.
+func (g *globals) who() string {
+	if name, _, _ := strings.Cut(g.user, ":"); name != "" {
+		return "user " + safeQ(name)
+	}
+	if g.cert != "" {
+		return "the client certificate " + safeQ(g.cert)
+	}
+	return "this client (no --user, no --cert)"
+}
+
+func (g *globals) connectError(ctx context.Context, tlsCfg *tls.Config, err error) error {
+	eps := strings.Join(g.endpoints, ",")
+	if isDenied(err) {
+		return withCode(ExitDenied, fmt.Errorf("etcd at %s refused %s: %w", eps, g.who(), err))
+	}
+	// etcd's client reports every failure to connect as a timeout: ask
+	// the endpoints directly what is wrong.
+	if !isUnavailable(err) {
+		return withCode(ExitError, fmt.Errorf("etcd at %s: %w", eps, err))
+	}
+	for _, ep := range g.endpoints {
+		if derr := diagnose(ctx, ep, tlsCfg, g.dialTimeout); derr != nil {
+			return derr
+		}
+	}
+	return withCode(ExitUnavailable, fmt.Errorf("cannot connect to etcd at %s within %v: %w", eps, g.dialTimeout, err))
+}
+
+// diagnose says why endpoint ep cannot be used, with the exit code that
+// fits, or nil when it finds nothing wrong.
+func diagnose(ctx context.Context, ep string, tlsCfg *tls.Config, timeout time.Duration) error {
+	network, addr, secure := "tcp", ep, tlsCfg != nil
+	if scheme, rest, ok := strings.Cut(ep, "://"); ok {
+		switch scheme {
+		case "unix", "unixs":
+			network, addr = "unix", rest
+		default:
+			if u, err := url.Parse(ep); err == nil {
+				addr = u.Host
+			}
+		}
+		secure = scheme == "https" || scheme == "unixs"
+	}
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(dctx, network, addr)
+	if err != nil {
+		var dns *net.DNSError
+		switch {
+		case errors.As(err, &dns):
+			return withCode(ExitUnavailable, fmt.Errorf("cannot connect to etcd at %s: no such host %s", ep, safeQ(dns.Name)))
+		case errors.Is(err, syscall.ECONNREFUSED):
+			return withCode(ExitUnavailable, fmt.Errorf("cannot connect to etcd at %s: connection refused (nothing listens there)", ep))
+		case errors.Is(err, context.DeadlineExceeded), isTimeout(err):
+			return withCode(ExitUnavailable, fmt.Errorf("cannot connect to etcd at %s: no answer within %v (host down, filtered, or wrong address)", ep, timeout))
+		case errors.Is(err, syscall.ENOENT):
+			return withCode(ExitUnavailable, fmt.Errorf("cannot connect to etcd at %s: no such socket", ep))
+		}
+		return withCode(ExitUnavailable, fmt.Errorf("cannot connect to etcd at %s: %w", ep, err))
+	}
+	_ = conn.Close()
+	if secure && network == "tcp" {
+		if perr := rbac.ProbeTLS(dctx, ep, tlsCfg); perr != nil {
+			return withCode(ExitDenied, fmt.Errorf("cannot connect to etcd at %s: %w", ep, perr))
+		}
+		return nil
+	}
+	if !secure {
+		return withCode(ExitUnavailable, fmt.Errorf("cannot connect to etcd at %s: the port accepts connections but etcd did not answer within %v over plaintext; if it serves TLS, use https:// and --cacert", ep, timeout))
+	}
+	return nil
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

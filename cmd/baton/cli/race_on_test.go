@@ -1,0 +1,6 @@
+//go:build race
+
+package cli
+
+// raceEnabled: timings mean nothing under the race detector.
+const raceEnabled = true
