@@ -54,6 +54,9 @@ func newAuditCmd(g *globals) *cobra.Command {
 		Short: "List the force-unlock records of the namespace, oldest first",
 		Args:  args(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if g.fanOut(cmd) {
+				return g.auditAcross(cmd)
+			}
 			ctx := cmd.Context()
 			cli, err := g.client(ctx)
 			if err != nil {

@@ -52,6 +52,8 @@ type globals struct {
 	output         string
 
 	ran bool // PersistentPreRunE ran: later errors are not usage errors
+
+	cl *clusterState // --clusters (clusters.go)
 }
 
 func newGlobals(io IO) *globals {
@@ -81,6 +83,7 @@ func (g *globals) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&g.dialTimeout, "dial-timeout", defaultDialTimeout, "how long to try to reach etcd")
 	fs.DurationVar(&g.commandTimeout, "command-timeout", defaultCommandTimeout, "bound of each one-shot request")
 	fs.StringVarP(&g.output, "output", "o", formatTable, "output format: table or json")
+	g.registerClusters(fs)
 }
 
 func splitList(s string) []string {
@@ -188,6 +191,9 @@ func noEcho(fd int) (restore func(), err error) {
 // client connects to etcd and checks, within --dial-timeout, that it
 // answers, so that an unreachable cluster fails fast with ExitUnavailable.
 func (g *globals) client(ctx context.Context) (*clientv3.Client, error) {
+	if g.routed() {
+		return g.routedClient(ctx)
+	}
 	tlsCfg, err := g.tlsConfig()
 	if err != nil {
 		return nil, err

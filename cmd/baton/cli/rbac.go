@@ -51,6 +51,9 @@ none. Needs root when auth is enabled.`,
 				}
 				return err
 			}
+			if g.routed() {
+				return g.rbacApplyAcross(cmd, p, dryRun, prun)
+			}
 			ctx := cmd.Context()
 			cli, err := g.client(ctx)
 			if err != nil {
