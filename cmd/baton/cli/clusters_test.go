@@ -210,3 +210,57 @@ namespaces:
 		t.Fatalf("second rbac apply: exit %d\n%s", code, out)
 	}
 }
+
+func TestDevClustersStartsClustersAndWritesTheirMap(t *testing.T) {
+	ctx, cancel := context.WithCancel(testContext(t))
+	defer cancel()
+	path := filepath.Join(t.TempDir(), "map.yaml")
+	var out, errOut syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- runTo(ctx, "", &out, &errOut, "dev", "--clusters", "2", "--map", path,
+			"--listen", "127.0.0.1:0", "--listen-peer", "127.0.0.1:0")
+	}()
+	waitFor(t, func() bool {
+		select {
+		case code := <-done:
+			t.Fatalf("dev exited %d: %s", code, errOut.String())
+		default:
+		}
+		return strings.Contains(out.String(), "press Ctrl-C")
+	})
+	if !strings.Contains(out.String(), "export BATON_CLUSTERS="+path) {
+		t.Fatalf("dev printed:\n%s", out.String())
+	}
+	r, err := router.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if cs := r.Clusters(); len(cs) != 2 || cs[0].Namespaces[0] != "payments" || cs[1].Namespaces[0] != "jobs" || r.Default() != "dev-1" {
+		t.Fatalf("map: %+v default %q", cs, r.Default())
+	}
+	// A lock taken through the map shows in the fanned-out listing.
+	cli, err := r.Client(ctx, "jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := mutex.New(cli, "dev-lock", mutex.WithNamespace("jobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if _, err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	code, listing, stderr := runEnv(ctx, map[string]string{"BATON_CLUSTERS": path}, "locks")
+	if code != ExitOK || !strings.Contains(listing, "dev-2") || !strings.Contains(listing, "dev-lock") {
+		t.Fatalf("locks: exit %d\n%s%s", code, listing, stderr)
+	}
+	_ = m.Close()
+	cancel()
+	if code := <-done; code != ExitOK {
+		t.Fatalf("dev exited %d: %s", code, errOut.String())
+	}
+	t.Logf("baton dev --clusters 2:\n%s\nbaton locks:\n%s", out.String(), listing)
+}

@@ -56,17 +56,23 @@ func devExtensions(g *globals) []devExtension {
 func newDevCmd(g *globals) *cobra.Command {
 	var dataDir, listen, listenPeer string
 	exts := devExtensions(g)
+	var clusters *devClusters
 	cmd := &cobra.Command{
 		Use:   "dev [--data-dir DIR] [--listen 127.0.0.1:2379]",
 		Short: "Serve an embedded single-member etcd for local use, until interrupted",
 		Long: `Start a single-member etcd in this process, print its endpoint, and serve
 until SIGINT or SIGTERM. Without --data-dir the data lives in a temporary
 directory removed on exit; with it, the data is kept and a restart on the same
-directory finds it again. Every other baton command reaches it with no flags.`,
+directory finds it again. Every other baton command reaches it with no flags.
+With --clusters N, start N independent clusters instead and write a cluster
+map routing --namespaces to them, for --clusters FILE (docs/scaling.md).`,
 		Args: args(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			if cmd.Flags().Changed("clusters") {
+				return clusters.run(ctx, cmd, dataDir, listen, listenPeer)
+			}
 			s := &devSettings{Config: etcdtest.Config{Dir: dataDir, ClientAddr: listen, PeerAddr: listenPeer, Name: "baton-dev"}}
 			for _, x := range exts {
 				if x.Before != nil {
@@ -106,6 +112,7 @@ directory finds it again. Every other baton command reaches it with no flags.`,
 	f.StringVar(&dataDir, "data-dir", "", "keep the data in DIR (default: a temporary directory, removed on exit)")
 	f.StringVar(&listen, "listen", defaultEndpoint, "client address, host:port")
 	f.StringVar(&listenPeer, "listen-peer", "127.0.0.1:2380", "peer address, host:port")
+	clusters = addDevClusterFlags(f)
 	for _, x := range exts {
 		if x.Flags != nil {
 			x.Flags(f)
