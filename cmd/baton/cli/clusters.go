@@ -42,14 +42,31 @@ func (g *globals) registerClusters(fs *pflag.FlagSet) {
 		"cluster map: route each namespace to its etcd cluster, list across all of them (env BATON_CLUSTERS)")
 }
 
-// routed reports whether a cluster map is in use.
-func (g *globals) routed() bool { return g.cl != nil && g.cl.file != "" }
+// connectionFlags are the flags a cluster map replaces.
+var connectionFlags = []string{"endpoints", "cacert", "cert", "key", "user"}
+
+// routed reports whether a cluster map is in use. A map from
+// BATON_CLUSTERS gives way to connection flags on the command line.
+func (g *globals) routed() bool {
+	if g.cl == nil || g.cl.file == "" {
+		return false
+	}
+	if fl := g.cl.fs.Lookup("clusters"); fl != nil && fl.Changed {
+		return true
+	}
+	for _, f := range connectionFlags {
+		if fl := g.cl.fs.Lookup(f); fl != nil && fl.Changed {
+			return false
+		}
+	}
+	return true
+}
 
 // clusterMap reads the map once; a bad map or a flag that conflicts with
 // it is a usage error.
 func (g *globals) clusterMap() (*router.Router, error) {
 	g.cl.once.Do(func() {
-		for _, f := range []string{"endpoints", "cacert", "cert", "key", "user"} {
+		for _, f := range connectionFlags {
 			if fl := g.cl.fs.Lookup(f); fl != nil && fl.Changed {
 				g.cl.err = usageErrorf("--%s and --clusters exclude each other: the cluster map gives each cluster's connection", f)
 				return

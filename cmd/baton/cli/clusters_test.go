@@ -158,11 +158,18 @@ func TestClustersRefusesBadUse(t *testing.T) {
 			t.Errorf("%v: exit %d, %s; want %d with %q", tt.args, code, errOut, ExitUsage, tt.want)
 		}
 	}
+	// A map from the environment gives way to --endpoints on the command
+	// line (as the demo's workers pass it).
+	code, out, errOut := runEnv(ctx, map[string]string{"BATON_CLUSTERS": filepath.Join(t.TempDir(), "none.yaml")},
+		"--endpoints", srv.Endpoint(), "--namespace", "reports", "locks")
+	if code != ExitOK || !strings.Contains(out, `no locks are held in namespace "reports"`) {
+		t.Errorf("--endpoints with BATON_CLUSTERS: exit %d\n%s%s", code, out, errOut)
+	}
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	if err := os.WriteFile(bad, []byte("clusters:\n  - name: a\n    endpoint: [x]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	code, _, errOut := runEnv(ctx, nil, "--clusters", bad, "locks")
+	code, _, errOut = runEnv(ctx, nil, "--clusters", bad, "locks")
 	if code != ExitUsage || !strings.Contains(errOut, "clusters[0].endpoint: unknown field") || !strings.Contains(errOut, "clusters[0].endpoints: at least one endpoint") {
 		t.Errorf("bad map: exit %d, %s", code, errOut)
 	}
