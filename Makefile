@@ -1,7 +1,7 @@
 GO ?= go
 PKGS ?= ./...
 
-.PHONY: all test test-short test-chaos test-compat lint bench demo build fuzz check-alerts
+.PHONY: all test test-short test-chaos test-compat lint bench bench-shard demo build fuzz check-alerts
 
 all: lint test
 
@@ -44,6 +44,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzUnescape$$' -fuzztime $(FUZZTIME) ./internal/keys
 	$(GO) test -run '^$$' -fuzz '^FuzzParseToken$$' -fuzztime $(FUZZTIME) ./fencing
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./rbac
+	$(GO) test -run '^$$' -fuzz '^FuzzParseMap$$' -fuzztime $(FUZZTIME) ./router
 
 # baton and raw etcd concurrency side by side on one embedded etcd (fsync
 # on), alternating, median of BENCH_RUNS runs with min and max; results
@@ -54,6 +55,13 @@ BENCH_JSON ?= bench.json
 BENCH_FLAGS ?=
 bench:
 	$(GO) run ./cmd/baton-bench -runs $(BENCH_RUNS) -json $(BENCH_JSON) $(BENCH_FLAGS)
+
+# One cluster against two for locks spread on two namespaces, and one
+# namespace's latency while another's cluster is down (docs/scaling.md).
+# About 2 minutes; BATON_SHARD_RUNS, BATON_SHARD_DURATION and
+# BATON_SHARD_GOROUTINES scale it.
+bench-shard:
+	@BATON_SHARD_BENCH=1 $(GO) test -count=1 -v -timeout 20m -run Figures ./integration/sharding | grep -E 'FIGURE|run:|^(--- |ok|FAIL)'
 
 # The showcase: an embedded etcd, three worker processes, a leader frozen
 # past its lease, and fencing rejecting its late write. Needs only Go.

@@ -216,8 +216,14 @@ func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, release func()) {
 	done := make(chan struct{})
 	run := func() {
 		defer close(done)
+		// A granted lease's keys go with it once it is lost, a borrowed
+		// one's when its owner closes it: stop then.
+		stop := l.ctx
+		if cs := o.sess.borrowed; cs != nil {
+			stop = cs.Ctx()
+		}
 		for attempt := 0; ; attempt++ {
-			err := deleteOnce(o.sess.cli, key, rev)
+			err := deleteOnce(stop, o.sess.cli, key, rev)
 			switch {
 			case err == nil, errors.Is(err, rpctypes.ErrLeaseNotFound):
 				release()
@@ -227,8 +233,8 @@ func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, release func()) {
 					zap.String("key", key), zap.Error(err))
 				release()
 				return
-			case l.ctx.Err() != nil && o.sess.borrowed == nil:
-				release() // the lost lease is revoked with its keys
+			case stop.Err() != nil:
+				release() // the lease goes with its keys
 				return
 			}
 			select {
@@ -236,6 +242,7 @@ func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, release func()) {
 				if attempt > 0 {
 					return // left reserved: the key may still exist
 				}
+			case <-stop.Done():
 			case <-time.After(retry.Backoff(attempt)):
 			}
 		}
@@ -255,8 +262,8 @@ func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, release func()) {
 
 const deleteTimeout = 2 * time.Second
 
-func deleteOnce(cli *clientv3.Client, key string, rev int64) error {
-	ctx, cancel := context.WithTimeout(context.Background(), deleteTimeout)
+func deleteOnce(stop context.Context, cli *clientv3.Client, key string, rev int64) error {
+	ctx, cancel := context.WithTimeout(stop, deleteTimeout)
 	defer cancel()
 	if rev == 0 {
 		_, err := cli.Delete(ctx, key)

@@ -79,6 +79,7 @@ func (h *Hold) end(cause error) {
 		if fn := h.o.config().OnEnd; fn != nil {
 			fn(h, cause, time.Since(h.acquired))
 		}
+		h.stopWatch() // the end is known: no more deletion news needed
 		h.afterLoss(cause)
 		close(h.ended)
 	})

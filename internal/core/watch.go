@@ -128,19 +128,26 @@ func (w *keyWatcher) stopper(key string, e *watched) func() {
 			w.cancel()
 			w.cancel = nil
 		default:
-			w.linger = time.AfterFunc(DefaultTTL, w.stopIfIdle)
+			w.linger = time.AfterFunc(DefaultTTL, func() { w.stopIfIdle() })
 		}
 	}
 }
 
-func (w *keyWatcher) stopIfIdle() {
+// stopIfIdle ends the watch when no key is held or expected; it reports
+// whether it did.
+func (w *keyWatcher) stopIfIdle() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.linger = nil
-	if len(w.keys) == 0 && len(w.expected) == 0 && w.cancel != nil {
-		w.cancel()
-		w.cancel = nil
+	if w.linger != nil {
+		w.linger.Stop()
+		w.linger = nil
 	}
+	if len(w.keys) > 0 || len(w.expected) > 0 || w.cancel == nil {
+		return false
+	}
+	w.cancel()
+	w.cancel = nil
+	return true
 }
 
 // start runs the watch loop from revision from; w.mu is held.
@@ -178,7 +185,7 @@ func (w *keyWatcher) loop(ctx context.Context, from int64) {
 			}
 		}
 		cancel()
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || w.stopIfIdle() {
 			return
 		}
 		// The stream broke (compaction, no leader, connection lost): read
@@ -186,7 +193,7 @@ func (w *keyWatcher) loop(ctx context.Context, from int64) {
 		call(w.s.cfg.Hooks.BeforeReread)
 		rev, ok := w.reread(ctx)
 		if !ok {
-			if retry.Sleep(ctx, 100*time.Millisecond) != nil {
+			if retry.Sleep(ctx, 100*time.Millisecond) != nil || w.stopIfIdle() {
 				return
 			}
 			continue

@@ -245,6 +245,9 @@ record is shown as MALFORMED, never skipped.`,
   baton audit --namespace payments -o json`,
 		Args: args(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if g.fanOut(cmd) {
+				return g.auditAcross(cmd)
+			}
 			ctx := cmd.Context()
 			cli, err := g.client(ctx)
 			if err != nil {

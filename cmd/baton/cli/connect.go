@@ -23,6 +23,9 @@ import (
 // and a refusal (TLS, authentication, permission) with ExitDenied, each
 // with its cause.
 func (g *globals) client(ctx context.Context) (*clientv3.Client, error) {
+	if g.routed() {
+		return g.routedClient(ctx)
+	}
 	tlsCfg, err := g.tlsConfig()
 	if err != nil {
 		return nil, err

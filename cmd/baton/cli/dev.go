@@ -58,6 +58,7 @@ func devExtensions(g *globals) []devExtension {
 func newDevCmd(g *globals) *cobra.Command {
 	var dataDir, listen, listenPeer string
 	exts := devExtensions(g)
+	var clusters *devClusters
 	cmd := &cobra.Command{
 		Use:   "dev [--data-dir DIR] [--listen 127.0.0.1:2379]",
 		Short: "Serve an embedded single-member etcd for local use, until interrupted",
@@ -66,11 +67,16 @@ until SIGINT or SIGTERM. Without --data-dir the data lives in a temporary
 directory removed on exit; with it, the data is kept and a restart on the same
 directory finds it again; a second baton dev on a directory in use exits at
 once. Every other baton command reaches it with no flags. Listening beyond
-loopback without --tls and --auth prints a warning: everything is open.`,
+loopback without --tls and --auth prints a warning: everything is open.
+With --clusters N, start N independent clusters instead and write a cluster
+map routing --namespaces to them, for --clusters FILE (docs/scaling.md).`,
 		Args: args(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			if cmd.Flags().Changed("clusters") {
+				return clusters.run(ctx, cmd, dataDir, listen, listenPeer)
+			}
 			s := &devSettings{Config: embedetcd.Config{Dir: dataDir, ClientAddr: listen, PeerAddr: listenPeer, Name: "baton-dev"}}
 			for _, x := range exts {
 				if x.Before != nil {
@@ -120,6 +126,7 @@ loopback without --tls and --auth prints a warning: everything is open.`,
 	f.StringVar(&dataDir, "data-dir", "", "keep the data in DIR (default: a temporary directory, removed on exit)")
 	f.StringVar(&listen, "listen", defaultEndpoint, "client address, host:port")
 	f.StringVar(&listenPeer, "listen-peer", "127.0.0.1:2380", "peer address, host:port")
+	clusters = addDevClusterFlags(f)
 	for _, x := range exts {
 		if x.Flags != nil {
 			x.Flags(f)

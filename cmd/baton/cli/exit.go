@@ -40,6 +40,9 @@ const (
 	// ExitOwnershipLost: the lock or leadership may have been lost while
 	// held (its command, if any, was stopped), or elect --once lost it.
 	ExitOwnershipLost = 79
+	// ExitPartial: with a cluster map, some clusters did not answer; the
+	// others' results were printed, and the output names the ones missing.
+	ExitPartial = 3
 )
 
 // exitError carries an exit code. A silent one is not printed (the

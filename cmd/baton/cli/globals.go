@@ -49,6 +49,8 @@ type globals struct {
 
 	envErr error // a BATON_* variable that does not parse
 	ran    bool  // PersistentPreRunE ran: later errors are not usage errors
+
+	cl *clusterState // --clusters (clusters.go)
 }
 
 func newGlobals(io IO) *globals {
@@ -78,6 +80,7 @@ func (g *globals) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&g.commandTimeout, "command-timeout", defaultCommandTimeout, "bound of each one-shot request")
 	fs.StringVarP(&g.output, "output", "o", formatTable, "output format: table or json")
 	g.envErr = flagsFromEnv(fs, g.io.Getenv)
+	g.registerClusters(fs)
 }
 
 func splitList(s string) []string {

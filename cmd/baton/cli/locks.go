@@ -98,6 +98,9 @@ acquisition time.`,
 			if len(a) == 1 {
 				prefix = a[0]
 			}
+			if g.fanOut(cmd) {
+				return g.locksAcross(cmd, prefix)
+			}
 			ctx := cmd.Context()
 			cli, err := g.client(ctx)
 			if err != nil {

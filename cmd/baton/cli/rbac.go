@@ -56,6 +56,9 @@ whole apply, and each change is printed as soon as etcd accepted it.`,
 				}
 				return err
 			}
+			if g.routed() {
+				return g.rbacApplyAcross(cmd, p, dryRun, prun)
+			}
 			ctx := cmd.Context()
 			cli, err := g.client(ctx)
 			if err != nil {

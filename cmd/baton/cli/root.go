@@ -67,10 +67,11 @@ command under a lock or as leader (with its fencing token in the
 environment), force-unlocks only after checking the holder is dead, serves
 an embedded etcd for local use, and demonstrates fencing (baton demo).
 
-Exit codes: 0 ok, 1 error, 64 usage, 69 etcd unreachable, 75 lock not
-acquired, 77 force-unlock refused (holder alive), 78 refused by etcd (TLS,
-authentication, permission), 79 ownership lost; lock and elect pass their
-command's own status through.
+Exit codes: 0 ok, 1 error, 3 some clusters did not answer (--clusters),
+64 usage, 69 etcd unreachable, 75 lock not acquired, 77 force-unlock
+refused (holder alive), 78 refused by etcd (TLS, authentication,
+permission), 79 ownership lost; lock and elect pass their command's own
+status through.
 
 Every global flag may also be set by a variable: --dial-timeout by
 BATON_DIAL_TIMEOUT, and so on; a flag on the command line wins.`,

@@ -1,0 +1,273 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/mutex"
+	"github.com/batonhq/baton/rbac"
+	"github.com/batonhq/baton/router"
+)
+
+// writeMap writes a cluster map of payments on a and jobs on b.
+func writeMap(t *testing.T, a, b *etcdtest.Server) string {
+	t.Helper()
+	m := router.Map{Clusters: []router.Cluster{
+		{Name: "a", Endpoints: a.Endpoints(), Namespaces: []string{"payments"}},
+		{Name: "b", Endpoints: b.Endpoints(), Namespaces: []string{"jobs"}},
+	}}
+	data, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "clusters.yaml")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// runEnv runs baton with the given environment and no --namespace.
+func runEnv(ctx context.Context, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	var out, errOut syncBuffer
+	io := IO{In: strings.NewReader(""), Out: &out, Err: &errOut, Getenv: func(k string) string { return env[k] }}
+	code = Main(ctx, args, io)
+	return code, out.String(), errOut.String()
+}
+
+func holdLock(t *testing.T, srv *etcdtest.Server, ns, name string) *mutex.Lock {
+	t.Helper()
+	m, err := mutex.New(srv.Client(t), name, mutex.WithNamespace(ns), mutex.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	l, err := m.Lock(testContext(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+type locksAcrossJSON struct {
+	Clusters []clusterStatus `json:"clusters"`
+	Locks    []struct {
+		Cluster   string `json:"cluster"`
+		Namespace string `json:"namespace"`
+		lockJSON
+	} `json:"locks"`
+}
+
+func TestClustersLocksFanOutAndReportAClusterDown(t *testing.T) {
+	ctx := testContext(t)
+	a := etcdtest.Start(t, etcdtest.Config{Name: "a"})
+	path := writeMap(t, a, srv)
+	pay := holdLock(t, a, "payments", "settle")
+	job := holdLock(t, srv, "jobs", "nightly-fan")
+	env := map[string]string{"BATON_CLUSTERS": path}
+
+	// Both clusters answer: every lock, each with its cluster.
+	code, out, errOut := runEnv(ctx, env, "locks", "-o", "json")
+	if code != ExitOK {
+		t.Fatalf("locks: exit %d: %s", code, errOut)
+	}
+	var v locksAcrossJSON
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	got := map[string]string{}
+	for _, l := range v.Locks {
+		got[l.Cluster+"/"+l.Namespace+"/"+l.Name] = l.Key
+	}
+	if got["a/payments/settle"] != pay.Key() || got["b/jobs/nightly-fan"] != job.Key() {
+		t.Fatalf("locks across clusters = %v, want a/payments/settle and b/jobs/nightly-fan", got)
+	}
+
+	// A command naming a namespace goes to its cluster only.
+	code, out, errOut = runEnv(ctx, env, "--namespace", "payments", "locks")
+	if code != ExitOK || !strings.Contains(out, "settle") || strings.Contains(out, "nightly-fan") {
+		t.Fatalf("locks in payments: exit %d\n%s%s", code, out, errOut)
+	}
+
+	// Cluster a stops: b's locks are still listed, a is reported as not
+	// answering, with the partial exit code, within the timeouts.
+	a.Stop()
+	start := time.Now()
+	code, out, errOut = runEnv(ctx, env, "--dial-timeout", "1s", "--command-timeout", "2s", "locks")
+	took := time.Since(start)
+	if code != ExitPartial {
+		t.Fatalf("locks with a down: exit %d, want %d\n%s%s", code, ExitPartial, out, errOut)
+	}
+	if !strings.Contains(out, "CLUSTER") || !strings.Contains(out, "nightly-fan") || !strings.Contains(out, "cluster a (payments): not answering") {
+		t.Fatalf("locks with a down printed:\n%s", out)
+	}
+	if !strings.Contains(errOut, "1 of 2 clusters did not answer (a)") {
+		t.Fatalf("locks with a down said on stderr: %s", errOut)
+	}
+	if took > 3*time.Second {
+		t.Fatalf("locks with a down took %v, more than the 1s dial and 2s command timeouts", took)
+	}
+	t.Logf("FIGURE locks with one cluster down answered in %v (dial timeout 1s)", took)
+
+	code, out, _ = runEnv(ctx, env, "--dial-timeout", "1s", "locks", "-o", "json")
+	v = locksAcrossJSON{}
+	if err := json.Unmarshal([]byte(out), &v); err != nil || code != ExitPartial {
+		t.Fatalf("json with a down: exit %d, %v: %s", code, err, out)
+	}
+	if len(v.Clusters) != 2 || v.Clusters[0].OK || v.Clusters[0].Error == "" || !v.Clusters[1].OK || len(v.Locks) != 1 {
+		t.Fatalf("json with a down: %+v", v)
+	}
+
+	// audit too.
+	code, out, _ = runEnv(ctx, env, "--dial-timeout", "1s", "audit")
+	if code != ExitPartial || !strings.Contains(out, "cluster a (payments): not answering") {
+		t.Fatalf("audit with a down: exit %d\n%s", code, out)
+	}
+
+	// jobs, on b, is still served by its own commands.
+	code, out, errOut = runEnv(ctx, env, "--namespace", "jobs", "locks")
+	if code != ExitOK || !strings.Contains(out, "nightly-fan") {
+		t.Fatalf("locks in jobs with a down: exit %d\n%s%s", code, out, errOut)
+	}
+	// payments' own commands say which cluster is down.
+	code, _, errOut = runEnv(ctx, env, "--dial-timeout", "1s", "--namespace", "payments", "locks")
+	if code != ExitUnavailable || !strings.Contains(errOut, "cluster a:") {
+		t.Fatalf("locks in payments with a down: exit %d: %s", code, errOut)
+	}
+}
+
+func TestClustersRefusesBadUse(t *testing.T) {
+	ctx := testContext(t)
+	path := writeMap(t, srv, srv2(t))
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--clusters", path, "--namespace", "reports", "locks"}, `namespace "reports" is listed by none of the clusters`},
+		{[]string{"--clusters", path, "--endpoints", "127.0.0.1:1", "locks"}, "--endpoints and --clusters exclude each other"},
+		{[]string{"--clusters", filepath.Join(t.TempDir(), "none.yaml"), "locks"}, "--clusters: router: read cluster map"},
+	} {
+		code, _, errOut := runEnv(ctx, nil, tt.args...)
+		if code != ExitUsage || !strings.Contains(errOut, tt.want) {
+			t.Errorf("%v: exit %d, %s; want %d with %q", tt.args, code, errOut, ExitUsage, tt.want)
+		}
+	}
+	// A map from the environment gives way to --endpoints on the command
+	// line (as the demo's workers pass it).
+	code, out, errOut := runEnv(ctx, map[string]string{"BATON_CLUSTERS": filepath.Join(t.TempDir(), "none.yaml")},
+		"--endpoints", srv.Endpoint(), "--namespace", "reports", "locks")
+	if code != ExitOK || !strings.Contains(out, `no locks are held in namespace "reports"`) {
+		t.Errorf("--endpoints with BATON_CLUSTERS: exit %d\n%s%s", code, out, errOut)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("clusters:\n  - name: a\n    endpoint: [x]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut = runEnv(ctx, nil, "--clusters", bad, "locks")
+	if code != ExitUsage || !strings.Contains(errOut, "clusters[0].endpoint: unknown field") || !strings.Contains(errOut, "clusters[0].endpoints: at least one endpoint") {
+		t.Errorf("bad map: exit %d, %s", code, errOut)
+	}
+}
+
+// srv2 is a second cluster for a test.
+func srv2(t *testing.T) *etcdtest.Server { return etcdtest.Start(t, etcdtest.Config{Name: "second"}) }
+
+func TestClustersRBACApplyGivesEachClusterItsShare(t *testing.T) {
+	ctx := testContext(t)
+	a, b := srv2(t), srv2(t)
+	path := writeMap(t, a, b)
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	const text = `
+namespaces:
+  - name: payments
+    contenders: [payments-api]
+  - name: jobs
+    contenders: [jobs-runner]
+`
+	if err := os.WriteFile(policy, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runEnv(ctx, nil, "--clusters", path, "rbac", "apply", "-f", policy)
+	if code != ExitOK {
+		t.Fatalf("rbac apply: exit %d\n%s%s", code, out, errOut)
+	}
+	if !strings.Contains(out, "cluster a: add-role baton:payments:readwrite") || !strings.Contains(out, "cluster b: add-role baton:jobs:readwrite") {
+		t.Fatalf("rbac apply printed:\n%s", out)
+	}
+	for _, tt := range []struct {
+		srv  *etcdtest.Server
+		want string
+	}{{a, "payments"}, {b, "jobs"}} {
+		p, err := rbac.Show(ctx, tt.srv.Client(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Namespaces) != 1 || p.Namespaces[0].Name != tt.want {
+			t.Errorf("cluster serving %s has the policy %+v", tt.want, p)
+		}
+	}
+	code, out, _ = runEnv(ctx, nil, "--clusters", path, "rbac", "apply", "-f", policy)
+	if code != ExitOK || out != "cluster a: no changes\ncluster b: no changes\n" {
+		t.Fatalf("second rbac apply: exit %d\n%s", code, out)
+	}
+}
+
+func TestDevClustersStartsClustersAndWritesTheirMap(t *testing.T) {
+	ctx, cancel := context.WithCancel(testContext(t))
+	defer cancel()
+	path := filepath.Join(t.TempDir(), "map.yaml")
+	var out, errOut syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- runTo(ctx, "", &out, &errOut, "dev", "--clusters", "2", "--map", path,
+			"--listen", "127.0.0.1:0", "--listen-peer", "127.0.0.1:0")
+	}()
+	waitFor(t, func() bool {
+		select {
+		case code := <-done:
+			t.Fatalf("dev exited %d: %s", code, errOut.String())
+		default:
+		}
+		return strings.Contains(out.String(), "press Ctrl-C")
+	})
+	if !strings.Contains(out.String(), "export BATON_CLUSTERS="+path) {
+		t.Fatalf("dev printed:\n%s", out.String())
+	}
+	r, err := router.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if cs := r.Clusters(); len(cs) != 2 || cs[0].Namespaces[0] != "payments" || cs[1].Namespaces[0] != "jobs" || r.Default() != "dev-1" {
+		t.Fatalf("map: %+v default %q", cs, r.Default())
+	}
+	// A lock taken through the map shows in the fanned-out listing.
+	cli, err := r.Client(ctx, "jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := mutex.New(cli, "dev-lock", mutex.WithNamespace("jobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if _, err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	code, listing, stderr := runEnv(ctx, map[string]string{"BATON_CLUSTERS": path}, "locks")
+	if code != ExitOK || !strings.Contains(listing, "dev-2") || !strings.Contains(listing, "dev-lock") {
+		t.Fatalf("locks: exit %d\n%s%s", code, listing, stderr)
+	}
+	_ = m.Close()
+	cancel()
+	if code := <-done; code != ExitOK {
+		t.Fatalf("dev exited %d: %s", code, errOut.String())
+	}
+	t.Logf("baton dev --clusters 2:\n%s\nbaton locks:\n%s", out.String(), listing)
+}

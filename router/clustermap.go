@@ -1,0 +1,370 @@
+package router
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/batonhq/baton/internal/keys"
+)
+
+// Map is a cluster map: which etcd cluster serves which namespaces. Its
+// file form, YAML (or JSON, which is YAML):
+//
+//	default: jobs-etcd            # optional: serves every namespace not listed
+//	clusters:
+//	  - name: payments-etcd
+//	    endpoints: [https://10.0.1.1:2379, https://10.0.1.2:2379, https://10.0.1.3:2379]
+//	    tls: {ca: ca.pem, cert: payments-api.pem, key: payments-api-key.pem}
+//	    epoch: 1
+//	    namespaces: [payments, ledger]
+//	  - name: jobs-etcd
+//	    endpoints: [10.0.2.1:2379]
+//	    credentials: {user: jobs, passwordEnv: JOBS_ETCD_PASSWORD}
+//	    namespaces: [jobs]
+//
+// Relative file names (tls, passwordFile) are relative to the map file's
+// directory when it is read with Load, to the working directory otherwise.
+type Map struct {
+	// Default, when set, names the cluster that serves every namespace no
+	// cluster lists. Without it such a namespace is an error (ErrUnserved).
+	Default string `json:"default,omitempty"`
+	// Clusters are the clusters, each with a unique name.
+	Clusters []Cluster `json:"clusters"`
+}
+
+// Cluster is one independent etcd cluster of a map.
+type Cluster struct {
+	// Name identifies the cluster: 1 to MaxClusterNameBytes bytes of ASCII
+	// letters, digits, '.', '_' and '-'. CheckMove compares clusters by
+	// name: a renamed cluster counts as another cluster.
+	Name string `json:"name"`
+	// Endpoints are the cluster's client URLs (http://host:port,
+	// https://host:port) or host:port. An endpoint belongs to one cluster
+	// only.
+	Endpoints []string `json:"endpoints"`
+	// TLS, when set, names the files of a TLS client configuration. An
+	// https endpoint without it verifies the server with the system's
+	// roots.
+	TLS *TLSFiles `json:"tls,omitempty"`
+	// Credentials, when set, name the etcd user and where its password is
+	// read. A password is never written in the map itself.
+	Credentials *Credentials `json:"credentials,omitempty"`
+	// Epoch, 0 to MaxEpoch, is the high part of the fencing tokens that
+	// Router.Token composes for the cluster's namespaces. A namespace moves
+	// only to a cluster with a greater epoch (see CheckMove), so tokens
+	// issued after a move are greater than any issued before it.
+	Epoch uint16 `json:"epoch,omitempty"`
+	// Namespaces are the namespaces the cluster serves. A namespace is
+	// served by one cluster only.
+	Namespaces []string `json:"namespaces,omitempty"`
+}
+
+// TLSFiles are PEM files for a TLS client configuration.
+type TLSFiles struct {
+	// CA verifies the server's certificate; empty means the system's roots.
+	CA string `json:"ca,omitempty"`
+	// Cert and Key, together or not at all, authenticate the client (with
+	// etcd's --client-cert-auth, the certificate's CN is the etcd user).
+	Cert string `json:"cert,omitempty"`
+	Key  string `json:"key,omitempty"`
+}
+
+// Credentials are an etcd user and the source of its password: exactly one
+// of PasswordEnv and PasswordFile.
+type Credentials struct {
+	User string `json:"user"`
+	// PasswordEnv names the environment variable holding the password,
+	// read when the connection is opened.
+	PasswordEnv string `json:"passwordEnv,omitempty"`
+	// PasswordFile names a file holding the password (one trailing newline
+	// is dropped), read when the connection is opened.
+	PasswordFile string `json:"passwordFile,omitempty"`
+}
+
+// Bounds of a map.
+const (
+	// MaxClusterNameBytes is the longest cluster name.
+	MaxClusterNameBytes = 63
+	// MaxEpoch is the greatest epoch: tokens keep 47 bits for the
+	// revision and 16 for the epoch.
+	MaxEpoch = 1<<16 - 1
+	// MaxMapBytes is the largest map Parse and Load read.
+	MaxMapBytes = 1 << 20
+)
+
+// ParseMap reads a cluster map from YAML or JSON and validates it.
+// Decoding is strict and every problem is reported at once, joined, each
+// wrapping ErrInvalidMap and naming its place (clusters[1].tls.cert): an
+// unknown field, a duplicate key, a value of the wrong type, and every
+// problem Validate finds. A syntax error alone stops the reading.
+func ParseMap(data []byte) (Map, error) {
+	if len(data) > MaxMapBytes {
+		return Map{}, fmt.Errorf("%w: %d bytes, at most %d allowed", ErrInvalidMap, len(data), MaxMapBytes)
+	}
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return Map{}, fmt.Errorf("%w: %v", ErrInvalidMap, err)
+	}
+	var tree any
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.UseNumber()
+	if err := dec.Decode(&tree); err != nil {
+		return Map{}, fmt.Errorf("%w: %v", ErrInvalidMap, err)
+	}
+	d := &decoder{bad: map[string]bool{}}
+	m := d.top(tree)
+	problems := append(d.problems, m.validate(d.bad)...)
+	if len(problems) > 0 {
+		return Map{}, errors.Join(problems...)
+	}
+	return m, nil
+}
+
+// Encode writes m as YAML in the form ParseMap reads.
+func (m Map) Encode() ([]byte, error) {
+	return yaml.Marshal(m)
+}
+
+// Validate reports every problem of m at once, joined, each wrapping
+// ErrInvalidMap: bad or duplicate cluster names, no or bad endpoints, an
+// endpoint in two clusters, a TLS certificate without its key, credentials
+// without a user or with other than one password source, a bad namespace,
+// a namespace served twice, a default that names no cluster.
+func (m Map) Validate() error { return errors.Join(m.validate(nil)...) }
+
+// validate skips the fields whose decoding already failed.
+func (m Map) validate(skip map[string]bool) []error {
+	var problems []error
+	bad := func(path, format string, args ...any) {
+		if skip[path] {
+			return
+		}
+		problems = append(problems, fmt.Errorf("%w: %s: "+format, append([]any{ErrInvalidMap, path}, args...)...))
+	}
+	if len(m.Clusters) == 0 && !skip["clusters"] {
+		bad("clusters", "at least one cluster is needed")
+	}
+	names := map[string]int{}
+	endpoints := map[string]string{}
+	served := map[string]string{}
+	for i, c := range m.Clusters {
+		p := fmt.Sprintf("clusters[%d]", i)
+		if err := ValidateClusterName(c.Name); err != nil {
+			bad(p+".name", "%v", err)
+		} else if j, dup := names[c.Name]; dup {
+			bad(p+".name", "cluster %q is also clusters[%d]", c.Name, j)
+		} else {
+			names[c.Name] = i
+		}
+		if len(c.Endpoints) == 0 {
+			bad(p+".endpoints", "at least one endpoint is needed")
+		}
+		for j, ep := range c.Endpoints {
+			ep := ep
+			pe := fmt.Sprintf("%s.endpoints[%d]", p, j)
+			norm, err := normalizeEndpoint(ep)
+			if err != nil {
+				bad(pe, "%v", err)
+				continue
+			}
+			if other, dup := endpoints[norm]; dup {
+				bad(pe, "endpoint %q is also %s: an endpoint belongs to one cluster", ep, other)
+				continue
+			}
+			endpoints[norm] = pe
+			if c.TLS != nil && strings.HasPrefix(ep, "http://") {
+				bad(pe, "endpoint %q is plain http but the cluster has tls", ep)
+			}
+		}
+		if t := c.TLS; t != nil {
+			if (t.Cert == "") != (t.Key == "") {
+				bad(p+".tls", "cert and key go together")
+			}
+			if *t == (TLSFiles{}) {
+				bad(p+".tls", "names no file; leave it out to use the system's roots")
+			}
+		}
+		if cr := c.Credentials; cr != nil {
+			if err := validateUser(cr.User); err != nil {
+				bad(p+".credentials.user", "%v", err)
+			}
+			switch {
+			case cr.PasswordEnv == "" && cr.PasswordFile == "":
+				bad(p+".credentials", "needs passwordEnv or passwordFile")
+			case cr.PasswordEnv != "" && cr.PasswordFile != "":
+				bad(p+".credentials", "passwordEnv and passwordFile exclude each other")
+			case cr.PasswordEnv != "" && !validEnvName(cr.PasswordEnv):
+				bad(p+".credentials.passwordEnv", "%q is not an environment variable name", cr.PasswordEnv)
+			}
+		}
+		for j, ns := range c.Namespaces {
+			pn := fmt.Sprintf("%s.namespaces[%d]", p, j)
+			if err := keys.ValidateNamespace(ns); err != nil {
+				bad(pn, "%s", strings.TrimPrefix(err.Error(), keys.ErrInvalid.Error()+": "))
+				continue
+			}
+			if other, dup := served[ns]; dup {
+				bad(pn, "namespace %q is also served by %s: a namespace is served by one cluster", ns, other)
+				continue
+			}
+			served[ns] = fmt.Sprintf("%s (%q)", p, c.Name)
+		}
+	}
+	if m.Default != "" {
+		if _, ok := names[m.Default]; !ok {
+			bad("default", "%q is not the name of a cluster", m.Default)
+		}
+	}
+	return problems
+}
+
+// ValidateClusterName reports whether name can name a cluster.
+func ValidateClusterName(name string) error {
+	if name == "" {
+		return errors.New("cluster name must not be empty")
+	}
+	if len(name) > MaxClusterNameBytes {
+		return fmt.Errorf("cluster name is %d bytes, at most %d allowed", len(name), MaxClusterNameBytes)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("cluster name %q may hold only letters, digits, '.', '_' and '-' (byte %d is %q)", name, i, c)
+		}
+	}
+	if name == "." || name == ".." {
+		return fmt.Errorf("cluster name %q is reserved", name)
+	}
+	return nil
+}
+
+func validateUser(u string) error {
+	if u == "" {
+		return errors.New("user must not be empty")
+	}
+	if len(u) > 128 {
+		return fmt.Errorf("user is %d bytes, at most 128 allowed", len(u))
+	}
+	for i, r := range u {
+		if r < 0x20 || r == 0x7f || r == ':' {
+			return fmt.Errorf("user %q has %q at byte %d", u, r, i)
+		}
+	}
+	return nil
+}
+
+func validEnvName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// normalizeEndpoint checks an endpoint and returns its host:port, so that
+// "a:1" and "http://a:1" compare equal.
+func normalizeEndpoint(ep string) (string, error) {
+	hostport := ep
+	if strings.Contains(ep, "://") {
+		u, err := url.Parse(ep)
+		if err != nil {
+			return "", fmt.Errorf("endpoint %q is not a URL", ep)
+		}
+		if u.Scheme != "http" && u.Scheme != "https" {
+			return "", fmt.Errorf("endpoint %q: scheme must be http or https", ep)
+		}
+		if u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+			return "", fmt.Errorf("endpoint %q must be scheme://host:port and nothing else", ep)
+		}
+		hostport = u.Host
+	}
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil || host == "" {
+		return "", fmt.Errorf("endpoint %q is not host:port", ep)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "", fmt.Errorf("endpoint %q: port must be 1 to 65535", ep)
+	}
+	return strings.ToLower(host) + ":" + port, nil
+}
+
+// resolve makes the map's relative file names relative to dir.
+func (m *Map) resolve(dir string) {
+	abs := func(p *string) {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
+	for i := range m.Clusters {
+		c := &m.Clusters[i]
+		if c.TLS != nil {
+			t := *c.TLS
+			abs(&t.CA)
+			abs(&t.Cert)
+			abs(&t.Key)
+			c.TLS = &t
+		}
+		if c.Credentials != nil {
+			cr := *c.Credentials
+			abs(&cr.PasswordFile)
+			c.Credentials = &cr
+		}
+	}
+}
+
+// checkFiles reports every file the map names that cannot be read.
+func (m Map) checkFiles() []error {
+	var problems []error
+	check := func(path, file string) {
+		if file == "" {
+			return
+		}
+		f, err := os.Open(file)
+		if err != nil {
+			problems = append(problems, fmt.Errorf("%w: %s: %v", ErrInvalidMap, path, err))
+			return
+		}
+		_ = f.Close()
+	}
+	for i, c := range m.Clusters {
+		p := fmt.Sprintf("clusters[%d]", i)
+		if c.TLS != nil {
+			check(p+".tls.ca", c.TLS.CA)
+			check(p+".tls.cert", c.TLS.Cert)
+			check(p+".tls.key", c.TLS.Key)
+		}
+		if c.Credentials != nil {
+			check(p+".credentials.passwordFile", c.Credentials.PasswordFile)
+		}
+	}
+	return problems
+}
+
+// clone returns a deep copy, so that what a Router hands out cannot
+// change it.
+func (c Cluster) clone() Cluster {
+	c.Endpoints = slices.Clone(c.Endpoints)
+	c.Namespaces = slices.Clone(c.Namespaces)
+	if c.TLS != nil {
+		t := *c.TLS
+		c.TLS = &t
+	}
+	if c.Credentials != nil {
+		cr := *c.Credentials
+		c.Credentials = &cr
+	}
+	return c
+}

@@ -1,0 +1,185 @@
+package router
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+)
+
+// decoder builds a Map from the generic tree of a YAML document, noting
+// every problem instead of stopping at the first, and which paths were bad
+// so that validation does not report them twice.
+type decoder struct {
+	problems []error
+	bad      map[string]bool
+}
+
+func (d *decoder) fail(path, format string, args ...any) {
+	d.bad[path] = true
+	d.problems = append(d.problems, fmt.Errorf("%w: %s: "+format, append([]any{ErrInvalidMap, path}, args...)...))
+}
+
+// object checks that v is a mapping with only the given fields.
+func (d *decoder) object(path string, v any, fields ...string) (map[string]any, bool) {
+	o, ok := v.(map[string]any)
+	if !ok {
+		d.fail(path, "want a mapping, got %s", kind(v))
+		return nil, false
+	}
+	var unknown []string
+	for k := range o {
+		if !slices.Contains(fields, k) {
+			unknown = append(unknown, k)
+		}
+	}
+	sort.Strings(unknown)
+	for _, k := range unknown {
+		d.fail(join(path, k), "unknown field (known: %v)", fields)
+	}
+	return o, true
+}
+
+func (d *decoder) str(path string, v any) string {
+	s, ok := v.(string)
+	if !ok {
+		d.fail(path, "want a string, got %s", kind(v))
+	}
+	return s
+}
+
+func (d *decoder) strs(path string, v any) []string {
+	l, ok := v.([]any)
+	if !ok {
+		d.fail(path, "want a list of strings, got %s", kind(v))
+		return nil
+	}
+	out := make([]string, 0, len(l))
+	for i, e := range l {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		if s, ok := e.(string); ok {
+			out = append(out, s)
+		} else {
+			d.fail(p, "want a string, got %s", kind(e))
+		}
+	}
+	return out
+}
+
+func (d *decoder) top(v any) Map {
+	var m Map
+	if v == nil {
+		d.fail("clusters", "the map is empty")
+		return m
+	}
+	o, ok := d.object("(top)", v, "default", "clusters")
+	if !ok {
+		d.bad["clusters"] = true
+		return m
+	}
+	if v, ok := o["default"]; ok {
+		m.Default = d.str("default", v)
+	}
+	cs, ok := o["clusters"]
+	if !ok {
+		return m
+	}
+	l, ok := cs.([]any)
+	if !ok {
+		d.fail("clusters", "want a list of clusters, got %s", kind(cs))
+		return m
+	}
+	for i, c := range l {
+		m.Clusters = append(m.Clusters, d.cluster(fmt.Sprintf("clusters[%d]", i), c))
+	}
+	return m
+}
+
+func (d *decoder) cluster(path string, v any) Cluster {
+	var c Cluster
+	o, ok := d.object(path, v, "name", "endpoints", "tls", "credentials", "epoch", "namespaces")
+	if !ok {
+		for _, f := range []string{"name", "endpoints"} {
+			d.bad[join(path, f)] = true
+		}
+		return c
+	}
+	if v, ok := o["name"]; ok {
+		c.Name = d.str(join(path, "name"), v)
+	}
+	if v, ok := o["endpoints"]; ok {
+		c.Endpoints = d.strs(join(path, "endpoints"), v)
+	}
+	if v, ok := o["namespaces"]; ok {
+		c.Namespaces = d.strs(join(path, "namespaces"), v)
+	}
+	if v, ok := o["epoch"]; ok {
+		c.Epoch = d.epoch(join(path, "epoch"), v)
+	}
+	if v, ok := o["tls"]; ok {
+		p := join(path, "tls")
+		if t, ok := d.object(p, v, "ca", "cert", "key"); ok {
+			f := &TLSFiles{}
+			d.fields(p, t, []string{"ca", "cert", "key"}, []*string{&f.CA, &f.Cert, &f.Key})
+			c.TLS = f
+		}
+	}
+	if v, ok := o["credentials"]; ok {
+		p := join(path, "credentials")
+		if t, ok := d.object(p, v, "user", "passwordEnv", "passwordFile"); ok {
+			cr := &Credentials{}
+			d.fields(p, t, []string{"user", "passwordEnv", "passwordFile"}, []*string{&cr.User, &cr.PasswordEnv, &cr.PasswordFile})
+			c.Credentials = cr
+		}
+	}
+	return c
+}
+
+// fields reads string fields of o, in order, into dst.
+func (d *decoder) fields(path string, o map[string]any, names []string, dst []*string) {
+	for i, k := range names {
+		if v, ok := o[k]; ok {
+			*dst[i] = d.str(join(path, k), v)
+		}
+	}
+}
+
+func (d *decoder) epoch(path string, v any) uint16 {
+	n, ok := v.(json.Number)
+	if !ok {
+		d.fail(path, "want an integer from 0 to %d, got %s", MaxEpoch, kind(v))
+		return 0
+	}
+	i, err := n.Int64()
+	if err != nil || i < 0 || i > MaxEpoch {
+		d.fail(path, "want an integer from 0 to %d, got %s", MaxEpoch, n)
+		return 0
+	}
+	return uint16(i)
+}
+
+func join(path, field string) string {
+	if path == "(top)" {
+		return field
+	}
+	return path + "." + field
+}
+
+func kind(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "nothing"
+	case string:
+		return "a string"
+	case json.Number:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "a mapping"
+	default:
+		return fmt.Sprintf("%T", v)
+	}
+}

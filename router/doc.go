@@ -1,0 +1,49 @@
+// Package router routes baton's namespaces to independent etcd clusters,
+// so that locks and elections outgrow one cluster and an outage of one
+// cluster leaves the namespaces of the others working.
+//
+// A cluster map names the clusters, their endpoints, TLS files and
+// credentials, and the namespaces each serves; one cluster may be the
+// default for every other namespace (see Map for the file format, which
+// the baton CLI reads too with --clusters). Using it is one line before
+// the usual constructor:
+//
+//	r, err := router.Load("/etc/baton/clusters.yaml")
+//	defer r.Close()
+//	cli, err := r.Client(ctx, "payments")
+//	m, err := mutex.New(cli, "settle", mutex.WithNamespace("payments"))
+//
+// # Guarantees
+//
+//   - A namespace is served by exactly one cluster of a map: a map that
+//     lists a namespace twice, or an endpoint in two clusters, is refused
+//     with every problem reported at once (ErrInvalidMap). Client always
+//     routes a namespace to the same cluster for the life of a Router.
+//   - A namespace no cluster serves is an error (ErrUnserved), never a
+//     silent fallback, unless the map names a default cluster.
+//   - Clusters are isolated: each has its own connection, opened on first
+//     use and shared by every caller until Close. Opening one cluster's
+//     connection never waits for another's, and an unreachable cluster
+//     fails only the calls of its own namespaces.
+//   - Mutual exclusion and fencing inside one cluster are exactly those of
+//     packages mutex and election: the router only picks the client.
+//   - Across a namespace's move to another cluster, tokens composed with
+//     Token (or Router.Token) keep increasing provided the map's epochs
+//     do (CheckMove verifies it): a holder that acquired on the old
+//     cluster is rejected by the resource's guard once a holder of the
+//     new cluster has written.
+//
+// What is not guaranteed:
+//
+//   - Exclusion across clusters. During a move, a process still running
+//     with the old map can acquire on the old cluster while another holds
+//     on the new one. Drain first (docs/scaling.md): stop new
+//     acquisitions, wait for the holders to release, then switch the map.
+//     Fencing with composed tokens is what keeps the data safe if the
+//     drain is incomplete.
+//   - That the raw tokens of two clusters compare: each cluster's
+//     revisions start at 1. A guard fed raw tokens after a move would
+//     reject the new holders and accept the old one; compose them.
+//   - Any ordering or transaction across namespaces on different
+//     clusters.
+package router
