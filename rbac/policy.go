@@ -180,7 +180,7 @@ func unknownFields(doc any) []string {
 			continue
 		}
 		for _, k := range sortedKeys(ns) {
-			if k != "name" && k != "contenders" && k != "observers" {
+			if k != "name" && k != "contenders" && k != "observers" && k != "operators" {
 				out = append(out, fmt.Sprintf("namespaces[%d]: unknown field %q", i, k))
 			}
 		}
