@@ -71,9 +71,15 @@ type proc struct {
 
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return startOn(t, srv.Endpoint(), args...)
+}
+
+// startOn starts baton against the given endpoints (comma-separated).
+func startOn(t *testing.T, endpoints string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, lines: make(chan string, 256), done: make(chan struct{})}
 	p.cmd = exec.Command(binary, args...)
-	p.cmd.Env = append(os.Environ(), "BATON_ENDPOINTS="+srv.Endpoint())
+	p.cmd.Env = append(os.Environ(), "BATON_ENDPOINTS="+endpoints)
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -135,6 +141,11 @@ func (p *proc) waitLine(s string, timeout time.Duration) string {
 				return l
 			}
 		case <-p.done:
+			for _, l := range strings.Split(p.out()+p.errOut(), "\n") {
+				if strings.Contains(l, s) {
+					return l // printed, but the exit won the race
+				}
+			}
 			p.t.Fatalf("%v exited (%d) before printing %q\nstdout:\n%s\nstderr:\n%s", p.cmd.Args[1:], p.code, s, p.out(), p.errOut())
 		case <-deadline.C:
 			p.t.Fatalf("%v did not print %q within %v\nstdout:\n%s\nstderr:\n%s", p.cmd.Args[1:], s, timeout, p.out(), p.errOut())

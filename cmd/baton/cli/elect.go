@@ -120,8 +120,9 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 		if c != nil {
 			lost = withCode(ExitOwnershipLost, fmt.Errorf("%v; %s", lost, stoppedText(res, o.grace)))
 		}
-		st.lost(lost)
-		if o.once || ictx.Err() != nil {
+		final := o.once || ictx.Err() != nil
+		st.lost(lost, final)
+		if final {
 			return lost
 		}
 	}

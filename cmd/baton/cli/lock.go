@@ -153,7 +153,7 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 		}
 		if err := lostError(l.Context(), "lock", name); err != nil {
 			_ = release()
-			st.lost(err)
+			st.lost(err, true)
 			return err
 		}
 		if err := release(); err != nil {
@@ -176,7 +176,7 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 	if res.lost || res.cause != "" {
 		lerr := withCode(ExitOwnershipLost, fmt.Errorf("lock %q lost while the command ran (%v); %s",
 			name, lossCause(l.Context(), res), stoppedText(res, o.grace)))
-		st.lost(lerr)
+		st.lost(lerr, true)
 		return lerr
 	}
 	if uerr != nil {

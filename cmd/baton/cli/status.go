@@ -128,10 +128,15 @@ func (s *statusWriter) acquired(v heldView) {
 	_ = writeHeld(s.w, false, v)
 }
 
-func (s *statusWriter) lost(err error) {
+// lost reports a loss; as a line only if baton goes on (final: the error
+// is about to be printed as baton exits).
+func (s *statusWriter) lost(err error, final bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.emit(event{Event: eventLost, Error: err.Error()}, oneLine(err))
+	if final && !s.json {
+		return
+	}
+	s.emit(event{Event: eventLost, Error: err.Error()}, oneLine(err)+"; campaigning again")
 }
 
 func (s *statusWriter) released() {
