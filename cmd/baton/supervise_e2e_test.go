@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/cmd/baton/cli"
+	"github.com/batonhq/baton/integration/netproxy"
 	"github.com/batonhq/baton/mutex"
 )
 
@@ -253,5 +254,74 @@ func TestLockChecksTheCommandBeforeWaiting(t *testing.T) {
 	case wr := <-wch:
 		t.Errorf("keys written: %v", wr.Events)
 	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+func TestInterruptedWaitExitsLikeAShell(t *testing.T) {
+	m, err := mutex.New(client(t), "busy-wait")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if _, err := m.Lock(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		sig  syscall.Signal
+		args []string
+	}{
+		{syscall.SIGINT, []string{"lock", "busy-wait", "--", "true"}},
+		{syscall.SIGTERM, []string{"lock", "busy-wait", "--timeout", "60s"}},
+		{syscall.SIGHUP, []string{"lock", "busy-wait"}},
+	} {
+		p := start(t, c.args...)
+		p.waitLine(`waiting for lock "busy-wait": held by`, 10*time.Second)
+		_ = p.cmd.Process.Signal(c.sig)
+		if code := p.wait(5 * time.Second); code != 128+int(c.sig) {
+			t.Errorf("%v during %v: exit %d, want %d\nstderr:\n%s", c.sig, c.args, code, 128+int(c.sig), p.errOut())
+		}
+	}
+	e := start(t, "elect", "busy-elect", "a")
+	e.waitLine(`leading election "busy-elect"`, 10*time.Second)
+	p := start(t, "elect", "busy-elect", "b")
+	p.waitLine(`waiting for election "busy-elect": led by "a"`, 10*time.Second)
+	_ = p.cmd.Process.Signal(syscall.SIGINT)
+	if code := p.wait(5 * time.Second); code != 130 {
+		t.Errorf("SIGINT while campaigning: exit %d, want 130\nstderr:\n%s", code, p.errOut())
+	}
+	// SIGHUP to a holder releases like SIGTERM.
+	_ = e.cmd.Process.Signal(syscall.SIGHUP)
+	if code := e.wait(5 * time.Second); code != 0 || keyCount(t, "/baton/v1/election/busy-elect/") != 0 {
+		t.Errorf("SIGHUP to the leader: exit %d, want 0 and its key gone\nstderr:\n%s", code, e.errOut())
+	}
+}
+
+func TestTimeoutIsHonouredThroughAnOutage(t *testing.T) {
+	m, err := mutex.New(client(t), "cut-off")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if _, err := m.Lock(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	px, err := netproxy.New(strings.TrimPrefix(srv.Endpoint(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	const timeout = 4 * time.Second
+	started := time.Now()
+	p := startOn(t, px.Endpoint(), "lock", "cut-off", "--ttl", "2s", "--timeout", timeout.String())
+	p.waitLine(`waiting for lock "cut-off"`, 10*time.Second)
+	px.Blackhole()
+	defer px.Restore()
+	code := p.wait(timeout + 5*time.Second)
+	took := time.Since(started)
+	if code != cli.ExitNotAcquired || took < timeout || took > timeout+time.Second {
+		t.Errorf("exit %d after %v, want %d after the %v timeout, within a second\nstderr:\n%s", code, took, cli.ExitNotAcquired, timeout, p.errOut())
+	}
+	if !strings.Contains(p.errOut(), "etcd unreachable, still waiting") {
+		t.Errorf("no word of the outage:\n%s", p.errOut())
 	}
 }

@@ -76,7 +76,7 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 	if err != nil {
 		return withCode(ExitUsage, err)
 	}
-	defer e.Close()
+	defer closeBounded(e.Close)
 	st := newStatusWriter(cmd.ErrOrStderr(), g.json(), string(keys.Election), name)
 
 	for {

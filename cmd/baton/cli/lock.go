@@ -130,7 +130,7 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 	if err != nil {
 		return withCode(ExitUsage, err)
 	}
-	defer m.Close()
+	defer closeBounded(m.Close)
 	st := newStatusWriter(errOut, g.json(), string(keys.Lock), name)
 
 	l, err := acquireLock(ictx, g, cli, m, o, st)

@@ -68,3 +68,24 @@ func heldFor(ctx context.Context, cli *clientv3.Client, ns string, kind keys.Kin
 	}
 	return max(time.Since(since), 0)
 }
+
+// closeBound is how long baton waits on its way out for the lease to be
+// revoked; past it, an unreachable etcd lets the lease expire by its TTL.
+const closeBound = 500 * time.Millisecond
+
+// closeBounded runs close (a Mutex's or an Election's) for at most
+// closeBound, so that an outage does not delay baton's exit; the revoke
+// goes on until the process exits.
+func closeBounded(closeFn func() error) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = closeFn()
+	}()
+	t := time.NewTimer(closeBound)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
