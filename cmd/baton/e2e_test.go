@@ -77,8 +77,15 @@ func start(t *testing.T, args ...string) *proc {
 // startOn starts baton against the given endpoints (comma-separated).
 func startOn(t *testing.T, endpoints string, args ...string) *proc {
 	t.Helper()
+	return startWith(t, endpoints, nil, args...)
+}
+
+// startWith starts baton with the given process attributes.
+func startWith(t *testing.T, endpoints string, attr *syscall.SysProcAttr, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, lines: make(chan string, 256), done: make(chan struct{})}
 	p.cmd = exec.Command(binary, args...)
+	p.cmd.SysProcAttr = attr
 	p.cmd.Env = append(os.Environ(), "BATON_ENDPOINTS="+endpoints)
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {

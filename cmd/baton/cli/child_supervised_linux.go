@@ -50,8 +50,10 @@ func (c child) run(ctx context.Context, h hold) (childResult, error) {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.stdin, c.stdout, c.stderr
 	cmd.ExtraFiles = []*os.File{ctlR, repW}
 	// The control pipe's EOF tells the supervisor that baton is gone; the
-	// parent death signal is a second witness.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: parentDeath}
+	// parent death signal is a second witness. A group of its own keeps the
+	// supervisor alive when baton's whole group is killed (a shell's
+	// kill -9 %1), so that it can stop the command.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: parentDeath, Setpgid: true}
 	cmd.WaitDelay = time.Second
 	err = cmd.Start()
 	_ = ctlR.Close()
