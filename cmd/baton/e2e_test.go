@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,41 +69,70 @@ type proc struct {
 	code   int
 }
 
-type lockedWriter struct {
-	mu *sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (w lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
 func start(t *testing.T, args ...string) *proc {
+	t.Helper()
+	return startOn(t, srv.Endpoint(), args...)
+}
+
+// startOn starts baton against the given endpoints (comma-separated).
+func startOn(t *testing.T, endpoints string, args ...string) *proc {
+	t.Helper()
+	return startWith(t, endpoints, nil, args...)
+}
+
+// startWith starts baton with the given process attributes.
+func startWith(t *testing.T, endpoints string, attr *syscall.SysProcAttr, args ...string) *proc {
+	t.Helper()
+	return launch(t, launchConfig{endpoints: endpoints, attr: attr}, args...)
+}
+
+// launchConfig is how launch starts baton.
+type launchConfig struct {
+	endpoints string
+	attr      *syscall.SysProcAttr
+	env       []string  // added to the environment
+	stdin     io.Reader // nil: none
+}
+
+// launch starts baton; lines of its stdout and stderr reach waitLine.
+func launch(t *testing.T, c launchConfig, args ...string) *proc {
 	t.Helper()
 	p := &proc{t: t, lines: make(chan string, 256), done: make(chan struct{})}
 	p.cmd = exec.Command(binary, args...)
-	p.cmd.Env = append(os.Environ(), "BATON_ENDPOINTS="+srv.Endpoint())
-	p.cmd.Stderr = lockedWriter{&p.mu, &p.stderr}
+	p.cmd.SysProcAttr = c.attr
+	p.cmd.Env = append(append(os.Environ(), "BATON_ENDPOINTS="+c.endpoints), c.env...)
+	p.cmd.Stdin = c.stdin
 	out, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errOut, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		sc := bufio.NewScanner(out)
+	// Lines of both streams (status lines are on stderr) reach waitLine.
+	var scanners sync.WaitGroup
+	scan := func(r io.Reader, b *bytes.Buffer) {
+		defer scanners.Done()
+		sc := bufio.NewScanner(r)
 		for sc.Scan() {
 			p.mu.Lock()
-			p.stdout.WriteString(sc.Text() + "\n")
+			b.WriteString(sc.Text() + "\n")
 			p.mu.Unlock()
 			select {
 			case p.lines <- sc.Text():
 			default:
 			}
 		}
+	}
+	scanners.Add(2)
+	go scan(out, &p.stdout)
+	go scan(errOut, &p.stderr)
+	go func() {
+		scanners.Wait()
 		err := p.cmd.Wait()
 		p.code = p.cmd.ProcessState.ExitCode()
 		if err != nil && p.code < 0 {
@@ -121,7 +151,7 @@ func start(t *testing.T, args ...string) *proc {
 	return p
 }
 
-// waitLine waits for a stdout line containing s.
+// waitLine waits for a line of stdout or stderr containing s.
 func (p *proc) waitLine(s string, timeout time.Duration) string {
 	p.t.Helper()
 	deadline := time.NewTimer(timeout)
@@ -133,6 +163,11 @@ func (p *proc) waitLine(s string, timeout time.Duration) string {
 				return l
 			}
 		case <-p.done:
+			for _, l := range strings.Split(p.out()+p.errOut(), "\n") {
+				if strings.Contains(l, s) {
+					return l // printed, but the exit won the race
+				}
+			}
 			p.t.Fatalf("%v exited (%d) before printing %q\nstdout:\n%s\nstderr:\n%s", p.cmd.Args[1:], p.code, s, p.out(), p.errOut())
 		case <-deadline.C:
 			p.t.Fatalf("%v did not print %q within %v\nstdout:\n%s\nstderr:\n%s", p.cmd.Args[1:], s, timeout, p.out(), p.errOut())

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,46 +23,11 @@ import (
 	"github.com/batonhq/baton/rbac"
 )
 
-// startWith runs baton with extra environment and a standard input, like
-// start.
-func startWith(t *testing.T, env []string, stdin string, args ...string) *proc {
+// startWithInput runs baton with extra environment and a standard input,
+// like start.
+func startWithInput(t *testing.T, env []string, stdin string, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, lines: make(chan string, 256), done: make(chan struct{})}
-	p.cmd = exec.Command(binary, args...)
-	p.cmd.Env = append(append(os.Environ(), "BATON_ENDPOINTS="+srv.Endpoint()), env...)
-	p.cmd.Stdin = strings.NewReader(stdin)
-	p.cmd.Stderr = lockedWriter{&p.mu, &p.stderr}
-	out, err := p.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.stdout.WriteString(sc.Text() + "\n")
-			p.mu.Unlock()
-			select {
-			case p.lines <- sc.Text():
-			default:
-			}
-		}
-		_ = p.cmd.Wait()
-		p.code = p.cmd.ProcessState.ExitCode()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	return p
+	return launch(t, launchConfig{endpoints: srv.Endpoint(), env: env, stdin: strings.NewReader(stdin)}, args...)
 }
 
 func TestForceUnlockFreesOneLockOfFiftyOnASharedLease(t *testing.T) {
@@ -322,7 +285,7 @@ func TestBadInputExitsAtOnceWithoutAServer(t *testing.T) {
 			fastest := time.Hour
 			for range 3 {
 				began := time.Now()
-				p := startWith(t, env, "", args...)
+				p := startWithInput(t, env, "", args...)
 				code := p.wait(10 * time.Second)
 				fastest = min(fastest, time.Since(began))
 				if code != cli.ExitUsage || !strings.Contains(p.errOut(), c.msg) {
@@ -512,7 +475,7 @@ func TestRefusalsExitWithTheirOwnCode(t *testing.T) {
 	}
 	// A wrong password.
 	pw := func(password string) (int, string) {
-		p := startWith(t, nil, password+"\n", d.as(payOps, "--user", pwUser, "--password-stdin", "locks")...)
+		p := startWithInput(t, nil, password+"\n", d.as(payOps, "--user", pwUser, "--password-stdin", "locks")...)
 		return p.wait(20 * time.Second), p.errOut()
 	}
 	if code, errOut := pw("wrong-password"); code != cli.ExitDenied || !strings.Contains(errOut, "authentication failed") {
@@ -530,7 +493,7 @@ func TestRefusalsExitWithTheirOwnCode(t *testing.T) {
 
 func TestPasswordNeverReachesTheChild(t *testing.T) {
 	d := startSecureDev(t)
-	p := startWith(t, []string{"BATON_PASSWORD=" + pwPass}, "",
+	p := startWithInput(t, []string{"BATON_PASSWORD=" + pwPass}, "",
 		d.as(payOps, "--user", pwUser, "lock", "envcheck", "--", "sh", "-c", `env; echo "ARGV $0 $*"; echo done`)...)
 	if code := p.wait(20 * time.Second); code != cli.ExitOK {
 		t.Fatalf("lock: exit %d\n%s%s", code, p.out(), p.errOut())

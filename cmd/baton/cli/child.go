@@ -1,13 +1,12 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
-	"syscall"
 	"time"
 )
 
@@ -20,11 +19,22 @@ const (
 // child is a command run under a lock or as leader.
 type child struct {
 	argv   []string
+	path   string   // argv[0] as found by lookCommand
 	env    []string // added to baton's own environment
 	grace  time.Duration
+	exe    string // the baton binary, re-executed as the supervisor
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
+}
+
+// hold is what a child runs under: a *mutex.Lock or an *election.Term.
+type hold interface {
+	// Done closes when ownership may be lost or was given up.
+	Done() <-chan struct{}
+	// Deadline is the validity deadline: Done closes by then unless a
+	// renewal is acknowledged first.
+	Deadline() time.Time
 }
 
 // childResult is how a child ended.
@@ -35,85 +45,40 @@ type childResult struct {
 	lost bool
 	// killed: it outlived the grace after SIGTERM and got SIGKILL.
 	killed bool
-	// interrupted: baton forwarded a SIGINT or SIGTERM (or its own
-	// context ended) before the child exited.
+	// interrupted: baton was interrupted (or its context ended) before
+	// the child exited, and stopped it.
 	interrupted bool
+	// cause is why the supervisor stopped the command by itself (its
+	// validity deadline passed, baton died), empty otherwise.
+	cause string
 }
 
-// run starts the child and waits for it to exit. Every signal from sigs is
-// forwarded to it. When owned closes, it gets SIGTERM and, if still
-// running after the grace, SIGKILL; the same when ctx ends. The child is
-// not left running on any path.
-func (c child) run(ctx context.Context, owned <-chan struct{}, sigs <-chan os.Signal) (childResult, error) {
-	cmd := exec.Command(c.argv[0], c.argv[1:]...)
-	cmd.Env = append(childEnviron(), c.env...) // never BATON_PASSWORD
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.stdin, c.stdout, c.stderr
-	// A grandchild that keeps the output pipe open must not hold baton.
-	cmd.WaitDelay = time.Second
-	if err := cmd.Start(); err != nil {
-		code := exitNotExecutable
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-			code = exitNotFound
-		}
-		return childResult{status: code}, withCode(code, fmt.Errorf("start %s: %w", c.argv[0], err))
+// lookCommand finds name as a shell would, so that a command that cannot
+// run is reported before the lock is requested.
+func lookCommand(name string) (string, error) {
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path, nil
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-
-	var res childResult
-	var kill <-chan time.Time
-	var killTimer *time.Timer
-	defer func() {
-		if killTimer != nil {
-			killTimer.Stop()
-		}
-	}()
-	ctxDone := ctx.Done()
-	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		if killTimer == nil {
-			killTimer = time.NewTimer(c.grace)
-			kill = killTimer.C
-		}
+	if errors.Is(err, fs.ErrPermission) {
+		return "", withCode(exitNotExecutable, fmt.Errorf("%q is not executable: %w", name, err))
 	}
-	for {
-		select {
-		case err := <-done:
-			res.status = exitStatus(cmd, err)
-			return res, nil
-		case s := <-sigs:
-			res.interrupted = true
-			_ = cmd.Process.Signal(s)
-		case <-ctxDone:
-			ctxDone = nil
-			res.interrupted = true
-			stop()
-		case <-owned:
-			owned = nil
-			res.lost = true
-			stop()
-		case <-kill:
-			kill = nil
-			res.killed = true
-			_ = cmd.Process.Kill()
-		}
-	}
+	return "", withCode(exitNotFound, fmt.Errorf("command %q not found: %w", name, err))
 }
 
-// exitStatus is the child's status as a shell reports it.
-func exitStatus(cmd *exec.Cmd, err error) int {
-	ps := cmd.ProcessState
-	if ps == nil {
-		return ExitError
+// startError is the exit error for a command that could not be started.
+func startError(name string, err error) error {
+	code := exitNotExecutable
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+		code = exitNotFound
 	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
+	return withCode(code, fmt.Errorf("start %s: %w", name, err))
+}
+
+// batonExecutable is the binary to re-execute.
+func (g *globals) batonExecutable() (string, error) {
+	if g.io.Executable != "" {
+		return g.io.Executable, nil
 	}
-	if code := ps.ExitCode(); code >= 0 {
-		return code
-	}
-	if err != nil {
-		return ExitError
-	}
-	return ExitOK
+	return os.Executable()
 }

@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/internal/keys"
@@ -27,14 +26,19 @@ func newElectCmd(g *globals) *cobra.Command {
 		Use:   "elect NAME VALUE [-- CMD ARGS...]",
 		Short: "Campaign as VALUE; lead until interrupted, or run a command while leader",
 		Long: `Campaign in election NAME with VALUE. Once leader, without a command, lead
-until SIGINT or SIGTERM; with one, run it with BATON_LOCK_NAME (the election),
-BATON_LOCK_KEY, BATON_FENCING_TOKEN and BATON_ELECTION_VALUE in its
-environment, forwarding SIGINT and SIGTERM to it.
+until SIGINT, SIGTERM or SIGHUP; with one, run it with BATON_LOCK_NAME (the
+election), BATON_LOCK_KEY, BATON_FENCING_TOKEN and BATON_ELECTION_VALUE in
+its environment. The command is looked up before campaigning: 127 if it is
+not found, 126 if it cannot be run.
 
-If leadership may be lost, the command gets SIGTERM, then SIGKILL after
---grace, and baton campaigns again (with --once it exits with 79 instead).
-On SIGINT or SIGTERM baton resigns, so the next candidate leads at once.
-When the command exits by itself baton resigns and exits with its status.`,
+If leadership may be lost, the command's process group gets SIGTERM, then
+SIGKILL after --grace, and baton campaigns again, and runs the command
+again on its next term (with --once it exits with 79 instead). Campaigning
+goes on through etcd outages. On SIGINT, SIGTERM or SIGHUP baton stops the
+command and resigns, so the next candidate leads at once; a signal while
+campaigning exits with 128+N. When the command exits by itself baton
+resigns and exits with its status. On Linux the command is supervised as
+with baton lock: it never outlives a killed or frozen baton.`,
 		Args: args(2, -1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			argv, err := splitCommand(cmd, a, 2)
@@ -54,22 +58,16 @@ When the command exits by itself baton resigns and exits with its status.`,
 	return cmd
 }
 
+// runElect campaigns, leads, and campaigns again after a loss, as
+// election.Run does, with a command restarted on each term.
 func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string, argv []string) error {
-	// Without a command a signal ends ictx; with one, signals arrive on
-	// sigs, to be forwarded to the command, registered for the whole run
-	// so that none falls between campaigning and running it.
-	ictx := cmd.Context()
-	var sigs chan os.Signal
-	if len(argv) == 0 {
-		var stop context.CancelFunc
-		ictx, stop = signal.NotifyContext(ictx, syscall.SIGINT, syscall.SIGTERM)
-		defer stop()
-	} else {
-		sigs = make(chan os.Signal, 4)
-		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-		defer signal.Stop(sigs)
+	c, err := newChild(g, argv, o.grace, cmd)
+	if err != nil {
+		return err
 	}
-	cli, err := g.client(ictx)
+	ictx, stop := interruptible(cmd.Context())
+	defer stop()
+	cli, err := g.client(cmd.Context())
 	if err != nil {
 		return err
 	}
@@ -78,97 +76,112 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 	if err != nil {
 		return withCode(ExitUsage, err)
 	}
-	defer e.Close()
-	errOut := cmd.ErrOrStderr()
+	defer closeBounded(e.Close)
+	st := newStatusWriter(cmd.ErrOrStderr(), g.json(), string(keys.Election), name)
 
 	for {
-		fmt.Fprintf(errOut, "baton: campaigning in election %q as %q\n", name, value)
-		t, err := campaign(ictx, e, value, sigs)
+		t, err := campaign(ictx, g, cli, e, value, st)
 		if err != nil {
-			if ictx.Err() != nil || errors.Is(err, errInterrupted) {
-				return nil // interrupted before leading: nothing to resign
-			}
-			return g.failed(fmt.Sprintf("campaign in election %q", name), err)
-		}
-		recordHeld(ictx, t.Txn, heldPut(g.namespace, keys.Election, name, t.Lease(), t.Acquired()))
-		v := heldView{Kind: string(keys.Election), Name: name, Value: value, Key: t.Key(), Token: int64(t.Token()),
-			Lease: leaseHex(int64(t.Lease())), TTL: t.TTL()}
-		if err := writeHeld(cmd.OutOrStdout(), g.json(), v); err != nil {
-			resign(cmd, t)
 			return err
 		}
+		recordHeld(ictx, t.Txn, heldPut(g.namespace, keys.Election, name, t.Lease(), t.Acquired()))
+		st.acquired(heldView{Kind: string(keys.Election), Name: name, Value: value, Key: t.Key(), Token: int64(t.Token()),
+			Lease: leaseHex(int64(t.Lease())), TTL: t.TTL()})
 		var res childResult
-		if len(argv) == 0 {
+		if c == nil {
 			select {
 			case <-t.Done():
 			case <-ictx.Done():
 			}
 		} else {
-			c := child{
-				argv: argv, grace: o.grace,
-				env: []string{
-					"BATON_LOCK_NAME=" + name,
-					"BATON_LOCK_KEY=" + t.Key(),
-					"BATON_FENCING_TOKEN=" + t.Token().String(),
-					"BATON_ELECTION_VALUE=" + value,
-				},
-				stdin: cmd.InOrStdin(), stdout: cmd.OutOrStdout(), stderr: errOut,
+			c.env = []string{
+				"BATON_LOCK_NAME=" + name,
+				"BATON_LOCK_KEY=" + t.Key(),
+				"BATON_FENCING_TOKEN=" + t.Token().String(),
+				"BATON_ELECTION_VALUE=" + value,
 			}
-			if res, err = c.run(ictx, t.Done(), sigs); err != nil {
+			if res, err = c.run(ictx, t); err != nil {
 				resign(cmd, t)
 				return err
 			}
 		}
 		lost := lostError(t.Context(), "leadership of election", name)
+		if lost == nil && res.cause != "" {
+			lost = withCode(ExitOwnershipLost, fmt.Errorf("leadership of election %q: %s", name, lossCause(t.Context(), res)))
+		}
 		resign(cmd, t)
 		if lost == nil {
-			if len(argv) == 0 {
-				fmt.Fprintf(errOut, "baton: resigned from election %q\n", name)
+			st.released()
+			if c == nil {
 				return nil
 			}
 			return childStatus(res.status)
 		}
-		if len(argv) > 0 {
+		if c != nil {
 			lost = withCode(ExitOwnershipLost, fmt.Errorf("%v; %s", lost, stoppedText(res, o.grace)))
 		}
-		if o.once || ictx.Err() != nil {
+		final := o.once || ictx.Err() != nil
+		st.lost(lost, final)
+		if final {
 			return lost
 		}
-		fmt.Fprintf(errOut, "baton: %v\n", lost)
 	}
 }
 
-// campaign waits for leadership; a signal ends the wait (the channel is
-// nil when signals end ictx instead).
-func campaign(ictx context.Context, e *election.Election, value string, sigs <-chan os.Signal) (*election.Term, error) {
-	if sigs == nil {
-		return e.Campaign(ictx, value)
-	}
-	cctx, cancel := context.WithCancel(ictx)
-	defer cancel()
-	type result struct {
-		t   *election.Term
-		err error
-	}
-	done := make(chan result, 1)
+// campaign waits for leadership through etcd outages, saying on stderr
+// who leads meanwhile, until ictx ends.
+func campaign(ictx context.Context, g *globals, cli *clientv3.Client, e *election.Election, value string, st *statusWriter) (*election.Term, error) {
+	wctx, wcancel := context.WithCancel(ictx)
+	var wg sync.WaitGroup
+	wg.Add(1)
 	go func() {
-		t, err := e.Campaign(cctx, value)
-		done <- result{t, err}
+		defer wg.Done()
+		watchQueue(wctx, cli, e.Prefix(), st, electionQueue(cli, e, value))
 	}()
-	select {
-	case r := <-done:
-		return r.t, r.err
-	case <-sigs:
-		cancel()
-		r := <-done
-		if r.err == nil {
-			resignQuietly(r.t)
+	defer wg.Wait()
+	defer wcancel()
+	for attempt := 0; ; attempt++ {
+		t, err := e.Campaign(ictx, value)
+		if err == nil {
+			return t, nil
 		}
-		return nil, errInterrupted
+		switch {
+		case ictx.Err() != nil:
+			if ierr := interruptedError(ictx, "election %q: not leading", e.Name()); ierr != nil {
+				return nil, ierr
+			}
+			return nil, ictx.Err()
+		case !worthWaiting(err):
+			return nil, g.failed(fmt.Sprintf("campaign in election %q", e.Name()), err)
+		}
+		st.unreachableNow(err)
+		sleepCtx(ictx, waitBackoff(attempt))
 	}
 }
 
-var errInterrupted = errors.New("interrupted")
+// electionQueue reads the leader and the candidates ahead of this one:
+// those queued before the newest candidate with this value.
+func electionQueue(cli *clientv3.Client, e *election.Election, value string) func(ctx context.Context) (queueState, bool, error) {
+	return func(ctx context.Context) (queueState, bool, error) {
+		cands, err := e.Candidates(ctx)
+		if err != nil || len(cands) == 0 {
+			return queueState{}, false, err
+		}
+		self := len(cands)
+		for i := len(cands) - 1; i >= 0; i-- {
+			if cands[i].Value == value {
+				self = i
+				break
+			}
+		}
+		if self == 0 {
+			return queueState{}, false, nil // leading, or about to
+		}
+		l := cands[0]
+		return queueState{holder: l.Value, token: int64(l.Token),
+			heldFor: heldFor(ctx, cli, e.Namespace(), keys.Election, e.Name(), l.LeaseID), ahead: self - 1}, true, nil
+	}
+}
 
 func resign(cmd *cobra.Command, t *election.Term) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), releaseTimeout)

@@ -47,7 +47,11 @@ func TestInspectLocksAndElections(t *testing.T) {
 	holdDone := make(chan int, 1)
 	go func() { holdDone <- runTo(hctx, ns, &holdOut, &holdErr, "lock", "other", "-o", "json") }()
 	var held heldView
-	waitFor(t, func() bool { return json.Unmarshal([]byte(holdOut.String()), &held) == nil })
+	// Status events, the acquisition included, are on stderr.
+	waitFor(t, func() bool {
+		first, _, _ := strings.Cut(holdErr.String(), "\n")
+		return json.Unmarshal([]byte(first), &held) == nil && held.Event == "acquired"
+	})
 
 	var locks struct {
 		Locks []lockJSON `json:"locks"`

@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/mutex"
@@ -30,6 +29,8 @@ type lockOptions struct {
 // heldView is what lock prints once it holds the lock, and elect once it
 // leads.
 type heldView struct {
+	// Event is "acquired" in the status stream of -o json.
+	Event string        `json:"event,omitempty"`
 	Kind  string        `json:"kind"`
 	Name  string        `json:"name"`
 	Value string        `json:"value,omitempty"`
@@ -73,16 +74,22 @@ func newLockCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "lock NAME [-- CMD ARGS...]",
 		Short: "Hold a lock until interrupted, or run a command under it",
-		Long: `Acquire the lock NAME. Without a command, hold it until SIGINT or SIGTERM,
-then release it. With a command, run it with BATON_LOCK_NAME, BATON_LOCK_KEY
-and BATON_FENCING_TOKEN in its environment, forward SIGINT and SIGTERM to it,
-and release the lock when it exits; baton then exits with its status.
+		Long: `Acquire the lock NAME. Without a command, hold it until SIGINT, SIGTERM or
+SIGHUP, then release it. With a command, run it with BATON_LOCK_NAME,
+BATON_LOCK_KEY and BATON_FENCING_TOKEN in its environment, release the lock
+when it exits, and exit with its status. The command is looked up before
+the lock is requested: 127 if it is not found, 126 if it cannot be run.
 
-If the lock may be lost while the command runs (its lease expired or was
-revoked, renewals failed, its key was deleted), the command gets SIGTERM,
-then SIGKILL after --grace, and baton exits with 79 (ownership lost).
---try exits with 75 at once if another holds the lock; so does --timeout
-when it runs out.`,
+On Linux the command runs in a process group of its own under a
+supervisor that stops the whole group (SIGTERM, then SIGKILL after
+--grace) when the lock may be lost (baton then exits with 79), when baton
+gets SIGINT, SIGTERM or SIGHUP, when baton dies, and when baton stops
+confirming the lock (frozen, wedged) at the lock's validity deadline.
+
+While waiting, baton says on stderr who holds the lock, and waits
+through etcd outages (on a new lease if the old one is gone). --try exits
+with 75 at once if another holds the lock; so does --timeout when it runs
+out. A signal ends the wait with 128+N (130 for SIGINT, 143 for SIGTERM).`,
 		Args: args(1, -1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			argv, err := splitCommand(cmd, a, 1)
@@ -107,9 +114,15 @@ when it runs out.`,
 }
 
 func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []string) error {
-	ictx, stopNotify := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-	defer stopNotify()
-	cli, err := g.client(ictx)
+	errOut := cmd.ErrOrStderr()
+	c, err := newChild(g, argv, o.grace, cmd)
+	if err != nil {
+		return err
+	}
+	ictx, stop := interruptible(cmd.Context())
+	defer stop()
+	// The client outlives an interrupt: the release needs it.
+	cli, err := g.client(cmd.Context())
 	if err != nil {
 		return err
 	}
@@ -118,109 +131,179 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 	if err != nil {
 		return withCode(ExitUsage, err)
 	}
-	defer m.Close()
+	defer closeBounded(m.Close)
+	st := newStatusWriter(errOut, g.json(), string(keys.Lock), name)
 
-	l, err := acquireLock(ictx, g, m, o)
+	l, err := acquireLock(ictx, g, cli, m, o, st)
 	if err != nil {
 		return err
 	}
 	recordHeld(ictx, l.Txn, heldPut(g.namespace, keys.Lock, name, l.Lease(), l.Acquired()))
-	v := heldView{Kind: string(keys.Lock), Name: name, Key: l.Key(), Token: int64(l.Token()),
-		Lease: leaseHex(int64(l.Lease())), TTL: l.TTL()}
+	st.acquired(heldView{Kind: string(keys.Lock), Name: name, Key: l.Key(), Token: int64(l.Token()),
+		Lease: leaseHex(int64(l.Lease())), TTL: l.TTL()})
 	release := func() error {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), releaseTimeout)
 		defer cancel()
 		return l.Unlock(rctx)
 	}
 
-	if len(argv) == 0 {
-		if err := writeHeld(cmd.OutOrStdout(), g.json(), v); err != nil {
-			_ = release()
-			return err
-		}
+	if c == nil {
 		select {
 		case <-l.Done():
 		case <-ictx.Done():
 		}
 		if err := lostError(l.Context(), "lock", name); err != nil {
 			_ = release()
+			st.lost(err, true)
 			return err
 		}
 		if err := release(); err != nil {
 			return lostOr(err, "lock", name, "release")
 		}
-		fmt.Fprintf(cmd.ErrOrStderr(), "baton: released lock %q\n", name)
+		st.released()
 		return nil
 	}
 
-	fmt.Fprintf(cmd.ErrOrStderr(), "baton: holding lock %q (token %d, key %s); running %s\n", name, v.Token, v.Key, argv[0])
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	stopNotify() // signals now go to the child
-
-	c := child{
-		argv: argv, grace: o.grace,
-		env: []string{
-			"BATON_LOCK_NAME=" + name,
-			"BATON_LOCK_KEY=" + l.Key(),
-			"BATON_FENCING_TOKEN=" + l.Token().String(),
-		},
-		stdin: cmd.InOrStdin(), stdout: cmd.OutOrStdout(), stderr: cmd.ErrOrStderr(),
+	c.env = []string{
+		"BATON_LOCK_NAME=" + name,
+		"BATON_LOCK_KEY=" + l.Key(),
+		"BATON_FENCING_TOKEN=" + l.Token().String(),
 	}
-	res, err := c.run(cmd.Context(), l.Done(), sigs)
+	res, err := c.run(ictx, l)
 	uerr := release()
 	if err != nil {
 		return err
 	}
-	if res.lost {
-		return withCode(ExitOwnershipLost, fmt.Errorf("lock %q lost while the command ran (%v); %s",
-			name, context.Cause(l.Context()), stoppedText(res, o.grace)))
+	if res.lost || res.cause != "" {
+		lerr := withCode(ExitOwnershipLost, fmt.Errorf("lock %q lost while the command ran (%v); %s",
+			name, lossCause(l.Context(), res), stoppedText(res, o.grace)))
+		st.lost(lerr, true)
+		return lerr
 	}
 	if uerr != nil {
-		fmt.Fprintf(cmd.ErrOrStderr(), "baton: release lock %q: %v\n", name, uerr)
+		fmt.Fprintf(errOut, "baton: release lock %q: %v\n", name, uerr)
+	} else {
+		st.released()
 	}
 	return childStatus(res.status)
 }
 
-// acquireLock takes the lock as the options say, mapping "not now" to
-// ExitNotAcquired.
-func acquireLock(ictx context.Context, g *globals, m *mutex.Mutex, o lockOptions) (*mutex.Lock, error) {
-	var (
-		actx   = ictx
-		cancel = func() {}
-	)
+// newChild checks the command before anything is requested from etcd; nil
+// without a command.
+func newChild(g *globals, argv []string, grace time.Duration, cmd *cobra.Command) (*child, error) {
+	if len(argv) == 0 {
+		return nil, nil
+	}
+	path, err := lookCommand(argv[0])
+	if err != nil {
+		return nil, err
+	}
+	exe, err := g.batonExecutable()
+	if err != nil {
+		return nil, fmt.Errorf("find the baton binary to supervise the command: %w", err)
+	}
+	warnUnsupervised(func(s string) { fmt.Fprintf(cmd.ErrOrStderr(), "baton: %s\n", s) })
+	return &child{argv: argv, path: path, grace: grace, exe: exe,
+		stdin: cmd.InOrStdin(), stdout: cmd.OutOrStdout(), stderr: cmd.ErrOrStderr()}, nil
+}
+
+// lossCause says why a hold ended under a running command.
+func lossCause(ctx context.Context, res childResult) any {
 	switch {
-	case o.try:
-		actx, cancel = g.opContext(ictx)
-	case o.timeout > 0:
+	case ctx.Err() != nil && errors.Is(context.Cause(ctx), mutex.ErrLost):
+		return context.Cause(ctx)
+	case res.cause == causeDeadline:
+		return "no renewal confirmed before the validity deadline"
+	}
+	return res.cause
+}
+
+// acquireLock takes the lock as the options say, mapping "not now" to
+// ExitNotAcquired and an interrupt to 128+N. A blocking wait goes on
+// through etcd outages until --timeout or a signal.
+func acquireLock(ictx context.Context, g *globals, cli *clientv3.Client, m *mutex.Mutex, o lockOptions, st *statusWriter) (*mutex.Lock, error) {
+	if o.try {
+		actx, cancel := g.opContext(ictx)
+		defer cancel()
+		l, err := m.TryLock(actx)
+		switch {
+		case err == nil:
+			return l, nil
+		case errors.Is(err, mutex.ErrLocked):
+			who := ""
+			hctx, hcancel := g.opContext(ictx)
+			if h, herr := m.Holder(hctx); herr == nil && h.Key != "" {
+				who = fmt.Sprintf(" (holder %q, token %d)", h.Identity, h.Token)
+			}
+			hcancel()
+			return nil, withCode(ExitNotAcquired, fmt.Errorf("lock %q is held by another%s", m.Name(), who))
+		}
+		if ierr := interruptedError(ictx, "lock %q: not acquired", m.Name()); ierr != nil {
+			return nil, ierr
+		}
+		return nil, g.failed(fmt.Sprintf("acquire lock %q", m.Name()), err)
+	}
+
+	actx, cancel := ictx, context.CancelFunc(func() {})
+	if o.timeout > 0 {
 		actx, cancel = context.WithTimeout(ictx, o.timeout)
 	}
 	defer cancel()
-	var l *mutex.Lock
-	var err error
-	if o.try {
-		l, err = m.TryLock(actx)
-	} else {
-		l, err = m.Lock(actx)
-	}
-	switch {
-	case err == nil:
-		return l, nil
-	case errors.Is(err, mutex.ErrLocked):
-		who := ""
-		hctx, hcancel := g.opContext(ictx)
-		if h, herr := m.Holder(hctx); herr == nil && h.Key != "" {
-			who = fmt.Sprintf(" (holder %s, token %d)", dash(h.Identity), h.Token)
+	wctx, wcancel := context.WithCancel(actx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		watchQueue(wctx, cli, m.Prefix(), st, lockQueue(cli, m))
+	}()
+	defer wg.Wait()
+	defer wcancel()
+
+	for attempt := 0; ; attempt++ {
+		l, err := m.Lock(actx)
+		if err == nil {
+			return l, nil
 		}
-		hcancel()
-		return nil, withCode(ExitNotAcquired, fmt.Errorf("lock %q is held by another%s", m.Name(), who))
-	case ictx.Err() != nil:
-		return nil, withCode(ExitNotAcquired, fmt.Errorf("lock %q: interrupted before it was acquired", m.Name()))
-	case o.timeout > 0 && errors.Is(actx.Err(), context.DeadlineExceeded):
-		return nil, withCode(ExitNotAcquired, fmt.Errorf("lock %q not acquired within %v", m.Name(), o.timeout))
+		switch {
+		case ictx.Err() != nil:
+			if ierr := interruptedError(ictx, "lock %q: not acquired", m.Name()); ierr != nil {
+				return nil, ierr
+			}
+			return nil, withCode(ExitNotAcquired, fmt.Errorf("lock %q: interrupted before it was acquired", m.Name()))
+		case actx.Err() != nil:
+			return nil, withCode(ExitNotAcquired, fmt.Errorf("lock %q not acquired within %v", m.Name(), o.timeout))
+		case !worthWaiting(err):
+			return nil, g.failed(fmt.Sprintf("acquire lock %q", m.Name()), err)
+		}
+		st.unreachableNow(err)
+		if !sleepCtx(actx, waitBackoff(attempt)) {
+			continue // the next Lock returns at once with actx's end
+		}
 	}
-	return nil, g.failed(fmt.Sprintf("acquire lock %q", m.Name()), err)
+}
+
+// lockQueue reads the holder and the waiters ahead of this process (its
+// key carries this process's identity, as mutex writes it).
+func lockQueue(cli *clientv3.Client, m *mutex.Mutex) func(ctx context.Context) (queueState, bool, error) {
+	self := holderIdentity()
+	return func(ctx context.Context) (queueState, bool, error) {
+		h, err := m.Holder(ctx)
+		if err != nil || h.Key == "" || h.Identity == self {
+			return queueState{}, false, err
+		}
+		ws, err := m.Waiters(ctx)
+		if err != nil {
+			return queueState{}, false, err
+		}
+		ahead := 0
+		for _, w := range ws {
+			if w.Identity == self {
+				break
+			}
+			ahead++
+		}
+		return queueState{holder: h.Identity, token: int64(h.Token), heldFor: heldFor(ctx, cli, m.Namespace(), keys.Lock, m.Name(), h.Lease), ahead: ahead}, true, nil
+	}
 }
 
 // lostError is an ExitOwnershipLost error if ctx ended by a loss, nil if

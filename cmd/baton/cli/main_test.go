@@ -19,6 +19,10 @@ import (
 var srv *etcdtest.Server
 
 func TestMain(m *testing.M) {
+	// lock and elect re-execute this binary as their command's supervisor.
+	if len(os.Args) > 1 && os.Args[1] == superviseCommand {
+		os.Exit(Main(context.Background(), os.Args[1:], StdIO()))
+	}
 	before := goleak.IgnoreCurrent()
 	var err error
 	srv, err = etcdtest.New(etcdtest.Config{})

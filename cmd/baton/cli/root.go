@@ -47,6 +47,7 @@ func commands(g *globals) []*cobra.Command {
 		newDevCmd(g),
 		newDemoCmd(g),
 		newDemoWorkerCmd(g),
+		newSuperviseCmd(g),
 		newCertsCmd(g), newRBACCmd(g), newAuthCmd(g),
 	}
 }

@@ -6,8 +6,6 @@ import (
 	"io"
 	"os"
 	"strings"
-
-	"golang.org/x/sys/unix"
 )
 
 // The password of --user comes, in this order, from NAME:PASSWORD,
@@ -150,18 +148,4 @@ func (g *globals) prompt(text string) (string, error) {
 		}
 	}
 	return readLine(g.io.In)
-}
-
-// noEcho turns echo off on a terminal; it fails on anything else.
-func noEcho(fd int) (restore func(), err error) {
-	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
-	if err != nil {
-		return nil, err
-	}
-	quiet := *old
-	quiet.Lflag &^= unix.ECHO
-	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &quiet); err != nil {
-		return nil, err
-	}
-	return func() { _ = unix.IoctlSetTermios(fd, unix.TCSETS, old) }, nil
 }
