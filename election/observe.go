@@ -119,6 +119,13 @@ type observer struct {
 	sent  bool
 }
 
+func (o *observer) reset(kvs []*mvccpb.KeyValue) {
+	o.cands = make(map[string]*mvccpb.KeyValue, len(kvs))
+	for _, kv := range kvs {
+		o.cands[string(kv.Key)] = kv
+	}
+}
+
 func (o *observer) leader(rev int64) Leader {
 	var best *mvccpb.KeyValue
 	for _, kv := range o.cands {
@@ -170,10 +177,7 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 			continue
 		}
 		wait = 10 * time.Millisecond
-		o.cands = make(map[string]*mvccpb.KeyValue, len(resp.Kvs))
-		for _, kv := range resp.Kvs {
-			o.cands[string(kv.Key)] = kv
-		}
+		o.reset(resp.Kvs)
 		rev := resp.Header.Revision
 		if !send(o.leader(rev)) {
 			return
@@ -184,18 +188,39 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
 	}
 }
 
-// follow applies watch events from revision read+1 to the known queue and
-// sends each new state, until the watch breaks (the caller re-reads) or
-// ctx ends (false).
+// follow applies watch events after revision read to the known queue and
+// sends each new state, until the watch breaks (the caller re-reads) or ctx
+// ends (false). The watch starts at the current revision, which etcd
+// serves at once (a start revision already past waits up to 100 ms in its
+// unsynced set); if the revision moved since the read, the queue is read
+// again, and events at or below the revision read are skipped.
 func (e *Election) follow(ctx context.Context, o *observer, read int64, send func(Leader) bool) bool {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	for wr := range e.cli.Watch(wctx, e.prefix, clientv3.WithPrefix(), clientv3.WithRev(read+1)) {
+	created := false
+	for wr := range e.cli.Watch(wctx, e.prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify()) {
 		if wr.Err() != nil {
 			break
 		}
+		if wr.Created && !created {
+			created = true
+			if wr.Header.Revision > read {
+				resp, err := e.cli.Get(ctx, e.prefix, clientv3.WithPrefix())
+				if err != nil {
+					return ctx.Err() == nil // re-read from the top
+				}
+				o.reset(resp.Kvs)
+				read = resp.Header.Revision
+				if !send(o.leader(read)) {
+					return false
+				}
+			}
+		}
 		for _, ev := range wr.Events {
 			kv := ev.Kv
+			if kv.ModRevision <= read {
+				continue // already in the state read
+			}
 			if ev.Type == mvccpb.DELETE {
 				delete(o.cands, string(kv.Key))
 			} else {
