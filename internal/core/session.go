@@ -125,8 +125,15 @@ func (s *Session) Close() error {
 	}
 	s.closed = true
 	cur := s.cur
+	watchers := make([]*keyWatcher, 0, len(s.watchers))
+	for _, w := range s.watchers {
+		watchers = append(watchers, w)
+	}
 	s.mu.Unlock()
 	s.cancel(errs.ErrReleased)
+	for _, w := range watchers {
+		w.stopLinger()
+	}
 	var err error
 	if cur != nil && s.borrowed == nil {
 		err = cur.revoke(context.Background(), revokeTimeout)

@@ -133,6 +133,16 @@ func (w *keyWatcher) stopper(key string, e *watched) func() {
 	}
 }
 
+// stopLinger cancels a pending idle stop (the session is closing).
+func (w *keyWatcher) stopLinger() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.linger != nil {
+		w.linger.Stop()
+		w.linger = nil
+	}
+}
+
 // stopIfIdle ends the watch when no key is held or expected; it reports
 // whether it did.
 func (w *keyWatcher) stopIfIdle() bool {
