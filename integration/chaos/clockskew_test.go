@@ -3,8 +3,6 @@ package chaos_test
 import (
 	"context"
 	"errors"
-	"github.com/batonhq/baton/internal/config"
-	"github.com/batonhq/baton/internal/core"
 	"net/http"
 	"sync"
 	"testing"
@@ -13,6 +11,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/fencing"
+	"github.com/batonhq/baton/internal/config"
+	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/integration/cluster"
 	"github.com/batonhq/baton/mutex"
 )

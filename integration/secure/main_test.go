@@ -18,6 +18,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
@@ -111,7 +112,9 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	s, err := etcdtest.New(etcdtest.Config{TLS: &info})
+	// The lowest bcrypt cost: password checks under -race on a loaded
+	// machine otherwise take longer than the tests' 2 s bounds.
+	s, err := etcdtest.New(etcdtest.Config{TLS: &info, Tune: func(c *embed.Config) { c.BcryptCost = 4 }})
 	if err != nil {
 		return 0, err
 	}
