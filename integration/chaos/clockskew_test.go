@@ -11,9 +11,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/fencing"
+	"github.com/batonhq/baton/integration/cluster"
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
-	"github.com/batonhq/baton/integration/cluster"
 	"github.com/batonhq/baton/mutex"
 )
 
