@@ -216,7 +216,7 @@ func (e *Election) follow(ctx context.Context, o *observer, read int64, send fun
 				}
 			}
 		}
-		for _, ev := range wr.Events {
+		for i, ev := range wr.Events {
 			kv := ev.Kv
 			if kv.ModRevision <= read {
 				continue // already in the state read
@@ -225,6 +225,11 @@ func (e *Election) follow(ctx context.Context, o *observer, read int64, send fun
 				delete(o.cands, string(kv.Key))
 			} else {
 				o.cands[string(kv.Key)] = kv
+			}
+			// One revision (a transaction, a prefix delete) comes in one
+			// response: send its state once all its events are applied.
+			if i+1 < len(wr.Events) && wr.Events[i+1].Kv.ModRevision == kv.ModRevision {
+				continue
 			}
 			if !send(o.leader(kv.ModRevision)) {
 				return false

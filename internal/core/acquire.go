@@ -209,10 +209,18 @@ func failure(ctx context.Context, err error) error {
 // is there, safe as the key is named after our lease and reserved here),
 // then frees its reservation. It waits up to cleanupWait and leaves the
 // rest to the background, which retries until the key is gone, the lease
-// is gone, or etcd refuses for good; after Close began it tries once more.
+// is gone, or etcd refuses for good; after Close of an owner with its own
+// session began it tries once more.
 // The reservation stays while the key may exist, so no later acquisition
 // adopts a key that is still being deleted.
 func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, release func()) {
+	// On a session shared with other owners the reservation outlives this
+	// owner: the session finishes the deletion, or the name stays wedged.
+	shared := !o.cfg.OwnSession
+	var closing <-chan struct{}
+	if !shared {
+		closing = o.closeCtx.Done()
+	}
 	done := make(chan struct{})
 	run := func() {
 		defer close(done)
@@ -238,7 +246,7 @@ func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, release func()) {
 				return
 			}
 			select {
-			case <-o.closeCtx.Done():
+			case <-closing:
 				if attempt > 0 {
 					return // left reserved: the key may still exist
 				}
@@ -247,7 +255,11 @@ func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, release func()) {
 			}
 		}
 	}
-	if !o.goBG(run) {
+	start := o.goBG
+	if shared {
+		start = o.sess.goBG
+	}
+	if !start(run) {
 		go run()
 		<-done
 		return

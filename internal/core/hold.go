@@ -45,6 +45,7 @@ type Hold struct {
 	mu       sync.Mutex
 	finished bool  // Release reached etcd
 	result   error // what Release returned then
+	deleting bool  // a Release left the key's deletion to the background
 }
 
 func newHold(o owner, l *Lease, key string, rev int64, release func()) *Hold {
@@ -223,16 +224,19 @@ func (h *Hold) Release(ctx context.Context) error {
 			h.finish(fmt.Errorf("release %s: %w", h.key, err))
 			return h.result
 		}
-		// The key must not outlive the handle: delete it once etcd answers.
-		h.o.deleteKey(h.lease, h.key, h.rev, func() {})
+		// The key must not outlive the handle: delete it once etcd answers,
+		// then free the name, whether or not Release is called again.
+		h.deleting = true
+		h.o.deleteKey(h.lease, h.key, h.rev, h.release)
 		return fmt.Errorf("release %s (deletion continues in the background): %w", h.key, err)
 	}
 	switch {
 	case lostErr != nil:
 		h.finish(lostErr)
-	case !resp.Succeeded && unknown:
-		// Most likely our own earlier attempt deleted it and its reply
-		// was lost; the hold had seen no deletion.
+	case !resp.Succeeded && (unknown || h.deleting):
+		// Most likely our own earlier attempt (or the background deletion
+		// an earlier Release left) deleted it; the hold had seen no
+		// deletion.
 		h.finish(nil)
 	case !resp.Succeeded:
 		h.finish(fmt.Errorf("%w: key %s was gone before release", h.o.config().NotHeld, h.key))

@@ -6,6 +6,9 @@ type Hooks struct {
 	// AfterConfirm runs between an acquisition's confirming read and the
 	// hold's registration for deletion news.
 	AfterConfirm func(key string)
+	// BeforeArm runs in an acquisition after its hold is made, before the
+	// hold is armed.
+	BeforeArm func(key string)
 	// BeforeReread runs after the namespace watch broke, before its re-read.
 	BeforeReread func()
 	// InClose runs in an owner's Close after it refused new calls, before it

@@ -131,13 +131,16 @@ func (o *Owner[T]) Acquire(ctx context.Context, value string, try bool, wrap fun
 		return zero, o.wrapErr(err)
 	}
 	handle := wrap(h)
+	if f := o.sess.cfg.Hooks.BeforeArm; f != nil {
+		f(h.key)
+	}
+	h.arm() // before Held can return it: Release needs an armed hold
 	o.mu.Lock()
 	closed := o.closed
 	if !closed {
 		o.held[h] = handle
 	}
 	o.mu.Unlock()
-	h.arm()
 	if closed {
 		_ = h.Release(context.Background())
 		return zero, errs.ErrClosed

@@ -142,6 +142,21 @@ func (s *Session) Close() error {
 	return err
 }
 
+// goBG runs fn in a goroutine Close waits for; false once Close began.
+func (s *Session) goBG(fn func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		fn()
+	}()
+	return true
+}
+
 // OnRenewalFailure registers fn to be called after every failed renewal;
 // the returned func unregisters it.
 func (s *Session) OnRenewalFailure(fn func()) (remove func()) {
