@@ -1,10 +1,12 @@
 package session
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/config"
@@ -37,6 +39,22 @@ func New(cli *clientv3.Client, opts ...Option) (*Session, error) {
 		return nil, err
 	}
 	return core.NewSession(cli, cfg.Session), nil
+}
+
+// Wrap returns a session on the lease of cs, an etcd session the caller
+// owns: the Mutexes and Elections given it share one watchdog and one set
+// of key reservations (so that they exclude each other on the same name),
+// as with New. Close stops the watchdog and never revokes cs's lease; a
+// lost cs is not replaced. WithTTL is refused: the lease has its own.
+func Wrap(cs *concurrency.Session, opts ...Option) (*Session, error) {
+	if cs == nil {
+		return nil, fmt.Errorf("%w: session.Wrap: session must not be nil", ErrInvalid)
+	}
+	cfg, err := config.BuildSession(cs.Client(), append(opts, config.Borrowed(cs)))
+	if err != nil {
+		return nil, err
+	}
+	return core.Borrow(cs, cfg.Session), nil
 }
 
 // WithTTL sets the lease's TTL: whole seconds, at least MinTTL, at most

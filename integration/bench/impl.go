@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/mutex"
+	bsession "github.com/batonhq/baton/session"
 )
 
 // Impl is one of the implementations compared: baton, or etcd's
@@ -56,22 +58,58 @@ type Term interface {
 }
 
 // Impls are the implementations compared, baton first.
-var Impls = []Impl{Baton{}, Raw{}}
+var Impls = []Impl{Baton{shared: &sharedSessions{}}, Raw{}}
 
 // namespace keeps the benchmark's keys apart from anything else.
 const namespace = "bench"
 
-// Baton is this module's mutex and election packages.
-type Baton struct{}
+// Baton is this module's mutex and election packages. Mutexes and
+// elections given one etcd session share one baton session on it
+// (session.Wrap), as a service holding many locks would.
+type Baton struct{ shared *sharedSessions }
+
+// sharedSessions maps an etcd session to the baton session wrapping it,
+// closed when the etcd session ends.
+type sharedSessions struct {
+	mu sync.Mutex
+	m  map[*concurrency.Session]*bsession.Session
+}
+
+func (s *sharedSessions) get(cs *concurrency.Session) (*bsession.Session, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if bs, ok := s.m[cs]; ok {
+		return bs, nil
+	}
+	bs, err := bsession.Wrap(cs)
+	if err != nil {
+		return nil, err
+	}
+	if s.m == nil {
+		s.m = make(map[*concurrency.Session]*bsession.Session)
+	}
+	s.m[cs] = bs
+	context.AfterFunc(cs.Ctx(), func() {
+		s.mu.Lock()
+		delete(s.m, cs)
+		s.mu.Unlock()
+		_ = bs.Close()
+	})
+	return bs, nil
+}
 
 // Name is "baton".
 func (Baton) Name() string { return "baton" }
 
 // NewMutex returns a mutex.Mutex.
-func (Baton) NewMutex(cli *clientv3.Client, sess *concurrency.Session, name string, ttl time.Duration) (Mutex, error) {
+func (b Baton) NewMutex(cli *clientv3.Client, sess *concurrency.Session, name string, ttl time.Duration) (Mutex, error) {
 	opts := []mutex.Option{mutex.WithNamespace(namespace)}
 	if sess != nil {
-		opts = append(opts, mutex.WithSession(sess))
+		bs, err := b.shared.get(sess)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, mutex.WithSession(bs))
 	} else {
 		opts = append(opts, mutex.WithTTL(ttl))
 	}
@@ -83,10 +121,14 @@ func (Baton) NewMutex(cli *clientv3.Client, sess *concurrency.Session, name stri
 }
 
 // NewElection returns an election.Election.
-func (Baton) NewElection(cli *clientv3.Client, sess *concurrency.Session, name string, ttl time.Duration) (Election, error) {
+func (b Baton) NewElection(cli *clientv3.Client, sess *concurrency.Session, name string, ttl time.Duration) (Election, error) {
 	opts := []election.Option{election.WithNamespace(namespace)}
 	if sess != nil {
-		opts = append(opts, election.WithSession(sess))
+		bs, err := b.shared.get(sess)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, election.WithSession(bs))
 	} else {
 		opts = append(opts, election.WithTTL(ttl))
 	}

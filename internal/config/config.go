@@ -122,13 +122,15 @@ func Shared(s *core.Session) Option {
 }
 
 // Borrowed makes a mutex or election watch a caller's etcd session.
+// It is also how session.Wrap builds a shared session on cs.
 func Borrowed(cs *concurrency.Session) Option {
-	return plainOpt("WithSession", func(c *Config) {
+	return opt{name: "WithSession", sessionWide: true, fn: func(c *Config) string {
 		if cs == nil {
 			c.errs = append(c.errs, fmt.Errorf("%w: WithSession: session must not be nil", errs.ErrInvalid))
 		}
 		c.Borrowed = cs
-	})
+		return fmt.Sprintf("%p", cs)
+	}}
 }
 
 // MetricLabel sets the value of the name label of a mutex's or election's
