@@ -169,16 +169,23 @@ func TestConflictingSessionSettingsAreRefused(t *testing.T) {
 }
 
 // After an admin's revoke or delete, the old holder's Done is closed before
-// a waiter woken by the same event returns from Lock, every time.
+// a waiter woken by the same event returns from Lock, every time, with the
+// same network delay (1 ms each way) between etcd and both clients.
 func TestHolderKnowsBeforeTheNextWaiterAcquires(t *testing.T) {
 	const trials = 20
 	admin := client(t)
+	delayed := func() *clientv3.Client {
+		cli, p := proxied(t)
+		p.SetDelay(time.Millisecond)
+		return cli
+	}
 	for _, how := range []string{"revoke", "delete"} {
 		t.Run(how, func(t *testing.T) {
+			holder, waiter := delayed(), delayed()
 			for i := range trials {
 				ctx := etcdtest.Context(t, 20*time.Second)
-				a := newMutex(t, client(t), "edge-first-"+how, mutex.WithTTL(5*time.Second))
-				b := newMutex(t, client(t), "edge-first-"+how, mutex.WithTTL(5*time.Second))
+				a := newMutex(t, holder, "edge-first-"+how, mutex.WithTTL(5*time.Second))
+				b := newMutex(t, waiter, "edge-first-"+how, mutex.WithTTL(5*time.Second))
 				la, err := a.Lock(ctx)
 				if err != nil {
 					t.Fatal(err)

@@ -182,16 +182,27 @@ func (w *keyWatcher) start(from int64) {
 func (w *keyWatcher) loop(ctx context.Context, from int64) {
 	cli := w.s.cli
 	for ctx.Err() == nil {
+		// Watch from the current revision, which etcd serves at once: a start
+		// revision already past waits up to 100 ms in etcd's unsynced set,
+		// and a holder must hear of its deletion within a round trip. When
+		// the revision moved on since from, one read covers the gap.
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		for wr := range cli.Watch(wctx, w.prefix, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithRev(from)) {
+		for wr := range cli.Watch(wctx, w.prefix, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify()) {
 			if wr.Err() != nil {
 				break
+			}
+			if wr.Created {
+				if wr.Header.Revision >= from {
+					if _, ok := w.reread(ctx); !ok {
+						break
+					}
+				}
+				continue
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
 					w.deleted(string(ev.Kv.Key), ev.Kv.ModRevision)
 				}
-				from = ev.Kv.ModRevision + 1
 			}
 		}
 		cancel()
@@ -199,7 +210,7 @@ func (w *keyWatcher) loop(ctx context.Context, from int64) {
 			return
 		}
 		// The stream broke (compaction, no leader, connection lost): read
-		// what is held, then watch again from there.
+		// what is held, then watch again.
 		call(w.s.cfg.Hooks.BeforeReread)
 		rev, ok := w.reread(ctx)
 		if !ok {
