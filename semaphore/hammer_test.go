@@ -52,7 +52,10 @@ func hammer(t *testing.T, cfg hammerConfig) (history.Report, map[int][]int64) {
 	tokens := map[int][]int64{} // per worker, in the order its grants came
 	end := time.Now().Add(cfg.d)
 	var wg sync.WaitGroup
-	var proxy interface{ Blackhole(); Restore() }
+	var proxy interface {
+		Blackhole()
+		Restore()
+	}
 	for i := range cfg.workers {
 		cli := client(t)
 		if i == 0 {
