@@ -25,7 +25,8 @@ type Contender struct {
 	Lease clientv3.LeaseID
 	// TTL is the lease's time left when read; -1 if the lease is gone.
 	TTL time.Duration
-	// Identity is the holder's "host:pid" as it wrote it.
+	// Identity is what the contender wrote: WithIdentity's value, or
+	// "host:pid".
 	Identity string
 }
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -44,6 +42,10 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 	if err != nil {
 		return nil, err
 	}
+	value, err := cfg.HolderIdentity()
+	if err != nil {
+		return nil, err
+	}
 	met, err := cfg.Metrics()
 	if err != nil {
 		return nil, err
@@ -51,7 +53,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 	m := &Mutex{
 		cli: cli, name: name, label: name, prefix: keys.Prefix(cfg.Namespace, keys.Lock, name), cfg: cfg, met: met,
 		log:   cfg.Session.Logger.With(zap.String("name", name), zap.String("namespace", cfg.Namespace)),
-		value: holderIdentity(),
+		value: value,
 	}
 	if cfg.MetricLabel != "" {
 		m.label = cfg.MetricLabel
@@ -64,15 +66,6 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 		Label: fmt.Sprintf("mutex %q", name), Prefix: m.prefix, NotHeld: ErrNotHeld, OwnSession: own, OnEnd: m.ended,
 	})
 	return m, nil
-}
-
-// holderIdentity is the value of this process's keys, shown by inspection.
-func holderIdentity() string {
-	host, err := os.Hostname()
-	if err != nil {
-		host = "unknown-host"
-	}
-	return host + ":" + strconv.Itoa(os.Getpid())
 }
 
 // Name returns the lock's name.

@@ -88,3 +88,9 @@ func WithMaxHeld(n int) Option { return config.MaxHeld(n) }
 // bound the number of series when names are unbounded (one per customer,
 // say); the namespace label is always the namespace.
 func WithMetricLabel(label string) Option { return config.MetricLabel(label) }
+
+// WithIdentity sets the value written to this Mutex's keys and shown by
+// Holder, Waiters, List, Observe and the baton CLI (default "host:pid"):
+// 1 to 256 bytes of UTF-8 without control characters. Name the replica or
+// job, not a secret: anyone who may read the namespace sees it.
+func WithIdentity(id string) Option { return config.Identity(id) }

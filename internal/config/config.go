@@ -39,6 +39,7 @@ type Config struct {
 	Borrowed    *concurrency.Session
 	MetricLabel string
 	Identity    string
+	IdentitySet bool
 }
 
 type opt struct {
@@ -140,7 +141,9 @@ func MetricLabel(label string) Option {
 }
 
 // Identity sets the value a mutex writes to its key.
-func Identity(id string) Option { return plainOpt("WithIdentity", func(c *Config) { c.Identity = id }) }
+func Identity(id string) Option {
+	return plainOpt("WithIdentity", func(c *Config) { c.Identity, c.IdentitySet = id, true })
+}
 
 // BuildSession validates the options of a session.
 func BuildSession(cli *clientv3.Client, opts []Option) (Config, error) {

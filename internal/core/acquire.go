@@ -12,7 +12,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/errs"
-	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/retry"
 )
 
@@ -30,8 +29,7 @@ const cleanupWait = 80 * time.Millisecond
 func (o *Owner[T]) queue(ctx context.Context, l *Lease, value string, try bool) (*Hold, error) {
 	s := o.sess
 	cli := s.cli
-	prefix := o.cfg.Prefix
-	key := keys.LeaseKey(prefix, int64(l.id))
+	key := o.keyFor(int64(l.id))
 
 	release, err := s.reserve(ctx, key, try)
 	if errors.Is(err, errReserved) {
@@ -58,9 +56,8 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, value string, try bool) 
 			attempts++
 			resp, err = cli.Txn(clientv3.WithRequireLeader(actx)).
 				If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-				Then(clientv3.OpPut(key, value, clientv3.WithLease(l.id)),
-					clientv3.OpGet(prefix, clientv3.WithFirstCreate()...)).
-				Else(clientv3.OpGet(key), clientv3.OpGet(prefix, clientv3.WithFirstCreate()...)).
+				Then(clientv3.OpPut(key, value, clientv3.WithLease(l.id)), o.queueRead()).
+				Else(clientv3.OpGet(key), o.queueRead()).
 				Commit()
 			return err
 		})
@@ -109,14 +106,17 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, value string, try bool) 
 		break
 	}
 	at := resp.Header.Revision
-	owner := resp.Responses[1].GetResponseRange().Kvs
-	if len(owner) == 0 || owner[0].CreateRevision != rev {
+	if !o.mayHold(resp.Responses[1].GetResponseRange().Kvs, key, rev) {
 		if try {
 			unexpect()
 			o.deleteKey(l, key, rev, release)
 			return nil, ErrBusy
 		}
-		at, err = o.wait(ctx, l, key, rev)
+		if o.cfg.Policy != nil {
+			at, err = o.waitPolicy(ctx, l, key, rev)
+		} else {
+			at, err = o.wait(ctx, l, key, rev)
+		}
 		if err != nil {
 			unexpect()
 			if errors.Is(err, errOwnKeyGone) {

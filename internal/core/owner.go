@@ -26,6 +26,11 @@ type OwnerConfig struct {
 	OwnSession bool
 	// OnStart runs when a hold begins, before anything can end it.
 	OnStart func(h *Hold)
+	// Policy, when set, decides when a key may hold (nil: the oldest alone).
+	Policy Policy
+	// Tag, when set, gives each acquisition a key of its own:
+	// keys.TaggedKey(lease key, Tag, n).
+	Tag string
 	// OnEnd runs once when a hold ends, with the cause (errs.ErrReleased,
 	// or a loss with its reason told apart) and how long it was held.
 	OnEnd func(h *Hold, cause error, held time.Duration)

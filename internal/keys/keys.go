@@ -35,7 +35,11 @@ const (
 	Lock     Kind = "lock"
 	Election Kind = "election"
 	Fence    Kind = "fence"
-	Audit    Kind = "audit"
+	// Semaphore keys are tagged (TaggedKey); the limit lives at LimitKey.
+	Semaphore Kind = "semaphore"
+	// RWLock keys are tagged TagRead or TagWrite.
+	RWLock Kind = "rwlock"
+	Audit  Kind = "audit"
 )
 
 // ErrInvalid is wrapped by every validation error of this package.

@@ -1,0 +1,29 @@
+package keys
+
+import "testing"
+
+func TestTaggedKeysParseAndTellTheirTag(t *testing.T) {
+	lease := LeaseKey(Prefix("ns", Semaphore, "a/b"), 0x694d)
+	key := TaggedKey(lease, TagPermit, 12)
+	if key != "/ns/v1/semaphore/a%2Fb/694d.p12" {
+		t.Fatalf("TaggedKey = %q", key)
+	}
+	if TagOf(key) != TagPermit || TagOf(lease) != "" {
+		t.Fatalf("TagOf = %q, %q", TagOf(key), TagOf(lease))
+	}
+	p, tag, err := ParseTagged("ns", key)
+	if err != nil || tag != TagPermit || p.Name != "a/b" || p.Lease != 0x694d || p.Kind != Semaphore {
+		t.Fatalf("ParseTagged = %+v %q %v", p, tag, err)
+	}
+	if _, tag, err := ParseTagged("ns", lease); err != nil || tag != "" {
+		t.Fatalf("ParseTagged(plain) = %q %v", tag, err)
+	}
+	for _, bad := range []string{lease + ".", lease + ".p", lease + ".p01", lease + ".px", "/ns/v1/semaphore/a/zz.p1"} {
+		if _, _, err := ParseTagged("ns", bad); err == nil {
+			t.Errorf("ParseTagged(%q) accepted", bad)
+		}
+	}
+	if got := LimitKey("ns", "a/b"); got != "/ns/v1/semaphore/a%2Fb" {
+		t.Fatalf("LimitKey = %q", got)
+	}
+}

@@ -1,0 +1,58 @@
+package semaphore
+
+import (
+	"context"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/batonhq/baton/fencing"
+	"github.com/batonhq/baton/internal/core"
+)
+
+// Contender is a holder or waiter of a semaphore, as read from etcd.
+type Contender struct {
+	// Key is the contender's etcd key.
+	Key string
+	// Token is the key's CreateRevision: the fencing token it holds or
+	// will hold.
+	Token fencing.Token
+	// Lease is the lease the key is attached to.
+	Lease clientv3.LeaseID
+	// TTL is the lease's time left when read; -1 if the lease is gone.
+	TTL time.Duration
+	// Identity is what the contender wrote (WithIdentity, or "host:pid").
+	Identity string
+}
+
+func contender(e core.Entry) Contender {
+	return Contender{Key: e.Key, Token: fencing.Token(e.CreateRevision), Lease: e.Lease, TTL: e.TTL, Identity: e.Value}
+}
+
+// Holders returns the contenders that hold a permit: the Limit() oldest,
+// in token order.
+func (s *Semaphore) Holders(ctx context.Context) ([]Contender, error) {
+	entries, _, err := core.Read(ctx, s.cli, s.prefix)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Contender, 0, min(len(entries), s.limit))
+	for _, e := range entries[:min(len(entries), s.limit)] {
+		out = append(out, contender(e))
+	}
+	return out, nil
+}
+
+// Waiters returns the contenders queued for a permit, in the order they
+// will be served.
+func (s *Semaphore) Waiters(ctx context.Context) ([]Contender, error) {
+	entries, _, err := core.Read(ctx, s.cli, s.prefix)
+	if err != nil || len(entries) <= s.limit {
+		return nil, err
+	}
+	out := make([]Contender, 0, len(entries)-s.limit)
+	for _, e := range entries[s.limit:] {
+		out = append(out, contender(e))
+	}
+	return out, nil
+}
