@@ -133,7 +133,7 @@ function renderAudit() {
 }
 
 function color(token) {
-  const hues = [212, 28, 140, 280, 350, 190, 90, 250, 10, 320];
+  const hues = [212, 28, 140, 265, 190, 90, 45, 300];
   return `hsl(${hues[Math.abs(token) % hues.length]} 55% 45%)`;
 }
 
