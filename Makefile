@@ -1,7 +1,7 @@
 GO ?= go
 PKGS ?= ./...
 
-.PHONY: all test test-short test-chaos test-compat lint bench bench-shard demo build fuzz check-alerts
+.PHONY: all test test-short test-chaos test-compat lint bench bench-shard demo build fuzz check-alerts screenshots
 
 all: lint test
 
@@ -67,6 +67,11 @@ bench-shard:
 # past its lease, and fencing rejecting its late write. Needs only Go.
 demo:
 	$(GO) run ./cmd/baton demo
+
+# Pictures of baton ui for the docs (docs/ui.png): a scene on an
+# embedded etcd, taken by headless chromium (.ci/chromium.sh installs it).
+screenshots:
+	BATON_SCREENSHOTS=$(CURDIR)/docs BATON_UI_BROWSER_REQUIRED=1 $(GO) test -count=1 -run '^TestUIScreenshots$$' -v ./cmd/baton/cli | grep -E '^(--- |ok|FAIL)|wrote'
 
 # Alert rules: syntax, then unit tests with series that fire and that do
 # not. Needs promtool (.ci/promtool.sh installs it).

@@ -15,9 +15,10 @@ import (
 )
 
 type electOptions struct {
-	ttl   time.Duration
-	once  bool
-	grace time.Duration
+	ttl     time.Duration
+	once    bool
+	grace   time.Duration
+	metrics string
 }
 
 func newElectCmd(g *globals) *cobra.Command {
@@ -55,6 +56,7 @@ with baton lock: it never outlives a killed or frozen baton.`,
 	f.DurationVar(&o.ttl, "ttl", election.DefaultTTL, "lease TTL: whole seconds, at least 2s")
 	f.BoolVar(&o.once, "once", false, "exit with 79 when leadership is lost instead of campaigning again")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL")
+	addMetricsFlag(f, &o.metrics)
 	return cmd
 }
 
@@ -65,6 +67,11 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 	if err != nil {
 		return err
 	}
+	ms, err := startMetrics(o.metrics, o.grace)
+	if err != nil {
+		return err
+	}
+	defer ms.close()
 	ictx, stop := interruptible(cmd.Context())
 	defer stop()
 	cli, err := g.client(cmd.Context())
@@ -72,7 +79,7 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 		return err
 	}
 	defer cli.Close()
-	e, err := election.New(cli, name, election.WithTTL(o.ttl), election.WithNamespace(g.namespace))
+	e, err := election.New(cli, name, election.WithTTL(o.ttl), election.WithNamespace(g.namespace), election.WithRegisterer(ms.registerer()))
 	if err != nil {
 		return withCode(ExitUsage, err)
 	}
@@ -84,6 +91,7 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 		if err != nil {
 			return err
 		}
+		untrack := ms.track(t)
 		recordHeld(ictx, t.Txn, heldPut(g.namespace, keys.Election, name, t.Lease(), t.Acquired()))
 		st.acquired(heldView{Kind: string(keys.Election), Name: name, Value: value, Key: t.Key(), Token: int64(t.Token()),
 			Lease: leaseHex(int64(t.Lease())), TTL: t.TTL()})
@@ -110,6 +118,7 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 			lost = withCode(ExitOwnershipLost, fmt.Errorf("leadership of election %q: %s", name, lossCause(t.Context(), res)))
 		}
 		resign(cmd, t)
+		untrack()
 		if lost == nil {
 			st.released()
 			if c == nil {

@@ -24,6 +24,7 @@ type lockOptions struct {
 	timeout time.Duration
 	try     bool
 	grace   time.Duration
+	metrics string
 }
 
 // heldView is what lock prints once it holds the lock, and elect once it
@@ -110,6 +111,7 @@ out. A signal ends the wait with 128+N (130 for SIGINT, 143 for SIGTERM).`,
 	f.DurationVar(&o.timeout, "timeout", 0, "give up waiting for the lock after this long (exit 75); 0 waits until interrupted")
 	f.BoolVar(&o.try, "try", false, "do not wait: exit 75 if another holds the lock")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL")
+	addMetricsFlag(f, &o.metrics)
 	return cmd
 }
 
@@ -119,6 +121,11 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 	if err != nil {
 		return err
 	}
+	ms, err := startMetrics(o.metrics, o.grace)
+	if err != nil {
+		return err
+	}
+	defer ms.close()
 	ictx, stop := interruptible(cmd.Context())
 	defer stop()
 	// The client outlives an interrupt: the release needs it.
@@ -127,7 +134,7 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 		return err
 	}
 	defer cli.Close()
-	m, err := mutex.New(cli, name, mutex.WithTTL(o.ttl), mutex.WithNamespace(g.namespace))
+	m, err := mutex.New(cli, name, mutex.WithTTL(o.ttl), mutex.WithNamespace(g.namespace), mutex.WithRegisterer(ms.registerer()))
 	if err != nil {
 		return withCode(ExitUsage, err)
 	}
@@ -138,6 +145,7 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 	if err != nil {
 		return err
 	}
+	defer ms.track(l)()
 	recordHeld(ictx, l.Txn, heldPut(g.namespace, keys.Lock, name, l.Lease(), l.Acquired()))
 	st.acquired(heldView{Kind: string(keys.Lock), Name: name, Key: l.Key(), Token: int64(l.Token()),
 		Lease: leaseHex(int64(l.Lease())), TTL: l.TTL()})

@@ -46,6 +46,7 @@ func commands(g *globals) []*cobra.Command {
 		newAuditCmd(g),
 		newDevCmd(g),
 		newDemoCmd(g),
+		newUICmd(g),
 		newDemoWorkerCmd(g),
 		newSuperviseCmd(g),
 		newCertsCmd(g), newRBACCmd(g), newAuthCmd(g),

@@ -1,0 +1,265 @@
+// baton ui: renders the snapshots that /events pushes. Every piece of
+// text from etcd goes through textContent or createTextNode, never HTML.
+"use strict";
+
+const SVG = "http://www.w3.org/2000/svg";
+let snap = null;      // last snapshot
+let offset = 0;       // browser clock minus server clock, ms
+let receivedAt = 0;   // browser time the snapshot arrived
+let windowSec = 600;
+let filter = "";
+
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else if (k.startsWith("data-")) e.dataset[k.slice(5)] = v;
+    else e.setAttribute(k, v);
+  }
+  for (const k of kids) e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+  return e;
+}
+
+function svg(tag, attrs, text) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function dur(ms) {
+  if (ms < 0) ms = 0;
+  let s = Math.floor(ms / 1000);
+  const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60);
+  s = s % 60;
+  if (h) return `${h}h${m}m`;
+  if (m) return `${m}m${s}s`;
+  return `${s}s`;
+}
+
+// local converts a server time to this browser's clock, in ms.
+function local(t) { return Date.parse(t) + offset; }
+
+function clock(ms) { return new Date(ms).toLocaleTimeString(); }
+
+function unknown(text) { return el("span", { class: "unknown" }, text); }
+
+function ttlCell(h) {
+  const td = el("td", { class: "ttl-cell" });
+  const wrap = el("span", { class: "ttl" });
+  if (h.ttl_left_ms < 0) {
+    wrap.append(unknown("reading…"));
+  } else {
+    const m = el("meter", { min: "0", max: String(Math.max(h.ttl_seconds, 1) * 1000), low: String(h.ttl_seconds * 333),
+      optimum: String(h.ttl_seconds * 1000), value: "0" });
+    m.dataset.deadline = String(receivedAt + h.ttl_left_ms);
+    const label = el("span", { class: "mono" });
+    wrap.append(m, label);
+  }
+  td.append(wrap);
+  return td;
+}
+
+// drain moves every TTL bar to the time now.
+function drain() {
+  const now = Date.now();
+  for (const m of document.querySelectorAll("meter[data-deadline]")) {
+    const left = Math.max(0, Number(m.dataset.deadline) - now);
+    m.value = left;
+    const label = m.nextSibling;
+    const text = `${(left / 1000).toFixed(0)}s / ${Math.round(Number(m.max) / 1000)}s`;
+    if (label.textContent !== text) label.textContent = text;
+    m.setAttribute("aria-label", `TTL left ${text}`);
+  }
+}
+
+function matches(name) { return filter === "" || name.toLowerCase().includes(filter); }
+
+function queueList(rest) {
+  if (rest.length === 0) return unknown("none");
+  const ol = el("ol", { class: "queue" });
+  for (const c of rest) ol.append(el("li", {}, el("span", { class: "value" }, c.value), " ", el("span", { class: "mono unknown" }, `#${c.token}`)));
+  return ol;
+}
+
+function renderObjects(kind, bodyId, emptyId, countId) {
+  const body = document.getElementById(bodyId);
+  const objs = snap.objects.filter((o) => o.kind === kind);
+  const rows = [];
+  for (const o of objs) {
+    if (!matches(o.name)) continue;
+    const h = o.queue[0];
+    const since = h.since ? local(h.since) : null;
+    const tr = el("tr", { "data-name": o.name, "data-token": String(h.token) },
+      el("th", { scope: "row", class: "value name" }, o.name),
+      el("td", { class: "value leader" }, h.value),
+      el("td", { class: "mono token" }, String(h.token)),
+      kind === "election"
+        ? el("td", { class: "since" }, since ? `${clock(since)} (${dur(Date.now() - since)})` : unknown("unknown"))
+        : el("td", { class: "since" }, since ? dur(Date.now() - since) : unknown("unknown")),
+      ttlCell(h),
+      el("td", { class: "waiters" }, queueList(o.queue.slice(1))));
+    if (since) tr.dataset.since = String(since);
+    rows.push(tr);
+  }
+  body.replaceChildren(...rows);
+  document.getElementById(emptyId).hidden = objs.length > 0;
+  document.getElementById(countId).textContent = `(${objs.length})`;
+}
+
+function renderAudit() {
+  const body = document.getElementById("audit-body");
+  const rows = [];
+  for (const a of snap.audit.slice().reverse()) {
+    if (a.malformed) {
+      rows.push(el("tr", { class: "malformed" }, el("td", {}, "—"), el("td", {}, "MALFORMED"),
+        el("td", { colspan: "7", class: "value" }, `not a record (${a.malformed}): key ${a.key}, value ${a.raw}`)));
+      continue;
+    }
+    if (!matches(a.name)) continue;
+    let who = a.etcd_identity || "";
+    if (a.etcd_identity_source === "auth disabled") who = "(auth disabled)";
+    else if (who) who += ` (${a.etcd_identity_source})`;
+    rows.push(el("tr", {},
+      el("td", {}, new Date(Date.parse(a.time)).toLocaleString()),
+      el("td", {}, a.action), el("td", { class: "value" }, a.name), el("td", { class: "value" }, a.holder || "—"),
+      el("td", { class: "mono" }, String(a.token)), el("td", { class: "value" }, who || "(unknown)"),
+      el("td", { class: "value" }, `${a.os_user}@${a.host}`), el("td", {}, a.result),
+      el("td", { class: "value" }, a.reason)));
+  }
+  body.replaceChildren(...rows);
+  document.getElementById("audit-empty").hidden = snap.audit.length > 0;
+  document.getElementById("audit-count").textContent = `(${snap.audit.length})`;
+}
+
+function color(token) {
+  const hues = [212, 28, 140, 265, 190, 90, 45, 300];
+  return `hsl(${hues[Math.abs(token) % hues.length]} 55% 45%)`;
+}
+
+function describe(sp) {
+  const end = sp.end ? `until ${clock(local(sp.end))}, ${sp.cause}` : "holding now";
+  const start = sp.start_known ? clock(local(sp.start)) : `before ${clock(local(sp.start))}`;
+  return `${sp.kind} ${sp.name}: ${sp.holder} (token ${sp.token}) from ${start}, ${end}`;
+}
+
+function renderTimeline() {
+  const chart = document.getElementById("chart");
+  const now = Date.now();
+  const from = now - windowSec * 1000;
+  const lanes = [];
+  const seen = new Set();
+  const visible = snap.spans.filter((sp) => matches(sp.name) && (!sp.end || local(sp.end) >= from));
+  for (const sp of visible) {
+    const id = `${sp.kind}/${sp.name}`;
+    if (!seen.has(id)) { seen.add(id); lanes.push(id); }
+  }
+  lanes.sort();
+  const width = Math.max(chart.clientWidth || 900, 400);
+  const labelW = 170, laneH = 26, top = 22, right = 12;
+  const height = top + Math.max(lanes.length, 1) * laneH + 6;
+  chart.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  chart.setAttribute("height", String(height));
+  const x = (t) => labelW + ((Math.max(t, from) - from) / (now - from)) * (width - labelW - right);
+  const kids = [];
+  for (let i = 0; i <= 6; i++) {
+    const t = from + (i * (now - from)) / 6;
+    kids.push(svg("line", { class: "tick", x1: x(t), x2: x(t), y1: top - 4, y2: height }));
+    kids.push(svg("text", { class: "axis", x: x(t), y: 12, "text-anchor": i === 6 ? "end" : "middle" }, i === 6 ? "now" : clock(t)));
+  }
+  lanes.forEach((id, i) => {
+    const y = top + i * laneH;
+    kids.push(svg("rect", { class: "lane", x: labelW, y: y + 2, width: width - labelW - right, height: laneH - 4 }));
+    const [kind, ...rest] = id.split("/");
+    const label = svg("text", { class: "label", x: 4, y: y + laneH / 2 + 4 }, `${kind === "election" ? "E" : "L"} ${rest.join("/")}`);
+    label.append(svg("title", {}, id));
+    kids.push(label);
+  });
+  if (lanes.length === 0) {
+    kids.push(svg("text", { class: "axis", x: labelW, y: top + 16 }, "No holder in this window."));
+  }
+  for (const sp of visible) {
+    const i = lanes.indexOf(`${sp.kind}/${sp.name}`);
+    const y = top + i * laneH;
+    const x1 = x(local(sp.start)), x2 = x(sp.end ? local(sp.end) : now);
+    const forced = sp.cause && !sp.cause.startsWith("released") && !sp.cause.startsWith("lease") && !sp.cause.startsWith("ended");
+    const r = svg("rect", { class: `span${forced ? " forced" : ""}`, x: x1, y: y + 4, width: Math.max(x2 - x1, 2), height: laneH - 8,
+      fill: color(sp.token), tabindex: "0", role: "img", "aria-label": describe(sp) });
+    r.dataset.name = sp.name;
+    r.dataset.kind = sp.kind;
+    r.dataset.holder = sp.holder;
+    r.dataset.token = String(sp.token);
+    if (sp.end) r.dataset.end = sp.cause;
+    r.append(svg("title", {}, describe(sp)));
+    r.addEventListener("focus", () => { document.getElementById("span-detail").textContent = describe(sp); });
+    kids.push(r);
+    if (x2 - x1 > 60) {
+      const t = svg("text", { class: "barlabel", x: x1 + 4, y: y + laneH / 2 + 4 }, sp.holder.length > 24 ? sp.holder.slice(0, 23) + "…" : sp.holder);
+      kids.push(t);
+    }
+    if (sp.end && sp.cause !== "released") kids.push(svg("line", { class: "cut", x1: x2, x2: x2, y1: y + 2, y2: y + laneH - 2 }));
+  }
+  // Keep keyboard focus on the same bar across redraws.
+  const focused = document.activeElement && document.activeElement.closest ? document.activeElement.closest("#chart .span") : null;
+  const key = focused ? `${focused.dataset.kind}/${focused.dataset.name}/${focused.dataset.token}` : null;
+  chart.replaceChildren(...kids);
+  if (key) {
+    for (const r of chart.querySelectorAll(".span")) {
+      if (`${r.dataset.kind}/${r.dataset.name}/${r.dataset.token}` === key) { r.focus({ preventScroll: true }); break; }
+    }
+  }
+
+  const body = document.getElementById("spans-body");
+  body.replaceChildren(...visible.slice().reverse().map((sp) => el("tr", { "data-name": sp.name },
+    el("td", {}, sp.kind), el("td", { class: "value" }, sp.name), el("td", { class: "value" }, sp.holder),
+    el("td", { class: "mono" }, String(sp.token)),
+    el("td", {}, sp.start_known ? clock(local(sp.start)) : `before ${clock(local(sp.start))}`),
+    el("td", {}, sp.end ? clock(local(sp.end)) : "now"), el("td", { class: "value" }, sp.end ? sp.cause : "—"))));
+}
+
+function setStatus(state, text) {
+  const s = document.getElementById("status");
+  s.dataset.state = state;
+  if (s.textContent !== text) s.textContent = text;
+}
+
+function render() {
+  if (!snap) return;
+  document.getElementById("namespace").textContent = snap.namespace;
+  document.title = `baton · ${snap.namespace}`;
+  if (snap.connected) setStatus("live", `Live · revision ${snap.revision}`);
+  else setStatus("problem", `etcd: ${snap.problem || "reconnecting"} (showing the last known state)`);
+  renderObjects("election", "elections-body", "elections-empty", "elections-count");
+  renderObjects("lock", "locks-body", "locks-empty", "locks-count");
+  renderTimeline();
+  renderAudit();
+  drain();
+}
+
+function connect() {
+  const es = new EventSource("events");
+  es.addEventListener("state", (ev) => {
+    snap = JSON.parse(ev.data);
+    receivedAt = Date.now();
+    offset = receivedAt - Date.parse(snap.now);
+    render();
+  });
+  // EventSource reconnects by itself (retry: 1000 from the server).
+  es.addEventListener("error", () => { setStatus("down", "Connection to baton ui lost; reconnecting…"); });
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  const f = document.getElementById("filter");
+  f.addEventListener("input", () => { filter = f.value.trim().toLowerCase(); render(); });
+  document.addEventListener("keydown", (e) => {
+    if (e.key === "/" && document.activeElement !== f) { e.preventDefault(); f.focus(); }
+    if (e.key === "Escape" && document.activeElement === f) { f.value = ""; filter = ""; render(); }
+  });
+  for (const r of document.querySelectorAll('input[name="window"]')) {
+    r.addEventListener("change", () => { windowSec = Number(r.value); renderTimeline(); });
+  }
+  setInterval(drain, 250);
+  setInterval(() => { if (snap) renderTimeline(); }, 1000);
+  window.addEventListener("resize", () => { if (snap) renderTimeline(); });
+  connect();
+});

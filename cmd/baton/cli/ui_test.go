@@ -1,0 +1,261 @@
+package cli
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/election"
+	"github.com/batonhq/baton/mutex"
+)
+
+func TestUIListenBeyondLoopbackNeedsTLSOrAFlag(t *testing.T) {
+	for _, tc := range []struct {
+		o    uiOptions
+		fail string
+	}{
+		{uiOptions{listen: "127.0.0.1:8080"}, ""},
+		{uiOptions{listen: "[::1]:8080"}, ""},
+		{uiOptions{listen: "localhost:0"}, ""},
+		{uiOptions{listen: ":8080"}, "beyond loopback"},
+		{uiOptions{listen: "0.0.0.0:8080"}, "beyond loopback"},
+		{uiOptions{listen: "10.1.2.3:8080"}, "beyond loopback"},
+		{uiOptions{listen: ":8080", insecure: true}, ""},
+		{uiOptions{listen: ":8443", tlsCert: "c.pem", tlsKey: "k.pem"}, ""},
+		{uiOptions{listen: ":8443", tlsCert: "c.pem"}, "go together"},
+		{uiOptions{listen: "nonsense"}, "host:port"},
+	} {
+		err := tc.o.validate()
+		if tc.fail == "" && err != nil || tc.fail != "" && (err == nil || !strings.Contains(err.Error(), tc.fail) || exitCode(err) != ExitUsage) {
+			t.Errorf("%+v: %v, want %q", tc.o, err, tc.fail)
+		}
+	}
+	code, _, stderr := run(testContext(t), t, "ui-listen", "ui", "--listen", "0.0.0.0:0")
+	if code != ExitUsage || !strings.Contains(stderr, "--insecure-listen") {
+		t.Fatalf("ui --listen 0.0.0.0:0: %d %q", code, stderr)
+	}
+}
+
+func TestUIRefusesForeignHostAndSetsAStrictPolicy(t *testing.T) {
+	h := uiHandler(newUIState(nil, "ui-host", time.Now), true)
+	for host, want := range map[string]int{
+		"127.0.0.1:8080": http.StatusOK, "localhost:8080": http.StatusOK, "[::1]:8080": http.StatusOK,
+		"evil.example:8080": http.StatusMisdirectedRequest, "192.168.1.2": http.StatusMisdirectedRequest,
+	} {
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.Host = host
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != want {
+			t.Errorf("Host %s: %d, want %d", host, rec.Code, want)
+		}
+		if csp := rec.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || !strings.Contains(csp, "default-src 'none'") {
+			t.Errorf("Host %s: CSP %q", host, csp)
+		}
+	}
+	for _, path := range []string{"/ui.js", "/ui.css"} {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		req.Host = "127.0.0.1"
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK || rec.Header().Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s: %d %v", path, rec.Code, rec.Header())
+		}
+	}
+	req := httptest.NewRequest(http.MethodPost, "/", nil)
+	req.Host = "127.0.0.1"
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusMethodNotAllowed {
+		t.Errorf("POST /: %d, want 405", rec.Code)
+	}
+}
+
+// startUIState follows namespace ns until the test ends.
+func startUIState(t *testing.T, ns string) *uiState {
+	t.Helper()
+	st := newUIState(srv.Client(t), ns, time.Now)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); st.run(ctx) }()
+	done := st.view()
+	t.Cleanup(func() { done(); cancel(); wg.Wait() })
+	return st
+}
+
+// waitSnapshot waits, on change notifications, up to 10 s for ok.
+func waitSnapshot(t *testing.T, st *uiState, what string, ok func(uiSnapshot) bool) uiSnapshot {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		changed := st.Changed()
+		s := st.snapshot()
+		if ok(s) {
+			return s
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatalf("%s: not seen in 10 s; last snapshot %+v", what, s)
+		}
+	}
+}
+
+func spanOf(s uiSnapshot, kind, name string, token int64) *uiSpan {
+	for _, sp := range s.Spans {
+		if sp.Kind == kind && sp.Name == name && sp.Token == token {
+			return sp
+		}
+	}
+	return nil
+}
+
+func TestUIStateFollowsLeadersLocksAndTheirEnds(t *testing.T) {
+	const ns = "ui-state"
+	st := startUIState(t, ns)
+	waitSnapshot(t, st, "connected", func(s uiSnapshot) bool { return s.Connected })
+	cli := srv.Client(t)
+	ctx := testContext(t)
+
+	e, err := election.New(cli, "sched", election.WithNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	a, err := e.Campaign(ctx, "a <script>x</script>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2, err := election.New(cli, "sched", election.WithNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e2.Close()
+	bTerm := make(chan *election.Term, 1)
+	go func() {
+		t, err := e2.Campaign(ctx, "b")
+		if err == nil {
+			bTerm <- t
+		}
+	}()
+	waitSnapshot(t, st, "leader with a queued candidate and TTLs", func(s uiSnapshot) bool {
+		return len(s.Objects) == 1 && len(s.Objects[0].Queue) == 2 && s.Objects[0].Queue[0].Value == "a <script>x</script>" &&
+			s.Objects[0].Queue[0].TTLLeftMs > 0 && s.Objects[0].Queue[0].TTLSeconds == int64(election.DefaultTTL/time.Second)
+	})
+	if err := a.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := <-bTerm
+	s := waitSnapshot(t, st, "handover", func(s uiSnapshot) bool {
+		sp := spanOf(s, "election", "sched", int64(a.Token()))
+		return sp != nil && sp.End != nil && spanOf(s, "election", "sched", int64(b.Token())) != nil
+	})
+	if sp := spanOf(s, "election", "sched", int64(a.Token())); sp.Cause != "released" {
+		t.Fatalf("resigned leader's span ended with %q, want released", sp.Cause)
+	}
+
+	// A lock held, then its lease revoked: the end says so.
+	m, err := mutex.New(cli, "job", mutex.WithNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	l, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recordHeld(ctx, l.Txn, heldPut(ns, "lock", "job", l.Lease(), l.Acquired()))
+	waitSnapshot(t, st, "lock holder with its acquisition time", func(s uiSnapshot) bool {
+		sp := spanOf(s, "lock", "job", int64(l.Token()))
+		return sp != nil && sp.StartKnown
+	})
+	if _, err := cli.Revoke(ctx, l.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	s = waitSnapshot(t, st, "lock's end", func(s uiSnapshot) bool {
+		sp := spanOf(s, "lock", "job", int64(l.Token()))
+		return sp != nil && sp.End != nil
+	})
+	if sp := spanOf(s, "lock", "job", int64(l.Token())); !strings.HasPrefix(sp.Cause, "lease ended") {
+		t.Fatalf("revoked lock's span ended with %q", sp.Cause)
+	}
+
+	// A force-unlock: the audit record names who and why.
+	code, _, stderr := run(ctx, t, ns, "resign", "sched", "--force", "--even-if-alive", "--reason", "stuck <b>")
+	if code != ExitOK {
+		t.Fatalf("resign --force: %d %s", code, stderr)
+	}
+	s = waitSnapshot(t, st, "forced end and audit record", func(s uiSnapshot) bool {
+		sp := spanOf(s, "election", "sched", int64(b.Token()))
+		return sp != nil && sp.End != nil && len(s.Audit) == 1 && strings.Contains(sp.Cause, "stuck <b>")
+	})
+	if a := s.Audit[0]; a.auditRecord == nil || a.Reason != "stuck <b>" || a.Name != "sched" {
+		t.Fatalf("audit entry %+v", a)
+	}
+}
+
+func TestUIEventsStreamSnapshotsOnChange(t *testing.T) {
+	const ns = "ui-events"
+	st := startUIState(t, ns)
+	srvHTTP := httptest.NewServer(uiHandler(st, false))
+	defer srvHTTP.Close()
+	ctx, cancel := context.WithCancel(testContext(t))
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srvHTTP.URL+"/events", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("Content-Type %q", ct)
+	}
+	events := make(chan string, 64)
+	go func() {
+		defer close(events)
+		buf := make([]byte, 64<<10)
+		var acc strings.Builder
+		for {
+			n, err := resp.Body.Read(buf)
+			acc.WriteString(string(buf[:n]))
+			for {
+				s := acc.String()
+				i := strings.Index(s, "\n\n")
+				if i < 0 {
+					break
+				}
+				events <- s[:i]
+				acc.Reset()
+				acc.WriteString(s[i+2:])
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	if first := <-events; first != "retry: 1000" {
+		t.Fatalf("first event %q", first)
+	}
+	if _, err := srv.Client(t).Put(ctx, "/"+ns+"/v1/lock/j/1", "holder-1"); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				t.Fatal("stream ended")
+			}
+			if strings.HasPrefix(ev, "event: state\ndata: {") && strings.Contains(ev, `"value":"holder-1"`) {
+				return
+			}
+		case <-timeout:
+			t.Fatal("no snapshot with the new lock within 10 s")
+		}
+	}
+}
