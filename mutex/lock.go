@@ -80,10 +80,10 @@ func (l *Lock) Unlock(ctx context.Context) error { return l.m.owner.Release(ctx,
 // ended records a hold's end in metrics and logs.
 func (m *Mutex) ended(h *core.Hold, cause error, held time.Duration) {
 	if errors.Is(cause, ErrReleased) {
-		m.met.HoldEnded(m.cfg.Namespace, m.label, held, "")
-		m.log.Debug("lock released", h.LogFields()...)
+		m.met.HoldEnded(m.ns, m.label, held, "")
+		m.log.Debug("lock released", m.fields(h.LogFields()...)...)
 		return
 	}
-	m.met.HoldEnded(m.cfg.Namespace, m.label, held, errs.Reason(cause))
-	m.log.Warn("lock lost", append(h.LogFields(), zap.Error(cause))...)
+	m.met.HoldEnded(m.ns, m.label, held, errs.Reason(cause))
+	m.log.Warn("lock lost", m.fields(append(h.LogFields(), zap.Error(cause))...)...)
 }

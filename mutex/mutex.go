@@ -23,7 +23,7 @@ type Mutex struct {
 	name   string
 	label  string // metrics' name label
 	prefix string
-	cfg    config.Config
+	ns     string
 	met    *metrics.Metrics
 	log    *zap.Logger
 	value  string
@@ -51,9 +51,8 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 		return nil, err
 	}
 	m := &Mutex{
-		cli: cli, name: name, label: name, prefix: keys.Prefix(cfg.Namespace, keys.Lock, name), cfg: cfg, met: met,
-		log:   cfg.Session.Logger.With(zap.String("name", name), zap.String("namespace", cfg.Namespace)),
-		value: value,
+		cli: cli, name: name, label: name, prefix: keys.Prefix(cfg.Namespace, keys.Lock, name), ns: cfg.Namespace, met: met,
+		log: cfg.Session.Logger, value: value,
 	}
 	if cfg.MetricLabel != "" {
 		m.label = cfg.MetricLabel
@@ -72,7 +71,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 func (m *Mutex) Name() string { return m.name }
 
 // Namespace returns the lock's namespace.
-func (m *Mutex) Namespace() string { return m.cfg.Namespace }
+func (m *Mutex) Namespace() string { return m.ns }
 
 // Prefix returns the etcd prefix under which every contender's key lives.
 func (m *Mutex) Prefix() string { return m.prefix }
@@ -96,7 +95,7 @@ func (m *Mutex) lock(ctx context.Context, try bool) (*Lock, error) {
 	result := "acquired"
 	switch {
 	case err == nil:
-		m.log.Debug("lock acquired", l.h.LogFields()...)
+		m.log.Debug("lock acquired", m.fields(l.h.LogFields()...)...)
 	case errors.Is(err, core.ErrBusy):
 		err, result = fmt.Errorf("%w: %q", ErrLocked, m.name), "locked"
 	case ctx.Err() != nil || errors.Is(err, ErrClosed):
@@ -104,7 +103,7 @@ func (m *Mutex) lock(ctx context.Context, try bool) (*Lock, error) {
 	default:
 		result = "error"
 	}
-	m.met.ObserveAcquire(m.cfg.Namespace, m.label, result, time.Since(start))
+	m.met.ObserveAcquire(m.ns, m.label, result, time.Since(start))
 	return l, err
 }
 
@@ -118,6 +117,12 @@ func (m *Mutex) Close() error {
 	if m.unsub != nil {
 		m.unsub()
 	}
-	m.met.Forget(m.cfg.Namespace, m.label)
+	m.met.Forget(m.ns, m.label)
 	return err
+}
+
+// fields are a log line's fields with the lock's name and namespace; the
+// logger is not cloned per Mutex, which would cost every held lock.
+func (m *Mutex) fields(f ...zap.Field) []zap.Field {
+	return append(f, zap.String("name", m.name), zap.String("namespace", m.ns))
 }

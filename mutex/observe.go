@@ -106,7 +106,7 @@ func (m *Mutex) observe(ctx context.Context, ch chan<- Holder) {
 				return
 			}
 			if retry.Permanent(err) {
-				m.log.Error("observe: etcd refused to read the lock", zap.Error(err))
+				m.log.Error("observe: etcd refused to read the lock", m.fields(zap.Error(err))...)
 				select {
 				case ch <- Holder{Err: err}:
 				case <-ctx.Done():

@@ -158,6 +158,8 @@ func (rw *RWMutex) Held() []*Lock { return append(rw.readers.Held(), rw.writers.
 // It deletes the RWMutex's metric series, waits for every goroutine it
 // started, and is idempotent.
 func (rw *RWMutex) Close() error {
+	rw.readers.Refuse()
+	rw.writers.Refuse()
 	err := errors.Join(rw.readers.Close(), rw.writers.Close())
 	if rw.unsub != nil {
 		rw.unsub()

@@ -64,11 +64,11 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, value string, try bool) 
 		if err != nil {
 			unexpect()
 			if retry.Permanent(err) {
-				release() // refused as a whole: nothing was written
+				release.free() // refused as a whole: nothing was written
 				return nil, err
 			}
 			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-				release()
+				release.free()
 				l.lose(errs.ErrLeaseExpired)
 				return nil, errs.Lost(errs.ErrLeaseExpired)
 			}
@@ -84,12 +84,12 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, value string, try bool) 
 		if s.borrowed != nil && attempts == 1 && string(kv.Value) == value {
 			if try {
 				unexpect()
-				release()
+				release.free()
 				return nil, ErrBusy
 			}
 			if err := waitGone(ctx, cli, kv.Key, rev, resp.Header.Revision); err != nil {
 				unexpect()
-				release()
+				release.free()
 				return nil, err
 			}
 			continue
@@ -120,7 +120,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, value string, try bool) 
 		if err != nil {
 			unexpect()
 			if errors.Is(err, errOwnKeyGone) {
-				release()
+				release.free()
 				return nil, o.lostReason(ctx, l)
 			}
 			o.deleteKey(l, key, rev, release)
@@ -213,13 +213,13 @@ func failure(ctx context.Context, err error) error {
 // session began it tries once more.
 // The reservation stays while the key may exist, so no later acquisition
 // adopts a key that is still being deleted.
-func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, release func()) {
+func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, release *reservation) {
 	// On a session shared with other owners the reservation outlives this
 	// owner: the session finishes the deletion, or the name stays wedged.
 	shared := !o.cfg.OwnSession
 	var closing <-chan struct{}
 	if !shared {
-		closing = o.closeCtx.Done()
+		closing = o.closingCh()
 	}
 	done := make(chan struct{})
 	run := func() {
@@ -234,15 +234,15 @@ func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, release func()) {
 			err := deleteOnce(stop, o.sess.cli, key, rev)
 			switch {
 			case err == nil, errors.Is(err, rpctypes.ErrLeaseNotFound):
-				release()
+				release.free()
 				return
 			case retry.Permanent(err):
 				o.sess.cfg.Logger.Error("cannot delete a key of this process; it stays until its lease ends",
 					zap.String("key", key), zap.Error(err))
-				release()
+				release.free()
 				return
 			case stop.Err() != nil:
-				release() // the lease goes with its keys
+				release.free() // the lease goes with its keys
 				return
 			}
 			select {

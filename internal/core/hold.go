@@ -18,7 +18,7 @@ import (
 type owner interface {
 	config() *OwnerConfig
 	goBG(fn func()) bool
-	deleteKey(l *Lease, key string, rev int64, release func())
+	deleteKey(l *Lease, key string, rev int64, release *reservation)
 }
 
 func (o *Owner[T]) config() *OwnerConfig { return &o.cfg }
@@ -34,13 +34,13 @@ type Hold struct {
 
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
-	release   func() // the key's reservation
+	release   *reservation // the key's reservation
 	stopWatch func()
 	stopEnd   func() bool
-	armed     chan struct{}
+	armed     sync.WaitGroup // done once arm ran
 	endOnce   sync.Once
-	ended     chan struct{} // the end hooks ran
-	cause     error         // the end's cause, reason told apart; set before ended closes
+	ended     sync.WaitGroup // done once the end hooks ran
+	cause     error          // the end's cause, reason told apart; set before ended closes
 
 	mu       sync.Mutex
 	finished bool  // Release reached etcd
@@ -48,12 +48,15 @@ type Hold struct {
 	deleting bool  // a Release left the key's deletion to the background
 }
 
-func newHold(o owner, l *Lease, key string, rev int64, release func()) *Hold {
+func newHold(o owner, l *Lease, key string, rev int64, release *reservation) *Hold {
 	ctx, cancel := context.WithCancelCause(l.ctx)
-	return &Hold{
+	h := &Hold{
 		o: o, lease: l, key: key, rev: rev, acquired: time.Now(), ctx: ctx, cancel: cancel,
-		release: release, armed: make(chan struct{}), ended: make(chan struct{}),
+		release: release,
 	}
+	h.armed.Add(1)
+	h.ended.Add(1)
+	return h
 }
 
 // arm runs OnStart, then lets the end hooks run; a hold that ended before
@@ -62,27 +65,30 @@ func (h *Hold) arm() {
 	if fn := h.o.config().OnStart; fn != nil {
 		fn(h)
 	}
-	h.stopEnd = context.AfterFunc(h.ctx, func() {
-		cause := context.Cause(h.ctx)
-		if errors.Is(cause, errs.ErrKeyGone) {
+	// Registered on the lease's context, not the hold's: the hold's own ends
+	// (release, deletion) run the end hooks themselves, and a hold's context
+	// would otherwise need a children map of its own for this one callback.
+	h.stopEnd = context.AfterFunc(h.lease.ctx, func() {
+		if errors.Is(context.Cause(h.ctx), errs.ErrKeyGone) {
 			return // gone tells the reason apart first
 		}
-		h.end(cause)
+		h.end(context.Cause(h.ctx))
 	})
-	close(h.armed)
+	h.armed.Done()
 }
 
 // end runs the end hooks once, after arm.
 func (h *Hold) end(cause error) {
 	h.endOnce.Do(func() {
-		<-h.armed
+		h.armed.Wait()
 		h.cause = cause
+		h.stopEnd()
 		if fn := h.o.config().OnEnd; fn != nil {
 			fn(h, cause, time.Since(h.acquired))
 		}
 		h.stopWatch() // the end is known: no more deletion news needed
 		h.afterLoss(cause)
-		close(h.ended)
+		h.ended.Done()
 	})
 }
 
@@ -119,9 +125,9 @@ func (h *Hold) afterLoss(cause error) {
 	case errors.Is(cause, errs.ErrReleased):
 		// Release and abandon take care of it.
 	case errors.Is(cause, errs.ErrKeyDeleted), errors.Is(cause, errs.ErrLeaseExpired):
-		h.release()
+		h.release.free()
 	case !h.lease.s.IsBorrowed():
-		h.release()
+		h.release.free()
 	default:
 		h.o.deleteKey(h.lease, h.key, h.rev, h.release)
 	}
@@ -159,7 +165,7 @@ func (h *Hold) lostErr() error {
 		return nil
 	}
 	if errors.Is(cause, errs.ErrKeyGone) {
-		<-h.ended
+		h.ended.Wait()
 		cause = h.cause
 	}
 	return fmt.Errorf("%w: %w", h.o.config().NotHeld, cause)
@@ -248,9 +254,9 @@ func (h *Hold) Release(ctx context.Context) error {
 
 func (h *Hold) finish(result error) {
 	h.finished, h.result = true, result
-	h.release()
+	h.release.free()
 	h.stopWatch()
-	<-h.ended // metrics and logs of the end are out when Release returns
+	h.ended.Wait() // metrics and logs of the end are out when Release returns
 }
 
 // abandon ends the hold with errs.ErrReleased without deleting the key,

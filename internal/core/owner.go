@@ -43,48 +43,98 @@ type Owner[T any] struct {
 	sess *Session
 	cfg  OwnerConfig
 
-	closeCtx    context.Context // ends with errs.ErrClosed when Close begins
-	closeCancel context.CancelCauseFunc
-	closeDone   chan struct{}
-	calls       sync.WaitGroup // acquisitions and observers in flight
-	bg          sync.WaitGroup // deletions and loss refinements
+	closeOnce sync.Once
+	closeErr  error
+	calls     sync.WaitGroup // acquisitions and observers in flight
+	bg        sync.WaitGroup // deletions and loss refinements
 
+	// An Owner costs every lock held through it (a service may hold one
+	// lock on each of 10,000 Mutexes): no map, channel or context of its
+	// own until it needs one.
 	mu       sync.Mutex
 	closed   bool
 	bgClosed bool
-	held     map[*Hold]T
+	closing  chan struct{} // made when first needed; closed when Close begins
+	inflight *inflight     // calls in flight, cancelled when Close begins
+	held     []held[T]
+}
+
+type held[T any] struct {
+	h *Hold
+	t T
+}
+
+// inflight is one call in flight, in a list the Owner cancels on Close.
+type inflight struct {
+	cancel     context.CancelCauseFunc
+	prev, next *inflight
 }
 
 // NewOwner returns an Owner on sess.
 func NewOwner[T any](sess *Session, cfg OwnerConfig) *Owner[T] {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Owner[T]{sess: sess, cfg: cfg, closeCtx: ctx, closeCancel: cancel, closeDone: make(chan struct{}), held: make(map[*Hold]T)}
+	return &Owner[T]{sess: sess, cfg: cfg}
+}
+
+// closingCh is closed when Close begins.
+func (o *Owner[T]) closingCh() <-chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closing == nil {
+		o.closing = make(chan struct{})
+		if o.closed {
+			close(o.closing)
+		}
+	}
+	return o.closing
 }
 
 // Session is the owner's session.
 func (o *Owner[T]) Session() *Session { return o.sess }
 
-// enter counts a call in flight; false after Close began.
-func (o *Owner[T]) enter() bool {
+// enter counts a call in flight and returns its ctx, which also ends with
+// errs.ErrClosed when Close begins; ok is false after Close began. exit
+// must be called when the call returns.
+func (o *Owner[T]) enter(ctx context.Context) (_ context.Context, exit func(), ok bool) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	c := &inflight{cancel: cancel}
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	if o.closed {
-		return false
+		o.mu.Unlock()
+		cancel(errs.ErrClosed)
+		return ctx, nil, false
 	}
 	o.calls.Add(1)
-	return true
+	c.next = o.inflight
+	if c.next != nil {
+		c.next.prev = c
+	}
+	o.inflight = c
+	o.mu.Unlock()
+	return ctx, func() {
+		o.mu.Lock()
+		if c.prev != nil {
+			c.prev.next = c.next
+		} else if o.inflight == c {
+			o.inflight = c.next
+		}
+		if c.next != nil {
+			c.next.prev = c.prev
+		}
+		o.mu.Unlock()
+		cancel(nil)
+		o.calls.Done()
+	}, true
 }
 
 // Go runs fn in a goroutine that Close waits for, with a ctx that also
 // ends when Close begins; false (fn not run) after Close began.
 func (o *Owner[T]) Go(ctx context.Context, fn func(ctx context.Context)) bool {
-	if !o.enter() {
+	ctx, exit, ok := o.enter(ctx)
+	if !ok {
 		return false
 	}
-	ctx, stop := o.link(ctx)
 	go func() {
-		defer o.calls.Done()
-		defer stop()
+		defer exit()
 		fn(ctx)
 	}()
 	return true
@@ -106,24 +156,16 @@ func (o *Owner[T]) goBG(fn func()) bool {
 	return true
 }
 
-// link returns ctx that also ends, with errs.ErrClosed, when Close begins.
-func (o *Owner[T]) link(ctx context.Context) (context.Context, func()) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(o.closeCtx, func() { cancel(errs.ErrClosed) })
-	return ctx, func() { stop(); cancel(nil) }
-}
-
 // Acquire queues value and returns a handle made by wrap once it owns. It
 // returns ErrBusy for a try that found another owner, errs.ErrClosed after
 // Close (also for a call waiting when Close begins).
 func (o *Owner[T]) Acquire(ctx context.Context, value string, try bool, wrap func(*Hold) T) (T, error) {
 	var zero T
-	if !o.enter() {
+	ctx, exit, ok := o.enter(ctx)
+	if !ok {
 		return zero, errs.ErrClosed
 	}
-	defer o.calls.Done()
-	ctx, stop := o.link(ctx)
-	defer stop()
+	defer exit()
 	l, err := o.sess.lease(ctx)
 	if err != nil {
 		return zero, o.wrapErr(err)
@@ -143,7 +185,7 @@ func (o *Owner[T]) Acquire(ctx context.Context, value string, try bool, wrap fun
 	o.mu.Lock()
 	closed := o.closed
 	if !closed {
-		o.held[h] = handle
+		o.held = append(o.held, held[T]{h, handle})
 	}
 	o.mu.Unlock()
 	if closed {
@@ -155,7 +197,7 @@ func (o *Owner[T]) Acquire(ctx context.Context, value string, try bool, wrap fun
 
 // wrapErr names the lock or election in an error; ErrClosed stays bare.
 func (o *Owner[T]) wrapErr(err error) error {
-	if errors.Is(err, errs.ErrClosed) || o.closeCtx.Err() != nil {
+	if errors.Is(err, errs.ErrClosed) || o.isClosed() {
 		return errs.ErrClosed
 	}
 	return fmt.Errorf("%s: %w", o.cfg.Label, err)
@@ -166,7 +208,7 @@ func (o *Owner[T]) Release(ctx context.Context, h *Hold) error {
 	err := h.Release(ctx)
 	if err == nil || errors.Is(err, o.cfg.NotHeld) {
 		o.mu.Lock()
-		delete(o.held, h)
+		o.held = slices.DeleteFunc(o.held, func(e held[T]) bool { return e.h == h })
 		o.mu.Unlock()
 	}
 	return err
@@ -174,17 +216,10 @@ func (o *Owner[T]) Release(ctx context.Context, h *Hold) error {
 
 // Held returns the handles held, oldest token first.
 func (o *Owner[T]) Held() []T {
-	type pair struct {
-		h *Hold
-		t T
-	}
 	o.mu.Lock()
-	pairs := make([]pair, 0, len(o.held))
-	for h, t := range o.held {
-		pairs = append(pairs, pair{h, t})
-	}
+	pairs := slices.Clone(o.held)
 	o.mu.Unlock()
-	slices.SortFunc(pairs, func(a, b pair) int { return cmp.Compare(a.h.rev, b.h.rev) })
+	slices.SortFunc(pairs, func(a, b held[T]) int { return cmp.Compare(a.h.rev, b.h.rev) })
 	out := make([]T, len(pairs))
 	for i, p := range pairs {
 		out[i] = p.t
@@ -197,25 +232,46 @@ func (o *Owner[T]) Held() []T {
 // flight and later ones return errs.ErrClosed, closes an own session, and
 // waits for every goroutine. It is idempotent.
 func (o *Owner[T]) Close() error {
+	o.closeOnce.Do(func() { o.closeErr = o.close() })
+	return o.closeErr
+}
+
+func (o *Owner[T]) isClosed() bool {
 	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.closed
+}
+
+// Refuse is the first step of Close: later calls return errs.ErrClosed
+// and calls in flight end with it. An owner made of several Owners (a
+// read/write lock) refuses on all of them before it releases anything, so
+// that no waiter of one acquires what another releases.
+func (o *Owner[T]) Refuse() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	if o.closed {
-		o.mu.Unlock()
-		<-o.closeDone
-		return nil
+		return
 	}
 	o.closed = true
-	o.mu.Unlock()
-	defer close(o.closeDone)
-	o.closeCancel(errs.ErrClosed)
+	if o.closing != nil {
+		close(o.closing)
+	}
+	for c := o.inflight; c != nil; c = c.next {
+		c.cancel(errs.ErrClosed)
+	}
+}
+
+func (o *Owner[T]) close() error {
+	o.Refuse()
 	call(o.sess.cfg.Hooks.InClose)
 	o.calls.Wait()
 
 	o.mu.Lock()
 	holds := make([]*Hold, 0, len(o.held))
-	for h := range o.held {
-		holds = append(holds, h)
+	for _, e := range o.held {
+		holds = append(holds, e.h)
 	}
-	clear(o.held)
+	o.held = nil
 	o.mu.Unlock()
 	revoke := o.cfg.OwnSession && !o.sess.IsBorrowed()
 	var out []error

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/batonhq/baton/internal/errs"
 )
@@ -19,7 +18,7 @@ var errReserved = errors.New("key in use by another caller of this session")
 // one name through one session would share a key and both believe they
 // hold it; and a key still being deleted after a loss stays reserved until
 // it is gone, so it is never adopted by a later acquisition.
-func (s *Session) reserve(ctx context.Context, key string, try bool) (release func(), err error) {
+func (s *Session) reserve(ctx context.Context, key string, try bool) (*reservation, error) {
 	for {
 		s.mu.Lock()
 		if s.closed {
@@ -27,7 +26,7 @@ func (s *Session) reserve(ctx context.Context, key string, try bool) (release fu
 			return nil, errs.ErrClosed
 		}
 		if s.reserved == nil {
-			s.reserved = make(map[string]chan struct{})
+			s.reserved = make(map[string]*reservation)
 		}
 		busy, taken := s.reserved[key]
 		if !taken {
@@ -36,27 +35,48 @@ func (s *Session) reserve(ctx context.Context, key string, try bool) (release fu
 				return nil, fmt.Errorf("%w: %d keys (held, waiting or being deleted) on this session, at most %d allowed (WithMaxHeld)",
 					errs.ErrTooManyHeld, max, max)
 			}
-			ch := make(chan struct{})
-			s.reserved[key] = ch
+			r := &reservation{s: s, key: key}
+			s.reserved[key] = r
 			s.mu.Unlock()
-			var once sync.Once
-			return func() {
-				once.Do(func() {
-					s.mu.Lock()
-					delete(s.reserved, key)
-					s.mu.Unlock()
-					close(ch)
-				})
-			}, nil
+			return r, nil
 		}
-		s.mu.Unlock()
 		if try {
+			s.mu.Unlock()
 			return nil, errReserved
 		}
+		if busy.freed == nil {
+			busy.freed = make(chan struct{}) // only a waiter pays for one
+		}
+		freed := busy.freed
+		s.mu.Unlock()
 		select {
-		case <-busy:
+		case <-freed:
 		case <-ctx.Done():
 			return nil, context.Cause(ctx)
 		}
+	}
+}
+
+// reservation is one key claimed in this process.
+type reservation struct {
+	s     *Session
+	key   string
+	done  bool          // guarded by s.mu
+	freed chan struct{} // made by the first waiter; guarded by s.mu
+}
+
+// free ends the reservation; later calls do nothing.
+func (r *reservation) free() {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	if r.done {
+		return
+	}
+	r.done = true
+	if r.s.reserved[r.key] == r {
+		delete(r.s.reserved, r.key)
+	}
+	if r.freed != nil {
+		close(r.freed)
 	}
 }

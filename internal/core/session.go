@@ -66,7 +66,7 @@ type Session struct {
 	closed    bool
 	cur       *Lease
 	grant     *grantCall
-	reserved  map[string]chan struct{}
+	reserved  map[string]*reservation
 	watchers  map[string]*keyWatcher
 	listeners map[*func()]struct{} // told of every failed renewal
 }
