@@ -36,7 +36,6 @@ type Hold struct {
 	cancel    context.CancelCauseFunc
 	release   *reservation // the key's reservation
 	stopWatch func()
-	stopEnd   func() bool
 	armed     sync.WaitGroup // done once arm ran
 	endOnce   sync.Once
 	ended     sync.WaitGroup // done once the end hooks ran
@@ -65,15 +64,7 @@ func (h *Hold) arm() {
 	if fn := h.o.config().OnStart; fn != nil {
 		fn(h)
 	}
-	// Registered on the lease's context, not the hold's: the hold's own ends
-	// (release, deletion) run the end hooks themselves, and a hold's context
-	// would otherwise need a children map of its own for this one callback.
-	h.stopEnd = context.AfterFunc(h.lease.ctx, func() {
-		if errors.Is(context.Cause(h.ctx), errs.ErrKeyGone) {
-			return // gone tells the reason apart first
-		}
-		h.end(context.Cause(h.ctx))
-	})
+	h.lease.addHold(h) // the lease's end ends it
 	h.armed.Done()
 }
 
@@ -82,7 +73,7 @@ func (h *Hold) end(cause error) {
 	h.endOnce.Do(func() {
 		h.armed.Wait()
 		h.cause = cause
-		h.stopEnd()
+		h.lease.removeHold(h)
 		if fn := h.o.config().OnEnd; fn != nil {
 			fn(h, cause, time.Since(h.acquired))
 		}
@@ -176,7 +167,6 @@ func (h *Hold) lostErr() error {
 func (h *Hold) endReleased() {
 	h.cancel(errs.ErrReleased)
 	if cause := context.Cause(h.ctx); !errors.Is(cause, errs.ErrKeyGone) {
-		h.stopEnd()
 		h.end(cause)
 	}
 }

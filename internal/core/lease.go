@@ -33,6 +33,54 @@ type Lease struct {
 	mu       sync.Mutex
 	deadline time.Time
 	timer    Timer
+
+	// holds are ended by the lease's end: one callback for all of them,
+	// rather than one registration (and ~150 bytes) per held key.
+	holdsMu sync.Mutex
+	holds   map[*Hold]struct{}
+}
+
+// addHold registers h to be ended, in its own goroutine, when the lease
+// ends (at once if it has).
+func (l *Lease) addHold(h *Hold) {
+	l.holdsMu.Lock()
+	defer l.holdsMu.Unlock()
+	first := l.holds == nil
+	if first {
+		l.holds = make(map[*Hold]struct{})
+	}
+	l.holds[h] = struct{}{}
+	switch {
+	case first:
+		context.AfterFunc(l.ctx, l.endHolds)
+	case l.ctx.Err() != nil:
+		// Armed on a lease that has ended: endHolds may have run already.
+		if cause := context.Cause(h.ctx); !errors.Is(cause, errs.ErrKeyGone) {
+			go h.end(cause)
+		}
+	}
+}
+
+func (l *Lease) removeHold(h *Hold) {
+	l.holdsMu.Lock()
+	delete(l.holds, h)
+	l.holdsMu.Unlock()
+}
+
+// endHolds ends every hold when the lease ends; a hold whose key was
+// deleted first ends once the reason is told apart.
+func (l *Lease) endHolds() {
+	l.holdsMu.Lock()
+	holds := make([]*Hold, 0, len(l.holds))
+	for h := range l.holds {
+		holds = append(holds, h)
+	}
+	l.holdsMu.Unlock()
+	for _, h := range holds {
+		if cause := context.Cause(h.ctx); !errors.Is(cause, errs.ErrKeyGone) {
+			go h.end(cause)
+		}
+	}
 }
 
 // ID is the lease ID.
