@@ -131,7 +131,8 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, value string, try bool) 
 		f(key)
 	}
 	h := newHold(o, l, key, rev, release)
-	h.stopWatch = w.register(key, rev, at, h.gone)
+	h.watcher, h.watch = w, &watched{rev: rev, at: at, h: h}
+	w.register(key, h.watch)
 	return h, nil
 }
 

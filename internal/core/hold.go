@@ -32,14 +32,15 @@ type Hold struct {
 	rev      int64
 	acquired time.Time
 
-	ctx       context.Context
-	cancel    context.CancelCauseFunc
-	release   *reservation // the key's reservation
-	stopWatch func()
-	armed     sync.WaitGroup // done once arm ran
-	endOnce   sync.Once
-	ended     sync.WaitGroup // done once the end hooks ran
-	cause     error          // the end's cause, reason told apart; set before ended closes
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	release *reservation // the key's reservation
+	watcher *keyWatcher  // tells of the key's deletion
+	watch   *watched
+	armed   sync.WaitGroup // done once arm ran
+	endOnce sync.Once
+	ended   sync.WaitGroup // done once the end hooks ran
+	cause   error          // the end's cause, reason told apart; set before ended closes
 
 	mu       sync.Mutex
 	finished bool  // Release reached etcd
@@ -324,3 +325,6 @@ func (h *Hold) Put(ctx context.Context, value string) error {
 func (h *Hold) LogFields() []zap.Field {
 	return []zap.Field{zap.String("key", h.key), zap.Int64("token", h.rev), h.lease.hex()}
 }
+
+// stopWatch ends the deletion news of the key (idempotent).
+func (h *Hold) stopWatch() { h.watcher.unregister(h.key, h.watch) }

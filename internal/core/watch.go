@@ -43,7 +43,7 @@ type keyWatcher struct {
 
 type watched struct {
 	rev, at int64
-	gone    func(at int64)
+	h       *Hold
 }
 
 func (s *Session) watcher(key string) *keyWatcher {
@@ -76,11 +76,11 @@ func (w *keyWatcher) expect(key string) (unexpect func()) {
 	}
 }
 
-// register calls gone (once, in the watch's goroutine or the caller's) when
-// key, created at rev and confirmed present at revision at, is deleted or
-// replaced. stop unregisters it.
-func (w *keyWatcher) register(key string, rev, at int64, gone func(at int64)) (stop func()) {
-	e := &watched{rev: rev, at: at, gone: gone}
+// register ends e's hold (once, in the watch's goroutine or the caller's)
+// when key, created at e.rev and confirmed present at revision e.at, is
+// deleted or replaced; unregister undoes it.
+func (w *keyWatcher) register(key string, e *watched) {
+	rev, at := e.rev, e.at
 	w.mu.Lock()
 	deletedAt, wasExpected := w.expected[key]
 	delete(w.expected, key)
@@ -97,8 +97,8 @@ func (w *keyWatcher) register(key string, rev, at int64, gone func(at int64)) (s
 	case deletedAt > rev:
 		delete(w.keys, key)
 		w.mu.Unlock()
-		gone(deletedAt)
-		return w.stopper(key, e)
+		e.h.gone(deletedAt)
+		return
 	case !wasExpected || w.from > at+1:
 		// The stream may not have delivered a deletion after at with the
 		// key expected: read once.
@@ -108,11 +108,10 @@ func (w *keyWatcher) register(key string, rev, at int64, gone func(at int64)) (s
 	if check {
 		w.checkOnce(key, e)
 	}
-	return w.stopper(key, e)
 }
 
-func (w *keyWatcher) stopper(key string, e *watched) func() {
-	return func() {
+func (w *keyWatcher) unregister(key string, e *watched) {
+	{
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		if w.keys[key] == e {
@@ -238,7 +237,7 @@ func (w *keyWatcher) deleted(key string, at int64) {
 	}
 	w.mu.Unlock()
 	if ok {
-		e.gone(at)
+		e.h.gone(at)
 	}
 	if f := w.s.cfg.Hooks.Deleted; f != nil {
 		f(key)
@@ -276,7 +275,7 @@ func (w *keyWatcher) reread(ctx context.Context) (int64, bool) {
 	w.from = rev + 1
 	w.mu.Unlock()
 	for _, e := range gone {
-		e.gone(rev)
+		e.h.gone(rev)
 	}
 	return rev, true
 }
@@ -300,7 +299,7 @@ func (w *keyWatcher) checkOnce(key string, e *watched) {
 		}
 		w.mu.Unlock()
 		if mine {
-			e.gone(resp.Header.Revision)
+			e.h.gone(resp.Header.Revision)
 		}
 		return
 	}
