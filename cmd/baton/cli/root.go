@@ -50,6 +50,7 @@ func commands(g *globals) []*cobra.Command {
 		newDemoWorkerCmd(g),
 		newSuperviseCmd(g),
 		newCertsCmd(g), newRBACCmd(g), newAuthCmd(g),
+		newClustersCmd(g),
 	}
 }
 
