@@ -51,7 +51,8 @@ tokens lock and elect hand out (epoch<<47 | revision) keep increasing across
 the move. Prints every namespace with the cluster and epoch before and after.
 Connects to nothing. Exit 0 when the move is safe, 1 with every offence when
 it is not, 64 when a map cannot be read.`,
-		Args: args(1, 1),
+		Example: `  baton --clusters clusters.yaml clusters check-move clusters-next.yaml`,
+		Args:    args(1, 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			if from == "" && g.cl != nil {
 				from = g.cl.file
