@@ -192,8 +192,8 @@ func ClientFiles(dir, user string) TLSFiles {
 // for the given DNS names and IP addresses (at least one), usable for
 // both server and client authentication as etcd members need.
 func (ca *DevCA) IssueServer(hosts []string, opts CertOptions) (TLSFiles, error) {
-	if len(hosts) == 0 {
-		return TLSFiles{}, fmt.Errorf("%w: hosts must name at least one DNS name or IP address", ErrInvalid)
+	if err := ValidateHosts(hosts); err != nil {
+		return TLSFiles{}, err
 	}
 	tmpl := &x509.Certificate{
 		Subject:     pkix.Name{CommonName: "baton development server", Organization: []string{"baton development"}},
@@ -204,9 +204,6 @@ func (ca *DevCA) IssueServer(hosts []string, opts CertOptions) (TLSFiles, error)
 		if ip := net.ParseIP(h); ip != nil {
 			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
 			continue
-		}
-		if err := validateDNSName(h); err != nil {
-			return TLSFiles{}, err
 		}
 		tmpl.DNSNames = append(tmpl.DNSNames, h)
 	}
@@ -255,6 +252,34 @@ func (ca *DevCA) issue(tmpl *x509.Certificate, files TLSFiles, opts CertOptions)
 		return err
 	}
 	return writeCert(files.Cert, der)
+}
+
+// ValidateHosts checks the hosts of a server certificate as IssueServer
+// does, without writing anything: at least one, each an IP address or a
+// DNS name (a leading "*." allowed). Every bad host is reported, joined,
+// each wrapping ErrInvalid.
+func ValidateHosts(hosts []string) error {
+	if len(hosts) == 0 {
+		return fmt.Errorf("%w: hosts must name at least one DNS name or IP address", ErrInvalid)
+	}
+	var bad []error
+	for _, h := range hosts {
+		if net.ParseIP(h) != nil {
+			continue
+		}
+		if err := validateDNSName(h); err != nil {
+			bad = append(bad, err)
+		}
+	}
+	return errors.Join(bad...)
+}
+
+// Validate checks the options as a certificate's issue does, so that a
+// caller can refuse bad ones before writing anything. Errors wrap
+// ErrInvalid and name the field and its bound.
+func (o CertOptions) Validate() error {
+	_, err := o.withDefaults()
+	return err
 }
 
 func validateDNSName(h string) error {

@@ -427,3 +427,19 @@ func TestServerInfoTurnsOnClientCertAuth(t *testing.T) {
 		t.Fatalf("ClientFiles = %+v", got)
 	}
 }
+
+func TestValidateHostsReportsEveryBadHostWithoutWriting(t *testing.T) {
+	if err := rbac.ValidateHosts([]string{"localhost", "127.0.0.1", "::1", "*.example.internal"}); err != nil {
+		t.Fatalf("good hosts refused: %v", err)
+	}
+	err := rbac.ValidateHosts([]string{"localhost", "exa mple", "a..b"})
+	if !errors.Is(err, rbac.ErrInvalid) || !strings.Contains(err.Error(), `"exa mple"`) || !strings.Contains(err.Error(), `"a..b"`) {
+		t.Fatalf("err = %v, want ErrInvalid naming both bad hosts", err)
+	}
+	if err := rbac.ValidateHosts(nil); !errors.Is(err, rbac.ErrInvalid) {
+		t.Fatalf("no hosts: err = %v, want ErrInvalid", err)
+	}
+	if err := (rbac.CertOptions{KeyType: "rsa"}).Validate(); !errors.Is(err, rbac.ErrInvalid) {
+		t.Fatalf("CertOptions.Validate: err = %v, want ErrInvalid", err)
+	}
+}

@@ -65,6 +65,12 @@ your own PKI (see docs/security.md).`,
 					bad = append(bad, fmt.Errorf("--users: %w", err))
 				}
 			}
+			if err := rbac.ValidateHosts(hosts); err != nil {
+				bad = append(bad, fmt.Errorf("--hosts: %w", err))
+			}
+			if err := opts.Validate(); err != nil {
+				bad = append(bad, err)
+			}
 			if len(bad) > 0 {
 				return withCode(ExitUsage, errors.Join(bad...))
 			}

@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -87,6 +89,92 @@ func (g *globals) rbacApplyAcross(cmd *cobra.Command, p rbac.Policy, dryRun, pru
 	}
 	for _, line := range failureLines(res) {
 		fmt.Fprintln(out, line)
+	}
+	return partial(res)
+}
+
+// clusterPolicy is one cluster's share of a fanned-out rbac show.
+type clusterPolicy struct {
+	policy rbac.Policy
+	authOn bool
+	authEr error
+}
+
+// rbacShowAcross reads the policy of every cluster and prints them as one
+// file that rbac apply --clusters accepts: each namespace as the cluster
+// the map routes it to has it. Roles a cluster holds for a namespace the
+// map routes elsewhere (left behind by a move) are named on stderr, not
+// printed.
+func (g *globals) rbacShowAcross(cmd *cobra.Command) error {
+	r, err := g.clusterMap()
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	res, err := eachCluster(ctx, g, func(ctx context.Context, cg *globals, cli *clientv3.Client, _ router.Cluster, _ []string) (clusterPolicy, error) {
+		var out clusterPolicy
+		actx, cancel := cg.opContext(ctx)
+		out.authOn, out.authEr = rbac.AuthEnabled(actx, cli)
+		cancel()
+		p, err := rbac.Show(ctx, cli, rbac.WithRequestTimeout(cg.commandTimeout))
+		if err != nil {
+			return out, cg.failed("rbac show", err)
+		}
+		out.policy = p
+		return out, nil
+	})
+	if err != nil {
+		return err
+	}
+	errOut := cmd.ErrOrStderr()
+	merged := rbac.Policy{Namespaces: []rbac.Namespace{}}
+	for _, cr := range res {
+		if cr.Err != nil {
+			continue
+		}
+		switch {
+		case cr.Value.authEr != nil:
+			fmt.Fprintf(errOut, "warning: cluster %s: could not tell whether auth is enabled: %s\n", cr.Cluster.Name, cell(cr.Value.authEr.Error()))
+		case !cr.Value.authOn:
+			fmt.Fprintf(errOut, "warning: cluster %s: auth is disabled: its roles are not enforced until `baton auth enable`\n", cr.Cluster.Name)
+		}
+		for _, ns := range cr.Value.policy.Namespaces {
+			home, err := r.Cluster(ns.Name)
+			switch {
+			case err != nil:
+				fmt.Fprintf(errOut, "cluster %s holds roles of namespace %s, which the map does not serve: not shown\n", cr.Cluster.Name, cell(ns.Name))
+			case home.Name != cr.Cluster.Name:
+				fmt.Fprintf(errOut, "cluster %s holds roles of namespace %s, which the map routes to cluster %s: not shown (rbac apply --prune removes them)\n",
+					cr.Cluster.Name, cell(ns.Name), home.Name)
+			default:
+				merged.Namespaces = append(merged.Namespaces, ns)
+			}
+		}
+	}
+	slices.SortFunc(merged.Namespaces, func(a, b rbac.Namespace) int { return strings.Compare(a.Name, b.Name) })
+	for _, line := range failureLines(res) {
+		fmt.Fprintln(errOut, line)
+	}
+	out := cmd.OutOrStdout()
+	if g.json() {
+		if err := writeJSON(out, merged); err != nil {
+			return err
+		}
+		return partial(res)
+	}
+	data, err := rbac.Encode(merged)
+	if err != nil {
+		return err
+	}
+	for _, cr := range res {
+		state := strings.Join(cr.Namespaces, ", ")
+		if cr.Err != nil {
+			state = "did not answer: its namespaces are missing below"
+		}
+		fmt.Fprintf(out, "# cluster %s: %s\n", cr.Cluster.Name, state)
+	}
+	if _, err := out.Write(data); err != nil {
+		return err
 	}
 	return partial(res)
 }

@@ -102,10 +102,16 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 			case <-ictx.Done():
 			}
 		} else {
+			tok, err := g.childToken(t.Token())
+			if err != nil {
+				resign(cmd, t)
+				untrack()
+				return err
+			}
 			c.env = []string{
 				"BATON_LOCK_NAME=" + name,
 				"BATON_LOCK_KEY=" + t.Key(),
-				"BATON_FENCING_TOKEN=" + t.Token().String(),
+				"BATON_FENCING_TOKEN=" + tok.String(),
 				"BATON_ELECTION_VALUE=" + value,
 			}
 			if res, err = c.run(ictx, t); err != nil {

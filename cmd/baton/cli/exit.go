@@ -40,8 +40,9 @@ const (
 	// ExitOwnershipLost: the lock or leadership may have been lost while
 	// held (its command, if any, was stopped), or elect --once lost it.
 	ExitOwnershipLost = 79
-	// ExitPartial: with a cluster map, some clusters did not answer; the
-	// others' results were printed, and the output names the ones missing.
+	// ExitPartial: with a cluster map, some clusters did not answer (or,
+	// for baton version, some endpoints); the others' results were
+	// printed, and the output names the ones missing.
 	ExitPartial = 3
 )
 

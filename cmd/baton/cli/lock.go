@@ -172,10 +172,15 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 		return nil
 	}
 
+	tok, err := g.childToken(l.Token())
+	if err != nil {
+		_ = release()
+		return err
+	}
 	c.env = []string{
 		"BATON_LOCK_NAME=" + name,
 		"BATON_LOCK_KEY=" + l.Key(),
-		"BATON_FENCING_TOKEN=" + l.Token().String(),
+		"BATON_FENCING_TOKEN=" + tok.String(),
 	}
 	res, err := c.run(ictx, l)
 	uerr := release()

@@ -116,9 +116,15 @@ func newRBACShowCmd(g *globals) *cobra.Command {
 		Use:   "show",
 		Short: "Print the policy in force, as a file rbac apply accepts",
 		Long: `Print the policy in force, as a file rbac apply accepts. Needs root when auth
-is enabled; warns when auth is disabled, since the roles are then not enforced.`,
+is enabled; warns when auth is disabled, since the roles are then not enforced.
+With --clusters (and no --namespace), every cluster is read and the result is
+one file that rbac apply --clusters accepts: each namespace as the cluster that
+serves it has it; a cluster that does not answer is named on stderr (exit 3).`,
 		Args: args(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if g.fanOut(cmd) {
+				return g.rbacShowAcross(cmd)
+			}
 			ctx := cmd.Context()
 			cli, err := g.client(ctx)
 			if err != nil {

@@ -50,6 +50,7 @@ func commands(g *globals) []*cobra.Command {
 		newDemoWorkerCmd(g),
 		newSuperviseCmd(g),
 		newCertsCmd(g), newRBACCmd(g), newAuthCmd(g),
+		newClustersCmd(g), newVersionCmd(g),
 	}
 }
 
@@ -69,7 +70,7 @@ command under a lock or as leader (with its fencing token in the
 environment), force-unlocks only after checking the holder is dead, serves
 an embedded etcd for local use, and demonstrates fencing (baton demo).
 
-Exit codes: 0 ok, 1 error, 3 some clusters did not answer (--clusters),
+Exit codes: 0 ok, 1 error, 3 some clusters (--clusters) or endpoints (version) did not answer,
 64 usage, 69 etcd unreachable, 75 lock not acquired, 77 force-unlock
 refused (holder alive), 78 refused by etcd (TLS, authentication,
 permission), 79 ownership lost; lock and elect pass their command's own
@@ -88,6 +89,7 @@ BATON_DIAL_TIMEOUT, and so on; a flag on the command line wins.`,
 			return validateArgs(cmd, a)
 		},
 	}
+	root.SetVersionTemplate(versionTemplate)
 	root.SetIn(io.In)
 	root.SetOut(io.Out)
 	root.SetErr(io.Err)

@@ -268,6 +268,22 @@ func TestCertsInitChecksEveryUserBeforeWritingAnything(t *testing.T) {
 	}
 }
 
+func TestCertsInitChecksEveryHostBeforeWritingAnything(t *testing.T) {
+	ctx := testContext(t)
+	dir := filepath.Join(t.TempDir(), "pki")
+	code, _, errOut := run(ctx, t, "", "certs", "init", "--dir", dir, "--hosts", "localhost,exa mple,a..b")
+	if code != ExitUsage || !strings.Contains(errOut, `"exa mple"`) || !strings.Contains(errOut, `"a..b"`) {
+		t.Fatalf("exit %d, stderr %q; want a usage error naming both bad hosts", code, errOut)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("certs init wrote %s before refusing: %v", dir, err)
+	}
+	code, _, errOut = run(ctx, t, "", "certs", "init", "--dir", dir, "--hosts", "exa mple", "--key-type", "rsa")
+	if code != ExitUsage || !strings.Contains(errOut, `"exa mple"`) || !strings.Contains(errOut, "KeyType") {
+		t.Fatalf("exit %d, stderr %q; want a usage error naming the host and the key type", code, errOut)
+	}
+}
+
 func TestCertsInitSaysItReusesTheCA(t *testing.T) {
 	ctx := testContext(t)
 	dir := filepath.Join(t.TempDir(), "pki")
