@@ -207,16 +207,16 @@ func TestForceUnlockFreesExactlyOnePermitAndLocksShowsKinds(t *testing.T) {
 		t.Errorf("locks table:\n%s", out)
 	}
 
-	// Without --key, unlock names the holders to choose from.
+	// Without --holder-key, unlock names the holders to choose from.
 	code, _, errOut = runBaton(t, 15*time.Second, "--namespace", ns, "unlock", "exports", "--force", "--reason", "e2e")
 	if code != cli.ExitUsage || !strings.Contains(errOut, victim) || !strings.Contains(errOut, other) {
-		t.Errorf("unlock without --key: exit %d, want %d listing both keys; stderr:\n%s", code, cli.ExitUsage, errOut)
+		t.Errorf("unlock without --holder-key: exit %d, want %d listing both keys; stderr:\n%s", code, cli.ExitUsage, errOut)
 	}
 
-	code, out, errOut = runBaton(t, 30*time.Second, "--namespace", ns, "unlock", "exports", "--key", victim,
+	code, out, errOut = runBaton(t, 30*time.Second, "--namespace", ns, "unlock", "exports", "--holder-key", victim,
 		"--force", "--reason", "e2e: one permit", "--even-if-alive", "--watch", "500ms")
 	if code != cli.ExitOK || !strings.Contains(out, "deleted key") {
-		t.Fatalf("unlock --key: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+		t.Fatalf("unlock --holder-key: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 	// The holder of that permit stops; the waiter takes it; the other holder holds on.
 	if code := p1.wait(15 * time.Second); code != cli.ExitOwnershipLost {
@@ -245,7 +245,7 @@ func TestForceUnlockFreesExactlyOnePermitAndLocksShowsKinds(t *testing.T) {
 	}
 
 	// A reader is forced the same way.
-	code, out, errOut = runBaton(t, 30*time.Second, "--namespace", ns, "unlock", "catalog", "--key", v.Locks[0].Key,
+	code, out, errOut = runBaton(t, 30*time.Second, "--namespace", ns, "unlock", "catalog", "--holder-key", v.Locks[0].Key,
 		"--force", "--reason", "e2e: one reader", "--even-if-alive", "--watch", "500ms")
 	if code != cli.ExitOK || !strings.Contains(out, "a read lock of rwlock") {
 		t.Fatalf("unlock a reader: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
@@ -255,9 +255,9 @@ func TestForceUnlockFreesExactlyOnePermitAndLocksShowsKinds(t *testing.T) {
 	}
 
 	// A key of another name is refused before connecting.
-	code, _, _ = runBaton(t, 10*time.Second, "--namespace", ns, "unlock", "nightly", "--key", other, "--force", "--reason", "x")
+	code, _, _ = runBaton(t, 10*time.Second, "--namespace", ns, "unlock", "nightly", "--holder-key", other, "--force", "--reason", "x")
 	if code != cli.ExitUsage {
-		t.Errorf("--key of another name: exit %d, want %d", code, cli.ExitUsage)
+		t.Errorf("--holder-key of another name: exit %d, want %d", code, cli.ExitUsage)
 	}
 	openGate(t, dir, "g2")
 	openGate(t, dir, "g3")

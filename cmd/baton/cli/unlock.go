@@ -21,7 +21,7 @@ type forceOptions struct {
 	evenIfAlive bool
 	revokeLease bool
 	watch       time.Duration // 0: a third of the granted TTL plus a second
-	key         string        // unlock --key: one holder's key (unlock_kinds.go)
+	key         string        // unlock --holder-key: one holder's key (unlock_kinds.go)
 }
 
 // Results of a force-unlock, as recorded.
@@ -45,7 +45,7 @@ const maxProbeOps = 100
 func newUnlockCmd(g *globals) *cobra.Command {
 	var o forceOptions
 	cmd := &cobra.Command{
-		Use:   "unlock NAME --force --reason TEXT [--even-if-alive] [--revoke-lease]",
+		Use:   "unlock NAME [--holder-key KEY] --force --reason TEXT [--even-if-alive] [--revoke-lease]",
 		Short: "Force-release a lock held by another process, after checking it is dead",
 		Long: `Release the lock NAME for a holder that died without releasing it. baton
 shows the holder, checks that you may force it (the operators access level
@@ -63,14 +63,14 @@ its token.
 every key on it: baton lists those keys first and records them all.
 
 A semaphore's permit or a read/write lock's holder is named by its key,
-as baton locks shows it: --key KEY deletes exactly that one key (one
+as baton locks shows it: --holder-key KEY deletes exactly that one key (one
 permit, or one reader), with the same checks and audit record.
 
 Elections have their own command: baton resign NAME --force.`,
 		Example: `  baton unlock nightly-report --force --reason "host db-7 died, INC-4411"
   baton unlock nightly-report --force --reason "stuck, INC-4412" --even-if-alive
   baton unlock bulk-0007 --force --reason "whole session wedged" --revoke-lease
-  baton unlock exports --key /baton/v1/semaphore/exports/694d7f1c2a3b0011.p1 --force --reason "worker w-1 hung"`,
+  baton unlock exports --holder-key /baton/v1/semaphore/exports/694d7f1c2a3b0011.p1 --force --reason "worker w-1 hung"`,
 		Args: args(1, 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			if err := validateForce(cmd, o); err != nil {

@@ -12,13 +12,13 @@ import (
 )
 
 // A semaphore or a read/write lock has several holders at once, so
-// `baton unlock NAME --key KEY` names the one to force by its key. Only a
+// `baton unlock NAME --holder-key KEY` names the one to force by its key. Only a
 // holder's key is deleted, never a waiter's: a key that held stays
 // holding until it is deleted (older keys only leave), so the
 // transaction's guard on its CreateRevision is enough.
 
 func addForceKeyFlag(cmd *cobra.Command, o *forceOptions) {
-	cmd.Flags().StringVar(&o.key, "key", "", "the holder's key, as baton locks shows it: required for a semaphore's permit or a read/write lock's holder")
+	cmd.Flags().StringVar(&o.key, "holder-key", "", "the holder's key, as baton locks shows it: required for a semaphore's permit or a read/write lock's holder")
 }
 
 // validateForceKey checks before connecting that key is a contender key
@@ -29,13 +29,13 @@ func validateForceKey(ns, name, key string) error {
 	}
 	p, _, err := keys.ParseTagged(ns, key)
 	if err != nil {
-		return usageErrorf("--key %s is not a holder's key of namespace %s", safe(key), safeQ(ns))
+		return usageErrorf("--holder-key %s is not a holder's key of namespace %s", safe(key), safeQ(ns))
 	}
 	switch {
 	case p.Kind != keys.Lock && p.Kind != keys.Semaphore && p.Kind != keys.RWLock:
-		return usageErrorf("--key %s is a key of an %s, not of a lock: use baton resign", safe(key), safe(string(p.Kind)))
+		return usageErrorf("--holder-key %s is a key of an %s, not of a lock: use baton resign", safe(key), safe(string(p.Kind)))
 	case p.Name != name:
-		return usageErrorf("--key %s belongs to %s, not to %s", safe(key), safeQ(p.Name), safeQ(name))
+		return usageErrorf("--holder-key %s belongs to %s, not to %s", safe(key), safeQ(p.Name), safeQ(name))
 	}
 	return nil
 }
@@ -87,7 +87,7 @@ func taggedHolders(ctx context.Context, cli *clientv3.Client, ns string, kind ke
 
 // heldAsTagged explains, when the lock name is not held, that a semaphore
 // or read/write lock of that name is, and lists its holders' keys for
-// --key.
+// --holder-key.
 func heldAsTagged(ctx context.Context, g *globals, cli *clientv3.Client, kind keys.Kind, name string) error {
 	if kind != keys.Lock {
 		return nil
@@ -101,9 +101,9 @@ func heldAsTagged(ctx context.Context, g *globals, cli *clientv3.Client, kind ke
 		}
 		var b strings.Builder
 		for _, h := range hs {
-			fmt.Fprintf(&b, "\n  --key %s  (holder %s, token %d)", safeArg(h.Key), safe(dash(h.Identity)), h.Token)
+			fmt.Fprintf(&b, "\n  --holder-key %s  (holder %s, token %d)", safeArg(h.Key), safe(dash(h.Identity)), h.Token)
 		}
-		return usageErrorf("lock %s is not held, but %s %s has %d holder(s): name the one to force with --key%s",
+		return usageErrorf("lock %s is not held, but %s %s has %d holder(s): name the one to force with --holder-key%s",
 			safeQ(name), k, safeQ(name), len(hs), b.String())
 	}
 	return nil
