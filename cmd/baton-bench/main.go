@@ -3,6 +3,10 @@
 // both with their ratio, and writes the results as JSON.
 //
 //	baton-bench [-runs 3] [-duration 3s] [-held 10000] [-waiters 1000] [-only contend,graceful] [-json bench.json]
+//	baton-bench -primitives [-runs 5] [-duration 2s] [-contenders 8] [-json primitives.json]
+//
+// With -primitives it compares baton's rwmutex with etcd's recipes RWMutex
+// and baton's semaphore with N raw concurrency mutexes instead.
 //
 // The held-locks workload runs in a child process (baton-bench held-client)
 // so that the heap it measures is the client's alone.
@@ -48,6 +52,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Held, "held", 10000, "locks held on one session")
 	fs.DurationVar(&cfg.HeldWindow, "held-window", 6*time.Second, "how long renewals are counted while the locks are held")
 	fs.IntVar(&cfg.Waiters, "waiters", 1000, "waiters queued on one key")
+	primitives := fs.Bool("primitives", false, "compare the rwmutex and semaphore packages (workloads: "+strings.Join(bench.PrimitiveWorkloads(), ",")+")")
 	only := fs.String("only", "", "comma-separated workloads to run, of: "+strings.Join(bench.Workloads(), ","))
 	jsonPath := fs.String("json", "bench.json", "file to write the results to as JSON; empty for none")
 	if err := fs.Parse(args); err != nil {
@@ -62,9 +67,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if *only != "" {
 		cfg.Only = strings.Split(*only, ",")
+		have := bench.Workloads()
+		if *primitives {
+			have = bench.PrimitiveWorkloads()
+		}
 		for _, w := range cfg.Only {
-			if !contains(bench.Workloads(), w) {
-				fmt.Fprintf(stderr, "baton-bench: no workload %q (have %s)\n", w, strings.Join(bench.Workloads(), ", "))
+			if !contains(have, w) {
+				fmt.Fprintf(stderr, "baton-bench: no workload %q (have %s)\n", w, strings.Join(have, ", "))
 				return 2
 			}
 		}
@@ -82,7 +91,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer srv.Stop()
-	rep, err := bench.Run(ctx, srv, cfg, stderr)
+	runBench := bench.Run
+	if *primitives {
+		runBench = bench.RunPrimitives
+	}
+	rep, err := runBench(ctx, srv, cfg, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "baton-bench: %v\n", err)
 		return 1

@@ -10,8 +10,12 @@ import (
 // Print writes the report as a table: for each measure, baton's and raw's
 // median with the lowest and highest run, their ratio, and the target.
 func (rep *Report) Print(w io.Writer) error {
-	fmt.Fprintf(w, "baton vs raw etcd concurrency: %d runs each, %s, %d CPUs, load %s → %s\n",
-		rep.Config.Runs, rep.GoVersion, rep.CPUs, rep.LoadBefore, rep.LoadAfter)
+	compared := "baton vs raw etcd concurrency"
+	if rep.Compared != "" {
+		compared = rep.Compared
+	}
+	fmt.Fprintf(w, "%s: %d runs each, %s, %d CPUs, load %s → %s\n",
+		compared, rep.Config.Runs, rep.GoVersion, rep.CPUs, rep.LoadBefore, rep.LoadAfter)
 	fmt.Fprintf(w, "fdatasync 4 KiB floor: p50 %s ms, p99 %s ms\n\n", spread(rep.FdatasyncP50), spread(rep.FdatasyncP99))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "workload\tmeasure\tbaton median [min–max]\traw median [min–max]\tbaton/raw\ttarget")

@@ -142,6 +142,9 @@ type Measure struct {
 
 // Report is a whole run of the benchmark.
 type Report struct {
+	// Compared names the two sides when they are not baton's mutex and
+	// election against etcd's concurrency package (RunPrimitives).
+	Compared  string    `json:"compared,omitempty"`
 	Started   time.Time `json:"started"`
 	Finished  time.Time `json:"finished"`
 	GoVersion string    `json:"go_version"`

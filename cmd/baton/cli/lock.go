@@ -25,6 +25,8 @@ type lockOptions struct {
 	try     bool
 	grace   time.Duration
 	metrics string
+	limit   int  // --limit: a semaphore permit (lock_kinds.go)
+	shared  bool // --shared: a read lock (lock_kinds.go)
 }
 
 // heldView is what lock prints once it holds the lock, and elect once it
@@ -40,6 +42,9 @@ type heldView struct {
 	Lease string        `json:"lease"`
 	TTL   time.Duration `json:"-"`
 	TTLs  int64         `json:"ttl_seconds"`
+	// Limit is a semaphore's; Shared marks a read lock.
+	Limit  int  `json:"limit,omitempty"`
+	Shared bool `json:"shared,omitempty"`
 }
 
 func writeHeld(w io.Writer, asJSON bool, v heldView) error {
@@ -47,10 +52,7 @@ func writeHeld(w io.Writer, asJSON bool, v heldView) error {
 	if asJSON {
 		return writeJSONLine(w, v)
 	}
-	what := "holding lock"
-	if v.Kind == string(keys.Election) {
-		what = "leading election"
-	}
+	what := heldWhat(v)
 	value := ""
 	if v.Value != "" {
 		value = fmt.Sprintf(" as %q", v.Value)
@@ -90,7 +92,16 @@ confirming the lock (frozen, wedged) at the lock's validity deadline.
 While waiting, baton says on stderr who holds the lock, and waits
 through etcd outages (on a new lease if the old one is gone). --try exits
 with 75 at once if another holds the lock; so does --timeout when it runs
-out. A signal ends the wait with 128+N (130 for SIGINT, 143 for SIGTERM).`,
+out. A signal ends the wait with 128+N (130 for SIGINT, 143 for SIGTERM).
+
+--limit N takes one of N permits of the semaphore NAME instead: at most N
+holders at once, served in arrival order. --shared takes a read lock of
+the read/write lock NAME: readers hold together, and wait only for a
+writer (a program using package rwmutex) that came before them. A lock, a
+semaphore and a read/write lock of the same NAME are different objects:
+a plain baton lock NAME neither waits for nor blocks --limit or --shared
+holders of NAME. The command also gets BATON_LOCK_KIND (semaphore or
+rwlock-read) and, for a semaphore, BATON_SEMAPHORE_LIMIT.`,
 		Args: args(1, -1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			argv, err := splitCommand(cmd, a, 1)
@@ -103,6 +114,12 @@ out. A signal ends the wait with 128+N (130 for SIGINT, 143 for SIGTERM).`,
 			if o.timeout < 0 || o.grace <= 0 {
 				return usageErrorf("--timeout must not be negative and --grace must be positive")
 			}
+			if err := validateKindFlags(cmd, o); err != nil {
+				return err
+			}
+			if o.limit > 0 || o.shared {
+				return runKindLock(cmd, g, o, a[0], argv)
+			}
 			return runLock(cmd, g, o, a[0], argv)
 		},
 	}
@@ -112,6 +129,7 @@ out. A signal ends the wait with 128+N (130 for SIGINT, 143 for SIGTERM).`,
 	f.BoolVar(&o.try, "try", false, "do not wait: exit 75 if another holds the lock")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL")
 	addMetricsFlag(f, &o.metrics)
+	addKindFlags(f, &o)
 	return cmd
 }
 

@@ -20,12 +20,15 @@ import (
 	"github.com/batonhq/baton/mutex"
 )
 
-// lockRow is one line of `baton locks`.
+// lockRow is one line of `baton locks`: one holder of a lock.
 type lockRow struct {
 	Name    string
+	Kind    string // kindMutex ("" too), kindSemaphore, kindRead or kindWrite
 	Holder  mutex.Contender
 	Since   time.Time // zero when unknown
 	Waiters int
+	Holders int // how many hold the same lock (0: one)
+	Limit   int // a semaphore's stored limit (0: none or unknown)
 }
 
 type locksView struct {
@@ -37,6 +40,9 @@ type locksView struct {
 
 type lockJSON struct {
 	Name      string     `json:"name"`
+	Kind      string     `json:"kind,omitempty"`
+	Holders   int        `json:"holders,omitempty"`
+	Limit     int        `json:"limit,omitempty"`
 	Holder    string     `json:"holder"`
 	Key       string     `json:"key"`
 	Token     int64      `json:"token"`
@@ -55,7 +61,8 @@ func writeLocks(w io.Writer, asJSON bool, v locksView) error {
 			Locks     []lockJSON `json:"locks"`
 		}{Namespace: v.Namespace, Count: len(v.Locks), Locks: []lockJSON{}}
 		for _, l := range v.Locks {
-			out.Locks = append(out.Locks, lockJSON{Name: l.Name, Holder: l.Holder.Identity, Key: l.Holder.Key,
+			out.Locks = append(out.Locks, lockJSON{Name: l.Name, Kind: rowKind(l), Holders: max(l.Holders, 1), Limit: l.Limit,
+				Holder: l.Holder.Identity, Key: l.Holder.Key,
 				Token: int64(l.Holder.Token), Lease: leaseHex(int64(l.Holder.Lease)), TTLLeft: ttlSeconds(l.Holder.TTL),
 				HeldSince: since(l.Since), HeldFor: sinceSeconds(v.Now, l.Since), Waiters: l.Waiters})
 		}
@@ -69,25 +76,37 @@ func writeLocks(w io.Writer, asJSON bool, v locksView) error {
 		_, err := fmt.Fprintln(w, what)
 		return err
 	}
-	t := newTable(w, "NAME", "HOLDER", "TOKEN", "TTL LEFT", "HELD FOR", "WAITERS", "KEY")
+	t := newTable(w, "NAME", "KIND", "HOLDERS", "HOLDER", "TOKEN", "TTL LEFT", "HELD FOR", "WAITERS", "KEY")
+	objects := make(map[[2]string]bool)
 	for _, l := range v.Locks {
-		t.row(safe(l.Name), safe(dash(l.Holder.Identity)), l.Holder.Token.String(), ttlText(l.Holder.TTL),
+		objects[[2]string{l.Name, string(heldKindOf(l))}] = true
+		t.row(safe(l.Name), rowKind(l), holdersCell(l), safe(dash(l.Holder.Identity)), l.Holder.Token.String(), ttlText(l.Holder.TTL),
 			ageText(v.Now, l.Since), strconv.Itoa(l.Waiters), safe(l.Holder.Key))
 	}
 	if err := t.flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%d lock(s)\n", len(v.Locks))
+	if len(objects) == len(v.Locks) {
+		_, err := fmt.Fprintf(w, "%d lock(s)\n", len(v.Locks))
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%d lock(s), %d holder(s)\n", len(objects), len(v.Locks))
 	return err
 }
 
 func newLocksCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "locks [PREFIX]",
-		Short: "List the locks of the namespace: name, holder, token, TTL left, held for, waiters",
+		Short: "List the locks of the namespace: name, kind, holders, token, TTL left, held for, waiters",
 		Long: `List every held lock of the namespace whose name starts with PREFIX, and
 how many. etcd filters by PREFIX; the holders' lease TTLs are asked in
 parallel.
+
+KIND is mutex (baton lock, package mutex), semaphore (baton lock --limit,
+package semaphore) or rwlock read / rwlock write (baton lock --shared,
+package rwmutex). A semaphore or a read lock has a line per holder;
+HOLDERS says how many hold it (of the limit, for a semaphore). The same
+name under two kinds names two objects that never wait for each other.
 
 "held for" is known only for holders that recorded when they acquired
 (baton lock does); for others it shows "unknown": etcd itself keeps no
@@ -113,12 +132,14 @@ acquisition time.`,
 			if err != nil {
 				return g.failed("list locks", err)
 			}
-			held, err := readHeld(octx, cli, g.namespace, keys.Lock, "")
-			if err != nil {
-				return g.failed("read acquisition records", err)
+			held := make(map[keys.Kind]map[string]time.Time)
+			for _, k := range []keys.Kind{keys.Lock, keys.Semaphore, keys.RWLock} {
+				if held[k], err = readHeld(octx, cli, g.namespace, k, ""); err != nil {
+					return g.failed("read acquisition records", err)
+				}
 			}
 			for i := range rows {
-				rows[i].Since = heldLookup(held, rows[i].Name, rows[i].Holder.Lease)
+				rows[i].Since = heldLookup(held[heldKindOf(rows[i])], rows[i].Name, rows[i].Holder.Lease)
 			}
 			return writeLocks(cmd.OutOrStdout(), g.json(), locksView{Namespace: g.namespace, Prefix: prefix, Locks: rows, Now: g.io.Now()})
 		},
@@ -128,8 +149,8 @@ acquisition time.`,
 // ttlWorkers bounds the TimeToLive requests in flight.
 const ttlWorkers = 32
 
-// listLocks reads the locks of namespace ns whose name starts with prefix,
-// sorted by name: the range is filtered by etcd (escaping keeps name
+// listLocks reads the locks (mutexes, semaphores, read/write locks) of
+// namespace ns whose name starts with prefix, sorted by name: each range is filtered by etcd (escaping keeps name
 // prefixes as key prefixes, and an escaped prefix never reaches past the
 // name's segment), and the holders' TTLs are asked in parallel.
 func listLocks(ctx context.Context, cli *clientv3.Client, ns, prefix string) ([]lockRow, error) {
@@ -153,10 +174,23 @@ func listLocks(ctx context.Context, cli *clientv3.Client, ns, prefix string) ([]
 		rows = append(rows, lockRow{Name: p.Name, Holder: mutex.Contender{Key: string(kv.Key), Token: fencing.Token(kv.CreateRevision),
 			Lease: clientv3.LeaseID(kv.Lease), Identity: string(kv.Value)}})
 	}
+	for _, kind := range []keys.Kind{keys.Semaphore, keys.RWLock} {
+		more, err := listTagged(ctx, cli, ns, kind, prefix)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, more...)
+	}
 	if err := fillTTLs(ctx, cli, rows); err != nil {
 		return nil, err
 	}
-	sort.Slice(rows, func(i, j int) bool { return rows[i].Name < rows[j].Name })
+	// By name, then kind; a lock's holders stay in token order.
+	sort.SliceStable(rows, func(i, j int) bool {
+		if rows[i].Name != rows[j].Name {
+			return rows[i].Name < rows[j].Name
+		}
+		return rowKind(rows[i]) < rowKind(rows[j])
+	})
 	return rows, nil
 }
 

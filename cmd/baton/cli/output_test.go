@@ -57,6 +57,12 @@ func TestOutputGolden(t *testing.T) {
 			Lease: 0x694d7f1c2a3b0003, TTL: 13 * time.Second, Identity: "web-1:4242"}, Since: t0, Waiters: 2},
 		{Name: "migrate", Holder: mutex.Contender{Key: "/baton/v1/lock/migrate/694d7f1c2a3b0005", Token: 30,
 			Lease: 0x694d7f1c2a3b0005, TTL: -1, Identity: "db-2:77"}},
+		{Name: "exports", Kind: kindSemaphore, Holders: 2, Limit: 3, Waiters: 1, Since: t0, Holder: mutex.Contender{
+			Key: "/baton/v1/semaphore/exports/694d7f1c2a3b0011.p1", Token: 40, Lease: 0x694d7f1c2a3b0011, TTL: 12 * time.Second, Identity: "w-1:10"}},
+		{Name: "exports", Kind: kindSemaphore, Holders: 2, Limit: 3, Waiters: 1, Holder: mutex.Contender{
+			Key: "/baton/v1/semaphore/exports/694d7f1c2a3b0012.p1", Token: 41, Lease: 0x694d7f1c2a3b0012, TTL: 14 * time.Second, Identity: "w-2:11"}},
+		{Name: "catalog", Kind: kindRead, Holders: 1, Waiters: 1, Holder: mutex.Contender{
+			Key: "/baton/v1/rwlock/catalog/694d7f1c2a3b0013.r1", Token: 50, Lease: 0x694d7f1c2a3b0013, TTL: 9 * time.Second, Identity: "r-1:12"}},
 	}}
 	audit := auditView{Namespace: "baton", Entries: []auditEntry{{
 		Key: "/baton/audit/v1/20260301T120000.000000000Z-694d7f1c2a3b0005",

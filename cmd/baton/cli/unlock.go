@@ -21,6 +21,7 @@ type forceOptions struct {
 	evenIfAlive bool
 	revokeLease bool
 	watch       time.Duration // 0: a third of the granted TTL plus a second
+	key         string        // unlock --holder-key: one holder's key (unlock_kinds.go)
 }
 
 // Results of a force-unlock, as recorded.
@@ -44,7 +45,7 @@ const maxProbeOps = 100
 func newUnlockCmd(g *globals) *cobra.Command {
 	var o forceOptions
 	cmd := &cobra.Command{
-		Use:   "unlock NAME --force --reason TEXT [--even-if-alive] [--revoke-lease]",
+		Use:   "unlock NAME [--holder-key KEY] --force --reason TEXT [--even-if-alive] [--revoke-lease]",
 		Short: "Force-release a lock held by another process, after checking it is dead",
 		Long: `Release the lock NAME for a holder that died without releasing it. baton
 shows the holder, checks that you may force it (the operators access level
@@ -61,19 +62,28 @@ its token.
 --revoke-lease instead revokes the holder's whole lease, which releases
 every key on it: baton lists those keys first and records them all.
 
+A semaphore's permit or a read/write lock's holder is named by its key,
+as baton locks shows it: --holder-key KEY deletes exactly that one key (one
+permit, or one reader), with the same checks and audit record.
+
 Elections have their own command: baton resign NAME --force.`,
 		Example: `  baton unlock nightly-report --force --reason "host db-7 died, INC-4411"
   baton unlock nightly-report --force --reason "stuck, INC-4412" --even-if-alive
-  baton unlock bulk-0007 --force --reason "whole session wedged" --revoke-lease`,
+  baton unlock bulk-0007 --force --reason "whole session wedged" --revoke-lease
+  baton unlock exports --holder-key /baton/v1/semaphore/exports/694d7f1c2a3b0011.p1 --force --reason "worker w-1 hung"`,
 		Args: args(1, 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			if err := validateForce(cmd, o); err != nil {
+				return err
+			}
+			if err := validateForceKey(g.namespace, a[0], o.key); err != nil {
 				return err
 			}
 			return runForce(cmd, g, o, keys.Lock, a[0])
 		},
 	}
 	forceFlags(cmd, &o, "lock")
+	addForceKeyFlag(cmd, &o)
 	return cmd
 }
 
@@ -145,8 +155,11 @@ type holder struct {
 }
 
 func (h holder) what() string {
-	if h.Kind == keys.Election {
+	switch h.Kind {
+	case keys.Election:
 		return "election " + safeQ(h.Name)
+	case keys.Semaphore, keys.RWLock:
+		return taggedWhat(h)
 	}
 	return "lock " + safeQ(h.Name)
 }
@@ -173,12 +186,18 @@ func runForce(cmd *cobra.Command, g *globals, o forceOptions, kind keys.Kind, na
 	defer cli.Close()
 
 	octx, cancel := g.opContext(ctx)
-	h, err := readHolder(octx, cli, g.namespace, kind, name)
+	h, err := readForceTarget(octx, cli, g.namespace, kind, name, o.key)
 	cancel()
 	if err != nil {
 		return g.failed("read the holder", err)
 	}
+	if h.Key == "" && o.key != "" {
+		return fmt.Errorf("key %s does not hold %s (it waits, or is gone): nothing to unlock", safe(o.key), safeQ(name))
+	}
 	if h.Key == "" {
+		if err := heldAsTagged(ctx, g, cli, kind, name); err != nil {
+			return err
+		}
 		return notHeld(ctx, g, cli, kind, name)
 	}
 	fmt.Fprintf(out, "%s held by %s: token %d, key %s, lease %s\n",
@@ -239,7 +258,7 @@ func runForce(cmd *cobra.Command, g *globals, o forceOptions, kind keys.Kind, na
 		action = actionForceResign
 	}
 	rec := auditRecord{
-		Time: g.io.Now().UTC(), Action: action, Kind: string(kind), Name: name, Key: h.Key, Holder: h.Identity,
+		Time: g.io.Now().UTC(), Action: action, Kind: string(h.Kind), Name: name, Key: h.Key, Holder: h.Identity,
 		Token: h.Token, Lease: leaseHex(int64(h.Lease)), TTLLeft: ttlSeconds(r.Last), Renewed: r.Renewed,
 		EvenIfAlive: o.evenIfAlive, Reason: o.reason, Identity: id.Name, IdentitySource: id.Source,
 		OSUser: osUser, Host: host, LeaseKeys: leaseKeys,
