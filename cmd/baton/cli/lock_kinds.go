@@ -230,7 +230,12 @@ func runKindLock(cmd *cobra.Command, g *globals, o lockOptions, name string, arg
 		return nil
 	}
 
-	c.env = kindEnv(k, l)
+	tok, err := g.childToken(l.Token())
+	if err != nil {
+		_ = release()
+		return err
+	}
+	c.env = kindEnv(k, l, tok)
 	res, err := c.run(ictx, l)
 	uerr := release()
 	if err != nil {
@@ -252,11 +257,11 @@ func runKindLock(cmd *cobra.Command, g *globals, o lockOptions, name string, arg
 
 // kindEnv is the command's environment: that of a plain lock, and the
 // kind (and limit) so the command can tell which guard its token needs.
-func kindEnv(k *kindLocker, l kindHold) []string {
+func kindEnv(k *kindLocker, l kindHold, tok fencing.Token) []string {
 	env := []string{
 		"BATON_LOCK_NAME=" + k.name,
 		"BATON_LOCK_KEY=" + l.Key(),
-		"BATON_FENCING_TOKEN=" + l.Token().String(),
+		"BATON_FENCING_TOKEN=" + tok.String(),
 	}
 	if k.kind == keys.Semaphore {
 		return append(env, "BATON_LOCK_KIND=semaphore", "BATON_SEMAPHORE_LIMIT="+strconv.Itoa(k.limit))
