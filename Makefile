@@ -1,7 +1,7 @@
 GO ?= go
 PKGS ?= ./...
 
-.PHONY: all test test-short test-chaos test-compat lint bench bench-shard demo build fuzz check-alerts screenshots
+.PHONY: all test test-deploy test-short test-chaos test-compat lint bench bench-shard demo build fuzz check-alerts screenshots
 
 all: lint test
 
@@ -11,6 +11,11 @@ build:
 # Every test, with the race detector, against embedded etcd on 127.0.0.1.
 test:
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+# The Kubernetes manifests, decoded strictly with the Kubernetes API types
+# (a module of its own, so its k8s.io dependencies stay out of go.mod).
+test-deploy:
+	cd deploy/kubernetes && $(GO) mod tidy -diff && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 # The quick subset: skips the long trial loops.
 test-short:
