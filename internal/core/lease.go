@@ -193,7 +193,10 @@ func (l *Lease) watchdog() {
 	}
 	l.mu.Unlock()
 	if s.borrowed == nil && !errors.Is(context.Cause(l.ctx), errs.ErrReleased) {
-		if err := l.revoke(s.ctx, 2*l.ttl+revokeTimeout); err != nil {
+		// Until etcd answers, however long an outage lasts: once quorum is
+		// back its new leader renews every lease for a full TTL, and this
+		// one's keys would block the queue that long.
+		if err := l.revoke(s.ctx, 0); err != nil {
 			s.cfg.Logger.Warn("could not revoke a lost lease; it expires by itself", l.hex(), zap.Error(err))
 		}
 	}
@@ -218,13 +221,16 @@ func (l *Lease) sleep(d time.Duration, borrowedDone <-chan struct{}) bool {
 }
 
 // revoke revokes the lease, retrying through connection errors for up to
-// d while stop lives, then once more briefly.
+// d (0: no bound) while stop lives, then once more briefly.
 func (l *Lease) revoke(stop context.Context, d time.Duration) error {
 	op := func(ctx context.Context) error {
 		_, err := l.s.cli.Revoke(clientv3.WithRequireLeader(ctx), l.id)
 		return err
 	}
-	ctx, cancel := context.WithTimeout(stop, d)
+	ctx, cancel := stop, context.CancelFunc(func() {})
+	if d > 0 {
+		ctx, cancel = context.WithTimeout(stop, d)
+	}
 	err := retry.Do(ctx, op)
 	cancel()
 	if err != nil && stop.Err() != nil && !retry.Permanent(err) {
