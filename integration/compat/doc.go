@@ -2,7 +2,10 @@
 // versions people run (3.4, 3.5, 3.6), each as a 3-member cluster of OS
 // processes on 127.0.0.1, and checks that locks, elections, failover,
 // etcdctl interoperation and the TLS, auth and RBAC set-up of
-// docs/security.md work on each.
+// docs/security.md work on each. That set-up is docs/security.md itself:
+// SecuritySteps reads its shell and policy blocks, and the suite runs them
+// in order with a short, named list of substitutions (addresses, the
+// directory, the binaries of the version under test).
 //
 // The binaries come from .ci/etcd-binaries.sh, which prints the directory
 // holding them (BATON_COMPAT_DIR, with etcd-3.4/, etcd-3.5/ and etcd-3.6/,

@@ -35,61 +35,37 @@ func runBaton(t *testing.T, env []string, args ...string) (stdout, stderr string
 	return out.String(), errOut.String()
 }
 
-// serverFlags are the TLS flags of docs/security.md step 2 with the file
-// names `baton certs init` writes; --tls-min-version only where etcd has it
-// (3.5 and later).
-func serverFlags(b compat.Binaries, pki string) []string {
-	f := []string{
-		"--cert-file", filepath.Join(pki, "server.crt"), "--key-file", filepath.Join(pki, "server.key"),
-		"--trusted-ca-file", filepath.Join(pki, "ca.crt"), "--client-cert-auth",
-		"--peer-cert-file", filepath.Join(pki, "server.crt"), "--peer-key-file", filepath.Join(pki, "server.key"),
-		"--peer-trusted-ca-file", filepath.Join(pki, "ca.crt"), "--peer-client-cert-auth",
-	}
-	if b.AtLeast("3.5") {
-		f = append(f, "--tls-min-version", "TLS1.2")
-	}
-	return f
-}
-
-// TestTLSAuthAndRBACMatrix sets up a TLS cluster with client-certificate
-// auth using baton's own commands as docs/security.md says (certs init,
-// auth enable, rbac apply, rbac show), then checks who may do what: a
-// contender locks, an observer reads but cannot lock, a user without a
-// role cannot read, a client without a certificate or with one of another
-// CA is refused.
+// TestTLSAuthAndRBACMatrix runs docs/security.md: every command of its
+// shell blocks, in order, with only the substitutions listed at docPKI
+// (addresses, the directory, the binaries of the version under test), its
+// etcd line starting a 3-member cluster. Then it checks who may do what on
+// what the doc set up: a contender locks, an observer reads but cannot
+// lock, a user without a role (or with one on another namespace only)
+// cannot read, a client without a certificate or with one of another CA
+// is refused.
 func TestTLSAuthAndRBACMatrix(t *testing.T) {
+	steps, err := compat.SecuritySteps(securityDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	compat.ForEachVersion(t, func(t *testing.T, b compat.Binaries) {
 		timed(t, b.Minor)
-		pki, foreign := filepath.Join(t.TempDir(), "pki"), filepath.Join(t.TempDir(), "foreign")
-		runBaton(t, nil, "certs", "init", "--dir", pki, "--hosts", "localhost,127.0.0.1", "--users", "root,payments-api,oncall,nobody")
+		d := &docRun{t: t, b: b, dir: t.TempDir(), env: map[string]string{}}
+		for _, s := range steps {
+			d.run(s)
+		}
+		if d.c == nil {
+			t.Fatal("docs/security.md started no etcd")
+		}
+		c, pki := d.c, d.dir
+		foreign := filepath.Join(t.TempDir(), "foreign")
 		runBaton(t, nil, "certs", "init", "--dir", foreign, "--users", "payments-api")
-		rootTLS, err := rbac.ClientFiles(pki, "root").ClientConfig()
-		if err != nil {
-			t.Fatal(err)
+		if d.authEnable == nil {
+			t.Fatal("docs/security.md has no baton auth enable")
 		}
-		c := compat.Start(t, b, compat.Options{TLS: true, Flags: serverFlags(b, pki), ClientTLS: rootTLS})
-
-		env := []string{"BATON_ENDPOINTS=" + strings.Join(c.Endpoints(), ",")}
-		asRoot := []string{"--cacert", filepath.Join(pki, "ca.crt"), "--cert", filepath.Join(pki, "client-root.crt"), "--key", filepath.Join(pki, "client-root.key")}
-		out, _ := runBaton(t, env, append([]string{"auth", "enable"}, asRoot...)...)
-		if !strings.Contains(out, "enable-auth") {
-			t.Fatalf("auth enable printed %q, want enable-auth", out)
-		}
-		if out, _ := runBaton(t, env, append([]string{"auth", "enable"}, asRoot...)...); strings.TrimSpace(out) != "auth already enabled" {
+		// Run again, auth enable changes nothing, as the doc says.
+		if out, _ := d.baton(d.authEnable); strings.TrimSpace(out) != "auth already enabled" {
 			t.Fatalf("second auth enable printed %q", out)
-		}
-		policy := filepath.Join(t.TempDir(), "policy.yaml")
-		if err := os.WriteFile(policy, []byte("namespaces:\n  - name: payments\n    contenders: [payments-api]\n    observers: [oncall]\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		runBaton(t, env, append([]string{"rbac", "apply", "-f", policy, "--dry-run"}, asRoot...)...)
-		out, errOut := runBaton(t, env, append([]string{"rbac", "apply", "-f", policy}, asRoot...)...)
-		if !strings.Contains(out, "grant-role baton:payments:readwrite to user payments-api") || strings.Contains(errOut, "warning") {
-			t.Fatalf("rbac apply:\n%s%s", out, errOut)
-		}
-		out, errOut = runBaton(t, env, append([]string{"rbac", "show"}, asRoot...)...)
-		if !strings.Contains(out, "payments-api") || strings.Contains(errOut, "warning") {
-			t.Fatalf("rbac show:\n%s%s", out, errOut)
 		}
 
 		ctx := ctxFor(t, 60*time.Second)
@@ -127,10 +103,12 @@ func TestTLSAuthAndRBACMatrix(t *testing.T) {
 		if _, err := om.TryLock(ctx); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 			t.Errorf("observer TryLock: %v, want permission denied", err)
 		}
-		// A user without a role sees nothing.
-		nm := newMutex("nobody")
-		if _, err := nm.Holder(ctx); !errors.Is(err, rpctypes.ErrPermissionDenied) {
-			t.Errorf("no-role Holder: %v, want permission denied", err)
+		// A user without a role sees nothing, nor one whose role is on
+		// another namespace.
+		for _, user := range []string{"alice", "scheduler"} {
+			if _, err := newMutex(user).Holder(ctx); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+				t.Errorf("%s's Holder: %v, want permission denied", user, err)
+			}
 		}
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatal(err)
@@ -154,6 +132,6 @@ func TestTLSAuthAndRBACMatrix(t *testing.T) {
 		if err := rbac.ProbeTLS(pctx, c.Endpoints()[0], &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{foreignCert}, MinVersion: tls.VersionTLS12}); !errors.Is(err, rbac.ErrTLSRefused) {
 			t.Errorf("another CA's certificate: %v, want ErrTLSRefused", err)
 		}
-		figure(t, b.Minor, "certs init, auth enable (twice), rbac apply --dry-run, apply, show as docs/security.md; contender locks, observer reads only, no role denied, no cert and foreign CA refused")
+		figure(t, b.Minor, "docs/security.md's %d steps run; auth enable again a no-op; contender locks, observer reads only, no role denied, no cert and foreign CA refused", len(steps))
 	})
 }
