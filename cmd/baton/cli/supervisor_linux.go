@@ -65,6 +65,10 @@ func newSuperviseCmd(*globals) *cobra.Command {
 		Short:  "Run a command for baton lock or baton elect (internal)",
 		Hidden: true,
 		Args:   args(1, -1),
+		// The supervisor connects to nothing: the BATON_* variables it
+		// inherits (without baton's flags, which may have made them valid)
+		// are not checked.
+		PersistentPreRunE: func(*cobra.Command, []string) error { return nil },
 		RunE: func(cmd *cobra.Command, a []string) error {
 			for _, fd := range []int{controlFD, reportFD} {
 				if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
