@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -51,6 +52,20 @@ type childResult struct {
 	// cause is why the supervisor stopped the command by itself (its
 	// validity deadline passed, baton died), empty otherwise.
 	cause string
+}
+
+// testHookBeforeCommand, when set, runs once the hold is taken, before
+// the command is started; it gets the interruptible context.
+var testHookBeforeCommand func(ictx context.Context)
+
+// interruptedBeforeCommand is the 128+N exit error when a signal arrived
+// after the hold was taken and before the command was started, in which
+// case the command is not started; nil otherwise.
+func interruptedBeforeCommand(ictx context.Context, what string) error {
+	if testHookBeforeCommand != nil {
+		testHookBeforeCommand(ictx)
+	}
+	return interruptedError(ictx, "%s: the command was not started", what)
 }
 
 // lookCommand finds name as a shell would, so that a command that cannot

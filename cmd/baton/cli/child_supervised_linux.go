@@ -5,12 +5,16 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // deadlinePoll is how often baton looks for a new validity deadline to
@@ -28,6 +32,7 @@ func (c child) run(ctx context.Context, h hold) (childResult, error) {
 		return childResult{lost: true}, nil
 	default:
 	}
+	adoptOrphans()
 	ctlR, ctlW, err := os.Pipe()
 	if err != nil {
 		return childResult{}, err
@@ -62,12 +67,20 @@ func (c child) run(ctx context.Context, h hold) (childResult, error) {
 		return childResult{status: ExitError}, fmt.Errorf("start the supervisor %s: %w", c.exe, err)
 	}
 	reports := make(chan superviseReport, 1)
+	var group atomic.Int64 // the command's process group, once it runs
 	go func() {
-		var r superviseReport
-		if err := json.NewDecoder(repR).Decode(&r); err != nil {
-			r = superviseReport{Status: -1}
+		dec := json.NewDecoder(repR)
+		for {
+			var r superviseReport
+			if err := dec.Decode(&r); err != nil {
+				r = superviseReport{Status: -1}
+			} else if r.Started > 0 {
+				group.Store(int64(r.Started))
+				continue
+			}
+			reports <- r
+			return
 		}
-		reports <- r
 	}()
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -77,10 +90,14 @@ func (c child) run(ctx context.Context, h hold) (childResult, error) {
 	var res childResult
 	owned, ctxDone := h.Done(), ctx.Done()
 	stopped := false
+	// A supervisor that has not ended the command by the grace after a
+	// stop (frozen, wedged) is killed, and its command's group with it.
+	var unresponsive <-chan time.Time
 	stop := func() {
 		if !stopped {
 			stopped = true
-			_, _ = fmt.Fprintln(ctlW, "stop")
+			_ = writeControl(ctlW, "stop")
+			unresponsive = time.After(c.grace + supervisorSlack)
 		}
 	}
 	for {
@@ -88,7 +105,11 @@ func (c child) run(ctx context.Context, h hold) (childResult, error) {
 		case werr := <-done:
 			r := <-reports
 			if r.Status < 0 {
-				// No report: the supervisor itself died.
+				// No report: the supervisor itself died; what it started
+				// must not outlive it, nor run once the hold is released.
+				if pgid := int(group.Load()); pgid > 0 && killOrphans(pgid) {
+					return res, fmt.Errorf("the supervisor exited without a report (%v); its command's process group %d was killed", werr, pgid)
+				}
 				return res, fmt.Errorf("the supervisor exited without a report (%v); the command may still run", werr)
 			}
 			res.status, res.killed = r.Status, r.Killed
@@ -97,10 +118,12 @@ func (c child) run(ctx context.Context, h hold) (childResult, error) {
 			}
 			return res, nil
 		case <-tick.C:
-			if d := h.Deadline(); !stopped && !d.Equal(last) {
+			if d := h.Deadline(); !stopped && !d.Equal(last) && writeControl(ctlW, fmt.Sprintf("deadline %d", monoDeadline(d))) == nil {
 				last = d
-				_, _ = fmt.Fprintf(ctlW, "deadline %d\n", monoDeadline(d))
 			}
+		case <-unresponsive:
+			unresponsive = nil
+			_ = cmd.Process.Kill()
 		case <-owned:
 			owned = nil
 			res.lost = true
@@ -112,6 +135,55 @@ func (c child) run(ctx context.Context, h hold) (childResult, error) {
 		}
 	}
 }
+
+// supervisorSlack is how long after the grace baton waits for the
+// supervisor to end a stop before killing it.
+const supervisorSlack = 2 * time.Second
+
+// controlWriteTimeout bounds a write to the control pipe: a frozen
+// supervisor that no longer reads it must not freeze baton.
+const controlWriteTimeout = 100 * time.Millisecond
+
+// writeControl writes one line to the control pipe, or nothing if the
+// pipe stays full (a line is shorter than PIPE_BUF: written whole or not
+// at all).
+func writeControl(w *os.File, line string) error {
+	_ = w.SetWriteDeadline(time.Now().Add(controlWriteTimeout)) // a pipe of os.Pipe has deadlines
+	_, err := w.WriteString(line + "\n")
+	return err
+}
+
+// killOrphans runs once the supervisor died: baton, a subreaper, has
+// adopted what the supervisor had started (it has no other child then).
+// It SIGKILLs process group pgid and every child it adopted, reaps them,
+// and reports whether the group is gone within a few seconds.
+func killOrphans(pgid int) bool {
+	self := os.Getpid()
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		groupGone := errors.Is(syscall.Kill(-pgid, syscall.SIGKILL), syscall.ESRCH)
+		for _, pid := range children(self) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		for {
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			if errors.Is(err, syscall.EINTR) {
+				continue
+			}
+			if err != nil || pid <= 0 {
+				break
+			}
+		}
+		if groupGone || time.Now().After(deadline) {
+			return groupGone
+		}
+	}
+}
+
+// adoptOrphans makes baton the subreaper of what its supervisor starts, so
+// that if the supervisor dies its command is adopted by baton, which kills
+// it, instead of by init.
+func adoptOrphans() { _ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }
 
 // warnUnsupervised says nothing where the supervisor is available.
 func warnUnsupervised(func(string)) {}

@@ -114,6 +114,12 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 				"BATON_FENCING_TOKEN=" + tok.String(),
 				"BATON_ELECTION_VALUE=" + value,
 			}
+			if ierr := interruptedBeforeCommand(ictx, fmt.Sprintf("election %q", name)); ierr != nil {
+				resign(cmd, t)
+				untrack()
+				st.released()
+				return ierr
+			}
 			if res, err = c.run(ictx, t); err != nil {
 				resign(cmd, t)
 				return err

@@ -200,6 +200,12 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 		"BATON_LOCK_KEY=" + l.Key(),
 		"BATON_FENCING_TOKEN=" + tok.String(),
 	}
+	if ierr := interruptedBeforeCommand(ictx, fmt.Sprintf("lock %q", name)); ierr != nil {
+		if err := release(); err == nil {
+			st.released()
+		}
+		return ierr
+	}
 	res, err := c.run(ictx, l)
 	uerr := release()
 	if err != nil {

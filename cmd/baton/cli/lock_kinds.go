@@ -236,6 +236,12 @@ func runKindLock(cmd *cobra.Command, g *globals, o lockOptions, name string, arg
 		return err
 	}
 	c.env = kindEnv(k, l, tok)
+	if ierr := interruptedBeforeCommand(ictx, fmt.Sprintf("%s %q", what, name)); ierr != nil {
+		if err := release(); err == nil {
+			st.released()
+		}
+		return ierr
+	}
 	res, err := c.run(ictx, l)
 	uerr := release()
 	if err != nil {

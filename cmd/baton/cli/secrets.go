@@ -17,15 +17,24 @@ import (
 // child's environment.
 var secretEnv = []string{"BATON_PASSWORD"}
 
-// childEnviron is os.Environ without secretEnv.
+// userEnv sets --user, and may carry NAME:PASSWORD.
+var userEnv = envName("user")
+
+// childEnviron is os.Environ without secretEnv, and with only the name of
+// a BATON_USER=NAME:PASSWORD.
 func childEnviron() []string {
 	env := os.Environ()
 	out := env[:0:0]
 	for _, kv := range env {
-		name, _, _ := strings.Cut(kv, "=")
+		name, value, _ := strings.Cut(kv, "=")
 		secret := false
 		for _, s := range secretEnv {
 			secret = secret || name == s
+		}
+		if name == userEnv {
+			if user, _, inline := strings.Cut(value, ":"); inline {
+				kv = name + "=" + user
+			}
 		}
 		if !secret {
 			out = append(out, kv)
@@ -77,6 +86,11 @@ func (g *globals) validateSecrets() error {
 
 // credentials splits --user and finds the password.
 func (g *globals) credentials() (user, password string, err error) {
+	defer func() {
+		if password != "" {
+			hideMemory()
+		}
+	}()
 	if g.user == "" {
 		return "", "", nil
 	}

@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"sync"
 	"time"
-	"unicode"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -149,19 +147,10 @@ func (s *statusWriter) released() {
 	s.emit(event{Event: eventReleased}, fmt.Sprintf("%s %q", verb, s.name))
 }
 
-// oneLine keeps an error on one status line: control characters (a name
-// or an etcd message could carry any) are shown escaped.
-func oneLine(err error) string {
-	var b strings.Builder
-	for _, r := range err.Error() {
-		if unicode.IsControl(r) {
-			fmt.Fprintf(&b, "%+q", r)
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
+// oneLine keeps an error on one status line: control and format
+// characters (a name or an etcd message could carry any) are shown
+// escaped, as safeMessage does.
+func oneLine(err error) string { return safeMessage(err.Error()) }
 
 // watchQueue prints the waiting status until ctx ends: at once, then each
 // time the queue under prefix changes (and every few seconds, which also

@@ -31,8 +31,9 @@ import (
 // Protocol: on fd 3 baton writes lines "deadline NS" (an absolute
 // CLOCK_MONOTONIC time, shared by every process of the machine, so a
 // message delayed in the pipe cannot extend too far) and "stop". On fd 4
-// the supervisor writes one JSON superviseReport when everything it
-// started is gone, then exits with the command's status.
+// the supervisor writes a JSON superviseReport with Started, the command's
+// pid (its process group), once it runs, and a final one when everything
+// it started is gone, then exits with the command's status.
 const superviseCommand = "__supervise"
 
 // supervised: the command runs under the supervisor on this system.
@@ -46,10 +47,13 @@ const (
 )
 
 type superviseReport struct {
-	Status int    `json:"status"`
-	Cause  string `json:"cause,omitempty"`
-	Killed bool   `json:"killed,omitempty"`
-	Error  string `json:"error,omitempty"`
+	// Started, in the first report only, is the command's pid and process
+	// group: baton kills that group if the supervisor dies.
+	Started int    `json:"started,omitempty"`
+	Status  int    `json:"status"`
+	Cause   string `json:"cause,omitempty"`
+	Killed  bool   `json:"killed,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 type superviseOptions struct {
@@ -65,6 +69,10 @@ func newSuperviseCmd(*globals) *cobra.Command {
 		Short:  "Run a command for baton lock or baton elect (internal)",
 		Hidden: true,
 		Args:   args(1, -1),
+		// The supervisor connects to nothing: the BATON_* variables it
+		// inherits (without baton's flags, which may have made them valid)
+		// are not checked.
+		PersistentPreRunE: func(*cobra.Command, []string) error { return nil },
 		RunE: func(cmd *cobra.Command, a []string) error {
 			for _, fd := range []int{controlFD, reportFD} {
 				if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
@@ -74,11 +82,12 @@ func newSuperviseCmd(*globals) *cobra.Command {
 			}
 			ctl, rep := os.NewFile(controlFD, "control"), os.NewFile(reportFD, "report")
 			defer ctl.Close()
-			r := supervise(o, a, ctl)
+			enc := json.NewEncoder(rep)
+			r := supervise(o, a, ctl, func(pid int) { _ = enc.Encode(superviseReport{Started: pid}) })
 			if r.Error != "" {
 				fmt.Fprintf(cmd.ErrOrStderr(), "baton: %s\n", r.Error)
 			}
-			_ = json.NewEncoder(rep).Encode(r)
+			_ = enc.Encode(r)
 			_ = rep.Close()
 			return childStatus(r.Status)
 		},
@@ -119,7 +128,7 @@ type supervisor struct {
 	supervisor int
 }
 
-func supervise(o superviseOptions, argv []string, ctl io.Reader) superviseReport {
+func supervise(o superviseOptions, argv []string, ctl io.Reader, started func(pid int)) superviseReport {
 	// Orphans of the command are reparented here, not to init, so that
 	// they are found, stopped and reaped.
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
@@ -140,6 +149,7 @@ func supervise(o superviseOptions, argv []string, ctl io.Reader) superviseReport
 		return superviseReport{Status: exitCode(err), Error: err.Error()}
 	}
 	s.pid, s.pgid = pid, pid
+	started(pid)
 
 	msgs := make(chan string, 16)
 	go func() {
