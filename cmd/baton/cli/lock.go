@@ -14,6 +14,7 @@ import (
 
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/mutex"
+	"github.com/batonhq/baton/semaphore"
 )
 
 // releaseTimeout bounds the release or resignation on the way out.
@@ -117,9 +118,6 @@ rwlock-read) and, for a semaphore, BATON_SEMAPHORE_LIMIT.`,
 			if err := validateKindFlags(cmd, o); err != nil {
 				return err
 			}
-			if o.limit > 0 || o.shared {
-				return runKindLock(cmd, g, o, a[0], argv)
-			}
 			return runLock(cmd, g, o, a[0], argv)
 		},
 	}
@@ -133,6 +131,9 @@ rwlock-read) and, for a semaphore, BATON_SEMAPHORE_LIMIT.`,
 	return cmd
 }
 
+// runLock takes the lock, a semaphore permit or a read lock as the options
+// say, holds it until interrupted or runs the command under it, and
+// releases it.
 func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []string) error {
 	errOut := cmd.ErrOrStderr()
 	c, err := newChild(g, argv, o.grace, cmd)
@@ -152,25 +153,26 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 		return err
 	}
 	defer cli.Close()
-	m, err := mutex.New(cli, name, mutex.WithTTL(o.ttl), mutex.WithNamespace(g.namespace), mutex.WithRegisterer(ms.registerer()))
+	k, err := newLocker(cli, g, o, name, ms)
 	if err != nil {
 		return withCode(ExitUsage, err)
 	}
-	defer closeBounded(m.Close)
-	st := newStatusWriter(errOut, g.json(), string(keys.Lock), name)
+	defer closeBounded(k.close)
+	what := k.label()
+	st := newStatusWriter(errOut, g.json(), what, name)
 
-	l, err := acquireLock(ictx, g, cli, m, o, st)
+	l, err := acquireHold(ictx, g, cli, k, o, st)
 	if err != nil {
 		return err
 	}
 	defer ms.track(l)()
-	recordHeld(ictx, l.Txn, heldPut(g.namespace, keys.Lock, name, l.Lease(), l.Acquired()))
-	st.acquired(heldView{Kind: string(keys.Lock), Name: name, Key: l.Key(), Token: int64(l.Token()),
-		Lease: leaseHex(int64(l.Lease())), TTL: l.TTL()})
+	recordHeld(ictx, l.Txn, heldPut(g.namespace, k.kind, name, l.Lease(), l.Acquired()))
+	st.acquired(heldView{Kind: string(k.kind), Name: name, Key: l.Key(), Token: int64(l.Token()),
+		Lease: leaseHex(int64(l.Lease())), TTL: l.TTL(), Limit: k.limit, Shared: k.kind == keys.RWLock})
 	release := func() error {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), releaseTimeout)
 		defer cancel()
-		return l.Unlock(rctx)
+		return k.release(rctx, l)
 	}
 
 	if c == nil {
@@ -178,13 +180,13 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 		case <-l.Done():
 		case <-ictx.Done():
 		}
-		if err := lostError(l.Context(), "lock", name); err != nil {
+		if err := lostError(l.Context(), what, name); err != nil {
 			_ = release()
 			st.lost(err, true)
 			return err
 		}
 		if err := release(); err != nil {
-			return lostOr(err, "lock", name, "release")
+			return lostOr(err, k, "release")
 		}
 		st.released()
 		return nil
@@ -195,12 +197,8 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 		_ = release()
 		return err
 	}
-	c.env = []string{
-		"BATON_LOCK_NAME=" + name,
-		"BATON_LOCK_KEY=" + l.Key(),
-		"BATON_FENCING_TOKEN=" + tok.String(),
-	}
-	if ierr := interruptedBeforeCommand(ictx, fmt.Sprintf("lock %q", name)); ierr != nil {
+	c.env = kindEnv(k, l, tok)
+	if ierr := interruptedBeforeCommand(ictx, fmt.Sprintf("%s %q", what, name)); ierr != nil {
 		if err := release(); err == nil {
 			st.released()
 		}
@@ -212,13 +210,13 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 		return err
 	}
 	if res.lost || res.cause != "" {
-		lerr := withCode(ExitOwnershipLost, fmt.Errorf("lock %q lost while the command ran (%v); %s",
-			name, lossCause(l.Context(), res), stoppedText(res, o.grace)))
+		lerr := withCode(ExitOwnershipLost, fmt.Errorf("%s %q lost while the command ran (%v); %s",
+			what, name, lossCause(l.Context(), res), stoppedText(res, o.grace)))
 		st.lost(lerr, true)
 		return lerr
 	}
 	if uerr != nil {
-		fmt.Fprintf(errOut, "baton: release lock %q: %v\n", name, uerr)
+		fmt.Fprintf(errOut, "baton: release %s %q: %v\n", what, name, uerr)
 	} else {
 		st.released()
 	}
@@ -255,30 +253,62 @@ func lossCause(ctx context.Context, res childResult) any {
 	return res.cause
 }
 
-// acquireLock takes the lock as the options say, mapping "not now" to
+// newMutexLocker takes NAME as a plain lock.
+func newMutexLocker(cli *clientv3.Client, g *globals, o lockOptions, name string, ms *metricsServer) (*locker, error) {
+	m, err := mutex.New(cli, name, mutex.WithTTL(o.ttl), mutex.WithNamespace(g.namespace), mutex.WithRegisterer(ms.registerer()))
+	if err != nil {
+		return nil, err
+	}
+	return &locker{
+		kind: keys.Lock, name: name, ns: g.namespace, prefix: m.Prefix(),
+		notHeld: mutex.ErrNotHeld, busy: mutex.ErrLocked,
+		acquire: func(ctx context.Context, try bool) (lockHold, error) {
+			lock := m.Lock
+			if try {
+				lock = m.TryLock
+			}
+			l, err := lock(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return l, nil
+		},
+		release: func(ctx context.Context, h lockHold) error { return h.(*mutex.Lock).Unlock(ctx) },
+		busyError: func(ctx context.Context) error {
+			who := ""
+			if h, herr := m.Holder(ctx); herr == nil && h.Key != "" {
+				who = fmt.Sprintf(" (holder %q, token %d)", h.Identity, h.Token)
+			}
+			return fmt.Errorf("lock %q is held by another%s", m.Name(), who)
+		},
+		queue: lockQueue(cli, m),
+		close: m.Close,
+	}, nil
+}
+
+// acquireHold takes the hold as the options say, mapping "not now" to
 // ExitNotAcquired and an interrupt to 128+N. A blocking wait goes on
 // through etcd outages until --timeout or a signal.
-func acquireLock(ictx context.Context, g *globals, cli *clientv3.Client, m *mutex.Mutex, o lockOptions, st *statusWriter) (*mutex.Lock, error) {
+func acquireHold(ictx context.Context, g *globals, cli *clientv3.Client, k *locker, o lockOptions, st *statusWriter) (lockHold, error) {
+	what := fmt.Sprintf("%s %q", k.label(), k.name)
 	if o.try {
 		actx, cancel := g.opContext(ictx)
 		defer cancel()
-		l, err := m.TryLock(actx)
+		l, err := k.acquire(actx, true)
 		switch {
 		case err == nil:
 			return l, nil
-		case errors.Is(err, mutex.ErrLocked):
-			who := ""
+		case errors.Is(err, k.busy):
 			hctx, hcancel := g.opContext(ictx)
-			if h, herr := m.Holder(hctx); herr == nil && h.Key != "" {
-				who = fmt.Sprintf(" (holder %q, token %d)", h.Identity, h.Token)
-			}
-			hcancel()
-			return nil, withCode(ExitNotAcquired, fmt.Errorf("lock %q is held by another%s", m.Name(), who))
+			defer hcancel()
+			return nil, withCode(ExitNotAcquired, k.busyError(hctx))
+		case errors.Is(err, semaphore.ErrLimitMismatch):
+			return nil, withCode(ExitUsage, err)
 		}
-		if ierr := interruptedError(ictx, "lock %q: not acquired", m.Name()); ierr != nil {
+		if ierr := interruptedError(ictx, "%s: not acquired", what); ierr != nil {
 			return nil, ierr
 		}
-		return nil, g.failed(fmt.Sprintf("acquire lock %q", m.Name()), err)
+		return nil, g.failed("acquire "+what, err)
 	}
 
 	actx, cancel := ictx, context.CancelFunc(func() {})
@@ -291,30 +321,32 @@ func acquireLock(ictx context.Context, g *globals, cli *clientv3.Client, m *mute
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		watchQueue(wctx, cli, m.Prefix(), st, lockQueue(cli, m))
+		watchQueue(wctx, cli, k.prefix, st, k.queue)
 	}()
 	defer wg.Wait()
 	defer wcancel()
 
 	for attempt := 0; ; attempt++ {
-		l, err := m.Lock(actx)
+		l, err := k.acquire(actx, false)
 		if err == nil {
 			return l, nil
 		}
 		switch {
 		case ictx.Err() != nil:
-			if ierr := interruptedError(ictx, "lock %q: not acquired", m.Name()); ierr != nil {
+			if ierr := interruptedError(ictx, "%s: not acquired", what); ierr != nil {
 				return nil, ierr
 			}
-			return nil, withCode(ExitNotAcquired, fmt.Errorf("lock %q: interrupted before it was acquired", m.Name()))
+			return nil, withCode(ExitNotAcquired, fmt.Errorf("%s: interrupted before it was acquired", what))
 		case actx.Err() != nil:
-			return nil, withCode(ExitNotAcquired, fmt.Errorf("lock %q not acquired within %v", m.Name(), o.timeout))
+			return nil, withCode(ExitNotAcquired, fmt.Errorf("%s not acquired within %v", what, o.timeout))
+		case errors.Is(err, semaphore.ErrLimitMismatch):
+			return nil, withCode(ExitUsage, err)
 		case !worthWaiting(err):
-			return nil, g.failed(fmt.Sprintf("acquire lock %q", m.Name()), err)
+			return nil, g.failed("acquire "+what, err)
 		}
 		st.unreachableNow(err)
 		if !sleepCtx(actx, waitBackoff(attempt)) {
-			continue // the next Lock returns at once with actx's end
+			continue // the next acquire returns at once with actx's end
 		}
 	}
 }
@@ -356,12 +388,12 @@ func lostError(ctx context.Context, kind, name string) error {
 	return withCode(ExitOwnershipLost, fmt.Errorf("%s %q lost: %v", kind, name, cause))
 }
 
-// lostOr maps an ErrNotHeld/ErrNotLeader from a release to ownership lost.
-func lostOr(err error, kind, name, what string) error {
-	if errors.Is(err, mutex.ErrLost) || errors.Is(err, mutex.ErrNotHeld) {
-		return withCode(ExitOwnershipLost, fmt.Errorf("%s %q: %s: %w", kind, name, what, err))
+// lostOr maps a release's ErrNotHeld to ownership lost.
+func lostOr(err error, k *locker, what string) error {
+	if errors.Is(err, mutex.ErrLost) || errors.Is(err, k.notHeld) {
+		return withCode(ExitOwnershipLost, fmt.Errorf("%s %q: %s: %w", k.label(), k.name, what, err))
 	}
-	return fmt.Errorf("%s %q: %s: %w", kind, name, what, err)
+	return fmt.Errorf("%s %q: %s: %w", k.label(), k.name, what, err)
 }
 
 func stoppedText(res childResult, grace time.Duration) string {

@@ -2,11 +2,9 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,7 +13,6 @@ import (
 
 	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/internal/keys"
-	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/rwmutex"
 	"github.com/batonhq/baton/semaphore"
 )
@@ -34,8 +31,9 @@ const (
 	kindWrite     = "rwlock write"
 )
 
-// kindHold is a semaphore's *Permit or an rwmutex's *Lock.
-type kindHold interface {
+// lockHold is a mutex's *Lock, a semaphore's *Permit or an rwmutex's
+// *Lock.
+type lockHold interface {
 	hold
 	Key() string
 	Token() fencing.Token
@@ -46,19 +44,23 @@ type kindHold interface {
 	Txn(ctx context.Context) clientv3.Txn
 }
 
-// kindLocker takes NAME as a semaphore or a read/write lock for lock.
-type kindLocker struct {
-	kind    keys.Kind // keys.Semaphore or keys.RWLock
+// locker takes NAME as a lock, a semaphore or a read/write lock for
+// baton lock.
+type locker struct {
+	kind    keys.Kind // keys.Lock, keys.Semaphore or keys.RWLock
 	name    string
 	ns      string
 	prefix  string
 	limit   int // semaphore only
 	notHeld error
 	busy    error // what the Try form returns when it cannot hold now
-	acquire func(ctx context.Context, try bool) (kindHold, error)
-	release func(ctx context.Context, h kindHold) error
-	read    func(ctx context.Context) (holders, waiters []kindContender, err error)
-	close   func() error
+	acquire func(ctx context.Context, try bool) (lockHold, error)
+	release func(ctx context.Context, h lockHold) error
+	// busyError is the --try error when busy, naming the holders.
+	busyError func(ctx context.Context) error
+	// queue reads the holders and the waiters ahead, for the status.
+	queue func(ctx context.Context) (queueState, bool, error)
+	close func() error
 }
 
 // kindContender is a holder or waiter as read from etcd.
@@ -69,11 +71,14 @@ type kindContender struct {
 }
 
 // label names the object in status lines and errors: `semaphore "x"`.
-func (k *kindLocker) label() string {
-	if k.kind == keys.Semaphore {
+func (k *locker) label() string {
+	switch k.kind {
+	case keys.Semaphore:
 		return kindSemaphore
+	case keys.RWLock:
+		return "rwlock"
 	}
-	return "rwlock"
+	return string(keys.Lock)
 }
 
 // validateKindFlags checks --limit and --shared before connecting.
@@ -88,17 +93,57 @@ func validateKindFlags(cmd *cobra.Command, o lockOptions) error {
 	return nil
 }
 
-func newKindLocker(cli *clientv3.Client, g *globals, o lockOptions, name string, ms *metricsServer) (*kindLocker, error) {
+// newLocker takes NAME as --limit and --shared say: a semaphore permit, a
+// read lock, or else a plain lock.
+func newLocker(cli *clientv3.Client, g *globals, o lockOptions, name string, ms *metricsServer) (*locker, error) {
+	if o.limit == 0 && !o.shared {
+		return newMutexLocker(cli, g, o, name, ms)
+	}
+	k, read, err := newKindLocker(cli, g, o, name, ms)
+	if err != nil {
+		return nil, err
+	}
+	k.queue = kindQueue(read)
+	k.busyError = func(ctx context.Context) error {
+		who := ""
+		if hs, _, herr := read(ctx); herr == nil && len(hs) > 0 {
+			who = " (" + holdersText(hs, k.limit) + ")"
+		}
+		return fmt.Errorf("%s %q: no %s free now%s", k.label(), k.name, kindUnit(k), who)
+	}
+	return k, nil
+}
+
+// contendersReader reads the holders and the waiters of a semaphore or a
+// read/write lock.
+type contendersReader func(ctx context.Context) (holders, waiters []kindContender, err error)
+
+func newKindLocker(cli *clientv3.Client, g *globals, o lockOptions, name string, ms *metricsServer) (*locker, contendersReader, error) {
 	if o.limit > 0 {
 		s, err := semaphore.New(cli, name, o.limit, semaphore.WithTTL(o.ttl), semaphore.WithNamespace(g.namespace),
 			semaphore.WithRegisterer(ms.registerer()))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return &kindLocker{
+		read := func(ctx context.Context) ([]kindContender, []kindContender, error) {
+			hs, err := s.Holders(ctx)
+			if err != nil {
+				return nil, nil, err
+			}
+			ws, err := s.Waiters(ctx)
+			conv := func(cs []semaphore.Contender) []kindContender {
+				out := make([]kindContender, 0, len(cs))
+				for _, c := range cs {
+					out = append(out, kindContender{Identity: c.Identity, Token: c.Token, Lease: c.Lease})
+				}
+				return out
+			}
+			return conv(hs), conv(ws), err
+		}
+		return &locker{
 			kind: keys.Semaphore, name: name, ns: g.namespace, prefix: s.Prefix(), limit: o.limit,
 			notHeld: semaphore.ErrNotHeld, busy: semaphore.ErrNoPermit,
-			acquire: func(ctx context.Context, try bool) (kindHold, error) {
+			acquire: func(ctx context.Context, try bool) (lockHold, error) {
 				acq := s.Acquire
 				if try {
 					acq = s.TryAcquire
@@ -109,34 +154,19 @@ func newKindLocker(cli *clientv3.Client, g *globals, o lockOptions, name string,
 				}
 				return p, nil
 			},
-			release: func(ctx context.Context, h kindHold) error { return h.(*semaphore.Permit).Release(ctx) },
-			read: func(ctx context.Context) ([]kindContender, []kindContender, error) {
-				hs, err := s.Holders(ctx)
-				if err != nil {
-					return nil, nil, err
-				}
-				ws, err := s.Waiters(ctx)
-				conv := func(cs []semaphore.Contender) []kindContender {
-					out := make([]kindContender, 0, len(cs))
-					for _, c := range cs {
-						out = append(out, kindContender{Identity: c.Identity, Token: c.Token, Lease: c.Lease})
-					}
-					return out
-				}
-				return conv(hs), conv(ws), err
-			},
-			close: s.Close,
-		}, nil
+			release: func(ctx context.Context, h lockHold) error { return h.(*semaphore.Permit).Release(ctx) },
+			close:   s.Close,
+		}, read, nil
 	}
 	rw, err := rwmutex.New(cli, name, rwmutex.WithTTL(o.ttl), rwmutex.WithNamespace(g.namespace),
 		rwmutex.WithRegisterer(ms.registerer()))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return &kindLocker{
+	return &locker{
 		kind: keys.RWLock, name: name, ns: g.namespace, prefix: rw.Prefix(),
 		notHeld: rwmutex.ErrNotHeld, busy: rwmutex.ErrLocked,
-		acquire: func(ctx context.Context, try bool) (kindHold, error) {
+		acquire: func(ctx context.Context, try bool) (lockHold, error) {
 			acq := rw.RLock
 			if try {
 				acq = rw.TryRLock
@@ -147,13 +177,9 @@ func newKindLocker(cli *clientv3.Client, g *globals, o lockOptions, name string,
 			}
 			return l, nil
 		},
-		release: func(ctx context.Context, h kindHold) error { return h.(*rwmutex.Lock).Unlock(ctx) },
-		read: func(ctx context.Context) ([]kindContender, []kindContender, error) {
-			hs, ws, err := readRW(ctx, rw)
-			return hs, ws, err
-		},
-		close: rw.Close,
-	}, nil
+		release: func(ctx context.Context, h lockHold) error { return h.(*rwmutex.Lock).Unlock(ctx) },
+		close:   rw.Close,
+	}, func(ctx context.Context) ([]kindContender, []kindContender, error) { return readRW(ctx, rw) }, nil
 }
 
 func readRW(ctx context.Context, rw *rwmutex.RWMutex) (holders, waiters []kindContender, err error) {
@@ -171,186 +197,25 @@ func readRW(ctx context.Context, rw *rwmutex.RWMutex) (holders, waiters []kindCo
 	return holders, waiters, err
 }
 
-// runKindLock is runLock for a semaphore permit or a read lock: the same
-// supervisor, waiting, status and exit codes.
-func runKindLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []string) error {
-	errOut := cmd.ErrOrStderr()
-	c, err := newChild(g, argv, o.grace, cmd)
-	if err != nil {
-		return err
-	}
-	ms, err := startMetrics(o.metrics, o.grace)
-	if err != nil {
-		return err
-	}
-	defer ms.close()
-	ictx, stop := interruptible(cmd.Context())
-	defer stop()
-	cli, err := g.client(cmd.Context())
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	k, err := newKindLocker(cli, g, o, name, ms)
-	if err != nil {
-		return withCode(ExitUsage, err)
-	}
-	defer closeBounded(k.close)
-	st := newStatusWriter(errOut, g.json(), k.label(), name)
-
-	l, err := acquireKind(ictx, g, cli, k, o, st)
-	if err != nil {
-		return err
-	}
-	defer ms.track(l)()
-	recordHeld(ictx, l.Txn, heldPut(g.namespace, k.kind, name, l.Lease(), l.Acquired()))
-	st.acquired(heldView{Kind: string(k.kind), Name: name, Key: l.Key(), Token: int64(l.Token()),
-		Lease: leaseHex(int64(l.Lease())), TTL: l.TTL(), Limit: k.limit, Shared: k.kind == keys.RWLock})
-	release := func() error {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), releaseTimeout)
-		defer cancel()
-		return k.release(rctx, l)
-	}
-	what := k.label()
-
-	if c == nil {
-		select {
-		case <-l.Done():
-		case <-ictx.Done():
-		}
-		if err := lostError(l.Context(), what, name); err != nil {
-			_ = release()
-			st.lost(err, true)
-			return err
-		}
-		if err := release(); err != nil {
-			return kindLostOr(err, k, "release")
-		}
-		st.released()
-		return nil
-	}
-
-	tok, err := g.childToken(l.Token())
-	if err != nil {
-		_ = release()
-		return err
-	}
-	c.env = kindEnv(k, l, tok)
-	if ierr := interruptedBeforeCommand(ictx, fmt.Sprintf("%s %q", what, name)); ierr != nil {
-		if err := release(); err == nil {
-			st.released()
-		}
-		return ierr
-	}
-	res, err := c.run(ictx, l)
-	uerr := release()
-	if err != nil {
-		return err
-	}
-	if res.lost || res.cause != "" {
-		lerr := withCode(ExitOwnershipLost, fmt.Errorf("%s %q lost while the command ran (%v); %s",
-			what, name, lossCause(l.Context(), res), stoppedText(res, o.grace)))
-		st.lost(lerr, true)
-		return lerr
-	}
-	if uerr != nil {
-		fmt.Fprintf(errOut, "baton: release %s %q: %v\n", what, name, uerr)
-	} else {
-		st.released()
-	}
-	return childStatus(res.status)
-}
-
-// kindEnv is the command's environment: that of a plain lock, and the
-// kind (and limit) so the command can tell which guard its token needs.
-func kindEnv(k *kindLocker, l kindHold, tok fencing.Token) []string {
+// kindEnv is the command's environment: that of a plain lock, and for a
+// semaphore or a read lock the kind (and limit), so the command can tell
+// which guard its token needs.
+func kindEnv(k *locker, l lockHold, tok fencing.Token) []string {
 	env := []string{
 		"BATON_LOCK_NAME=" + k.name,
 		"BATON_LOCK_KEY=" + l.Key(),
 		"BATON_FENCING_TOKEN=" + tok.String(),
 	}
-	if k.kind == keys.Semaphore {
+	switch k.kind {
+	case keys.Semaphore:
 		return append(env, "BATON_LOCK_KIND=semaphore", "BATON_SEMAPHORE_LIMIT="+strconv.Itoa(k.limit))
+	case keys.RWLock:
+		return append(env, "BATON_LOCK_KIND=rwlock-read")
 	}
-	return append(env, "BATON_LOCK_KIND=rwlock-read")
+	return env
 }
 
-// kindLostOr maps a release's ErrNotHeld to ownership lost.
-func kindLostOr(err error, k *kindLocker, what string) error {
-	if errors.Is(err, mutex.ErrLost) || errors.Is(err, k.notHeld) {
-		return withCode(ExitOwnershipLost, fmt.Errorf("%s %q: %s: %w", k.label(), k.name, what, err))
-	}
-	return fmt.Errorf("%s %q: %s: %w", k.label(), k.name, what, err)
-}
-
-// acquireKind is acquireLock for a semaphore or a read lock.
-func acquireKind(ictx context.Context, g *globals, cli *clientv3.Client, k *kindLocker, o lockOptions, st *statusWriter) (kindHold, error) {
-	what := fmt.Sprintf("%s %q", k.label(), k.name)
-	if o.try {
-		actx, cancel := g.opContext(ictx)
-		defer cancel()
-		l, err := k.acquire(actx, true)
-		switch {
-		case err == nil:
-			return l, nil
-		case errors.Is(err, k.busy):
-			who := ""
-			hctx, hcancel := g.opContext(ictx)
-			if hs, _, herr := k.read(hctx); herr == nil && len(hs) > 0 {
-				who = " (" + holdersText(hs, k.limit) + ")"
-			}
-			hcancel()
-			return nil, withCode(ExitNotAcquired, fmt.Errorf("%s: no %s free now%s", what, kindUnit(k), who))
-		case errors.Is(err, semaphore.ErrLimitMismatch):
-			return nil, withCode(ExitUsage, err)
-		}
-		if ierr := interruptedError(ictx, "%s: not acquired", what); ierr != nil {
-			return nil, ierr
-		}
-		return nil, g.failed("acquire "+what, err)
-	}
-
-	actx, cancel := ictx, context.CancelFunc(func() {})
-	if o.timeout > 0 {
-		actx, cancel = context.WithTimeout(ictx, o.timeout)
-	}
-	defer cancel()
-	wctx, wcancel := context.WithCancel(actx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		watchQueue(wctx, cli, k.prefix, st, kindQueue(k))
-	}()
-	defer wg.Wait()
-	defer wcancel()
-
-	for attempt := 0; ; attempt++ {
-		l, err := k.acquire(actx, false)
-		if err == nil {
-			return l, nil
-		}
-		switch {
-		case ictx.Err() != nil:
-			if ierr := interruptedError(ictx, "%s: not acquired", what); ierr != nil {
-				return nil, ierr
-			}
-			return nil, withCode(ExitNotAcquired, fmt.Errorf("%s: interrupted before it was acquired", what))
-		case actx.Err() != nil:
-			return nil, withCode(ExitNotAcquired, fmt.Errorf("%s not acquired within %v", what, o.timeout))
-		case errors.Is(err, semaphore.ErrLimitMismatch):
-			return nil, withCode(ExitUsage, err)
-		case !worthWaiting(err):
-			return nil, g.failed("acquire "+what, err)
-		}
-		st.unreachableNow(err)
-		if !sleepCtx(actx, waitBackoff(attempt)) {
-			continue // the next acquire returns at once with actx's end
-		}
-	}
-}
-
-func kindUnit(k *kindLocker) string {
+func kindUnit(k *locker) string {
 	if k.kind == keys.Semaphore {
 		return fmt.Sprintf("permit (limit %d)", k.limit)
 	}
@@ -373,10 +238,10 @@ func holdersText(hs []kindContender, limit int) string {
 
 // kindQueue reads the oldest holder and the waiters ahead of this
 // process, found by its identity as the libraries write it.
-func kindQueue(k *kindLocker) func(ctx context.Context) (queueState, bool, error) {
+func kindQueue(read contendersReader) func(ctx context.Context) (queueState, bool, error) {
 	self := holderIdentity()
 	return func(ctx context.Context) (queueState, bool, error) {
-		hs, ws, err := k.read(ctx)
+		hs, ws, err := read(ctx)
 		if err != nil || len(hs) == 0 {
 			return queueState{}, false, err
 		}
