@@ -5,7 +5,6 @@ import (
 	"os"
 	"time"
 
-	"golang.org/x/sys/unix"
 )
 
 // fdatasyncFloor writes 4 KiB at the start of a temp file in dir and
@@ -29,7 +28,7 @@ func fdatasyncFloor(dir string, n int) ([]time.Duration, error) {
 		if _, err := f.WriteAt(buf, 0); err != nil {
 			return nil, err
 		}
-		if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		if err := datasync(f); err != nil {
 			return nil, fmt.Errorf("fdatasync: %w", err)
 		}
 		out = append(out, time.Since(start))
