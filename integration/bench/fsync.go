@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"time"
-
 )
 
 // fdatasyncFloor writes 4 KiB at the start of a temp file in dir and
