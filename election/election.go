@@ -3,7 +3,6 @@ package election
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -56,9 +55,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Election, error) {
 		e.unsub = sess.OnRenewalFailure(fn)
 	}
 	e.owner = core.NewOwner[*Term](sess, core.OwnerConfig{
-		Label: fmt.Sprintf("election %q", name), Prefix: e.prefix, NotHeld: ErrNotLeader, OwnSession: own,
-		OnStart: func(*core.Hold) { e.met.Leading(e.cfg.Namespace, e.label, true, "") },
-		OnEnd:   e.ended,
+		Prefix: e.prefix, NotHeld: ErrNotLeader, OwnSession: own, Events: (*events)(e),
 	})
 	return e, nil
 }

@@ -93,7 +93,17 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 // returns the same result.
 func (t *Term) Resign(ctx context.Context) error { return t.e.owner.Release(ctx, t.h) }
 
-func (e *Election) ended(h *core.Hold, cause error, held time.Duration) {
+// events is what the core tells an Election (core.Events), kept out of
+// the Election's methods.
+type events Election
+
+func (ev *events) Label() string { return fmt.Sprintf("election %q", ev.name) }
+func (ev *events) Started(*core.Hold) {
+	e := (*Election)(ev)
+	e.met.Leading(e.cfg.Namespace, e.label, true, "")
+}
+func (ev *events) Ended(h *core.Hold, cause error, held time.Duration) {
+	e := (*Election)(ev)
 	if errors.Is(cause, ErrReleased) {
 		e.met.Leading(e.cfg.Namespace, e.label, false, "")
 		e.log.Info("resigned", append(h.LogFields(), zap.Duration("led", held))...)

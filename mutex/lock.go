@@ -3,6 +3,7 @@ package mutex
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -78,7 +79,14 @@ func (l *Lock) IsOwner() clientv3.Cmp { return l.h.IsOwner() }
 func (l *Lock) Unlock(ctx context.Context) error { return l.m.owner.Release(ctx, l.h) }
 
 // ended records a hold's end in metrics and logs.
-func (m *Mutex) ended(h *core.Hold, cause error, held time.Duration) {
+// events is what the core tells a Mutex (core.Events), kept out of the
+// Mutex's methods.
+type events Mutex
+
+func (e *events) Label() string      { return fmt.Sprintf("mutex %q", e.name) }
+func (e *events) Started(*core.Hold) {}
+func (e *events) Ended(h *core.Hold, cause error, held time.Duration) {
+	m := (*Mutex)(e)
 	if errors.Is(cause, ErrReleased) {
 		m.met.HoldEnded(m.ns, m.label, held, "")
 		m.log.Debug("lock released", m.fields(h.LogFields()...)...)

@@ -19,7 +19,8 @@ import (
 // each acquisition. A Mutex is safe for concurrent use: goroutines that
 // lock it at once exclude each other like separate processes do.
 type Mutex struct {
-	cli    *clientv3.Client
+	// A Mutex costs every lock held (a service may hold one lock on
+	// each of 10,000 Mutexes): the client is the session's.
 	name   string
 	label  string // metrics' name label
 	prefix string
@@ -51,7 +52,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 		return nil, err
 	}
 	m := &Mutex{
-		cli: cli, name: name, label: name, prefix: keys.Prefix(cfg.Namespace, keys.Lock, name), ns: cfg.Namespace, met: met,
+		name: name, label: name, prefix: keys.Prefix(cfg.Namespace, keys.Lock, name), ns: cfg.Namespace, met: met,
 		log: cfg.Session.Logger, value: value,
 	}
 	if cfg.MetricLabel != "" {
@@ -62,13 +63,15 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 		m.unsub = sess.OnRenewalFailure(fn)
 	}
 	m.owner = core.NewOwner[*Lock](sess, core.OwnerConfig{
-		Label: fmt.Sprintf("mutex %q", name), Prefix: m.prefix, NotHeld: ErrNotHeld, OwnSession: own, OnEnd: m.ended,
+		Prefix: m.prefix, NotHeld: ErrNotHeld, OwnSession: own, Events: (*events)(m),
 	})
 	return m, nil
 }
 
 // Name returns the lock's name.
 func (m *Mutex) Name() string { return m.name }
+
+func (m *Mutex) cli() *clientv3.Client { return m.owner.Session().Client() }
 
 // Namespace returns the lock's namespace.
 func (m *Mutex) Namespace() string { return m.ns }

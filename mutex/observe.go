@@ -100,7 +100,7 @@ func (m *Mutex) observe(ctx context.Context, ch chan<- Holder) {
 	}
 	wait := 10 * time.Millisecond
 	for ctx.Err() == nil {
-		resp, err := m.cli.Get(ctx, m.prefix, clientv3.WithPrefix())
+		resp, err := m.cli().Get(ctx, m.prefix, clientv3.WithPrefix())
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -137,7 +137,7 @@ func (m *Mutex) observe(ctx context.Context, ch chan<- Holder) {
 func (m *Mutex) follow(ctx context.Context, q *queueState, read int64, send func(Holder) bool) bool {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	for wr := range m.cli.Watch(wctx, m.prefix, clientv3.WithPrefix(), clientv3.WithRev(read+1)) {
+	for wr := range m.cli().Watch(wctx, m.prefix, clientv3.WithPrefix(), clientv3.WithRev(read+1)) {
 		if wr.Err() != nil {
 			break
 		}

@@ -88,12 +88,11 @@ func newRWMutex(cli *clientv3.Client, name string, readers core.Policy, opts []O
 	if fn := met.RenewalFailed(cfg.Namespace, rw.label); fn != nil {
 		rw.unsub = sess.OnRenewalFailure(fn)
 	}
-	label := fmt.Sprintf("rwmutex %q", name)
 	rw.readers = core.NewOwner[*Lock](sess, core.OwnerConfig{
-		Label: label, Prefix: rw.prefix, NotHeld: ErrNotHeld, Policy: readers, Tag: keys.TagRead, OnEnd: rw.ended,
+		Prefix: rw.prefix, NotHeld: ErrNotHeld, Policy: readers, Tag: keys.TagRead, Events: (*events)(rw),
 	})
 	rw.writers = core.NewOwner[*Lock](sess, core.OwnerConfig{
-		Label: label, Prefix: rw.prefix, NotHeld: ErrNotHeld, OwnSession: own, Tag: keys.TagWrite, OnEnd: rw.ended,
+		Prefix: rw.prefix, NotHeld: ErrNotHeld, OwnSession: own, Tag: keys.TagWrite, Events: (*events)(rw),
 	})
 	return rw, nil
 }
@@ -169,7 +168,14 @@ func (rw *RWMutex) Close() error {
 }
 
 // ended records a hold's end in metrics and logs.
-func (rw *RWMutex) ended(h *core.Hold, cause error, held time.Duration) {
+// events is what the core tells an RWMutex (core.Events), kept out of
+// the RWMutex's methods.
+type events RWMutex
+
+func (e *events) Label() string      { return fmt.Sprintf("rwmutex %q", e.name) }
+func (e *events) Started(*core.Hold) {}
+func (e *events) Ended(h *core.Hold, cause error, held time.Duration) {
+	rw := (*RWMutex)(e)
 	if errors.Is(cause, ErrReleased) {
 		rw.met.HoldEnded(rw.cfg.Namespace, rw.label, held, "")
 		rw.log.Debug("lock released", h.LogFields()...)

@@ -3,6 +3,7 @@ package semaphore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -67,7 +68,14 @@ func (p *Permit) IsOwner() clientv3.Cmp { return p.h.IsOwner() }
 func (p *Permit) Release(ctx context.Context) error { return p.s.owner.Release(ctx, p.h) }
 
 // ended records a permit's end in metrics and logs.
-func (s *Semaphore) ended(h *core.Hold, cause error, held time.Duration) {
+// events is what the core tells a Semaphore (core.Events), kept out of
+// the Semaphore's methods.
+type events Semaphore
+
+func (e *events) Label() string      { return fmt.Sprintf("semaphore %q", e.name) }
+func (e *events) Started(*core.Hold) {}
+func (e *events) Ended(h *core.Hold, cause error, held time.Duration) {
+	s := (*Semaphore)(e)
 	if errors.Is(cause, ErrReleased) {
 		s.met.HoldEnded(s.cfg.Namespace, s.label, held, "")
 		s.log.Debug("permit released", h.LogFields()...)

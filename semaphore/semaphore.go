@@ -93,8 +93,8 @@ func newSemaphore(cli *clientv3.Client, name string, limit int, policy core.Poli
 		s.unsub = sess.OnRenewalFailure(fn)
 	}
 	s.owner = core.NewOwner[*Permit](sess, core.OwnerConfig{
-		Label: fmt.Sprintf("semaphore %q", name), Prefix: s.prefix, NotHeld: ErrNotHeld, OwnSession: own,
-		Policy: policy, Tag: keys.TagPermit, OnEnd: s.ended,
+		Prefix: s.prefix, NotHeld: ErrNotHeld, OwnSession: own,
+		Policy: policy, Tag: keys.TagPermit, Events: (*events)(s),
 	})
 	return s, nil
 }

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
@@ -94,13 +96,14 @@ func contend(ctx context.Context, env *env, impl Impl, name string) ([]Value, er
 		return nil, fmt.Errorf("mutual exclusion violated in %d turns", overl.Load())
 	}
 
-	var handoffs []time.Duration
+	var handoffs, unlocks []time.Duration
 	perWho := make([]int, n)
 	counted := 0
 	for i, t := range turns {
 		if i > 0 {
 			handoffs = append(handoffs, t.locked.Sub(turns[i-1].freed))
 		}
+		unlocks = append(unlocks, t.freed.Sub(t.locked))
 		if t.locked.Before(end) {
 			perWho[t.who]++
 			counted++
@@ -114,12 +117,18 @@ func contend(ctx context.Context, env *env, impl Impl, name string) ([]Value, er
 	if lo > 0 {
 		spread = 100 * float64(hi-lo) / float64(lo)
 	}
+	floor, err := contendFloor(ctx, env, name)
+	if err != nil {
+		return nil, fmt.Errorf("floor: %w", err)
+	}
 	h := msAll(handoffs)
 	return []Value{
+		{Metric: "unlock p50 ms", V: percentile(msAll(unlocks), 50)},
 		{Metric: "handoff p50 ms", V: percentile(h, 50)},
 		{Metric: "handoff p99 ms", V: percentile(h, 99)},
 		{Metric: "handoff max ms", V: percentile(h, 100)},
 		{Metric: "acquisitions/s", V: float64(counted) / env.cfg.Duration.Seconds()},
+		{Metric: "floor turns/s", V: floor},
 		{Metric: "share spread %", V: spread},
 	}, nil
 }
@@ -149,4 +158,87 @@ func ownSessions(env *env, n int) (sessions []*concurrency.Session, closeAll fun
 		sessions = append(sessions, sess)
 	}
 	return sessions, closeAll, nil
+}
+
+// contendFloor measures, on the same server, what etcd allows a handoff
+// among cfg.Contenders clients whatever the library: a turn passes with
+// the requests a handoff cannot do without. The holder's release is a
+// write, the next client hears it on a watch it set up beforehand and
+// confirms with a serializable read, then releases in turn; the client
+// that released writes once more off the path, as a contender re-queues.
+// It returns turns per second: the ceiling for acquisitions per second.
+func contendFloor(ctx context.Context, env *env, name string) (float64, error) {
+	n := env.cfg.Contenders
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	turn := "/bench-floor/" + name + "/turn"
+	clis := make([]*clientv3.Client, n)
+	for i := range clis {
+		cli, err := newClient(env.endpoint, nil)
+		if err != nil {
+			return 0, err
+		}
+		defer cli.Close()
+		clis[i] = cli
+	}
+	var (
+		wg    sync.WaitGroup
+		turns atomic.Int64
+		stop  atomic.Bool
+	)
+	errs := make([]error, n)
+	ready := make(chan struct{}, n)
+	for i, cli := range clis {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			me, next := strconv.Itoa(i), strconv.Itoa((i+1)%n)
+			own := fmt.Sprintf("/bench-floor/%s/queue/%d", name, i)
+			wch := cli.Watch(ctx, turn, clientv3.WithCreatedNotify())
+			<-wch // created: no turn is missed from here on
+			ready <- struct{}{}
+			for wr := range wch {
+				for _, ev := range wr.Events {
+					if string(ev.Kv.Value) != me || stop.Load() {
+						continue
+					}
+					if _, err := cli.Get(ctx, turn, clientv3.WithSerializable()); err != nil {
+						errs[i] = err
+						return
+					}
+					turns.Add(1)
+					if _, err := cli.Put(ctx, turn, next); err != nil {
+						errs[i] = err
+						return
+					}
+					if _, err := cli.Put(ctx, own, next); err != nil {
+						errs[i] = err
+						return
+					}
+				}
+			}
+		}()
+	}
+	for range n {
+		<-ready
+	}
+	start := time.Now()
+	if _, err := env.cli.Put(ctx, turn, "0"); err != nil {
+		return 0, err
+	}
+	if err := pause(ctx, env.cfg.Duration); err != nil {
+		return 0, err
+	}
+	stop.Store(true)
+	got := turns.Load()
+	elapsed := time.Since(start)
+	cancel()
+	wg.Wait()
+	if _, err := env.cli.Delete(context.Background(), "/bench-floor/"+name+"/", clientv3.WithPrefix()); err != nil {
+		return 0, err
+	}
+	if err := errors.Join(errs...); err != nil && !errors.Is(err, context.Canceled) {
+		return 0, err
+	}
+	return float64(got) / elapsed.Seconds(), nil
 }

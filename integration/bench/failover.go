@@ -68,6 +68,22 @@ func graceful(ctx context.Context, env *env, impl Impl, name string) ([]Value, e
 		}
 	}()
 
+	// The floor of Observe: a bare watch on the observer's client hearing
+	// the resigned key's deletion.
+	deleted := make(chan observed, 64)
+	fch := ocli.Watch(octx, els[0].Prefix(), clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	<-fch
+	go func() {
+		for wr := range fch {
+			for _, ev := range wr.Events {
+				select {
+				case deleted <- observed{string(ev.Kv.Key), time.Now()}:
+				case <-octx.Done():
+				}
+			}
+		}
+	}()
+
 	term, err := els[0].Campaign(ctx, "c0")
 	if err != nil {
 		return nil, err
@@ -81,7 +97,7 @@ func graceful(ctx context.Context, env *env, impl Impl, name string) ([]Value, e
 		at  time.Time
 		err error
 	}
-	var failovers, observes []time.Duration
+	var failovers, observes, floors, resigns []time.Duration
 	for trial := range env.cfg.Trials {
 		next := els[(trial+1)%2]
 		ch := make(chan won, 1)
@@ -100,6 +116,7 @@ func graceful(ctx context.Context, env *env, impl Impl, name string) ([]Value, e
 			return nil, err
 		}
 		resigned := time.Now()
+		resigns = append(resigns, resigned.Sub(called))
 		w := <-ch
 		if w.err != nil {
 			return nil, w.err
@@ -110,21 +127,29 @@ func graceful(ctx context.Context, env *env, impl Impl, name string) ([]Value, e
 			return nil, fmt.Errorf("observer: %w", err)
 		}
 		observes = append(observes, at.Sub(called))
+		gone, err := heardAt(ctx, deleted, term.Key())
+		if err != nil {
+			return nil, fmt.Errorf("floor watch: %w", err)
+		}
+		floors = append(floors, gone.Sub(called))
 		term = w.t
 	}
 	if err := term.Resign(ctx); err != nil {
 		return nil, err
 	}
-	f, o := msAll(failovers), msAll(observes)
+	f, o, r, fl := msAll(failovers), msAll(observes), msAll(resigns), msAll(floors)
 	return []Value{
 		{Metric: "failover p50 ms", V: percentile(f, 50)},
 		{Metric: "failover p99 ms", V: percentile(f, 99)},
+		{Metric: "resign p50 ms", V: percentile(r, 50)},
 		{Metric: "observe p50 ms", V: percentile(o, 50)},
 		{Metric: "observe p99 ms", V: percentile(o, 99)},
+		{Metric: "observe floor p50 ms", V: percentile(fl, 50)},
+		{Metric: "observe floor p99 ms", V: percentile(fl, 99)},
 	}, nil
 }
 
-// heardAt waits until the observer reports key as leader.
+// heardAt waits until key is heard of on heard.
 func heardAt(ctx context.Context, heard <-chan observed, key string) (time.Time, error) {
 	timeout := time.NewTimer(10 * time.Second)
 	defer timeout.Stop()

@@ -56,8 +56,8 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, value string, try bool) 
 			attempts++
 			resp, err = cli.Txn(clientv3.WithRequireLeader(actx)).
 				If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-				Then(clientv3.OpPut(key, value, clientv3.WithLease(l.id)), o.queueRead()).
-				Else(clientv3.OpGet(key), o.queueRead()).
+				Then(clientv3.OpPut(key, value, clientv3.WithLease(l.id)), o.queueRead(true)).
+				Else(clientv3.OpGet(key), o.queueRead(false)).
 				Commit()
 			return err
 		})
@@ -87,7 +87,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, value string, try bool) 
 				release.free()
 				return nil, ErrBusy
 			}
-			if err := waitGone(ctx, cli, kv.Key, rev, resp.Header.Revision); err != nil {
+			if _, err := waitGone(ctx, cli, kv.Key, rev, resp.Header.Revision); err != nil {
 				unexpect()
 				release.free()
 				return nil, err
@@ -106,7 +106,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, value string, try bool) 
 		break
 	}
 	at := resp.Header.Revision
-	if !o.mayHold(resp.Responses[1].GetResponseRange().Kvs, key, rev) {
+	if ok, ahead := o.mayHold(resp.Responses[1].GetResponseRange().Kvs, resp.Succeeded, key, rev); !ok {
 		if try {
 			unexpect()
 			o.deleteKey(l, key, rev, release)
@@ -115,7 +115,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, value string, try bool) 
 		if o.cfg.Policy != nil {
 			at, err = o.waitPolicy(ctx, l, key, rev)
 		} else {
-			at, err = o.wait(ctx, l, key, rev)
+			at, err = o.wait(ctx, l, key, rev, ahead, at)
 		}
 		if err != nil {
 			unexpect()
@@ -131,8 +131,8 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, value string, try bool) 
 		f(key)
 	}
 	h := newHold(o, l, key, rev, release)
-	h.watcher, h.watch = w, &watched{rev: rev, at: at, h: h}
-	w.register(key, h.watch)
+	h.watcher, h.at = w, at
+	w.register(key, h)
 	return h, nil
 }
 
@@ -152,25 +152,48 @@ func (o *Owner[T]) adopt(ctx context.Context, key string, rev int64, value strin
 }
 
 // wait blocks until no key older than ours remains and returns the revision
-// that showed it. While waiting, the lease's loss ends the wait.
-func (o *Owner[T]) wait(ctx context.Context, l *Lease, key string, rev int64) (int64, error) {
+// that showed it; ahead, when known, is the key just ahead of ours at
+// revision read. While waiting, the lease's loss ends the wait.
+//
+// The read after a predecessor's deletion is serializable: it is not held
+// up by the writes in flight (a linearizable read waits for them), and it
+// is enough once the member has applied that deletion, as no key older
+// than ours can appear. A member behind it is read again linearizably.
+func (o *Owner[T]) wait(ctx context.Context, l *Lease, key string, rev int64, ahead *mvccpb.KeyValue, read int64) (int64, error) {
 	cli := o.sess.cli
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
 	defer stop()
 	before := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))
+	var seen int64 // the last deletion heard; 0: read linearizably
+	if ahead != nil {
+		var err error
+		if seen, err = waitGone(ctx, cli, ahead.Key, ahead.CreateRevision, read); err != nil {
+			return 0, err
+		}
+	}
 	for {
-		resp, err := cli.Txn(ctx).Then(clientv3.OpGet(o.cfg.Prefix, before...), clientv3.OpGet(key)).Commit()
+		predOp, ownOp := clientv3.OpGet(o.cfg.Prefix, before...), clientv3.OpGet(key)
+		if seen > 0 {
+			predOp = clientv3.OpGet(o.cfg.Prefix, append(before, clientv3.WithSerializable())...)
+			ownOp = clientv3.OpGet(key, clientv3.WithSerializable())
+		}
+		resp, err := cli.Txn(ctx).Then(predOp, ownOp).Commit()
 		if err != nil {
 			// Only reads: retried while the caller waits (a member
 			// restarting, a leader election), unless refused for good.
 			if ctx.Err() == nil && !retry.Permanent(err) && retry.Sleep(ctx, 100*time.Millisecond) == nil {
+				seen = 0
 				continue
 			}
 			return 0, failure(ctx, err)
 		}
 		own := resp.Responses[1].GetResponseRange().Kvs
+		if seen > 0 && (resp.Header.Revision < seen || len(own) == 0) {
+			seen = 0 // a member behind the deletion, or our key's: ask the leader
+			continue
+		}
 		if len(own) == 0 || own[0].CreateRevision != rev {
 			return 0, errOwnKeyGone
 		}
@@ -178,7 +201,8 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, key string, rev int64) (i
 		if len(pred) == 0 {
 			return resp.Header.Revision, nil
 		}
-		if err := waitGone(ctx, cli, pred[0].Key, pred[0].CreateRevision, resp.Header.Revision); err != nil {
+		seen, err = waitGone(ctx, cli, pred[0].Key, pred[0].CreateRevision, resp.Header.Revision)
+		if err != nil {
 			return 0, err
 		}
 	}
@@ -300,7 +324,7 @@ func deleteOnce(stop context.Context, cli *clientv3.Client, key string, rev int6
 // synced set at once (a start revision already past waits up to 100 ms in
 // its unsynced set); if the revision moved on since read, one read of the
 // key covers the gap.
-func waitGone(ctx context.Context, cli *clientv3.Client, key []byte, rev, read int64) error {
+func waitGone(ctx context.Context, cli *clientv3.Client, key []byte, rev, read int64) (int64, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	created := false
@@ -311,23 +335,29 @@ func waitGone(ctx context.Context, cli *clientv3.Client, key []byte, rev, read i
 		if wr.Created && !created {
 			created = true
 			if wr.Header.Revision > read {
-				g, err := cli.Get(ctx, string(key), clientv3.WithKeysOnly())
+				// Deletions after the watch's start come as events; the
+				// state at that start or later is what is missing. A
+				// serializable read gives it unless the member is behind.
+				g, err := cli.Get(ctx, string(key), clientv3.WithKeysOnly(), clientv3.WithSerializable())
+				if err == nil && g.Header.Revision < wr.Header.Revision {
+					g, err = cli.Get(ctx, string(key), clientv3.WithKeysOnly())
+				}
 				if err != nil {
 					break
 				}
 				if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != rev {
-					return nil
+					return g.Header.Revision, nil
 				}
 			}
 		}
 		for _, ev := range wr.Events {
 			if ev.Type == mvccpb.DELETE {
-				return nil
+				return ev.Kv.ModRevision, nil
 			}
 		}
 	}
 	if ctx.Err() != nil {
-		return context.Cause(ctx)
+		return 0, context.Cause(ctx)
 	}
-	return retry.Sleep(ctx, 50*time.Millisecond)
+	return 0, retry.Sleep(ctx, 50*time.Millisecond)
 }

@@ -34,22 +34,27 @@ type Hold struct {
 
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
-	release *reservation // the key's reservation
-	watcher *keyWatcher  // tells of the key's deletion
-	watch   *watched
+	release *reservation   // the key's reservation
+	watcher *keyWatcher    // tells of the key's deletion; set on registration
+	at      int64          // the revision the key was confirmed present at
 	armed   sync.WaitGroup // done once arm ran
-	endOnce sync.Once
 	ended   sync.WaitGroup // done once the end hooks ran
 	cause   error          // the end's cause, reason told apart; set before ended closes
+	endOnce sync.Once
 
+	// Guarded by mu; next to endOnce, whose padding they fill (a Hold
+	// costs every lock held).
+	finished bool // Release reached etcd
+	deleting bool // a Release left the key's deletion to the background
 	mu       sync.Mutex
-	finished bool  // Release reached etcd
 	result   error // what Release returned then
-	deleting bool  // a Release left the key's deletion to the background
 }
 
 func newHold(o owner, l *Lease, key string, rev int64, release *reservation) *Hold {
-	ctx, cancel := context.WithCancelCause(l.ctx)
+	// Not a child of the lease's context: 10,000 holds would cost its
+	// children map an entry each. The lease ends its holds itself
+	// (addHold, endHolds), carrying its cause.
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(l.ctx))
 	h := &Hold{
 		o: o, lease: l, key: key, rev: rev, acquired: time.Now(), ctx: ctx, cancel: cancel,
 		release: release,
@@ -59,12 +64,10 @@ func newHold(o owner, l *Lease, key string, rev int64, release *reservation) *Ho
 	return h
 }
 
-// arm runs OnStart, then lets the end hooks run; a hold that ended before
+// arm runs Started, then lets the end hooks run; a hold that ended before
 // it was armed ends now, in that order.
 func (h *Hold) arm() {
-	if fn := h.o.config().OnStart; fn != nil {
-		fn(h)
-	}
+	h.o.config().Events.Started(h)
 	h.lease.addHold(h) // the lease's end ends it
 	h.armed.Done()
 }
@@ -75,9 +78,7 @@ func (h *Hold) end(cause error) {
 		h.armed.Wait()
 		h.cause = cause
 		h.lease.removeHold(h)
-		if fn := h.o.config().OnEnd; fn != nil {
-			fn(h, cause, time.Since(h.acquired))
-		}
+		h.o.config().Events.Ended(h, cause, time.Since(h.acquired))
 		h.stopWatch() // the end is known: no more deletion news needed
 		h.afterLoss(cause)
 		h.ended.Done()
@@ -149,6 +150,9 @@ func (h *Hold) IsOwner() clientv3.Cmp {
 // lostErr is non-nil when the hold ended by a loss; it waits for the
 // reason to be told apart.
 func (h *Hold) lostErr() error {
+	if h.ctx.Err() == nil && h.lease.ctx.Err() != nil {
+		h.cancel(context.Cause(h.lease.ctx)) // before endHolds got to it
+	}
 	if h.ctx.Err() == nil {
 		return nil
 	}
@@ -327,4 +331,4 @@ func (h *Hold) LogFields() []zap.Field {
 }
 
 // stopWatch ends the deletion news of the key (idempotent).
-func (h *Hold) stopWatch() { h.watcher.unregister(h.key, h.watch) }
+func (h *Hold) stopWatch() { h.watcher.unregister(h.key, h) }

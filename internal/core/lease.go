@@ -55,6 +55,7 @@ func (l *Lease) addHold(h *Hold) {
 		context.AfterFunc(l.ctx, l.endHolds)
 	case l.ctx.Err() != nil:
 		// Armed on a lease that has ended: endHolds may have run already.
+		h.cancel(context.Cause(l.ctx))
 		if cause := context.Cause(h.ctx); !errors.Is(cause, errs.ErrKeyGone) {
 			go h.end(cause)
 		}
@@ -76,7 +77,9 @@ func (l *Lease) endHolds() {
 		holds = append(holds, h)
 	}
 	l.holdsMu.Unlock()
+	lost := context.Cause(l.ctx)
 	for _, h := range holds {
+		h.cancel(lost) // no effect on a hold that ended first
 		if cause := context.Cause(h.ctx); !errors.Is(cause, errs.ErrKeyGone) {
 			go h.end(cause)
 		}

@@ -17,23 +17,33 @@ const releaseTimeout = 5 * time.Second
 
 // OwnerConfig configures an Owner.
 type OwnerConfig struct {
-	// Label names the lock or election in errors ("mutex \"x\"").
-	Label  string
 	Prefix string
 	// NotHeld is the sentinel for a handle that no longer owns.
 	NotHeld error
 	// OwnSession makes Close close the session.
 	OwnSession bool
-	// OnStart runs when a hold begins, before anything can end it.
-	OnStart func(h *Hold)
 	// Policy, when set, decides when a key may hold (nil: the oldest alone).
 	Policy Policy
 	// Tag, when set, gives each acquisition a key of its own:
 	// keys.TaggedKey(lease key, Tag, n).
 	Tag string
-	// OnEnd runs once when a hold ends, with the cause (errs.ErrReleased,
+	// Events names the owner and hears its holds begin and end; required.
+	Events Events
+}
+
+// Events are what the Mutex, Election, Semaphore or RWMutex behind an
+// Owner is told. It is an interface, not func fields, so that an Owner
+// costs no closure per Mutex: each package implements it on a named type
+// of its own struct, which keeps the methods out of its public API.
+type Events interface {
+	// Label names the lock or election in errors ("mutex \"x\""),
+	// formatted only when an error needs it.
+	Label() string
+	// Started runs when a hold begins, before anything can end it.
+	Started(h *Hold)
+	// Ended runs once when a hold ends, with the cause (errs.ErrReleased,
 	// or a loss with its reason told apart) and how long it was held.
-	OnEnd func(h *Hold, cause error, held time.Duration)
+	Ended(h *Hold, cause error, held time.Duration)
 }
 
 // Owner is one Mutex or Election on a session: the handles it holds (T is
@@ -43,20 +53,20 @@ type Owner[T any] struct {
 	sess *Session
 	cfg  OwnerConfig
 
-	closeOnce sync.Once
-	closeErr  error
-	calls     sync.WaitGroup // acquisitions and observers in flight
-	bg        sync.WaitGroup // deletions and loss refinements
+	closeErr error
+	calls    sync.WaitGroup // acquisitions and observers in flight
+	bg       sync.WaitGroup // deletions and loss refinements
 
 	// An Owner costs every lock held through it (a service may hold one
 	// lock on each of 10,000 Mutexes): no map, channel or context of its
-	// own until it needs one.
-	mu       sync.Mutex
-	closed   bool
-	bgClosed bool
-	closing  chan struct{} // made when first needed; closed when Close begins
-	inflight *inflight     // calls in flight, cancelled when Close begins
-	held     []held[T]
+	// own until it needs one, and fields ordered to leave no padding.
+	closeOnce sync.Once
+	closed    bool // guarded by mu, as is what follows it
+	bgClosed  bool
+	mu        sync.Mutex
+	closing   chan struct{} // made when first needed; closed when Close begins
+	inflight  *inflight     // calls in flight, cancelled when Close begins
+	held      []held[T]
 }
 
 type held[T any] struct {
@@ -200,7 +210,7 @@ func (o *Owner[T]) wrapErr(err error) error {
 	if errors.Is(err, errs.ErrClosed) || o.isClosed() {
 		return errs.ErrClosed
 	}
-	return fmt.Errorf("%s: %w", o.cfg.Label, err)
+	return fmt.Errorf("%s: %w", o.cfg.Events.Label(), err)
 }
 
 // Release releases h and forgets it once no retry is due.

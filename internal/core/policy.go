@@ -37,19 +37,36 @@ func (o *Owner[T]) keyFor(lease int64) string {
 	return key
 }
 
-// queueRead is the read of the enqueue transaction: the owner alone, or
-// with a Policy the whole queue.
-func (o *Owner[T]) queueRead() clientv3.Op {
-	if o.cfg.Policy == nil {
+// queueRead is the read of the enqueue transaction. With a Policy it is
+// the whole queue. Without, a put reads the two newest keys: its own and
+// the one just ahead, which a waiter then watches without another read;
+// the read beside an existing key is the oldest key.
+func (o *Owner[T]) queueRead(put bool) clientv3.Op {
+	switch {
+	case o.cfg.Policy != nil:
+		return clientv3.OpGet(o.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	case put:
+		return clientv3.OpGet(o.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))
+	default:
 		return clientv3.OpGet(o.cfg.Prefix, clientv3.WithFirstCreate()...)
 	}
-	return clientv3.OpGet(o.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 }
 
-// mayHold tells from the enqueue's read whether key, created at rev, holds.
-func (o *Owner[T]) mayHold(read []*mvccpb.KeyValue, key string, rev int64) bool {
+// mayHold tells from the enqueue's read whether key, created at rev,
+// holds; if not, and the read named it, it returns the key just ahead.
+func (o *Owner[T]) mayHold(read []*mvccpb.KeyValue, put bool, key string, rev int64) (bool, *mvccpb.KeyValue) {
 	if o.cfg.Policy == nil {
-		return len(read) > 0 && read[0].CreateRevision == rev
+		if !put {
+			return len(read) > 0 && read[0].CreateRevision == rev, nil
+		}
+		if len(read) == 0 || read[0].CreateRevision != rev {
+			return false, nil // not the read expected: wait reads again
+		}
+		if len(read) == 1 {
+			return true, nil
+		}
+		return false, read[1]
 	}
 	older := make([]*mvccpb.KeyValue, 0, len(read))
 	for _, kv := range read {
@@ -58,7 +75,7 @@ func (o *Owner[T]) mayHold(read []*mvccpb.KeyValue, key string, rev int64) bool 
 		}
 	}
 	b, allowed := o.cfg.Policy.Blockers(key, older)
-	return len(b) <= allowed
+	return len(b) <= allowed, nil
 }
 
 // waitPolicy blocks until the Policy lets key (created at rev) hold and

@@ -29,7 +29,7 @@ type keyWatcher struct {
 	cancel context.CancelFunc
 
 	mu   sync.Mutex
-	keys map[string]*watched
+	keys map[string]*Hold
 	// expected holds keys being acquired: a deletion seen before
 	// registration is recorded (at its revision) instead of dropped.
 	expected map[string]int64
@@ -41,11 +41,6 @@ type keyWatcher struct {
 	uses   int
 }
 
-type watched struct {
-	rev, at int64
-	h       *Hold
-}
-
 func (s *Session) watcher(key string) *keyWatcher {
 	prefix := keys.NamespaceOf(key)
 	s.mu.Lock()
@@ -55,7 +50,7 @@ func (s *Session) watcher(key string) *keyWatcher {
 	}
 	w, ok := s.watchers[prefix]
 	if !ok {
-		w = &keyWatcher{s: s, prefix: prefix, keys: make(map[string]*watched), expected: make(map[string]int64)}
+		w = &keyWatcher{s: s, prefix: prefix, keys: make(map[string]*Hold), expected: make(map[string]int64)}
 		s.watchers[prefix] = w
 	}
 	return w
@@ -76,15 +71,15 @@ func (w *keyWatcher) expect(key string) (unexpect func()) {
 	}
 }
 
-// register ends e's hold (once, in the watch's goroutine or the caller's)
-// when key, created at e.rev and confirmed present at revision e.at, is
-// deleted or replaced; unregister undoes it.
-func (w *keyWatcher) register(key string, e *watched) {
-	rev, at := e.rev, e.at
+// register ends h (once, in the watch's goroutine or the caller's) when
+// key, created at h.rev and confirmed present at revision h.at, is deleted
+// or replaced; unregister undoes it.
+func (w *keyWatcher) register(key string, h *Hold) {
+	rev, at := h.rev, h.at
 	w.mu.Lock()
 	deletedAt, wasExpected := w.expected[key]
 	delete(w.expected, key)
-	w.keys[key] = e
+	w.keys[key] = h
 	w.uses++
 	if w.linger != nil {
 		w.linger.Stop()
@@ -97,7 +92,7 @@ func (w *keyWatcher) register(key string, e *watched) {
 	case deletedAt > rev:
 		delete(w.keys, key)
 		w.mu.Unlock()
-		e.h.gone(deletedAt)
+		h.gone(deletedAt)
 		return
 	case !wasExpected || w.from > at+1:
 		// The stream may not have delivered a deletion after at with the
@@ -106,15 +101,15 @@ func (w *keyWatcher) register(key string, e *watched) {
 	}
 	w.mu.Unlock()
 	if check {
-		w.checkOnce(key, e)
+		w.checkOnce(key, h)
 	}
 }
 
-func (w *keyWatcher) unregister(key string, e *watched) {
+func (w *keyWatcher) unregister(key string, h *Hold) {
 	{
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		if w.keys[key] == e {
+		if w.keys[key] == h {
 			delete(w.keys, key)
 		}
 		// Keep the watch a TTL after the last key goes when this session
@@ -230,14 +225,14 @@ func (w *keyWatcher) deleted(key string, at int64) {
 	if _, ok := w.expected[key]; ok {
 		w.expected[key] = at
 	}
-	e, ok := w.keys[key]
-	ok = ok && at > e.rev // an older deletion is of an earlier holder of this key
+	h, ok := w.keys[key]
+	ok = ok && at > h.rev // an older deletion is of an earlier holder of this key
 	if ok {
 		delete(w.keys, key)
 	}
 	w.mu.Unlock()
 	if ok {
-		e.h.gone(at)
+		h.gone(at)
 	}
 	if f := w.s.cfg.Hooks.Deleted; f != nil {
 		f(key)
@@ -259,12 +254,12 @@ func (w *keyWatcher) reread(ctx context.Context) (int64, bool) {
 	for _, kv := range resp.Kvs {
 		present[string(kv.Key)] = kv.CreateRevision
 	}
-	var gone []*watched
+	var gone []*Hold
 	w.mu.Lock()
-	for k, e := range w.keys {
-		if e.at < rev && present[k] != e.rev {
+	for k, h := range w.keys {
+		if h.at < rev && present[k] != h.rev {
 			delete(w.keys, k)
-			gone = append(gone, e)
+			gone = append(gone, h)
 		}
 	}
 	// Expected keys: a deletion during the outage cannot be told from the
@@ -274,14 +269,14 @@ func (w *keyWatcher) reread(ctx context.Context) (int64, bool) {
 	}
 	w.from = rev + 1
 	w.mu.Unlock()
-	for _, e := range gone {
-		e.h.gone(rev)
+	for _, h := range gone {
+		h.gone(rev)
 	}
 	return rev, true
 }
 
 // checkOnce reads key (a few attempts) and ends its hold if it is gone.
-func (w *keyWatcher) checkOnce(key string, e *watched) {
+func (w *keyWatcher) checkOnce(key string, h *Hold) {
 	for attempt := 0; attempt < 3; attempt++ {
 		ctx, cancel := context.WithTimeout(w.s.ctx, 2*time.Second)
 		resp, err := w.s.cli.Get(ctx, key, clientv3.WithKeysOnly())
@@ -289,17 +284,17 @@ func (w *keyWatcher) checkOnce(key string, e *watched) {
 		if err != nil {
 			continue
 		}
-		if len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == e.rev {
+		if len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == h.rev {
 			return
 		}
 		w.mu.Lock()
-		mine := w.keys[key] == e
+		mine := w.keys[key] == h
 		if mine {
 			delete(w.keys, key)
 		}
 		w.mu.Unlock()
 		if mine {
-			e.h.gone(resp.Header.Revision)
+			h.gone(resp.Header.Revision)
 		}
 		return
 	}
