@@ -89,7 +89,9 @@ func (e *events) Ended(h *core.Hold, cause error, held time.Duration) {
 	m := (*Mutex)(e)
 	if errors.Is(cause, ErrReleased) {
 		m.met.HoldEnded(m.ns, m.label, held, "")
-		m.log.Debug("lock released", m.fields(h.LogFields()...)...)
+		if m.log.Core().Enabled(zap.DebugLevel) { // the fields cost even when dropped
+			m.log.Debug("lock released", m.fields(h.LogFields()...)...)
+		}
 		return
 	}
 	m.met.HoldEnded(m.ns, m.label, held, errs.Reason(cause))

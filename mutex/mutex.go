@@ -98,7 +98,9 @@ func (m *Mutex) lock(ctx context.Context, try bool) (*Lock, error) {
 	result := "acquired"
 	switch {
 	case err == nil:
-		m.log.Debug("lock acquired", m.fields(l.h.LogFields()...)...)
+		if m.log.Core().Enabled(zap.DebugLevel) { // the fields cost even when dropped
+			m.log.Debug("lock acquired", m.fields(l.h.LogFields()...)...)
+		}
 	case errors.Is(err, core.ErrBusy):
 		err, result = fmt.Errorf("%w: %q", ErrLocked, m.name), "locked"
 	case ctx.Err() != nil || errors.Is(err, ErrClosed):

@@ -134,7 +134,9 @@ func (rw *RWMutex) lock(ctx context.Context, shared, try bool) (*Lock, error) {
 	result := "acquired"
 	switch {
 	case err == nil:
-		rw.log.Debug("lock acquired", append(l.h.LogFields(), zap.Bool("shared", shared))...)
+		if rw.log.Core().Enabled(zap.DebugLevel) { // the fields cost even when dropped
+			rw.log.Debug("lock acquired", append(l.h.LogFields(), zap.Bool("shared", shared))...)
+		}
 	case errors.Is(err, core.ErrBusy):
 		err, result = fmt.Errorf("%w: %q", ErrLocked, rw.name), "locked"
 	case ctx.Err() != nil || errors.Is(err, ErrClosed):
@@ -178,7 +180,9 @@ func (e *events) Ended(h *core.Hold, cause error, held time.Duration) {
 	rw := (*RWMutex)(e)
 	if errors.Is(cause, ErrReleased) {
 		rw.met.HoldEnded(rw.cfg.Namespace, rw.label, held, "")
-		rw.log.Debug("lock released", h.LogFields()...)
+		if rw.log.Core().Enabled(zap.DebugLevel) { // the fields cost even when dropped
+			rw.log.Debug("lock released", h.LogFields()...)
+		}
 		return
 	}
 	rw.met.HoldEnded(rw.cfg.Namespace, rw.label, held, errs.Reason(cause))

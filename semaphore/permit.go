@@ -78,7 +78,9 @@ func (e *events) Ended(h *core.Hold, cause error, held time.Duration) {
 	s := (*Semaphore)(e)
 	if errors.Is(cause, ErrReleased) {
 		s.met.HoldEnded(s.cfg.Namespace, s.label, held, "")
-		s.log.Debug("permit released", h.LogFields()...)
+		if s.log.Core().Enabled(zap.DebugLevel) { // the fields cost even when dropped
+			s.log.Debug("permit released", h.LogFields()...)
+		}
 		return
 	}
 	s.met.HoldEnded(s.cfg.Namespace, s.label, held, errs.Reason(cause))

@@ -136,7 +136,9 @@ func (s *Semaphore) acquire(ctx context.Context, try bool) (*Permit, error) {
 	result := "acquired"
 	switch {
 	case err == nil:
-		s.log.Debug("permit acquired", p.h.LogFields()...)
+		if s.log.Core().Enabled(zap.DebugLevel) { // the fields cost even when dropped
+			s.log.Debug("permit acquired", p.h.LogFields()...)
+		}
 	case errors.Is(err, core.ErrBusy):
 		err, result = fmt.Errorf("%w: %q (limit %d)", ErrNoPermit, s.name, s.limit), "locked"
 	case ctx.Err() != nil || errors.Is(err, ErrClosed):

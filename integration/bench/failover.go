@@ -111,23 +111,24 @@ func graceful(ctx context.Context, env *env, impl Impl, name string) ([]Value, e
 		if err := pause(ctx, env.cfg.Settle); err != nil {
 			return nil, err
 		}
+		resigned := term.Key() // raw's is empty after Resign
 		called := time.Now()
 		if err := term.Resign(ctx); err != nil {
 			return nil, err
 		}
-		resigned := time.Now()
-		resigns = append(resigns, resigned.Sub(called))
+		returned := time.Now()
+		resigns = append(resigns, returned.Sub(called))
 		w := <-ch
 		if w.err != nil {
 			return nil, w.err
 		}
-		failovers = append(failovers, w.at.Sub(resigned))
+		failovers = append(failovers, w.at.Sub(returned))
 		at, err := heardAt(ctx, heard, w.t.Key())
 		if err != nil {
 			return nil, fmt.Errorf("observer: %w", err)
 		}
 		observes = append(observes, at.Sub(called))
-		gone, err := heardAt(ctx, deleted, term.Key())
+		gone, err := heardAt(ctx, deleted, resigned)
 		if err != nil {
 			return nil, fmt.Errorf("floor watch: %w", err)
 		}
