@@ -47,6 +47,7 @@ FUZZTIME ?= 30s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzEscape$$' -fuzztime $(FUZZTIME) ./internal/keys
 	$(GO) test -run '^$$' -fuzz '^FuzzUnescape$$' -fuzztime $(FUZZTIME) ./internal/keys
+	$(GO) test -run '^$$' -fuzz '^FuzzNamespaceOf$$' -fuzztime $(FUZZTIME) ./internal/keys
 	$(GO) test -run '^$$' -fuzz '^FuzzParseToken$$' -fuzztime $(FUZZTIME) ./fencing
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./rbac
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMap$$' -fuzztime $(FUZZTIME) ./router

@@ -39,7 +39,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, value string, try bool) 
 		return nil, err
 	}
 	w := s.watcher(key)
-	unexpect := w.expect(key)
+	w.expect(key)
 
 	// Put our key unless it exists. A key on our own lease that exists is
 	// ours: an earlier attempt whose reply was lost (the key is reserved
@@ -62,7 +62,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, value string, try bool) 
 			return err
 		})
 		if err != nil {
-			unexpect()
+			w.unexpect(key)
 			if retry.Permanent(err) {
 				release.free() // refused as a whole: nothing was written
 				return nil, err
@@ -83,12 +83,12 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, value string, try bool) 
 		rev = kv.CreateRevision
 		if s.borrowed != nil && attempts == 1 && string(kv.Value) == value {
 			if try {
-				unexpect()
+				w.unexpect(key)
 				release.free()
 				return nil, ErrBusy
 			}
 			if _, err := waitGone(ctx, cli, kv.Key, rev, resp.Header.Revision); err != nil {
-				unexpect()
+				w.unexpect(key)
 				release.free()
 				return nil, err
 			}
@@ -98,7 +98,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, value string, try bool) 
 			// An adopted key carries this caller's value, as etcd's
 			// Campaign proclaims it.
 			if err := o.adopt(ctx, key, rev, value, l); err != nil {
-				unexpect()
+				w.unexpect(key)
 				o.deleteKey(l, key, rev, release)
 				return nil, failure(ctx, err)
 			}
@@ -108,7 +108,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, value string, try bool) 
 	at := resp.Header.Revision
 	if ok, ahead := o.mayHold(resp.Responses[1].GetResponseRange().Kvs, resp.Succeeded, key, rev); !ok {
 		if try {
-			unexpect()
+			w.unexpect(key)
 			o.deleteKey(l, key, rev, release)
 			return nil, ErrBusy
 		}
@@ -118,7 +118,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, value string, try bool) 
 			at, err = o.wait(ctx, l, key, rev, ahead, at)
 		}
 		if err != nil {
-			unexpect()
+			w.unexpect(key)
 			if errors.Is(err, errOwnKeyGone) {
 				release.free()
 				return nil, o.lostReason(ctx, l)

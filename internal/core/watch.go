@@ -58,17 +58,18 @@ func (s *Session) watcher(key string) *keyWatcher {
 
 // expect marks key as being acquired; call before the acquisition's
 // confirming read. unexpect undoes it.
-func (w *keyWatcher) expect(key string) (unexpect func()) {
+func (w *keyWatcher) expect(key string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.cancel != nil {
 		w.expected[key] = 0
 	}
-	return func() {
-		w.mu.Lock()
-		delete(w.expected, key)
-		w.mu.Unlock()
-	}
+}
+
+func (w *keyWatcher) unexpect(key string) {
+	w.mu.Lock()
+	delete(w.expected, key)
+	w.mu.Unlock()
 }
 
 // register ends h (once, in the watch's goroutine or the caller's) when

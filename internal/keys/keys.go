@@ -191,6 +191,18 @@ func Parse(ns, key string) (Parsed, error) {
 // NamespaceOf is "/<ns>/v1/" for a key "/<ns>/v1/...", or key itself when
 // it has no such form.
 func NamespaceOf(key string) string {
+	if strings.HasPrefix(key, "/") {
+		// A slice of key up to its third slash: no allocation on the lock path.
+		slashes := 0
+		for i := 1; i < len(key); i++ {
+			if key[i] == '/' {
+				if slashes++; slashes == 2 {
+					return key[:i+1]
+				}
+			}
+		}
+		return key
+	}
 	parts := strings.SplitN(key, "/", 4)
 	if len(parts) < 4 {
 		return key

@@ -121,3 +121,38 @@ func FuzzUnescape(f *testing.F) {
 		}
 	})
 }
+
+func TestNamespaceOf(t *testing.T) {
+	for _, tc := range []struct{ key, want string }{
+		{"/baton/v1/lock/x/694d9a3e1b4e3c25", "/baton/v1/"},
+		{"/baton/v1/", "/baton/v1/"},
+		{"/baton/v1", "/baton/v1"},
+		{"/", "/"},
+		{"", ""},
+		{"a/b/c/d", "/b/c/"},
+	} {
+		if got := NamespaceOf(tc.key); got != tc.want {
+			t.Errorf("NamespaceOf(%q) = %q, want %q", tc.key, got, tc.want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = NamespaceOf("/baton/v1/lock/x/1") }); n != 0 {
+		t.Errorf("NamespaceOf allocates %v times per call on a key of the layout", n)
+	}
+}
+
+// FuzzNamespaceOf checks the allocation-free path against the plain
+// definition: "/" + the first two segments after the first slash + "/".
+func FuzzNamespaceOf(f *testing.F) {
+	for _, s := range []string{"/ns/v1/lock/a/1", "/ns/v1", "//", "a/b/c/d", "/a//b/"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		want := key
+		if parts := strings.SplitN(key, "/", 4); len(parts) >= 4 {
+			want = "/" + parts[1] + "/" + parts[2] + "/"
+		}
+		if got := NamespaceOf(key); got != want {
+			t.Fatalf("NamespaceOf(%q) = %q, want %q", key, got, want)
+		}
+	})
+}
