@@ -50,12 +50,14 @@ func (l *Lease) addHold(h *Hold) {
 		l.holds = make(map[*Hold]struct{})
 	}
 	l.holds[h] = struct{}{}
+	if l.ctx.Err() != nil {
+		h.cancel(context.Cause(l.ctx)) // before the caller sees the hold
+	}
 	switch {
 	case first:
 		context.AfterFunc(l.ctx, l.endHolds)
 	case l.ctx.Err() != nil:
 		// Armed on a lease that has ended: endHolds may have run already.
-		h.cancel(context.Cause(l.ctx))
 		if cause := context.Cause(h.ctx); !errors.Is(cause, errs.ErrKeyGone) {
 			go h.end(cause)
 		}

@@ -1,0 +1,48 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/internal/errs"
+)
+
+// testEvents is a minimal Events for an Owner under test.
+type testEvents struct{}
+
+func (testEvents) Label() string                      { return "test" }
+func (testEvents) Started(*Hold)                      {}
+func (testEvents) Ended(*Hold, error, time.Duration) {}
+
+// A hold is not a child of its lease's context; a lease lost between the
+// acquisition's confirmation and the hold's arming must still hand back a
+// hold whose Context has ended, with the lease's cause, before the caller
+// sees it.
+func TestHoldOnALeaseLostBeforeArmIsEndedWhenReturned(t *testing.T) {
+	cli := srv.Client(t)
+	hooks := &Hooks{}
+	s := NewSession(cli, Config{TTL: 5 * time.Second, Hooks: hooks})
+	defer s.Close()
+	o := NewOwner[*Hold](s, OwnerConfig{Prefix: "/core-test/v1/lock/lost-before-arm/", NotHeld: errs.ErrReleased, Events: testEvents{}})
+	defer o.Close()
+	hooks.BeforeArm = func(string) {
+		s.mu.Lock()
+		l := s.cur
+		s.mu.Unlock()
+		l.lose(errs.ErrLeaseExpired)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h, err := o.Acquire(ctx, "v", false, func(h *Hold) *Hold { return h })
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	if h.Context().Err() == nil {
+		t.Fatal("the hold's Context was live when returned on a lost lease")
+	}
+	if cause := context.Cause(h.Context()); !errors.Is(cause, errs.ErrLeaseExpired) {
+		t.Fatalf("cause %v, want ErrLeaseExpired", cause)
+	}
+}
