@@ -12,8 +12,8 @@ import (
 // testEvents is a minimal Events for an Owner under test.
 type testEvents struct{}
 
-func (testEvents) Label() string                      { return "test" }
-func (testEvents) Started(*Hold)                      {}
+func (testEvents) Label() string                     { return "test" }
+func (testEvents) Started(*Hold)                     {}
 func (testEvents) Ended(*Hold, error, time.Duration) {}
 
 // A hold is not a child of its lease's context; a lease lost between the
