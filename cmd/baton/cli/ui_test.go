@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -116,7 +117,8 @@ func spanOf(s uiSnapshot, kind, name string, token int64) *uiSpan {
 }
 
 func TestUIStateFollowsLeadersLocksAndTheirEnds(t *testing.T) {
-	const ns = "ui-state"
+	// Its own namespace per run: the audit trail it counts stays in etcd.
+	ns := fmt.Sprintf("ui-state-%d", time.Now().UnixNano())
 	st := startUIState(t, ns)
 	waitSnapshot(t, st, "connected", func(s uiSnapshot) bool { return s.Connected })
 	cli := srv.Client(t)
