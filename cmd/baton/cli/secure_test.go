@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +72,10 @@ func TestCertsInitRejectsBadArguments(t *testing.T) {
 	}
 }
 
+// runSuffix makes names unique to one run of a test, so that the test
+// passes again on the same etcd (go test -count=2).
+func runSuffix() string { return strconv.FormatInt(time.Now().UnixNano(), 36) }
+
 func writePolicy(t *testing.T, text string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "policy.yaml")
@@ -82,10 +87,12 @@ func writePolicy(t *testing.T, text string) string {
 
 func TestRBACApplyIsIdempotentAndShowReadsItBack(t *testing.T) {
 	ctx := testContext(t)
-	policy := writePolicy(t, "namespaces:\n  - name: cli-rbac\n    contenders: [cli-app]\n    observers: [cli-ops]\n")
+	// Names of its own per run: the roles it applies stay in etcd.
+	u := runSuffix()
+	policy := writePolicy(t, fmt.Sprintf("namespaces:\n  - name: cli-rbac-%s\n    contenders: [cli-app-%s]\n    observers: [cli-ops-%s]\n", u, u, u))
 
 	code, out, errOut := run(ctx, t, "", "rbac", "apply", "-f", policy, "--dry-run")
-	if code != ExitOK || !strings.Contains(out, "would grant-role baton:cli-rbac:readwrite to user cli-app") {
+	if code != ExitOK || !strings.Contains(out, fmt.Sprintf("would grant-role baton:cli-rbac-%s:readwrite to user cli-app-%s", u, u)) {
 		t.Fatalf("dry run exited %d:\n%s%s", code, out, errOut)
 	}
 	code, out, errOut = run(ctx, t, "", "rbac", "apply", "-f", policy)
@@ -111,8 +118,8 @@ func TestRBACApplyIsIdempotentAndShowReadsItBack(t *testing.T) {
 	}
 	found := false
 	for _, ns := range shown.Namespaces {
-		if ns.Name == "cli-rbac" {
-			found = len(ns.Contenders) == 1 && ns.Contenders[0] == "cli-app" && len(ns.Observers) == 1 && ns.Observers[0] == "cli-ops"
+		if ns.Name == "cli-rbac-"+u {
+			found = len(ns.Contenders) == 1 && ns.Contenders[0] == "cli-app-"+u && len(ns.Observers) == 1 && ns.Observers[0] == "cli-ops-"+u
 		}
 	}
 	if !found {
@@ -238,8 +245,9 @@ func TestRBACApplyBoundsEachRequestNotTheWhole(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("namespaces:\n")
 	const n = 40
+	u := runSuffix() // the roles it applies stay in etcd
 	for i := range n {
-		fmt.Fprintf(&b, "  - name: cli-bulk-%03d\n    contenders: [cli-bulk-app]\n    observers: [cli-bulk-ops]\n", i)
+		fmt.Fprintf(&b, "  - name: cli-bulk-%s-%03d\n    contenders: [cli-bulk-app-%s]\n    observers: [cli-bulk-ops-%s]\n", u, i, u, u)
 	}
 	policy := writePolicy(t, b.String())
 	start := time.Now()
