@@ -53,7 +53,7 @@ type Hold struct {
 func newHold(o owner, l *Lease, key string, rev int64, release *reservation) *Hold {
 	// Not a child of the lease's context: 10,000 holds would cost its
 	// children map an entry each. The lease ends its holds itself
-	// (addHold, endHolds), carrying its cause.
+	// (addHold, cancelHolds, endHolds), carrying its cause.
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(l.ctx))
 	h := &Hold{
 		o: o, lease: l, key: key, rev: rev, acquired: time.Now(), ctx: ctx, cancel: cancel,

@@ -18,6 +18,9 @@ type Hooks struct {
 	Deleted func(key string)
 	// OnRenewed runs after each acknowledged renewal.
 	OnRenewed func()
+	// EndingHolds runs in the goroutine that runs a lease's holds' end
+	// hooks once the lease ended, before it runs them.
+	EndingHolds func()
 }
 
 func call(f func()) {

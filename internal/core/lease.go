@@ -50,17 +50,28 @@ func (l *Lease) addHold(h *Hold) {
 		l.holds = make(map[*Hold]struct{})
 	}
 	l.holds[h] = struct{}{}
-	if l.ctx.Err() != nil {
-		h.cancel(context.Cause(l.ctx)) // before the caller sees the hold
-	}
-	switch {
-	case first:
+	if first {
 		context.AfterFunc(l.ctx, l.endHolds)
-	case l.ctx.Err() != nil:
-		// Armed on a lease that has ended: endHolds may have run already.
+	}
+	if l.ctx.Err() != nil {
+		// Armed on a lease that has ended: end it before Acquire returns
+		// it, not when endHolds (which may have run already) gets to it.
+		h.cancel(context.Cause(l.ctx))
 		if cause := context.Cause(h.ctx); !errors.Is(cause, errs.ErrKeyGone) {
 			go h.end(cause)
 		}
+	}
+}
+
+// cancelHolds ends the context of every hold on the ended lease in the
+// caller: endHolds runs in a goroutine of its own, and holders must know
+// before what lets the next holder in (the revoke) is sent.
+func (l *Lease) cancelHolds() {
+	cause := context.Cause(l.ctx)
+	l.holdsMu.Lock()
+	defer l.holdsMu.Unlock()
+	for h := range l.holds {
+		h.cancel(cause) // no effect on a hold that ended first
 	}
 }
 
@@ -73,6 +84,7 @@ func (l *Lease) removeHold(h *Hold) {
 // endHolds ends every hold when the lease ends; a hold whose key was
 // deleted first ends once the reason is told apart.
 func (l *Lease) endHolds() {
+	call(l.s.cfg.Hooks.EndingHolds)
 	l.holdsMu.Lock()
 	holds := make([]*Hold, 0, len(l.holds))
 	for h := range l.holds {
@@ -119,6 +131,7 @@ func (l *Lease) lose(reason error) {
 	cause := errs.Lost(reason)
 	l.cancel(cause)
 	l.mu.Unlock()
+	l.cancelHolds()
 	l.s.cfg.Logger.Warn("lease lost", l.hex(), zap.Error(cause))
 }
 
@@ -197,6 +210,7 @@ func (l *Lease) watchdog() {
 		l.timer.Stop()
 	}
 	l.mu.Unlock()
+	l.cancelHolds() // the lease may have ended in another goroutine
 	if s.borrowed == nil && !errors.Is(context.Cause(l.ctx), errs.ErrReleased) {
 		// Until etcd answers, however long an outage lasts: once quorum is
 		// back its new leader renews every lease for a full TTL, and this

@@ -135,6 +135,9 @@ func (s *Session) Close() error {
 		w.stopLinger()
 	}
 	var err error
+	if cur != nil {
+		cur.cancelHolds() // before the revoke lets the next holders in
+	}
 	if cur != nil && s.borrowed == nil {
 		err = cur.revoke(context.Background(), revokeTimeout)
 	}
