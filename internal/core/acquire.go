@@ -179,7 +179,9 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, key string, rev int64, ah
 			predOp = clientv3.OpGet(o.cfg.Prefix, append(before, clientv3.WithSerializable())...)
 			ownOp = clientv3.OpGet(key, clientv3.WithSerializable())
 		}
-		resp, err := cli.Txn(ctx).Then(predOp, ownOp).Commit()
+		// A member without a leader refuses (and the read is retried)
+		// instead of answering from a state that may be stale.
+		resp, err := cli.Txn(clientv3.WithRequireLeader(ctx)).Then(predOp, ownOp).Commit()
 		if err != nil {
 			// Only reads: retried while the caller waits (a member
 			// restarting, a leader election), unless refused for good.
@@ -338,7 +340,7 @@ func waitGone(ctx context.Context, cli *clientv3.Client, key []byte, rev, read i
 				// Deletions after the watch's start come as events; the
 				// state at that start or later is what is missing. A
 				// serializable read gives it unless the member is behind.
-				g, err := cli.Get(ctx, string(key), clientv3.WithKeysOnly(), clientv3.WithSerializable())
+				g, err := cli.Get(clientv3.WithRequireLeader(ctx), string(key), clientv3.WithKeysOnly(), clientv3.WithSerializable())
 				if err == nil && g.Header.Revision < wr.Header.Revision {
 					g, err = cli.Get(ctx, string(key), clientv3.WithKeysOnly())
 				}
