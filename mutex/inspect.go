@@ -48,7 +48,7 @@ func contender(e core.Entry) Contender {
 // Holder returns the current holder, or the zero Contender (empty Key)
 // when the lock is free.
 func (m *Mutex) Holder(ctx context.Context) (Contender, error) {
-	entries, _, err := core.Read(ctx, m.cli(), m.prefix)
+	entries, _, err := core.Read(ctx, m.o.Client(), m.Prefix())
 	if err != nil || len(entries) == 0 {
 		return Contender{}, err
 	}
@@ -57,7 +57,7 @@ func (m *Mutex) Holder(ctx context.Context) (Contender, error) {
 
 // Waiters returns the contenders queued behind the holder, in order.
 func (m *Mutex) Waiters(ctx context.Context) ([]Contender, error) {
-	entries, _, err := core.Read(ctx, m.cli(), m.prefix)
+	entries, _, err := core.Read(ctx, m.o.Client(), m.Prefix())
 	if err != nil || len(entries) < 2 {
 		return nil, err
 	}

@@ -40,7 +40,7 @@ func (rw *RWMutex) Waiters(ctx context.Context) ([]Contender, error) {
 }
 
 func (rw *RWMutex) read(ctx context.Context) (holders, waiters []Contender, err error) {
-	entries, _, err := core.Read(ctx, rw.cli, rw.prefix)
+	entries, _, err := core.Read(ctx, rw.o.Client(), rw.Prefix())
 	if err != nil {
 		return nil, nil, err
 	}

@@ -32,7 +32,7 @@ func contender(e core.Entry) Contender {
 // Holders returns the contenders that hold a permit: the Limit() oldest,
 // in token order.
 func (s *Semaphore) Holders(ctx context.Context) ([]Contender, error) {
-	entries, _, err := core.Read(ctx, s.cli, s.prefix)
+	entries, _, err := core.Read(ctx, s.o.Client(), s.Prefix())
 	if err != nil {
 		return nil, err
 	}
@@ -46,7 +46,7 @@ func (s *Semaphore) Holders(ctx context.Context) ([]Contender, error) {
 // Waiters returns the contenders queued for a permit, in the order they
 // will be served.
 func (s *Semaphore) Waiters(ctx context.Context) ([]Contender, error) {
-	entries, _, err := core.Read(ctx, s.cli, s.prefix)
+	entries, _, err := core.Read(ctx, s.o.Client(), s.Prefix())
 	if err != nil || len(entries) <= s.limit {
 		return nil, err
 	}

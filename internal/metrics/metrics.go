@@ -6,6 +6,7 @@ package metrics
 
 import (
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,6 +14,7 @@ import (
 
 // Metrics holds every collector of a mutex or election.
 type Metrics struct {
+	users             *users // who uses which series, shared through the Registerer
 	AcquireDuration   *prometheus.HistogramVec
 	AcquireTotal      *prometheus.CounterVec
 	HoldDuration      *prometheus.HistogramVec
@@ -78,6 +80,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"resource"}),
 	}
 	var err error
+	m.users = register(reg, &users{n: map[[2]string]int{}}, &err)
 	m.AcquireDuration = register(reg, m.AcquireDuration, &err)
 	m.AcquireTotal = register(reg, m.AcquireTotal, &err)
 	m.HoldDuration = register(reg, m.HoldDuration, &err)
@@ -145,16 +148,17 @@ func (m *Metrics) ObserveCampaign(ns, name, result string, d time.Duration) {
 }
 
 // Leading records a transition into or out of leadership; lostReason is
-// set when leadership was lost rather than resigned.
+// set when leadership was lost rather than resigned. The gauge counts the
+// terms held under one label, so it is 1 exactly while a lone election leads.
 func (m *Metrics) Leading(ns, name string, leading bool, lostReason string) {
 	if m == nil {
 		return
 	}
-	v := 0.0
+	v := -1.0
 	if leading {
 		v = 1
 	}
-	m.IsLeader.WithLabelValues(ns, name).Set(v)
+	m.IsLeader.WithLabelValues(ns, name).Add(v)
 	m.Transitions.WithLabelValues(ns, name).Inc()
 	if lostReason != "" {
 		m.ElectionLostTotal.WithLabelValues(ns, name, lostReason).Inc()
@@ -169,12 +173,45 @@ func (m *Metrics) Rejected(resource string) {
 	m.FencingRejections.WithLabelValues(resource).Inc()
 }
 
-// Forget deletes every series of one lock or election (its namespace and
-// name labels), so that closed ones do not accumulate.
-func (m *Metrics) Forget(ns, name string) {
+// users counts the open primitives per namespace and name label. It is
+// registered with the other collectors, so every Metrics built on one
+// Registerer finds the same one, with no state in this package.
+type users struct {
+	mu sync.Mutex
+	n  map[[2]string]int
+}
+
+var usersDesc = prometheus.NewDesc("baton_internal_metric_users", "Never collected: identifies the users table.", nil, nil)
+
+func (*users) Describe(ch chan<- *prometheus.Desc) { ch <- usersDesc }
+func (*users) Collect(chan<- prometheus.Metric)    {}
+
+// Use counts one more primitive recording under ns and name; the returned
+// func ends that use, and the last one deletes the series.
+func (m *Metrics) Use(ns, name string) (done func()) {
 	if m == nil {
-		return
+		return func() {}
 	}
+	k := [2]string{ns, name}
+	m.users.mu.Lock()
+	m.users.n[k]++
+	m.users.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			m.users.mu.Lock()
+			defer m.users.mu.Unlock()
+			if m.users.n[k]--; m.users.n[k] > 0 {
+				return
+			}
+			delete(m.users.n, k)
+			m.forget(ns, name)
+		})
+	}
+}
+
+// forget deletes every series of one namespace and name label.
+func (m *Metrics) forget(ns, name string) {
 	labels := prometheus.Labels{"namespace": ns, "name": name}
 	m.AcquireDuration.DeletePartialMatch(labels)
 	m.AcquireTotal.DeletePartialMatch(labels)
