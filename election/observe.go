@@ -28,7 +28,6 @@ type Leader struct {
 // IsZero reports whether l means "no leader".
 func (l Leader) IsZero() bool { return l.Key == "" }
 
-
 // Candidate is one entry of the queue.
 type Candidate struct {
 	Key   string

@@ -1,35 +1,38 @@
 package election
 
 import (
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/client/v3/concurrency"
-	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/config"
-	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/session"
 )
 
-// Option configures an Election. New validates all options together and
-// rejects bad values with an error wrapping ErrInvalid. The options of
-// package session, and a *session.Session itself, are accepted too.
+// Option configures an Election. New validates all options together and rejects
+// bad values with an error wrapping ErrInvalid that names the option and
+// its bound. The options of package session, and a *session.Session
+// itself, are accepted too.
 type Option = config.Option
 
 // Bounds of WithTTL and WithMaxTTL, as in package session.
-const DefaultTTL, MinTTL, DefaultMaxTTL = core.DefaultTTL, core.MinTTL, core.DefaultMaxTTL
+const DefaultTTL, MinTTL, DefaultMaxTTL = session.DefaultTTL, session.MinTTL, session.DefaultMaxTTL
 
-// WithTTL is session.WithTTL: the TTL of the lease an Election creates. It
-// bounds how long a crashed leader keeps others waiting, not how long one
-// leads. WithMaxTTL, WithSafetyMargin, WithMaxHeld, WithLogger and
-// WithRegisterer are the session package's too; each is session-wide.
-func WithTTL(ttl time.Duration) Option                { return session.WithTTL(ttl) }
-func WithMaxTTL(maxTTL time.Duration) Option          { return session.WithMaxTTL(maxTTL) }
-func WithSafetyMargin(d time.Duration) Option         { return session.WithSafetyMargin(d) }
-func WithMaxHeld(n int) Option                        { return session.WithMaxHeld(n) }
-func WithLogger(l *zap.Logger) Option                 { return session.WithLogger(l) }
-func WithRegisterer(reg prometheus.Registerer) Option { return session.WithRegisterer(reg) }
+// The options every primitive takes, one definition for all:
+//
+//   - WithTTL, WithMaxTTL, WithSafetyMargin, WithMaxHeld, WithLogger and
+//     WithRegisterer are package session's, which documents them: the
+//     lease's TTL (default 15 s; it bounds how long a crashed holder keeps
+//     others waiting, not how long one holds), its cap, the safety margin,
+//     the cap on keys held, the logger and the Registerer. They are
+//     session-wide: given with WithSession they must agree with the
+//     session's.
+//   - WithNamespace sets the first segment of every key (default "baton"):
+//     1 to 64 bytes of letters, digits, '.', '_' and '-'. One namespace per
+//     team or service makes RBAC one prefix grant.
+//   - WithMetricLabel sets the value of the name label of the metrics
+//     (default: its name; the leader gauge then counts the terms held under it). Give many primitives one label to bound the series
+//     when names are unbounded; the series stay until the last of them is
+//     closed.
+var WithTTL, WithMaxTTL, WithSafetyMargin, WithMaxHeld, WithLogger, WithRegisterer, WithNamespace, WithMetricLabel = session.WithTTL, session.WithMaxTTL, session.WithSafetyMargin, session.WithMaxHeld, session.WithLogger, session.WithRegisterer, config.Namespace, config.MetricLabel
 
 // WithSession makes the Election use s instead of creating its own lease: a
 // baton *session.Session or an etcd *concurrency.Session, shared with every
@@ -39,12 +42,3 @@ func WithRegisterer(reg prometheus.Registerer) Option { return session.WithRegis
 // A key of this election already on the lease is taken over, as etcd's
 // Campaign does (see Campaign).
 func WithSession[S *session.Session | *concurrency.Session](s S) Option { return config.Session(s) }
-
-// WithNamespace sets the first segment of every key (default "baton"), as
-// mutex.WithNamespace.
-func WithNamespace(ns string) Option { return config.Namespace(ns) }
-
-// WithMetricLabel sets the value of the name label of this Election's
-// metrics (default: its name); the leader gauge then counts the terms held
-// under that label.
-func WithMetricLabel(label string) Option { return config.MetricLabel(label) }

@@ -61,7 +61,7 @@ type Session struct {
 	mu        sync.Mutex
 	closed    bool
 	etcdGone  bool // the caller's lease was found gone: never replaced
-	users     int // primitives attached to an etcd session's Session
+	users     int  // primitives attached to an etcd session's Session
 	cur       *Lease
 	grant     *grantCall
 	reserved  map[string]*reservation
