@@ -8,6 +8,7 @@ import (
 
 	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/inspect"
 )
 
 // Leader is the state of an election as read from etcd. The zero Leader
@@ -69,7 +70,7 @@ func (e *Election) readLeader(ctx context.Context) (Leader, error) {
 // Candidates returns the queue in order, the leader first, each with its
 // lease's time left.
 func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
-	entries, _, err := core.Read(ctx, e.o.Client(), e.Prefix())
+	entries, _, err := inspect.Read(ctx, e.o.Client(), e.Prefix())
 	if err != nil {
 		return nil, err
 	}

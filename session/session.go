@@ -25,10 +25,13 @@ type Session struct {
 	err     error
 }
 
-// Settings are a session's session-wide settings.
+// Settings are a session's session-wide settings (a zero Margin means
+// the default, TTL/5).
 type Settings struct {
-	TTL, MaxTTL, SafetyMargin time.Duration
-	MaxHeld                   int
+	TTL, MaxTTL, Margin time.Duration
+	MaxHeld             int
+	Logger              *zap.Logger
+	Registerer          prometheus.Registerer
 }
 
 // Option configures a Session. The same options configure the session a
@@ -97,8 +100,18 @@ func (s *Session) Done() <-chan struct{} { return s.s.Done() }
 // Settings returns the session-wide settings.
 func (s *Session) Settings() Settings {
 	c := s.s.Settings()
-	return Settings{TTL: c.TTL, MaxTTL: c.MaxTTL, SafetyMargin: c.Margin, MaxHeld: c.MaxHeld}
+	return Settings{TTL: c.TTL, MaxTTL: c.MaxTTL, Margin: c.Margin, MaxHeld: c.MaxHeld, Logger: c.Logger, Registerer: c.Registerer}
 }
+
+// IsBorrowed reports whether the lease belongs to a caller's etcd session
+// (Wrap).
+func (s *Session) IsBorrowed() bool { return s.s.IsBorrowed() }
+
+// OnRenewalFailure registers fn to be called after every failed renewal of
+// the session's lease; the returned func unregisters it.
+//
+// Deprecated: the metric baton_session_renewal_failures_total counts them.
+func (s *Session) OnRenewalFailure(fn func()) (remove func()) { return s.s.OnRenewalFailure(fn) }
 
 // Close ends every hold on the session with ErrReleased, revokes the lease
 // the session granted (a wrapped etcd session's is left to its owner), and

@@ -304,8 +304,7 @@ type Primitive struct {
 // Open validates name and opts and returns the Owner of a new primitive,
 // with its configuration and the value its keys carry (WithIdentity's).
 func Open[T any](cli *clientv3.Client, p Primitive, name string, opts []Option) (*core.Owner[T], Config, string, error) {
-	kind := [...]string{"mutex", "election", "semaphore", "rwmutex"}[p.Kind]
-	if err := keys.ValidateName(kind+" name", name); err != nil {
+	if err := keys.ValidateName(core.KindNames[p.Kind]+" name", name); err != nil {
 		return nil, Config{}, "", err
 	}
 	cfg, err := Build(cli, opts)
@@ -328,10 +327,10 @@ func Open[T any](cli *clientv3.Client, p Primitive, name string, opts []Option) 
 	if cfg.MetricLabel != "" {
 		label = cfg.MetricLabel
 	}
-	o := core.NewOwner[T](sess, core.OwnerConfig{
-		Kind: p.Kind, Name: name, Namespace: cfg.Namespace, Label: label, Prefix: keys.Prefix(cfg.Namespace, p.Keys, name),
-		NotHeld: p.NotHeld, Busy: p.Busy, Own: own, Metrics: met, Logger: cfg.Session.Logger,
-	})
+	rec := metrics.Recorder{Metrics: met, Logger: cfg.Session.Logger, Leader: p.Kind == core.Election,
+		Noun: [...]string{"lock", "term", "permit", "lock"}[p.Kind], Name: name, Namespace: cfg.Namespace, Label: label}
+	o := core.NewOwner[T](sess, core.OwnerConfig{Recorder: rec, Kind: p.Kind, Prefix: keys.Prefix(cfg.Namespace, p.Keys, name),
+		NotHeld: p.NotHeld, Busy: p.Busy, Own: own})
 	return o, cfg, value, nil
 }
 

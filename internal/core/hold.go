@@ -13,6 +13,7 @@ import (
 	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/internal/errs"
 	"github.com/batonhq/baton/internal/retry"
+	"github.com/batonhq/baton/internal/watch"
 )
 
 // owner is what a Hold needs of its Owner, whatever its handle type.
@@ -40,7 +41,7 @@ type Hold struct {
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
 	res     *reservation
-	watcher *keyWatcher
+	watcher *watch.Watcher[*Hold]
 	armed   sync.WaitGroup // done once arm ran
 	ended   sync.WaitGroup // done once the end hooks ran
 	cause   error          // the end's cause, reason told apart; set before ended is done
@@ -52,10 +53,10 @@ type Hold struct {
 	result   error      // what Release returned then
 }
 
-func newHold(o owner, l *Lease, key string, rev, at int64, res *reservation, w *keyWatcher) *Hold {
+func newHold(o owner, l *Lease, key string, rev, at int64, res *reservation, w *watch.Watcher[*Hold]) *Hold {
 	// Not a child of the lease's context (10,000 holds would each cost it a
 	// map entry): the lease ends its holds itself, with its cause.
-	ctx, cancel := context.WithCancelCause(context.WithoutCancel(l.ctx))
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(l.Context()))
 	h := &Hold{o: o, l: l, key: key, rev: rev, at: at, acquired: time.Now(), ctx: ctx, cancel: cancel, res: res, watcher: w}
 	h.armed.Add(1)
 	h.ended.Add(1)
@@ -70,11 +71,11 @@ func (h *Hold) arm() {
 	l.holdsMu.Lock()
 	if l.holds == nil {
 		l.holds = make(map[*Hold]struct{})
-		context.AfterFunc(l.ctx, l.endHolds)
+		context.AfterFunc(l.Context(), l.endHolds)
 	}
 	l.holds[h] = struct{}{}
-	if l.ctx.Err() != nil {
-		h.cancel(context.Cause(l.ctx))
+	if l.Context().Err() != nil {
+		h.cancel(context.Cause(l.Context()))
 		if cause := context.Cause(h.ctx); !errors.Is(cause, errs.ErrKeyGone) {
 			go h.end(cause)
 		}
@@ -93,15 +94,14 @@ func (h *Hold) end(cause error) {
 		delete(h.l.holds, h)
 		h.l.holdsMu.Unlock()
 		h.o.ended(h, cause, time.Since(h.acquired))
-		h.watcher.unregister(h)
+		h.watcher.Unregister(h)
 		h.afterLoss(cause)
 		h.ended.Done()
 	})
 }
 
 // gone ends the hold at once when its key was deleted, then asks etcd in
-// the background whether the lease went too, for the end hooks and
-// Release's error.
+// the background whether the lease went too.
 func (h *Hold) gone() {
 	if h.ctx.Err() != nil {
 		return
@@ -112,9 +112,9 @@ func (h *Hold) gone() {
 	}
 	refine := func() {
 		reason := errs.ErrKeyDeleted
-		if h.l.gone(context.Background()) {
+		if h.l.Gone(context.Background()) {
 			reason = errs.ErrLeaseExpired
-			h.l.lose(errs.ErrLeaseExpired)
+			h.l.Lose(errs.ErrLeaseExpired)
 		}
 		h.end(errs.Lost(reason))
 	}
@@ -123,9 +123,8 @@ func (h *Hold) gone() {
 	}
 }
 
-// replaced ends the hold because another acquisition on its lease took its
-// key over (an election's re-campaign); the key and its reservation now
-// belong to that one.
+// replaced ends the hold whose key another campaign on its lease took over,
+// with the key's reservation.
 func (h *Hold) replaced() {
 	h.mu.Lock()
 	h.finished, h.result = true, fmt.Errorf("%w: %w", h.o.config().NotHeld, errs.Lost(errs.ErrReplaced))
@@ -134,9 +133,8 @@ func (h *Hold) replaced() {
 	h.end(context.Cause(h.ctx))
 }
 
-// afterLoss frees the key's reservation once the key is known gone; after a
-// loss declared here the key may live on a caller's lease, so it is deleted
-// in the background first (a granted lease is revoked by its watchdog).
+// afterLoss frees the key's reservation once the key is gone: a caller's
+// lease may keep it after a loss seen here, so it is deleted first.
 func (h *Hold) afterLoss(cause error) {
 	switch {
 	case errors.Is(cause, errs.ErrReleased), errors.Is(cause, errs.ErrReplaced):
@@ -156,10 +154,10 @@ func (h *Hold) Token() fencing.Token { return fencing.Token(h.rev) }
 func (h *Hold) Key() string { return h.key }
 
 // Lease is the ID of the lease the key is attached to.
-func (h *Hold) Lease() clientv3.LeaseID { return h.l.id }
+func (h *Hold) Lease() clientv3.LeaseID { return h.l.ID() }
 
 // TTL is the TTL the server granted the lease.
-func (h *Hold) TTL() time.Duration { return h.l.ttl }
+func (h *Hold) TTL() time.Duration { return h.l.TTL() }
 
 // Acquired is when this process acquired the key.
 func (h *Hold) Acquired() time.Time { return h.acquired }
@@ -196,7 +194,7 @@ func Release(ctx context.Context, h *Hold) error { return h.o.release(ctx, h) }
 // (Proclaim), retried through connection resets while ctx lives.
 func Put(ctx context.Context, h *Hold, value string) error {
 	return retry.Do(ctx, func(actx context.Context) error {
-		_, err := h.Txn(clientv3.WithRequireLeader(actx)).Then(clientv3.OpPut(h.key, value, clientv3.WithLease(h.l.id))).Commit()
+		_, err := h.Txn(clientv3.WithRequireLeader(actx)).Then(clientv3.OpPut(h.key, value, clientv3.WithLease(h.l.ID()))).Commit()
 		return err
 	})
 }
@@ -204,8 +202,8 @@ func Put(ctx context.Context, h *Hold, value string) error {
 // lostErr is non-nil when the hold ended by a loss, once the reason is told
 // apart.
 func (h *Hold) lostErr() error {
-	if h.ctx.Err() == nil && h.l.ctx.Err() != nil {
-		h.cancel(context.Cause(h.l.ctx)) // before endHolds got to it
+	if h.ctx.Err() == nil && h.l.Context().Err() != nil {
+		h.cancel(context.Cause(h.l.Context())) // before endHolds got to it
 	}
 	if h.ctx.Err() == nil {
 		return nil
@@ -221,8 +219,7 @@ func (h *Hold) lostErr() error {
 	return fmt.Errorf("%w: %w", h.o.config().NotHeld, cause)
 }
 
-// endReleased ends the hold with errs.ErrReleased, running the end hooks
-// inline unless a deletion got there first.
+// endReleased ends the hold with errs.ErrReleased, unless a deletion did.
 func (h *Hold) endReleased() {
 	h.cancel(errs.ErrReleased)
 	if cause := context.Cause(h.ctx); !errors.Is(cause, errs.ErrKeyGone) {
@@ -230,11 +227,9 @@ func (h *Hold) endReleased() {
 	}
 }
 
-// deleteGuarded ends the hold and deletes its key in a transaction guarded
-// by its CreateRevision, retried while ctx lives (safe: the guard makes a
-// second delete a no-op). It returns nil after a release, or an error
-// wrapping NotHeld and the cause when ownership was lost first; once it
-// reached etcd, calling it again returns the same result.
+// deleteGuarded ends the hold and deletes its key guarded by its
+// CreateRevision (so retrying is safe); nil, or NotHeld and the loss's
+// cause. Once it reached etcd it returns the same result again.
 func (h *Hold) deleteGuarded(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -254,7 +249,7 @@ func (h *Hold) deleteGuarded(ctx context.Context) error {
 		return err
 	})
 	switch {
-	case err != nil && lostErr != nil && h.l.ctx.Err() != nil && !h.l.s.IsBorrowed():
+	case err != nil && lostErr != nil && h.l.Context().Err() != nil && !h.l.s.IsBorrowed():
 		return h.finish(lostErr) // the lost lease is revoked with its keys
 	case err != nil && retry.Permanent(err):
 		return h.finish(fmt.Errorf("release %s: %w", h.key, err))
@@ -278,8 +273,7 @@ func (h *Hold) finish(result error) error {
 	return result
 }
 
-// abandon ends the hold with errs.ErrReleased without deleting the key, for
-// an owner about to revoke the whole lease.
+// abandon ends the hold without deleting the key: the lease's revoke will.
 func (h *Hold) abandon() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -291,7 +285,7 @@ func (h *Hold) abandon() {
 }
 
 func (h *Hold) logFields() []zap.Field {
-	return []zap.Field{zap.String("key", h.key), zap.Int64("token", h.rev), h.l.hex()}
+	return []zap.Field{zap.String("key", h.key), zap.Int64("token", h.rev), h.l.Hex()}
 }
 
 // guardedTxn nests the caller's transaction inside one that compares the

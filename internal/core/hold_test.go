@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/errs"
+	"github.com/batonhq/baton/internal/metrics"
 )
 
 // A hold is not a child of its lease's context; a lease lost between the
@@ -20,13 +21,13 @@ func TestHoldOnALeaseLostBeforeArmIsEndedWhenReturned(t *testing.T) {
 	hooks := &Hooks{}
 	s := NewSession(cli, Config{TTL: 5 * time.Second, Hooks: hooks})
 	defer s.Close()
-	o := NewOwner[*Hold](s, OwnerConfig{Prefix: "/core-test/v1/lock/lost-before-arm/", NotHeld: errs.ErrReleased, Logger: zap.NewNop()})
+	o := NewOwner[*Hold](s, OwnerConfig{Prefix: "/core-test/v1/lock/lost-before-arm/", NotHeld: errs.ErrReleased, Recorder: metrics.Recorder{Logger: zap.NewNop()}})
 	defer o.Close()
 	hooks.BeforeArm = func(string) {
 		s.mu.Lock()
 		l := s.cur
 		s.mu.Unlock()
-		l.lose(errs.ErrLeaseExpired)
+		l.Lose(errs.ErrLeaseExpired)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -22,18 +22,16 @@ import (
 )
 
 const (
-	// releaseTimeout bounds a release whose caller's ctx has ended.
-	releaseTimeout = 5 * time.Second
-	// cleanupWait is how long a failed acquisition waits for its key's
-	// deletion before leaving it to the background.
-	cleanupWait = 80 * time.Millisecond
+	releaseTimeout = 5 * time.Second       // bounds a release whose caller's ctx has ended
+	cleanupWait    = 80 * time.Millisecond // a failed acquisition's wait for its key's deletion
 )
 
-// errBusy is a try acquisition finding another owner; callers see
-// OwnerConfig.Busy.
-var errBusy = errors.New("held by another contender")
+var (
+	errBusy       = errors.New("held by another contender") // a try found another owner
+	errOwnKeyGone = errors.New("own key gone while waiting")
+)
 
-// Kind names a primitive in errors and logs.
+// Kind is a primitive; KindNames names them in errors.
 type Kind uint8
 
 // The primitives.
@@ -44,45 +42,41 @@ const (
 	RWMutex
 )
 
-var kindNames = [...]struct{ name, noun string }{{"mutex", "lock"}, {"election", "term"}, {"semaphore", "permit"}, {"rwmutex", "lock"}}
+// KindNames names each Kind in errors.
+var KindNames = [...]string{"mutex", "election", "semaphore", "rwmutex"}
 
-// OwnerConfig configures an Owner.
+// OwnerConfig configures an Owner; its Recorder names the primitive
+// (Name, Namespace, Label) and records it.
 type OwnerConfig struct {
-	Kind                           Kind
-	Name, Namespace, Label, Prefix string
+	metrics.Recorder
+	Kind   Kind
+	Prefix string
 	// NotHeld wraps a handle's loss; Busy a try that found another owner.
 	NotHeld, Busy error
 	// Own says the Owner made its session (it closes or detaches it).
-	Own     bool
-	Metrics *metrics.Metrics
-	Logger  *zap.Logger
+	Own bool
 }
 
-// Request is one acquisition.
+// Request is one acquisition. Tag gives it a key of its own
+// (keys.TaggedKey), so one lease holds several; Check runs first.
 type Request struct {
-	Value string
-	Try   bool
-	// Tag gives the acquisition a key of its own, keys.TaggedKey(lease key,
-	// Tag, n), so one lease holds several (semaphores, read/write locks).
-	Tag string
-	// Policy decides when the key may hold; nil: the oldest key alone.
-	Policy Policy
-	// Check runs first (a semaphore's limit).
-	Check func(context.Context) error
+	Value  string
+	Try    bool
+	Tag    string
+	Policy Policy // nil: the oldest key alone holds
+	Check  func(context.Context) error
 }
 
-// Policy decides when a queued key may hold, for keys that are not
-// exclusive (semaphores, read locks).
+// Policy decides when a key that is not exclusive (a permit, a read lock)
+// may hold. Older keys only ever go, so a key that may hold keeps that right.
 type Policy interface {
 	// Blockers returns those of older (the keys created before own, oldest
 	// first) that keep own from holding while more than allowed remain.
-	// Older keys only ever go, so a key that may hold keeps that right.
 	Blockers(own string, older []*mvccpb.KeyValue) (blockers []*mvccpb.KeyValue, allowed int)
 }
 
-// Owner is one primitive (a Mutex, Election, Semaphore or RWMutex) on a
-// session: its handles (T), its calls in flight, its metrics and logs, and
-// Close, after which no goroutine of it runs.
+// Owner is one primitive on a session: its handles (T), its calls in
+// flight, and Close, after which no goroutine of it runs.
 type Owner[T any] struct {
 	sess  *Session
 	cfg   OwnerConfig
@@ -105,8 +99,7 @@ type held[T any] struct {
 	t T
 }
 
-// inflight is one call in flight, in a list Close cancels.
-type inflight struct {
+type inflight struct { // a call in flight, in a list Close cancels
 	cancel     context.CancelCauseFunc
 	prev, next *inflight
 }
@@ -125,22 +118,15 @@ func (o *Owner[T]) config() *OwnerConfig { return &o.cfg }
 // Client is the etcd client of the owner's session.
 func (o *Owner[T]) Client() *clientv3.Client { return o.sess.cli }
 
-// Acquire queues req.Value and returns the handle wrap makes once it holds,
-// recording the call in metrics and logs. It returns an error wrapping
-// cfg.Busy for a try that found another owner, errs.ErrClosed after Close.
-// On any error no key of this call is left in etcd.
+// Acquire returns the handle wrap makes once req's key holds, or an error
+// (cfg.Busy for a try, errs.ErrClosed after Close) leaving no key behind.
 func (o *Owner[T]) Acquire(ctx context.Context, req Request, wrap func(*Hold) T) (T, error) {
 	start := time.Now()
 	h, t, err := o.acquire(ctx, req, wrap)
-	result := "acquired"
+	result, fields := "acquired", []zap.Field(nil)
 	switch {
-	case err == nil && o.cfg.Kind == Election:
-		result = "leader"
-		o.cfg.Logger.Info("became leader", o.fields(h.logFields()...)...)
 	case err == nil:
-		if o.cfg.Logger.Core().Enabled(zap.DebugLevel) { // the fields cost even when dropped
-			o.cfg.Logger.Debug(kindNames[o.cfg.Kind].noun+" acquired", o.fields(h.logFields()...)...)
-		}
+		fields = h.logFields()
 	case errors.Is(err, errBusy):
 		err, result = fmt.Errorf("%w: %q", o.cfg.Busy, o.cfg.Name), "locked"
 	case ctx.Err() != nil || errors.Is(err, errs.ErrClosed):
@@ -148,11 +134,7 @@ func (o *Owner[T]) Acquire(ctx context.Context, req Request, wrap func(*Hold) T)
 	default:
 		result = "error"
 	}
-	if o.cfg.Kind == Election {
-		o.cfg.Metrics.ObserveCampaign(o.cfg.Namespace, o.cfg.Label, result, time.Since(start))
-	} else {
-		o.cfg.Metrics.ObserveAcquire(o.cfg.Namespace, o.cfg.Label, result, time.Since(start))
-	}
+	o.cfg.Acquired(result, time.Since(start), fields)
 	return t, err
 }
 
@@ -194,16 +176,14 @@ func (o *Owner[T]) acquire(ctx context.Context, req Request, wrap func(*Hold) T)
 	return h, t, nil
 }
 
-// seq makes each tagged key unique in this process (leases are unique in
-// the cluster).
-var seq atomic.Uint64
+var seq atomic.Uint64 // makes each tagged key unique in this process
 
 // queue puts the caller's key under the prefix and returns a hold once the
 // key may hold. A waiter watches the key just ahead of its own (or, with a
 // Policy, the queue's deletions), so a release wakes one mutex waiter.
 func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, error) {
 	s, prefix := o.sess, o.cfg.Prefix
-	key := keys.LeaseKey(prefix, int64(l.id))
+	key := keys.LeaseKey(prefix, int64(l.ID()))
 	if req.Tag != "" {
 		key = keys.TaggedKey(key, req.Tag, seq.Add(1))
 	}
@@ -215,11 +195,10 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 		return nil, err
 	}
 	w := s.watcher(key)
-	w.expect(key)
-	// fail deletes the key (rev 0: look its CreateRevision up first) unless
-	// nothing was written (rev < 0), and frees the reservation once it is gone.
+	w.Expect(key)
+	// fail deletes the key (rev 0: unknown, rev < 0: none written).
 	fail := func(rev int64, err error) (*Hold, error) {
-		w.unexpect(key)
+		w.Unexpect(key)
 		if rev < 0 {
 			res.free(nil)
 		} else {
@@ -228,14 +207,13 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 		return nil, err
 	}
 
-	// Put the key unless it exists. One that exists is this caller's (it is
-	// reserved here): a lost reply's, or an earlier run's, which etcd's
-	// concurrency package adopts too; so the put is safe to retry.
+	// Put the key unless it exists: one that exists is ours (reserved here),
+	// a lost reply's or an earlier run's, so the put is safe to retry.
 	var resp *clientv3.TxnResponse
 	err = retry.Do(ctx, func(actx context.Context) (err error) {
 		resp, err = s.cli.Txn(clientv3.WithRequireLeader(actx)).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, req.Value, clientv3.WithLease(l.id)), queueRead(prefix, req.Policy, true)).
+			Then(clientv3.OpPut(key, req.Value, clientv3.WithLease(l.ID())), queueRead(prefix, req.Policy, true)).
 			Else(clientv3.OpGet(key), queueRead(prefix, req.Policy, false)).
 			Commit()
 		return err
@@ -244,7 +222,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 	case err != nil && retry.Permanent(err):
 		return fail(-1, err) // refused as a whole: nothing was written
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		l.lose(errs.ErrLeaseExpired)
+		l.Lose(errs.ErrLeaseExpired)
 		return fail(-1, errs.Lost(errs.ErrLeaseExpired))
 	case err != nil:
 		return fail(0, failure(ctx, err)) // the put may have applied unheard
@@ -266,7 +244,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 		}
 		at, err = o.wait(ctx, l, key, rev, req.Policy, blockers, allowed, at)
 		if errors.Is(err, errOwnKeyGone) {
-			w.unexpect(key)
+			w.Unexpect(key)
 			res.free(nil)
 			return nil, o.lostReason(ctx, l)
 		}
@@ -278,16 +256,12 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 		f(key)
 	}
 	h := newHold(o, l, key, rev, at, res, w)
-	w.register(h)
+	w.Register(h)
 	return h, nil
 }
 
-var errOwnKeyGone = errors.New("own key gone while waiting")
-
-// queueRead is the read of the enqueue transaction: with a Policy the whole
-// queue; without, beside a put, the two newest keys (ours and the one just
-// ahead, which a waiter then watches without another read), and beside an
-// existing key the oldest.
+// queueRead is the enqueue's read: the queue for a Policy, else beside a put
+// the two newest keys (ours and the one a waiter watches), else the oldest.
 func queueRead(prefix string, p Policy, put bool) clientv3.Op {
 	switch {
 	case p != nil:
@@ -320,7 +294,7 @@ func (o *Owner[T]) adopt(ctx context.Context, l *Lease, key string, rev int64, v
 	return retry.Do(ctx, func(actx context.Context) error {
 		r, err := o.sess.cli.Txn(clientv3.WithRequireLeader(actx)).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-			Then(clientv3.OpPut(key, value, clientv3.WithLease(l.id))).Commit()
+			Then(clientv3.OpPut(key, value, clientv3.WithLease(l.ID()))).Commit()
 		if err == nil && !r.Succeeded {
 			return errOwnKeyGone
 		}
@@ -329,16 +303,12 @@ func (o *Owner[T]) adopt(ctx context.Context, l *Lease, key string, rev int64, v
 }
 
 // wait blocks until key (created at rev) may hold and returns the revision
-// that showed it; blockers, when known, are what blocked it at revision
-// read. The lease's loss ends the wait.
-//
-// After a deletion the queue is read serializably: that is not held up by
-// writes in flight, and any state at or after the deletion will do, as no
-// older key can appear; a member behind it is read again linearizably.
+// that showed it, or the lease's loss. After a deletion it reads
+// serializably (any state after it will do: no older key can appear).
 func (o *Owner[T]) wait(ctx context.Context, l *Lease, key string, rev int64, p Policy, blockers []*mvccpb.KeyValue, allowed int, read int64) (int64, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	defer context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })()
+	defer context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })()
 	minRev := int64(0) // 0: read linearizably
 	for {
 		if blockers == nil {
@@ -374,9 +344,8 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, key string, rev int64, p 
 	}
 }
 
-// readQueue reads, in one transaction, the keys older than key that may
-// block it (with no Policy only the newest) and key itself; serializably
-// when minRev > 0. It is only reads, retried while ctx lives.
+// readQueue reads the older keys (without a Policy the newest) and key
+// itself, serializably when minRev > 0.
 func (o *Owner[T]) readQueue(ctx context.Context, key string, rev int64, p Policy, minRev int64) (resp *clientv3.TxnResponse, err error) {
 	older := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))
 	if p != nil {
@@ -396,12 +365,10 @@ func (o *Owner[T]) readQueue(ctx context.Context, key string, rev int64, p Polic
 	return resp, failure(ctx, err)
 }
 
-// waitGone is the one wait for deletions: it watches the one blocker (or,
-// with prefix, the queue) from the current revision, which etcd serves at
-// once, until no more than allowed blockers remain (done, at the revision
-// of that event). When the revision moved on since read, or the watch
-// broke, it returns not done with the revision to read again at. Our own
-// key's deletion ends it with errOwnKeyGone.
+// waitGone is the one wait for deletions: it watches the blocker (or the
+// queue) from the current revision, which etcd serves at once, until at
+// most allowed blockers remain; not done means read again (at the revision
+// returned).
 func (o *Owner[T]) waitGone(ctx context.Context, own string, prefix bool, blockers []*mvccpb.KeyValue, allowed int, read int64) (int64, bool, error) {
 	left := make(map[string]int64, len(blockers))
 	for _, kv := range blockers {
@@ -445,21 +412,19 @@ func (o *Owner[T]) waitGone(ctx context.Context, own string, prefix bool, blocke
 	return 0, false, retry.Sleep(ctx, 50*time.Millisecond)
 }
 
-// lostReason says why our key vanished while waiting: the lease is gone,
-// or only the key was deleted.
+// lostReason says why our key vanished while waiting.
 func (o *Owner[T]) lostReason(ctx context.Context, l *Lease) error {
-	if l.ctx.Err() != nil {
-		return context.Cause(l.ctx)
+	if l.Context().Err() != nil {
+		return context.Cause(l.Context())
 	}
-	if l.gone(context.WithoutCancel(ctx)) {
-		l.lose(errs.ErrLeaseExpired)
+	if l.Gone(context.WithoutCancel(ctx)) {
+		l.Lose(errs.ErrLeaseExpired)
 		return errs.Lost(errs.ErrLeaseExpired)
 	}
 	return errs.Lost(errs.ErrKeyDeleted)
 }
 
-// failure prefers why ctx ended (the caller's cancel, Close, the lease's
-// loss) over the request error it caused.
+// failure prefers why ctx ended over the request error it caused.
 func failure(ctx context.Context, err error) error {
 	if err != nil && ctx.Err() != nil {
 		return context.Cause(ctx)
@@ -467,14 +432,12 @@ func failure(ctx context.Context, err error) error {
 	return err
 }
 
-// deleteKey deletes key on l, guarded by its CreateRevision (rev 0: read
-// it first, twice a second apart, as an unheard put may land late), then
-// frees its reservation. It waits up to cleanupWait; the rest runs in the
-// background, owned by the session: on a granted lease until the lease ends
-// (its keys go with it), on a caller's until etcd answers or that lease ends.
+// deleteKey deletes key, guarded by its CreateRevision (rev 0: read twice a
+// second apart, as an unheard put may land late), then frees it. After
+// cleanupWait the session goes on until etcd answers or the lease ends.
 func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, r *reservation) {
 	s := o.sess
-	stop := l.ctx
+	stop := l.Context()
 	if s.etcd != nil {
 		stop = s.etcd.Ctx()
 	}
@@ -482,16 +445,16 @@ func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, r *reservation) {
 	run := func() {
 		defer close(done)
 		unknown := rev == 0
-		err := retry.Do(stop, func(ctx context.Context) error { return deleteOnce(ctx, s.cli, l.id, key, &rev) })
+		err := retry.Do(stop, func(ctx context.Context) error { return deleteOnce(ctx, s.cli, l.ID(), key, &rev) })
 		if err == nil && unknown && rev == 0 && retry.Sleep(stop, retry.AttemptTimeout) == nil {
-			err = retry.Do(stop, func(ctx context.Context) error { return deleteOnce(ctx, s.cli, l.id, key, &rev) })
+			err = retry.Do(stop, func(ctx context.Context) error { return deleteOnce(ctx, s.cli, l.ID(), key, &rev) })
 		}
 		if err != nil && retry.Permanent(err) {
 			s.cfg.Logger.Error("cannot delete a key of this process; it stays until its lease ends", zap.String("key", key), zap.Error(err))
 		}
 		r.free(nil) // deleted, refused for good, or gone with its lease
 	}
-	if !s.goDelete(run) {
+	if !s.goIn(&s.dels, run) {
 		if s.etcd == nil {
 			r.free(nil) // Close revokes the lease with its keys
 			return
@@ -506,8 +469,7 @@ func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, r *reservation) {
 	}
 }
 
-// deleteOnce deletes key if its CreateRevision is *rev; with *rev 0 it
-// first reads the key on lease (absent: nothing to do).
+// deleteOnce deletes key if its CreateRevision is *rev (0: read it first).
 func deleteOnce(ctx context.Context, cli *clientv3.Client, lease clientv3.LeaseID, key string, rev *int64) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*retry.AttemptTimeout)
 	defer cancel()
@@ -522,9 +484,8 @@ func deleteOnce(ctx context.Context, cli *clientv3.Client, lease clientv3.LeaseI
 	return err
 }
 
-// release is a handle's Unlock, Resign or Release: the guarded delete of
-// Hold.deleteGuarded, with a fresh context bounded by releaseTimeout if
-// ctx has ended; the handle is forgotten once no retry is due.
+// release is a handle's Unlock, Resign or Release, with a fresh bounded
+// ctx if the caller's ended.
 func (o *Owner[T]) release(ctx context.Context, h *Hold) error {
 	if ctx.Err() != nil {
 		ctx = context.WithoutCancel(ctx)
@@ -548,45 +509,14 @@ func (o *Owner[T]) forget(h *Hold) {
 }
 
 // started and ended are a hold's start and end in metrics and logs.
-func (o *Owner[T]) started(*Hold) {
-	if o.cfg.Kind == Election {
-		o.cfg.Metrics.Leading(o.cfg.Namespace, o.cfg.Label, true, "")
-	}
-}
+func (o *Owner[T]) started(*Hold) { o.cfg.Started() }
 
 func (o *Owner[T]) ended(h *Hold, cause error, held time.Duration) {
-	c, log, noun := &o.cfg, o.cfg.Logger, kindNames[o.cfg.Kind].noun
-	reason := ""
-	if !errors.Is(cause, errs.ErrReleased) {
-		reason = errs.Reason(cause)
-	}
-	switch {
-	case c.Kind == Election && reason == "":
-		c.Metrics.Leading(c.Namespace, c.Label, false, "")
-		log.Info("resigned", o.fields(append(h.logFields(), zap.Duration("led", held))...)...)
-	case c.Kind == Election:
-		c.Metrics.Leading(c.Namespace, c.Label, false, reason)
-		log.Warn("leadership lost", o.fields(append(h.logFields(), zap.Duration("led", held), zap.Error(cause))...)...)
-	case reason == "":
-		c.Metrics.HoldEnded(c.Namespace, c.Label, held, "")
-		if log.Core().Enabled(zap.DebugLevel) {
-			log.Debug(noun+" released", o.fields(h.logFields()...)...)
-		}
-	default:
-		c.Metrics.HoldEnded(c.Namespace, c.Label, held, reason)
-		log.Warn(noun+" lost", o.fields(append(h.logFields(), zap.Error(cause))...)...)
-	}
+	o.cfg.Ended(cause, held, h.logFields())
 }
 
-// fields adds the name and namespace to a log line's fields; the logger is
-// not cloned per primitive, which would cost every held lock.
-func (o *Owner[T]) fields(f ...zap.Field) []zap.Field {
-	return append(f, zap.String("name", o.cfg.Name), zap.String("namespace", o.cfg.Namespace))
-}
-
-// enter counts a call in flight and returns its ctx, which also ends with
-// errs.ErrClosed when Close begins; false after Close began. exit must be
-// called when the call returns.
+// enter counts a call in flight whose ctx Close ends with errs.ErrClosed;
+// false after Close began.
 func (o *Owner[T]) enter(ctx context.Context) (_ context.Context, exit func(), ok bool) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	c := &inflight{cancel: cancel}
@@ -619,8 +549,7 @@ func (o *Owner[T]) enter(ctx context.Context) (_ context.Context, exit func(), o
 	}, true
 }
 
-// Go runs fn in a goroutine Close waits for, with a ctx that also ends when
-// Close begins; false (fn not run) after Close began.
+// Go runs fn in a goroutine Close ends and waits for; false after Close.
 func (o *Owner[T]) Go(ctx context.Context, fn func(ctx context.Context)) bool {
 	ctx, exit, ok := o.enter(ctx)
 	if ok {
@@ -629,8 +558,7 @@ func (o *Owner[T]) Go(ctx context.Context, fn func(ctx context.Context)) bool {
 	return ok
 }
 
-// goBG runs fn in a background goroutine Close waits for; false once Close
-// stopped accepting them.
+// goBG runs fn in a goroutine Close waits for; false once closing.
 func (o *Owner[T]) goBG(fn func()) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -650,7 +578,7 @@ func (o *Owner[T]) wrapErr(err error) error {
 	if errors.Is(err, errBusy) {
 		return err
 	}
-	return fmt.Errorf("%s %q: %w", kindNames[o.cfg.Kind].name, o.cfg.Name, err)
+	return fmt.Errorf("%s %q: %w", KindNames[o.cfg.Kind], o.cfg.Name, err)
 }
 
 // Held returns the handles held, oldest token first.
@@ -672,12 +600,9 @@ func (o *Owner[T]) isClosed() bool {
 	return o.closed
 }
 
-// Close makes calls in flight and later ones return errs.ErrClosed, ends
-// every hold with errs.ErrReleased (revoking its own granted lease, or
-// deleting the keys within one bound of revokeTimeout, the rest left to the
-// session), closes or detaches its own session, deletes its metric series
-// unless another open primitive shares them, and waits for its goroutines.
-// It is idempotent.
+// Close ends calls in flight and holds (revoking its own granted lease, or
+// deleting the keys within one bound, the rest left to the session), closes
+// or detaches its own session, and waits for its goroutines. Idempotent.
 func (o *Owner[T]) Close() error {
 	o.closeOnce.Do(func() { o.closeErr = o.close() })
 	return o.closeErr
@@ -725,10 +650,8 @@ func (o *Owner[T]) close() error {
 	return errors.Join(out...)
 }
 
-// Name, Namespace and Prefix are the primitive's.
-func (o *Owner[T]) Name() string      { return o.cfg.Name }
-func (o *Owner[T]) Namespace() string { return o.cfg.Namespace }
-func (o *Owner[T]) Prefix() string    { return o.cfg.Prefix }
-
-// Logger is the primitive's logger.
+// Name, Namespace, Prefix and Logger are the primitive's.
+func (o *Owner[T]) Name() string        { return o.cfg.Name }
+func (o *Owner[T]) Namespace() string   { return o.cfg.Namespace }
+func (o *Owner[T]) Prefix() string      { return o.cfg.Prefix }
 func (o *Owner[T]) Logger() *zap.Logger { return o.cfg.Logger }

@@ -1,6 +1,5 @@
-// Package core is baton's one implementation of sessions, queues and holds,
-// shared by mutex, election, semaphore and rwmutex. docs/design.md walks
-// through it file by file.
+// Package core is baton's sessions, queues and holds, shared by every
+// primitive; docs/design.md walks through it file by file.
 package core
 
 import (
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -19,7 +17,9 @@ import (
 
 	"github.com/batonhq/baton/internal/errs"
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/lease"
 	"github.com/batonhq/baton/internal/retry"
+	"github.com/batonhq/baton/internal/watch"
 )
 
 // Bounds and defaults of the session settings.
@@ -41,7 +41,7 @@ type Config struct {
 	MaxHeld    int
 	Logger     *zap.Logger
 	Registerer prometheus.Registerer
-	Clock      Clock
+	Clock      lease.Clock
 	Hooks      *Hooks
 }
 
@@ -52,6 +52,7 @@ type Session struct {
 	cli  *clientv3.Client
 	cfg  Config
 	etcd *concurrency.Session // the caller's lease, or nil: granted here
+	lcfg *lease.Config
 
 	ctx    context.Context // ends with errs.ErrReleased when Close begins
 	cancel context.CancelCauseFunc
@@ -65,7 +66,8 @@ type Session struct {
 	cur       *Lease
 	grant     *grantCall
 	reserved  map[string]*reservation
-	watchers  map[string]*keyWatcher
+	watchers  map[string]*watch.Watcher[*Hold]
+	wcfg      *watch.Config[*Hold]
 	listeners map[*func()]struct{} // told of every failed renewal
 }
 
@@ -80,7 +82,7 @@ func NewSession(cli *clientv3.Client, cfg Config) *Session { return newSession(c
 
 func newSession(cli *clientv3.Client, cs *concurrency.Session, cfg Config) *Session {
 	if cfg.Clock == nil {
-		cfg.Clock = RealClock{}
+		cfg.Clock = lease.RealClock{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -89,13 +91,17 @@ func newSession(cli *clientv3.Client, cs *concurrency.Session, cfg Config) *Sess
 		cfg.Hooks = &Hooks{}
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Session{cli: cli, cfg: cfg, etcd: cs, ctx: ctx, cancel: cancel}
+	s := &Session{cli: cli, cfg: cfg, etcd: cs, ctx: ctx, cancel: cancel}
+	s.lcfg = &lease.Config{Client: cli, Clock: cfg.Clock, Logger: cfg.Logger, Granted: cs == nil,
+		OnRenewed: func() { call(s.cfg.Hooks.OnRenewed) }, OnFailure: s.renewalFailed}
+	if cs != nil {
+		s.lcfg.EtcdDone = cs.Done()
+	}
+	return s
 }
 
-// attached is the one Session of each etcd session in use: an etcd
-// *concurrency.Session cannot carry baton's state, and every primitive on
-// one lease must share one reservation table, watchdog and watch. An entry
-// lives while a primitive uses it (Attach to Detach), no longer.
+// attached is the one Session of each etcd session in use (docs/design.md
+// says why): an entry lives from the first Attach to the last Detach.
 var attached = struct {
 	sync.Mutex
 	m map[*concurrency.Session]*Session
@@ -191,14 +197,12 @@ func (s *Session) LeaseID() clientv3.LeaseID {
 	if s.cur == nil {
 		return clientv3.NoLease
 	}
-	return s.cur.id
+	return s.cur.ID()
 }
 
-// Close ends every hold with errs.ErrReleased before it revokes a granted
-// lease (a caller's is left to its owner), waits for the session's
-// goroutines, and waits up to revokeTimeout for deletions still under way
-// on a caller's lease; those go on until they succeed or that lease ends.
-// Close is idempotent.
+// Close ends every hold before it revokes a granted lease (a caller's is
+// left to its owner) and waits for the session's goroutines, and at most
+// revokeTimeout for deletions on a caller's lease. Idempotent.
 func (s *Session) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -209,7 +213,7 @@ func (s *Session) Close() error {
 	s.closed = true
 	cur := s.cur
 	for _, w := range s.watchers {
-		w.stopLinger()
+		w.StopLinger()
 	}
 	s.mu.Unlock()
 	s.cancel(errs.ErrReleased)
@@ -217,7 +221,7 @@ func (s *Session) Close() error {
 	if cur != nil {
 		cur.cancelHolds() // before the revoke lets the next holders in
 		if s.etcd == nil {
-			err = cur.revoke(context.Background(), revokeTimeout)
+			err = cur.Revoke(context.Background(), revokeTimeout)
 		}
 	}
 	s.wg.Wait()
@@ -230,16 +234,16 @@ func (s *Session) Close() error {
 	return err
 }
 
-// goDelete runs a deletion that Close waits for only briefly; false once
-// Close began (the caller runs it inline then).
-func (s *Session) goDelete(fn func()) bool {
+// goIn runs fn in a goroutine counted by wg (s.wg: Close waits for it;
+// s.dels: only briefly); false once Close began.
+func (s *Session) goIn(wg *sync.WaitGroup, fn func()) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return false
 	}
-	s.dels.Add(1)
-	go func() { defer s.dels.Done(); fn() }()
+	wg.Add(1)
+	go func() { defer wg.Done(); fn() }()
 	return true
 }
 
@@ -272,10 +276,8 @@ func (s *Session) renewalFailed() {
 	}
 }
 
-// lease returns the live lease, granting one (or checking a caller's) if
-// there is none. One grant, bounded by grantCap, runs for all callers; each
-// waits only as long as its own ctx lives. A caller's lease, once lost, is
-// never replaced: lease returns ErrSessionClosed from then on.
+// lease returns the live lease, granting one (or re-checking a caller's):
+// one grant for all callers, each waiting as long as its own ctx lives.
 func (s *Session) lease(ctx context.Context) (*Lease, error) {
 	for {
 		s.mu.Lock()
@@ -283,7 +285,7 @@ func (s *Session) lease(ctx context.Context) (*Lease, error) {
 			s.mu.Unlock()
 			return nil, errs.ErrClosed
 		}
-		if l := s.cur; l != nil && l.ctx.Err() == nil {
+		if l := s.cur; l != nil && l.Context().Err() == nil {
 			s.mu.Unlock()
 			return l, nil
 		}
@@ -321,23 +323,22 @@ func (s *Session) runGrant(g *grantCall) {
 		g.err = errs.ErrClosed
 		if err == nil && s.etcd == nil {
 			s.wg.Add(1)
-			go func() { defer s.wg.Done(); _ = l.revoke(context.Background(), revokeTimeout) }()
+			go func() { defer s.wg.Done(); _ = l.Revoke(context.Background(), revokeTimeout) }()
 		}
 	case err != nil:
 		g.err = err
 	default:
 		s.cur = l
 		s.wg.Add(1)
-		go l.watchdog()
+		go func() { defer s.wg.Done(); l.Watchdog(s.ctx) }()
 	}
 	s.grant = nil
 	s.mu.Unlock()
 	close(g.done)
 }
 
-// newLease grants a lease, or renews a caller's once to learn its TTL and a
-// send time; an unanswered grant leaves at most an empty lease, which
-// expires by itself.
+// newLease grants a lease (retried: an unanswered grant leaves an empty
+// lease that expires), or renews a caller's once to learn its TTL.
 func (s *Session) newLease(ctx context.Context) (*Lease, error) {
 	var id clientv3.LeaseID
 	var ttl int64
@@ -382,9 +383,8 @@ func (s *Session) newLease(ctx context.Context) (*Lease, error) {
 	if margin > d/2 {
 		return nil, fmt.Errorf("%w: safety margin %v must be at most half the lease's TTL %v", errs.ErrInvalid, margin, d)
 	}
-	lctx, cancel := context.WithCancelCause(s.ctx)
-	l := &Lease{s: s, id: id, ttl: d, margin: margin, ctx: lctx, cancel: cancel}
-	l.extend(sent, d)
+	l := &Lease{s: s}
+	l.Lease = lease.New(s.ctx, s.lcfg, id, d, margin, sent, l.cancelHolds)
 	return l, nil
 }
 
@@ -392,49 +392,19 @@ func (s *Session) newLease(ctx context.Context) (*Lease, error) {
 // up to 20% slow.
 func DefaultMargin(ttl time.Duration) time.Duration { return ttl / 5 }
 
-// Lease is one lease of a session and its validity watchdog. Its context
-// ends with a loss (errs.ErrLost and a reason) when ownership through it may
-// be gone, or with errs.ErrReleased when the session closes.
+// Lease is one lease of the session (its watchdog is package lease's) and
+// the holds it ends: one set, not a context child (and ~150 bytes) per key.
 type Lease struct {
-	s      *Session
-	id     clientv3.LeaseID
-	ttl    time.Duration
-	margin time.Duration
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-
-	mu       sync.Mutex
-	deadline time.Time
-	timer    Timer
-
-	// The lease ends its holds itself: one set, not a context child (and
-	// ~150 bytes) per held key.
+	*lease.Lease
+	s       *Session
 	holdsMu sync.Mutex
 	holds   map[*Hold]struct{}
 }
 
-// ID is the lease ID.
-func (l *Lease) ID() clientv3.LeaseID { return l.id }
-
-// TTL is the TTL the server granted.
-func (l *Lease) TTL() time.Duration { return l.ttl }
-
-// Context ends when ownership through the lease may be gone.
-func (l *Lease) Context() context.Context { return l.ctx }
-
-// Deadline is the current validity deadline.
-func (l *Lease) Deadline() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.deadline
-}
-
-func (l *Lease) hex() zap.Field { return zap.String("lease", fmt.Sprintf("%x", int64(l.id))) }
-
 // cancelHolds ends every hold's context with the lease's cause in the
 // caller, so holders know before anything lets the next holder in.
 func (l *Lease) cancelHolds() {
-	cause := context.Cause(l.ctx)
+	cause := context.Cause(l.Context())
 	l.holdsMu.Lock()
 	defer l.holdsMu.Unlock()
 	for h := range l.holds {
@@ -453,166 +423,18 @@ func (l *Lease) endHolds() {
 	}
 	l.holdsMu.Unlock()
 	for _, h := range holds {
-		h.cancel(context.Cause(l.ctx))
+		h.cancel(context.Cause(l.Context()))
 		if cause := context.Cause(h.ctx); !errors.Is(cause, errs.ErrKeyGone) {
 			go h.end(cause)
 		}
 	}
 }
 
-// lose ends the lease with a loss (no effect once it ended).
-func (l *Lease) lose(reason error) {
-	l.mu.Lock()
-	if l.ctx.Err() != nil {
-		l.mu.Unlock()
-		return
-	}
-	if l.timer != nil {
-		l.timer.Stop()
-	}
-	cause := errs.Lost(reason)
-	l.cancel(cause)
-	l.mu.Unlock()
-	l.cancelHolds()
-	l.s.cfg.Logger.Warn("lease lost", l.hex(), zap.Error(cause))
-}
-
-// extend moves the validity deadline to sent + ttl − margin.
-func (l *Lease) extend(sent time.Time, ttl time.Duration) {
-	clock := l.s.cfg.Clock
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	deadline := sent.Add(ttl - l.margin)
-	if l.ctx.Err() != nil || deadline.Before(l.deadline) {
-		return
-	}
-	l.deadline = deadline
-	if l.timer != nil {
-		l.timer.Stop()
-	}
-	l.timer = clock.AfterFunc(deadline.Sub(clock.Now()), func() {
-		l.mu.Lock()
-		due := !clock.Now().Before(l.deadline)
-		l.mu.Unlock()
-		if due {
-			l.lose(errs.ErrValidityExpired)
-		}
-	})
-}
-
-// watchdog renews every TTL/3, each attempt bounded by TTL/6 and retried at
-// once after a failure, so two failures fit inside the validity deadline.
-// After a loss it revokes a granted lease for up to twice the TTL: a healed
-// partition or a new etcd leader would otherwise keep its keys in the queue.
-func (l *Lease) watchdog() {
-	defer l.s.wg.Done()
-	s := l.s
-	var etcdDone <-chan struct{}
-	if s.etcd != nil {
-		etcdDone = s.etcd.Done()
-	}
-	interval, attempt := l.ttl/3, l.ttl/6
-	wait, failures := interval, 0
-	for l.ctx.Err() == nil {
-		if !l.sleep(wait, etcdDone) {
-			break
-		}
-		sent := s.cfg.Clock.Now()
-		ctx, cancel := context.WithTimeout(l.ctx, attempt)
-		resp, err := s.cli.KeepAliveOnce(ctx, l.id)
-		cancel()
-		switch {
-		case l.ctx.Err() != nil:
-		case err == nil:
-			failures, wait = 0, interval
-			l.extend(sent, time.Duration(resp.TTL)*time.Second)
-			call(s.cfg.Hooks.OnRenewed)
-		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			l.lose(errs.ErrLeaseExpired)
-		default:
-			failures, wait = failures+1, 0
-			s.renewalFailed()
-			if failures >= 2 {
-				l.lose(errs.ErrRenewalFailed)
-			} else {
-				s.cfg.Logger.Info("lease renewal failed", l.hex(), zap.Error(err))
-			}
-		}
-	}
-	l.mu.Lock()
-	if l.timer != nil {
-		l.timer.Stop()
-	}
-	l.mu.Unlock()
-	l.cancelHolds() // the lease may have ended in another goroutine
-	if s.etcd == nil && !errors.Is(context.Cause(l.ctx), errs.ErrReleased) {
-		if err := l.revoke(s.ctx, 2*l.ttl); err != nil {
-			s.cfg.Logger.Warn("could not revoke a lost lease; it expires by itself", l.hex(), zap.Error(err))
-		}
-	}
-}
-
-// sleep waits d on the session's clock; false when the lease ended.
-func (l *Lease) sleep(d time.Duration, etcdDone <-chan struct{}) bool {
-	if d <= 0 {
-		return l.ctx.Err() == nil
-	}
-	fired := make(chan struct{})
-	t := l.s.cfg.Clock.AfterFunc(d, func() { close(fired) })
-	defer t.Stop()
-	select {
-	case <-fired:
-		return l.ctx.Err() == nil
-	case <-l.ctx.Done():
-	case <-etcdDone:
-		l.lose(errs.ErrSessionClosed)
-	}
-	return false
-}
-
-// revoke revokes the lease, retrying for up to d while stop lives, then
-// once more briefly if stop ended first.
-func (l *Lease) revoke(stop context.Context, d time.Duration) error {
-	op := func(ctx context.Context) error {
-		_, err := l.s.cli.Revoke(clientv3.WithRequireLeader(ctx), l.id)
-		return err
-	}
-	ctx, cancel := context.WithTimeout(stop, d)
-	err := retry.Do(ctx, op)
-	cancel()
-	if err != nil && stop.Err() != nil && !retry.Permanent(err) {
-		ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
-		err = retry.Do(ctx, op)
-		cancel()
-	}
-	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return fmt.Errorf("revoke lease %x: %w", int64(l.id), err)
-	}
-	return nil
-}
-
-// gone reports whether the lease no longer exists on the server; false
-// when it cannot tell.
-func (l *Lease) gone(ctx context.Context) bool {
-	if errors.Is(context.Cause(l.ctx), errs.ErrLeaseExpired) {
-		return true
-	}
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	resp, err := l.s.cli.TimeToLive(ctx, l.id)
-	if err != nil {
-		return errors.Is(err, rpctypes.ErrLeaseNotFound)
-	}
-	return resp.TTL <= 0
-}
-
 // errReserved is returned by a try reservation of a key in use here.
 var errReserved = errors.New("key in use by another caller of this session")
 
-// reservation is one key claimed in this process: keys are named after the
-// lease, so without it two callers locking one name through one lease would
-// share a key. It costs every lock held, so it is small: key is emptied
-// when freed.
+// reservation is one key claimed in this process, so two callers locking
+// one name through one lease never share its key.
 type reservation struct {
 	s     *Session
 	key   string        // "" once freed; guarded by s.mu
@@ -693,255 +515,29 @@ func (r *reservation) free(h *Hold) {
 	}
 }
 
-// keyWatcher tells the holds of one session under one namespace when their
-// keys are deleted: one watch for every key held. A key is registered after
-// its acquisition confirmed it at revision h.at; a deletion after that must
-// reach the hold whatever the stream was doing, so a key the stream may not
-// cover (stream started or re-read after at, key not expected) is read once.
-type keyWatcher struct {
-	s      *Session
-	prefix string
-	cancel context.CancelFunc
-
-	mu       sync.Mutex
-	keys     map[string]*Hold
-	expected map[string]int64 // keys being acquired: a deletion seen is kept
-	from     int64            // first revision the current stream delivers
-	linger   *time.Timer      // stops an idle watch later
-	uses     int
-}
-
-func (s *Session) watcher(key string) *keyWatcher {
+// watcher is the deletion watch of key's namespace.
+func (s *Session) watcher(key string) *watch.Watcher[*Hold] {
 	prefix := keys.NamespaceOf(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.watchers == nil {
-		s.watchers = make(map[string]*keyWatcher)
+		s.watchers = make(map[string]*watch.Watcher[*Hold])
+		s.wcfg = &watch.Config[*Hold]{
+			Client: s.cli, Ctx: s.ctx, Go: func(fn func()) bool { return s.goIn(&s.wg, fn) },
+			Key: func(h *Hold) string { return h.key }, Rev: func(h *Hold) int64 { return h.rev },
+			At: func(h *Hold) int64 { return h.at }, Gone: (*Hold).gone,
+			BeforeReread: func() { call(s.cfg.Hooks.BeforeReread) },
+			Deleted: func(key string) {
+				if f := s.cfg.Hooks.Deleted; f != nil {
+					f(key)
+				}
+			},
+		}
 	}
 	w, ok := s.watchers[prefix]
 	if !ok {
-		w = &keyWatcher{s: s, prefix: prefix, keys: make(map[string]*Hold), expected: make(map[string]int64)}
+		w = watch.New(s.wcfg, prefix)
 		s.watchers[prefix] = w
 	}
 	return w
-}
-
-// expect marks key as being acquired, before the confirming read.
-func (w *keyWatcher) expect(key string) {
-	w.mu.Lock()
-	if w.cancel != nil {
-		w.expected[key] = 0
-	}
-	w.mu.Unlock()
-}
-
-func (w *keyWatcher) unexpect(key string) {
-	w.mu.Lock()
-	delete(w.expected, key)
-	w.mu.Unlock()
-}
-
-// register ends h (once) when its key, created at h.rev and confirmed at
-// h.at, is deleted.
-func (w *keyWatcher) register(h *Hold) {
-	key := h.key
-	w.mu.Lock()
-	deletedAt, wasExpected := w.expected[key]
-	delete(w.expected, key)
-	w.keys[key] = h
-	w.uses++
-	if w.linger != nil {
-		w.linger.Stop()
-		w.linger = nil
-	}
-	check := false
-	switch {
-	case w.cancel == nil:
-		w.start(h.at + 1)
-	case deletedAt > h.rev:
-		delete(w.keys, key)
-		w.mu.Unlock()
-		h.gone()
-		return
-	case !wasExpected || w.from > h.at+1:
-		check = true
-	}
-	w.mu.Unlock()
-	if check {
-		w.checkOnce(h)
-	}
-}
-
-// unregister stops the news of h's key; the watch lingers a TTL after the
-// last key when the session holds again and again, and stops at once after
-// a single hold so that drained waiters stop receiving the namespace.
-func (w *keyWatcher) unregister(h *Hold) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.keys[h.key] == h {
-		delete(w.keys, h.key)
-	}
-	switch {
-	case len(w.keys) > 0 || len(w.expected) > 0 || w.cancel == nil || w.linger != nil:
-	case w.uses < 2:
-		w.cancel()
-		w.cancel = nil
-	default:
-		w.linger = time.AfterFunc(DefaultTTL, func() { w.stopIfIdle() })
-	}
-}
-
-func (w *keyWatcher) stopLinger() {
-	w.mu.Lock()
-	if w.linger != nil {
-		w.linger.Stop()
-		w.linger = nil
-	}
-	w.mu.Unlock()
-}
-
-// stopIfIdle ends the watch when no key is held or expected.
-func (w *keyWatcher) stopIfIdle() bool {
-	w.stopLinger()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.keys) > 0 || len(w.expected) > 0 || w.cancel == nil {
-		return false
-	}
-	w.cancel()
-	w.cancel = nil
-	return true
-}
-
-// start runs the watch loop from revision from; w.mu is held.
-func (w *keyWatcher) start(from int64) {
-	w.s.mu.Lock()
-	closed := w.s.closed
-	if !closed {
-		w.s.wg.Add(1)
-	}
-	w.s.mu.Unlock()
-	if closed {
-		return
-	}
-	ctx, cancel := context.WithCancel(w.s.ctx)
-	w.cancel, w.from = cancel, from
-	go func() {
-		defer w.s.wg.Done()
-		w.loop(ctx, from)
-	}()
-}
-
-// loop watches from the current revision, which etcd serves at once (a past
-// one waits up to 100 ms in its unsynced set), reading once to cover any
-// gap since from; after a broken stream it reads what is held and resumes.
-func (w *keyWatcher) loop(ctx context.Context, from int64) {
-	for ctx.Err() == nil {
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		for wr := range w.s.cli.Watch(wctx, w.prefix, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify()) {
-			if wr.Err() != nil {
-				break
-			}
-			if wr.Created && wr.Header.Revision >= from {
-				if _, ok := w.reread(ctx); !ok {
-					break
-				}
-			}
-			for _, ev := range wr.Events {
-				if ev.Type == mvccpb.DELETE {
-					w.deleted(string(ev.Kv.Key), ev.Kv.ModRevision)
-				}
-			}
-		}
-		cancel()
-		if ctx.Err() != nil || w.stopIfIdle() {
-			return
-		}
-		call(w.s.cfg.Hooks.BeforeReread)
-		rev, ok := w.reread(ctx)
-		if !ok {
-			if retry.Sleep(ctx, 100*time.Millisecond) != nil || w.stopIfIdle() {
-				return
-			}
-			continue
-		}
-		from = rev + 1
-	}
-}
-
-// deleted ends the hold of key in this goroutine, if the key was created
-// before the deletion.
-func (w *keyWatcher) deleted(key string, at int64) {
-	w.mu.Lock()
-	if _, ok := w.expected[key]; ok {
-		w.expected[key] = at
-	}
-	h, ok := w.keys[key]
-	ok = ok && at > h.rev // an older deletion is of an earlier holder of this key
-	if ok {
-		delete(w.keys, key)
-	}
-	w.mu.Unlock()
-	if ok {
-		h.gone()
-	}
-	if f := w.s.cfg.Hooks.Deleted; f != nil {
-		f(key)
-	}
-}
-
-// reread reads the namespace's keys and ends the holds registered before
-// the read whose keys are gone; it returns the revision read at.
-func (w *keyWatcher) reread(ctx context.Context) (int64, bool) {
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	resp, err := w.s.cli.Get(rctx, w.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	cancel()
-	if err != nil {
-		return 0, false
-	}
-	rev := resp.Header.Revision
-	present := make(map[string]int64, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		present[string(kv.Key)] = kv.CreateRevision
-	}
-	var gone []*Hold
-	w.mu.Lock()
-	for k, h := range w.keys {
-		if h.at < rev && present[k] != h.rev {
-			delete(w.keys, k)
-			gone = append(gone, h)
-		}
-	}
-	clear(w.expected) // their registration reads them
-	w.from = rev + 1
-	w.mu.Unlock()
-	for _, h := range gone {
-		h.gone()
-	}
-	return rev, true
-}
-
-// checkOnce reads h's key (a few attempts) and ends h if it is gone.
-func (w *keyWatcher) checkOnce(h *Hold) {
-	for range 3 {
-		ctx, cancel := context.WithTimeout(w.s.ctx, 2*time.Second)
-		resp, err := w.s.cli.Get(ctx, h.key, clientv3.WithKeysOnly())
-		cancel()
-		if err != nil {
-			continue
-		}
-		if len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == h.rev {
-			return
-		}
-		w.mu.Lock()
-		mine := w.keys[h.key] == h
-		if mine {
-			delete(w.keys, h.key)
-		}
-		w.mu.Unlock()
-		if mine {
-			h.gone()
-		}
-		return
-	}
 }

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/batonhq/baton/internal/errs"
 )
 
 // Metrics holds every collector of a mutex or election.
@@ -222,4 +225,69 @@ func (m *Metrics) forget(ns, name string) {
 	m.Transitions.DeletePartialMatch(labels)
 	m.CampaignDuration.DeletePartialMatch(labels)
 	m.ElectionLostTotal.DeletePartialMatch(labels)
+}
+
+// Recorder records one primitive's acquisitions and holds in metrics and
+// logs, the same way for every primitive.
+type Recorder struct {
+	Metrics *Metrics
+	Logger  *zap.Logger
+	// Leader makes it an election's: a leader gauge, campaign durations.
+	Leader                       bool
+	Noun, Name, Namespace, Label string // Noun: "lock", "permit", "term"
+}
+
+// Acquired records one acquiring call by result ("acquired", "locked",
+// "canceled", "error"); fields are the hold's when it succeeded.
+func (r *Recorder) Acquired(result string, d time.Duration, fields []zap.Field) {
+	switch {
+	case r.Leader && result == "acquired":
+		result = "leader"
+		r.Logger.Info("became leader", r.Fields(fields...)...)
+	case result == "acquired" && r.Logger.Core().Enabled(zap.DebugLevel): // the fields cost even when dropped
+		r.Logger.Debug(r.Noun+" acquired", r.Fields(fields...)...)
+	}
+	if r.Leader {
+		r.Metrics.ObserveCampaign(r.Namespace, r.Label, result, d)
+	} else {
+		r.Metrics.ObserveAcquire(r.Namespace, r.Label, result, d)
+	}
+}
+
+// Started records a hold's start.
+func (r *Recorder) Started() {
+	if r.Leader {
+		r.Metrics.Leading(r.Namespace, r.Label, true, "")
+	}
+}
+
+// Ended records a hold's end: a release when cause is errs.ErrReleased,
+// else a loss with its reason.
+func (r *Recorder) Ended(cause error, held time.Duration, fields []zap.Field) {
+	reason := ""
+	if !errors.Is(cause, errs.ErrReleased) {
+		reason = errs.Reason(cause)
+	}
+	switch {
+	case r.Leader && reason == "":
+		r.Metrics.Leading(r.Namespace, r.Label, false, "")
+		r.Logger.Info("resigned", r.Fields(append(fields, zap.Duration("led", held))...)...)
+	case r.Leader:
+		r.Metrics.Leading(r.Namespace, r.Label, false, reason)
+		r.Logger.Warn("leadership lost", r.Fields(append(fields, zap.Duration("led", held), zap.Error(cause))...)...)
+	case reason == "":
+		r.Metrics.HoldEnded(r.Namespace, r.Label, held, "")
+		if r.Logger.Core().Enabled(zap.DebugLevel) {
+			r.Logger.Debug(r.Noun+" released", r.Fields(fields...)...)
+		}
+	default:
+		r.Metrics.HoldEnded(r.Namespace, r.Label, held, reason)
+		r.Logger.Warn(r.Noun+" lost", r.Fields(append(fields, zap.Error(cause))...)...)
+	}
+}
+
+// Fields adds the name and namespace to a log line's fields; the logger is
+// not cloned per primitive, which would cost every held lock.
+func (r *Recorder) Fields(f ...zap.Field) []zap.Field {
+	return append(f, zap.String("name", r.Name), zap.String("namespace", r.Namespace))
 }
