@@ -3,28 +3,93 @@ package mutex
 import (
 	"context"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/batonhq/baton/internal/core"
 )
 
 type hold = core.Hold
 
-// Lock is one acquisition of a Mutex. Its methods are safe for concurrent
-// use. Besides Unlock it has the methods every baton handle has, which
-// package session documents: Token (the fencing token, strictly greater
-// than every earlier holder's), Key, Lease, TTL, Acquired, Deadline,
-// Context and Done (ended when ownership may be gone, context.Cause saying
-// why), Txn (a transaction guarded by ownership; ErrNotHeld once lost) and
-// IsOwner.
-type Lock struct{ *hold }
+// Lock is one acquisition of a Mutex, or of every name of a Set. Its
+// methods are safe for concurrent use. Besides Unlock and Keys it has the
+// methods every baton handle has, which package session documents: Token
+// (the fencing token, strictly greater than every earlier holder's), Key,
+// Lease, TTL, Acquired, Deadline, Context and Done (ended when ownership
+// may be gone, context.Cause saying why), Txn (a transaction guarded by
+// ownership; ErrNotHeld once lost) and IsOwner.
+//
+// A Set's Lock has one Token for every name (its keys share one
+// CreateRevision), a Context that ends when any of its keys may be lost,
+// and a Txn guarded by every key. Key and IsOwner are those of its first
+// name's key; Keys and Compares cover them all.
+type Lock struct {
+	*hold
+	set *setLock // nil for a Mutex's
+}
 
 // Unlock ends the Context with ErrReleased and deletes the holder's key in
 // a transaction guarded by its CreateRevision, so it never deletes a later
-// holder's key. If ctx has already ended, a fresh context bounded to 5 s is
-// used. After a loss it returns an error wrapping ErrNotHeld and the cause.
-// The delete is retried through connection resets and etcd leader changes;
-// a retry that finds the key gone after an attempt whose reply was lost
+// holder's key (a Set's: every key in one transaction guarded by all of
+// them). If ctx has already ended, a fresh context bounded to 5 s is used.
+// After a loss it returns an error wrapping ErrNotHeld and the cause. The
+// delete is retried through connection resets and etcd leader changes; a
+// retry that finds the key gone after an attempt whose reply was lost
 // counts as released. Once it has reached etcd, calling it again returns
 // the same result (nil after a successful release); if etcd could not be
 // reached it returns that error, the key is deleted in the background, and
 // it may be called again.
-func (l *Lock) Unlock(ctx context.Context) error { return core.Release(ctx, l.hold) }
+func (l *Lock) Unlock(ctx context.Context) error {
+	if l.set != nil {
+		return l.set.unlock(ctx)
+	}
+	return core.Release(ctx, l.hold)
+}
+
+// Context is cancelled when ownership may be gone (for a Set's Lock, of
+// any of its keys), before the server can expire the lease, and on Unlock
+// or Close; context.Cause says why: an error wrapping ErrLost and a
+// reason, or ErrReleased.
+func (l *Lock) Context() context.Context {
+	if l.set != nil {
+		return l.set.ctx
+	}
+	return l.hold.Context()
+}
+
+// Done is Context().Done().
+func (l *Lock) Done() <-chan struct{} { return l.Context().Done() }
+
+// Txn returns a transaction that commits only while the lock is held (for
+// a Set's Lock, every key): the caller's If, Then and Else are nested under
+// the ownership comparisons. If ownership is gone, Commit returns an error
+// wrapping ErrNotHeld, applies nothing, and ends the Context. Commit is not
+// retried: the caller's operations may not be safe to apply twice.
+func (l *Lock) Txn(ctx context.Context) clientv3.Txn {
+	if l.set != nil {
+		return &setTxn{s: l.set, ctx: ctx}
+	}
+	return l.hold.Txn(ctx)
+}
+
+// Keys returns the holder's keys: one for a Mutex's Lock, one per name,
+// in the Set's order, for a Set's.
+func (l *Lock) Keys() []string {
+	if l.set == nil {
+		return []string{l.Key()}
+	}
+	out := make([]string, len(l.set.locks))
+	for i, m := range l.set.locks {
+		out[i] = m.Key()
+	}
+	return out
+}
+
+// Compares returns the comparisons that hold while every key of the lock
+// exists with its original CreateRevision, for building transactions by
+// hand: IsOwner's alone for a Mutex's Lock, one per key for a Set's.
+func (l *Lock) Compares() []clientv3.Cmp {
+	if l.set == nil {
+		return []clientv3.Cmp{l.IsOwner()}
+	}
+	return l.set.compares()
+}

@@ -22,7 +22,7 @@ type Mutex struct {
 // contact etcd: the lease is granted by the first Lock or TryLock. Invalid
 // names and options are rejected with an error wrapping ErrInvalid.
 func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
-	o, _, value, err := config.Open[*Lock](cli, config.Primitive{Kind: core.Mutex, Keys: keys.Lock, NotHeld: ErrNotHeld, Busy: ErrLocked}, name, opts)
+	o, _, value, err := config.Open[*Lock](cli, primitive(), name, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -52,7 +52,13 @@ func (m *Mutex) Lock(ctx context.Context) (*Lock, error) { return m.lock(ctx, fa
 func (m *Mutex) TryLock(ctx context.Context) (*Lock, error) { return m.lock(ctx, true) }
 
 func (m *Mutex) lock(ctx context.Context, try bool) (*Lock, error) {
-	return m.o.Acquire(ctx, core.Request{Value: m.value, Try: try}, func(h *core.Hold) *Lock { return &Lock{h} })
+	return m.o.Acquire(ctx, core.Request{Value: m.value, Try: try}, newLock)
+}
+
+func newLock(h *core.Hold) *Lock { return &Lock{hold: h} }
+
+func primitive() config.Primitive {
+	return config.Primitive{Kind: core.Mutex, Keys: keys.Lock, NotHeld: ErrNotHeld, Busy: ErrLocked}
 }
 
 // Held returns the locks this Mutex holds, in acquisition order: every

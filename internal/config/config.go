@@ -307,15 +307,7 @@ func Open[T any](cli *clientv3.Client, p Primitive, name string, opts []Option) 
 	if err := keys.ValidateName(core.KindNames[p.Kind]+" name", name); err != nil {
 		return nil, Config{}, "", err
 	}
-	cfg, err := Build(cli, opts)
-	if err != nil {
-		return nil, cfg, "", err
-	}
-	value, err := cfg.HolderIdentity()
-	if err != nil {
-		return nil, cfg, "", err
-	}
-	met, err := cfg.Metrics()
+	cfg, value, met, err := prepare(cli, opts)
 	if err != nil {
 		return nil, cfg, "", err
 	}
@@ -323,15 +315,50 @@ func Open[T any](cli *clientv3.Client, p Primitive, name string, opts []Option) 
 	if err != nil {
 		return nil, cfg, "", err
 	}
+	return newOwner[T](p, cfg, met, sess, own, name), cfg, value, nil
+}
+
+// OpenAll is Open for several names on one session (mutex.Set's). The
+// Owners leave the session open: the caller closes (or detaches) it when
+// own. The names must have been validated.
+func OpenAll[T any](cli *clientv3.Client, p Primitive, names []string, opts []Option) (_ []*core.Owner[T], _ *core.Session, own bool, value string, _ error) {
+	cfg, value, met, err := prepare(cli, opts)
+	if err != nil {
+		return nil, nil, false, "", err
+	}
+	sess, own, err := cfg.NewSession(cli)
+	if err != nil {
+		return nil, nil, false, "", err
+	}
+	owners := make([]*core.Owner[T], len(names))
+	for i, name := range names {
+		owners[i] = newOwner[T](p, cfg, met, sess, false, name)
+	}
+	return owners, sess, own, value, nil
+}
+
+func prepare(cli *clientv3.Client, opts []Option) (Config, string, *metrics.Metrics, error) {
+	cfg, err := Build(cli, opts)
+	if err != nil {
+		return cfg, "", nil, err
+	}
+	value, err := cfg.HolderIdentity()
+	if err != nil {
+		return cfg, "", nil, err
+	}
+	met, err := cfg.Metrics()
+	return cfg, value, met, err
+}
+
+func newOwner[T any](p Primitive, cfg Config, met *metrics.Metrics, sess *core.Session, own bool, name string) *core.Owner[T] {
 	label := p.LabelPrefix + name
 	if cfg.MetricLabel != "" {
 		label = cfg.MetricLabel
 	}
 	rec := metrics.Recorder{Metrics: met, Logger: cfg.Session.Logger, Leader: p.Kind == core.Election,
 		Noun: [...]string{"lock", "term", "permit", "lock"}[p.Kind], Name: name, Namespace: cfg.Namespace, Label: label}
-	o := core.NewOwner[T](sess, core.OwnerConfig{Recorder: rec, Kind: p.Kind, Prefix: keys.Prefix(cfg.Namespace, p.Keys, name),
+	return core.NewOwner[T](sess, core.OwnerConfig{Recorder: rec, Kind: p.Kind, Prefix: keys.Prefix(cfg.Namespace, p.Keys, name),
 		NotHeld: p.NotHeld, Busy: p.Busy, Own: own})
-	return o, cfg, value, nil
 }
 
 // Session is WithSession of every primitive: s is a *session.Session (an

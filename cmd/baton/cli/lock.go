@@ -37,6 +37,7 @@ type heldView struct {
 	Event string        `json:"event,omitempty"`
 	Kind  string        `json:"kind"`
 	Name  string        `json:"name"`
+	Names []string      `json:"names,omitempty"` // a set's (baton lock A B --)
 	Value string        `json:"value,omitempty"`
 	Key   string        `json:"key"`
 	Token int64         `json:"token"`
@@ -76,7 +77,7 @@ func splitCommand(cmd *cobra.Command, a []string, fixed int) ([]string, error) {
 func newLockCmd(g *globals) *cobra.Command {
 	var o lockOptions
 	cmd := &cobra.Command{
-		Use:   "lock NAME [-- CMD ARGS...]",
+		Use:   "lock NAME... [-- CMD ARGS...]",
 		Short: "Hold a lock until interrupted, or run a command under it",
 		Long: `Acquire the lock NAME. Without a command, hold it until SIGINT, SIGTERM or
 SIGHUP, then release it. With a command, run it with BATON_LOCK_NAME,
@@ -102,10 +103,16 @@ writer (a program using package rwmutex) that came before them. A lock, a
 semaphore and a read/write lock of the same NAME are different objects:
 a plain baton lock NAME neither waits for nor blocks --limit or --shared
 holders of NAME. The command also gets BATON_LOCK_KIND (semaphore or
-rwlock-read) and, for a semaphore, BATON_SEMAPHORE_LIMIT.`,
+rwlock-read) and, for a semaphore, BATON_SEMAPHORE_LIMIT.
+
+Several names before "--" (baton lock A B -- CMD; baton lock A B -- holds
+them until interrupted) are taken at once, atomically, under one fencing
+token, whatever order other holders name them in: no deadlock. The
+command gets BATON_LOCK_NAMES and BATON_LOCK_KEYS, one per line, beside
+the first name and key. --limit and --shared take one NAME.`,
 		Args: args(1, -1),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			argv, err := splitCommand(cmd, a, 1)
+			names, argv, err := lockNames(cmd, a)
 			if err != nil {
 				return err
 			}
@@ -118,7 +125,7 @@ rwlock-read) and, for a semaphore, BATON_SEMAPHORE_LIMIT.`,
 			if err := validateKindFlags(cmd, o); err != nil {
 				return err
 			}
-			return runLock(cmd, g, o, a[0], argv)
+			return runLock(cmd, g, o, names, argv)
 		},
 	}
 	f := cmd.Flags()
@@ -134,7 +141,7 @@ rwlock-read) and, for a semaphore, BATON_SEMAPHORE_LIMIT.`,
 // runLock takes the lock, a semaphore permit or a read lock as the options
 // say, holds it until interrupted or runs the command under it, and
 // releases it.
-func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []string) error {
+func runLock(cmd *cobra.Command, g *globals, o lockOptions, names []string, argv []string) error {
 	errOut := cmd.ErrOrStderr()
 	c, err := newChild(g, argv, o.grace, cmd)
 	if err != nil {
@@ -153,10 +160,16 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 		return err
 	}
 	defer cli.Close()
-	k, err := newLocker(cli, g, o, name, ms)
+	var k *locker
+	if len(names) > 1 {
+		k, err = newSetLocker(cli, g, o, names, ms)
+	} else {
+		k, err = newLocker(cli, g, o, names[0], ms)
+	}
 	if err != nil {
 		return withCode(ExitUsage, err)
 	}
+	name := k.name
 	defer closeBounded(k.close)
 	what := k.label()
 	st := newStatusWriter(errOut, g.json(), what, name)
@@ -166,8 +179,8 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 		return err
 	}
 	defer ms.track(l)()
-	recordHeld(ictx, l.Txn, heldPut(g.namespace, k.kind, name, l.Lease(), l.Acquired()))
-	st.acquired(heldView{Kind: string(k.kind), Name: name, Key: l.Key(), Token: int64(l.Token()),
+	recordHeld(ictx, l.Txn, heldPuts(k, l)...)
+	st.acquired(heldView{Kind: string(k.kind), Name: name, Names: k.names, Key: l.Key(), Token: int64(l.Token()),
 		Lease: leaseHex(int64(l.Lease())), TTL: l.TTL(), Limit: k.limit, Shared: k.kind == keys.RWLock})
 	release := func() error {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), releaseTimeout)

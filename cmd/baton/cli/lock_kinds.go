@@ -49,6 +49,7 @@ type lockHold interface {
 type locker struct {
 	kind    keys.Kind // keys.Lock, keys.Semaphore or keys.RWLock
 	name    string
+	names   []string // a set's (lock_set.go), else nil
 	ns      string
 	prefix  string
 	limit   int // semaphore only
@@ -206,6 +207,7 @@ func kindEnv(k *locker, l lockHold, tok fencing.Token) []string {
 		"BATON_LOCK_KEY=" + l.Key(),
 		"BATON_FENCING_TOKEN=" + tok.String(),
 	}
+	env = append(env, setEnv(k, l)...)
 	switch k.kind {
 	case keys.Semaphore:
 		return append(env, "BATON_LOCK_KIND=semaphore", "BATON_SEMAPHORE_LIMIT="+strconv.Itoa(k.limit))
