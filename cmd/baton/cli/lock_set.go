@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -131,4 +133,59 @@ func heldPuts(k *locker, l lockHold) []clientv3.Op {
 		ops[i] = heldPut(k.ns, k.kind, n, l.Lease(), l.Acquired())
 	}
 	return ops
+}
+
+// setMembers fills Set for the mutex holders whose key is a set's: the
+// keys of one set share their holder's lease and CreateRevision. A name
+// outside the listed PREFIX is not seen, so a set may show in part.
+func setMembers(rows []lockRow) {
+	type id struct {
+		lease clientv3.LeaseID
+		token int64
+	}
+	sets := make(map[id][]int)
+	for i, r := range rows {
+		if rowKind(r) != kindMutex {
+			continue
+		}
+		if _, tag, err := keys.ParseTagged(keysNamespace(r.Holder.Key), r.Holder.Key); err == nil && tag == keys.TagSet {
+			k := id{r.Holder.Lease, int64(r.Holder.Token)}
+			sets[k] = append(sets[k], i)
+		}
+	}
+	for _, idx := range sets {
+		names := make([]string, len(idx))
+		for j, i := range idx {
+			names[j] = rows[i].Name
+		}
+		sort.Strings(names)
+		for _, i := range idx {
+			rows[i].Set = names
+		}
+	}
+}
+
+// keysNamespace is the namespace segment of a key "/<ns>/v1/...".
+func keysNamespace(key string) string {
+	ns, _, _ := strings.Cut(strings.TrimPrefix(key, "/"), "/")
+	return ns
+}
+
+// writeSets says, under the table, which held locks are one set's.
+func writeSets(w io.Writer, rows []lockRow) error {
+	seen := make(map[string]bool)
+	for _, r := range rows {
+		if len(r.Set) == 0 || seen[r.Holder.Token.String()] {
+			continue
+		}
+		seen[r.Holder.Token.String()] = true
+		quoted := make([]string, len(r.Set))
+		for i, n := range r.Set {
+			quoted[i] = safeQ(n)
+		}
+		if _, err := fmt.Fprintf(w, "token %s holds %d locks as one set: %s\n", r.Holder.Token, len(r.Set), strings.Join(quoted, ", ")); err != nil {
+			return err
+		}
+	}
+	return nil
 }
