@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -14,6 +13,7 @@ import (
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/errs"
+	"github.com/batonhq/baton/internal/group"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/retry"
 )
@@ -298,11 +298,13 @@ func (s *Set) Close() error {
 
 // setLock is what a Lock of a Set has beyond its first member's hold.
 type setLock struct {
-	cli    *clientv3.Client
-	names  []string
-	locks  []*Lock // one per name, in the Set's order
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	cli   *clientv3.Client
+	names []string
+	locks []*Lock // one per name, in the Set's order
+	// records are the lock-delay records released with the keys.
+	records []string
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
 
 	mu     sync.Mutex // guards what follows
 	done   bool       // the release reached etcd
@@ -328,83 +330,24 @@ func (s *setLock) compares() []clientv3.Cmp {
 	return cmps
 }
 
-// unlock deletes every key in one transaction guarded by all of them; when
-// a key is gone already, or etcd did not answer, each member is released
-// on its own (each delete guarded by its key's CreateRevision).
+// unlock deletes every key (and lock-delay record) in one transaction
+// guarded by all of them; see group.Release.
 func (s *setLock) unlock(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.done {
 		return s.result
 	}
-	if ctx.Err() != nil {
-		ctx = context.WithoutCancel(ctx)
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-	}
-	gone := make([]bool, len(s.locks)) // deleted by this release's transaction
-	if s.ctx.Err() == nil {
-		dels := make([]clientv3.Op, len(s.locks))
-		for i, m := range s.locks {
-			core.Releasing(m.hold) // its deletion below is no loss
-			dels[i] = clientv3.OpDelete(m.hold.Key())
-		}
-		var resp *clientv3.TxnResponse
-		unknown := false
-		err := retry.Do(ctx, func(actx context.Context) (err error) {
-			resp, err = s.cli.Txn(clientv3.WithRequireLeader(actx)).If(s.compares()...).Then(dels...).Commit()
-			unknown = unknown || err != nil
-			return err
-		})
-		switch {
-		case err == nil && resp.Succeeded:
-			for i := range gone {
-				gone[i] = true
-			}
-		case err == nil && unknown: // an attempt may have applied unheard: those gone are
-			gone = s.absent(ctx)
-		}
-	}
-	errs := make([]error, len(s.locks))
-	var wg sync.WaitGroup
+	holds := make([]*core.Hold, len(s.locks))
 	for i, m := range s.locks {
-		if gone[i] {
-			core.Released(m.hold)
-		}
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = core.Release(ctx, m.hold) }()
+		holds[i] = m.hold
 	}
-	wg.Wait()
+	err := group.Release(ctx, s.cli, holds, ErrNotHeld, s.records...)
 	s.cancel(ErrReleased)
-	err := errors.Join(errs...)
 	if err == nil || errors.Is(err, ErrNotHeld) {
 		s.done, s.result = true, err
 	}
 	return err
-}
-
-// absent reports which members' keys are gone (false when unsure).
-func (s *setLock) absent(ctx context.Context) []bool {
-	out := make([]bool, len(s.locks))
-	gets := make([]clientv3.Op, len(s.locks))
-	for i, m := range s.locks {
-		gets[i] = clientv3.OpGet(m.hold.Key(), clientv3.WithKeysOnly())
-	}
-	var resp *clientv3.TxnResponse
-	err := retry.Reads(ctx, func(actx context.Context) (err error) {
-		resp, err = s.cli.Txn(clientv3.WithRequireLeader(actx)).Then(gets...).Commit()
-		return err
-	})
-	if err != nil {
-		return out
-	}
-	for i, r := range resp.Responses {
-		out[i] = len(r.GetResponseRange().Kvs) == 0
-	}
-	return out
 }
 
 // setTxn is a transaction guarded by every key of a set lock.
