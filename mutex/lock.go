@@ -6,6 +6,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/delay"
 )
 
 type hold = core.Hold
@@ -24,7 +25,7 @@ type hold = core.Hold
 // name's key; Keys and Compares cover them all.
 type Lock struct {
 	*hold
-	set *setLock // nil for a Mutex's
+	set *setLock // a Set's members, or a Mutex's lock-delay; nil for neither
 }
 
 // Unlock ends the Context with ErrReleased and deletes the holder's key in
@@ -39,10 +40,13 @@ type Lock struct {
 // reached it returns that error, the key is deleted in the background, and
 // it may be called again.
 func (l *Lock) Unlock(ctx context.Context) error {
-	if l.set != nil {
-		return l.set.unlock(ctx)
+	switch {
+	case l.set == nil:
+		return core.Release(ctx, l.hold)
+	case l.set.locks == nil:
+		return delay.Release(ctx, l.set.delay, l.hold, ErrNotHeld)
 	}
-	return core.Release(ctx, l.hold)
+	return l.set.unlock(ctx)
 }
 
 // Context is cancelled when ownership may be gone (for a Set's Lock, of
@@ -50,7 +54,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 // or Close; context.Cause says why: an error wrapping ErrLost and a
 // reason, or ErrReleased.
 func (l *Lock) Context() context.Context {
-	if l.set != nil {
+	if l.set != nil && l.set.locks != nil {
 		return l.set.ctx
 	}
 	return l.hold.Context()
@@ -63,9 +67,12 @@ func (l *Lock) Done() <-chan struct{} { return l.Context().Done() }
 // a Set's Lock, every key): the caller's If, Then and Else are nested under
 // the ownership comparisons. If ownership is gone, Commit returns an error
 // wrapping ErrNotHeld, applies nothing, and ends the Context. Commit is not
-// retried: the caller's operations may not be safe to apply twice.
+// retried: the caller's operations may not be safe to apply twice. etcd
+// counts the caller's operations against its --max-txn-ops (128 by
+// default) after the ownership comparisons: one for a Mutex's Lock, one
+// per name for a Set's.
 func (l *Lock) Txn(ctx context.Context) clientv3.Txn {
-	if l.set != nil {
+	if l.set != nil && l.set.locks != nil {
 		return &setTxn{s: l.set, ctx: ctx}
 	}
 	return l.hold.Txn(ctx)
@@ -74,7 +81,7 @@ func (l *Lock) Txn(ctx context.Context) clientv3.Txn {
 // Keys returns the holder's keys: one for a Mutex's Lock, one per name,
 // in the Set's order, for a Set's.
 func (l *Lock) Keys() []string {
-	if l.set == nil {
+	if l.set == nil || l.set.locks == nil {
 		return []string{l.Key()}
 	}
 	out := make([]string, len(l.set.locks))
@@ -88,7 +95,7 @@ func (l *Lock) Keys() []string {
 // exists with its original CreateRevision, for building transactions by
 // hand: IsOwner's alone for a Mutex's Lock, one per key for a Set's.
 func (l *Lock) Compares() []clientv3.Cmp {
-	if l.set == nil {
+	if l.set == nil || l.set.locks == nil {
 		return []clientv3.Cmp{l.IsOwner()}
 	}
 	return l.set.compares()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/delay"
 	"github.com/batonhq/baton/internal/errs"
 	"github.com/batonhq/baton/internal/group"
 	"github.com/batonhq/baton/internal/keys"
@@ -37,6 +38,7 @@ type Set struct {
 	sess   *core.Session
 	own    bool // the Set closes (or detaches) sess
 	value  string
+	delays []*delay.Config // one per name; nil without WithLockDelay
 
 	closing   context.Context // ends when Close begins
 	close     context.CancelCauseFunc
@@ -69,11 +71,16 @@ func NewSet(cli *clientv3.Client, names []string, opts ...Option) (*Set, error) 
 		}
 		seen[name] = i
 	}
-	owners, sess, own, value, err := config.OpenAll[*Lock](cli, primitive(), names, opts)
+	owners, sess, own, cfg, value, err := config.OpenAll[*Lock](cli, primitive(), names, opts)
 	if err != nil {
 		return nil, err
 	}
 	s := &Set{names: append([]string(nil), names...), owners: owners, sess: sess, own: own, value: value}
+	if cfg.LockDelay > 0 {
+		for i, o := range owners {
+			s.delays = append(s.delays, delay.New(cli, cfg.Namespace, keys.Lock, names[i], o.Prefix(), cfg.LockDelay))
+		}
+	}
 	s.closing, s.close = context.WithCancelCause(context.Background())
 	return s, nil
 }
@@ -192,7 +199,14 @@ func (s *Set) attempt(ctx context.Context, try bool) (*Lock, error) {
 		}
 	}
 	if err == nil {
-		return newSetLock(cli, s.names, locks), nil
+		err = s.afterDelays(ctx, locks)
+	}
+	if err == nil {
+		l := newSetLock(cli, s.names, locks)
+		for i, d := range s.delays {
+			l.set.records = append(l.set.records, d.RecordKey(locks[i].Key()))
+		}
+		return l, nil
 	}
 	if ctx.Err() != nil {
 		err = s.wrap(context.Cause(ctx))
@@ -204,12 +218,35 @@ func (s *Set) attempt(ctx context.Context, try bool) (*Lock, error) {
 			left = append(left, ks[i])
 			continue
 		}
+		var d *delay.Config
+		if s.delays != nil {
+			d = s.delays[i]
+		}
 		wg2.Add(1)
-		go func() { defer wg2.Done(); _ = core.Release(context.WithoutCancel(ctx), lk.hold) }()
+		go func() { defer wg2.Done(); _ = delay.Release(context.WithoutCancel(ctx), d, lk.hold, ErrNotHeld) }()
 	}
 	wg2.Wait()
 	s.cleanup(left, false)
 	return nil, err
+}
+
+// afterDelays records every member and waits out the lock-delay of every
+// name (see delay.Config.After), in parallel.
+func (s *Set) afterDelays(ctx context.Context, locks []*Lock) error {
+	if s.delays == nil {
+		return nil
+	}
+	errs := make([]error, len(locks))
+	var wg sync.WaitGroup
+	for i, d := range s.delays {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = d.After(ctx, locks[i].hold) }()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return s.wrap(fmt.Errorf("lock-delay: %w", err))
+	}
+	return nil
 }
 
 // cleanup deletes keys of a failed attempt that no acquisition took over.
@@ -303,6 +340,7 @@ type setLock struct {
 	locks []*Lock // one per name, in the Set's order
 	// records are the lock-delay records released with the keys.
 	records []string
+	delay   *delay.Config // a lone Mutex Lock's lock-delay (locks is nil)
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
 

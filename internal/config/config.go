@@ -41,6 +41,8 @@ type Config struct {
 	MetricLabel string
 	Identity    string
 	IdentitySet bool
+	// LockDelay is WithLockDelay's: zero for none.
+	LockDelay time.Duration
 }
 
 type opt struct {
@@ -144,6 +146,29 @@ func MetricLabel(label string) Option {
 // Identity sets the value a mutex writes to its key.
 func Identity(id string) Option {
 	return plainOpt("WithIdentity", func(c *Config) { c.Identity, c.IdentitySet = id, true })
+}
+
+// Bounds of WithLockDelay: a delay is a lease's TTL, so whole seconds,
+// at least etcd's minimum lease TTL.
+const (
+	MinLockDelay = core.MinTTL
+	MaxLockDelay = time.Hour
+)
+
+// LockDelay sets the lock-delay: how long nobody acquires after a holder
+// is lost without releasing.
+func LockDelay(d time.Duration) Option {
+	return plainOpt("WithLockDelay", func(c *Config) {
+		switch {
+		case d < 0 || d > 0 && d < MinLockDelay:
+			c.errs = append(c.errs, fmt.Errorf("%w: WithLockDelay(%v): a delay must be 0 (none) or at least %v (etcd's minimum lease TTL)", errs.ErrInvalid, d, MinLockDelay))
+		case d > MaxLockDelay:
+			c.errs = append(c.errs, fmt.Errorf("%w: WithLockDelay(%v): at most %v", errs.ErrInvalid, d, MaxLockDelay))
+		case d%time.Second != 0:
+			c.errs = append(c.errs, fmt.Errorf("%w: WithLockDelay(%v): a whole number of seconds, as etcd leases are", errs.ErrInvalid, d))
+		}
+		c.LockDelay = d
+	})
 }
 
 // BuildSession validates the options of a session.
@@ -321,20 +346,20 @@ func Open[T any](cli *clientv3.Client, p Primitive, name string, opts []Option) 
 // OpenAll is Open for several names on one session (mutex.Set's). The
 // Owners leave the session open: the caller closes (or detaches) it when
 // own. The names must have been validated.
-func OpenAll[T any](cli *clientv3.Client, p Primitive, names []string, opts []Option) (_ []*core.Owner[T], _ *core.Session, own bool, value string, _ error) {
+func OpenAll[T any](cli *clientv3.Client, p Primitive, names []string, opts []Option) (_ []*core.Owner[T], _ *core.Session, own bool, _ Config, value string, _ error) {
 	cfg, value, met, err := prepare(cli, opts)
 	if err != nil {
-		return nil, nil, false, "", err
+		return nil, nil, false, cfg, "", err
 	}
 	sess, own, err := cfg.NewSession(cli)
 	if err != nil {
-		return nil, nil, false, "", err
+		return nil, nil, false, cfg, "", err
 	}
 	owners := make([]*core.Owner[T], len(names))
 	for i, name := range names {
 		owners[i] = newOwner[T](p, cfg, met, sess, false, name)
 	}
-	return owners, sess, own, value, nil
+	return owners, sess, own, cfg, value, nil
 }
 
 func prepare(cli *clientv3.Client, opts []Option) (Config, string, *metrics.Metrics, error) {

@@ -40,6 +40,9 @@ const (
 	// RWLock keys are tagged TagRead or TagWrite.
 	RWLock Kind = "rwlock"
 	Audit  Kind = "audit"
+	// Delay keys hold the lock-delay state of one lock, semaphore, read/write
+	// lock or election: /<ns>/v1/delay/<kind>/<escaped name>/...
+	Delay Kind = "delay"
 )
 
 // ErrInvalid is wrapped by every validation error of this package.
