@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/embedetcd"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/router"
 )
@@ -68,7 +68,7 @@ func (d *devClusters) run(ctx context.Context, cmd *cobra.Command, dataDir, list
 		return net.JoinHostPort(host, strconv.Itoa(p+2*i)), nil
 	}
 	m := router.Map{Default: "dev-1"}
-	var servers []*etcdtest.Server
+	var servers []*embedetcd.Server
 	defer func() {
 		for _, s := range servers {
 			s.Stop()
@@ -84,11 +84,11 @@ func (d *devClusters) run(ctx context.Context, cmd *cobra.Command, dataDir, list
 		if err != nil {
 			return usageErrorf("--listen-peer %s: %v", listenPeer, err)
 		}
-		cfg := etcdtest.Config{Name: name, ClientAddr: client, PeerAddr: peer}
+		cfg := embedetcd.Config{Name: name, ClientAddr: client, PeerAddr: peer}
 		if dataDir != "" {
 			cfg.Dir = filepath.Join(dataDir, name)
 		}
-		srv, err := etcdtest.New(cfg)
+		srv, err := embedetcd.New(cfg)
 		if err != nil {
 			return fmt.Errorf("start cluster %s: %w", name, err)
 		}
