@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 
+	yamlv2 "go.yaml.in/yaml/v2"
 	"sigs.k8s.io/yaml"
 
 	"github.com/batonhq/baton/internal/keys"
@@ -112,6 +115,9 @@ func ParseMap(data []byte) (Map, error) {
 	if len(data) > MaxMapBytes {
 		return Map{}, fmt.Errorf("%w: %d bytes, at most %d allowed", ErrInvalidMap, len(data), MaxMapBytes)
 	}
+	if err := oneDocument(data); err != nil {
+		return Map{}, err
+	}
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
 		return Map{}, fmt.Errorf("%w: %v", ErrInvalidMap, err)
@@ -173,7 +179,7 @@ func (m Map) validate(skip map[string]bool) []error {
 		for j, ep := range c.Endpoints {
 			ep := ep
 			pe := fmt.Sprintf("%s.endpoints[%d]", p, j)
-			norm, err := normalizeEndpoint(ep)
+			norm, _, err := normalizeEndpoint(ep)
 			if err != nil {
 				bad(pe, "%v", err)
 				continue
@@ -274,31 +280,142 @@ func validEnvName(s string) bool {
 	return s != ""
 }
 
-// normalizeEndpoint checks an endpoint and returns its host:port, so that
-// "a:1" and "http://a:1" compare equal.
-func normalizeEndpoint(ep string) (string, error) {
+// DefaultPort is the port of an endpoint written without one: etcd's
+// client port.
+const DefaultPort = "2379"
+
+// normalizeEndpoint checks an endpoint and returns the form two spellings
+// of one endpoint share (the host lower-cased without a trailing dot, an
+// IP address in its canonical form, IPv4-mapped IPv6 as IPv4, the port
+// as a number, DefaultPort when none), so that "a:1", "http://A:1" and
+// "[::1]:1", "[0:0:0:0:0:0:0:1]:1" compare equal; and the endpoint as
+// the etcd client dials it, with the port made explicit.
+func normalizeEndpoint(ep string) (key, dial string, err error) {
 	hostport := ep
 	if strings.Contains(ep, "://") {
 		u, err := url.Parse(ep)
 		if err != nil {
-			return "", fmt.Errorf("endpoint %q is not a URL", ep)
+			return "", "", fmt.Errorf("endpoint %q is not a URL", ep)
 		}
 		if u.Scheme != "http" && u.Scheme != "https" {
-			return "", fmt.Errorf("endpoint %q: scheme must be http or https", ep)
+			return "", "", fmt.Errorf("endpoint %q: scheme must be http or https", ep)
 		}
-		if u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
-			return "", fmt.Errorf("endpoint %q must be scheme://host:port and nothing else", ep)
+		if u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+			return "", "", fmt.Errorf("endpoint %q must be scheme://host:port and nothing else", ep)
 		}
 		hostport = u.Host
 	}
+	dial = strings.TrimSuffix(ep, "/")
 	host, port, err := net.SplitHostPort(hostport)
-	if err != nil || host == "" {
-		return "", fmt.Errorf("endpoint %q is not host:port", ep)
+	if err != nil {
+		// No port: etcd's own. A bare IPv6 address needs brackets.
+		host, port = hostport, DefaultPort
+		if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+			host = host[1 : len(host)-1]
+		} else if strings.Contains(host, ":") {
+			return "", "", fmt.Errorf("endpoint %q is not host:port (an IPv6 address goes in brackets: [::1]:2379)", ep)
+		}
+		dial += ":" + DefaultPort
 	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return "", fmt.Errorf("endpoint %q: port must be 1 to 65535", ep)
+	if host == "" {
+		return "", "", fmt.Errorf("endpoint %q is not host:port", ep)
 	}
-	return strings.ToLower(host) + ":" + port, nil
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return "", "", fmt.Errorf("endpoint %q: port must be 1 to 65535", ep)
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		host = a.Unmap().String()
+	} else {
+		host = strings.TrimSuffix(strings.ToLower(host), ".")
+		if host == "" || strings.ContainsAny(host, "[]/ \t@%") {
+			return "", "", fmt.Errorf("endpoint %q is not host:port", ep)
+		}
+	}
+	key = net.JoinHostPort(host, strconv.Itoa(n))
+	return key, dial, nil
+}
+
+// ClientEndpoints are the cluster's endpoints as the etcd client dials
+// them: as written, with DefaultPort added where the map leaves the port
+// out. The Router and the baton CLI dial these.
+func (c Cluster) ClientEndpoints() []string {
+	out := make([]string, 0, len(c.Endpoints))
+	for _, ep := range c.Endpoints {
+		if _, dial, err := normalizeEndpoint(ep); err == nil {
+			out = append(out, dial)
+		} else {
+			out = append(out, ep)
+		}
+	}
+	return out
+}
+
+// oneDocument refuses a map file holding more than one YAML document: the
+// parser would read the first and drop the others silently, so that a
+// second document routing namespaces elsewhere would be ignored.
+func oneDocument(data []byte) error {
+	n, err := yamlDocuments(data)
+	if err != nil || n <= 1 {
+		return nil // a syntax error is reported by the strict reading
+	}
+	return fmt.Errorf("%w: a second YAML document begins at line %d: a cluster map is one document", ErrInvalidMap, secondDocumentLine(data))
+}
+
+// yamlDocuments counts the YAML documents in data, up to 2.
+func yamlDocuments(data []byte) (int, error) {
+	dec := yamlv2.NewDecoder(bytes.NewReader(data))
+	n := 0
+	for n < 2 {
+		var v any
+		err := dec.Decode(&v)
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// secondDocumentLine finds the line where the second document starts: the
+// first document marker ("---" or "..." at the start of a line) such that
+// the text before it already holds a whole document.
+func secondDocumentLine(data []byte) int {
+	line := 1
+	for off := 0; off < len(data); {
+		end := bytes.IndexByte(data[off:], '\n')
+		next := len(data)
+		if end >= 0 {
+			next = off + end + 1
+		}
+		l := data[off:next]
+		if isMarker(l, "---") || isMarker(l, "...") {
+			at := next // after "...", the next document starts after the marker
+			if isMarker(l, "---") {
+				at = off
+			}
+			if n, err := yamlDocuments(data[:at]); err == nil && n >= 1 {
+				if isMarker(l, "...") {
+					return line + 1
+				}
+				return line
+			}
+		}
+		off = next
+		line++
+	}
+	return line
+}
+
+func isMarker(l []byte, m string) bool {
+	if !bytes.HasPrefix(l, []byte(m)) {
+		return false
+	}
+	rest := l[len(m):]
+	return len(rest) == 0 || rest[0] == ' ' || rest[0] == '\t' || rest[0] == '\n' || rest[0] == '\r'
 }
 
 // resolve makes the map's relative file names relative to dir.

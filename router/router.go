@@ -248,7 +248,7 @@ func (r *Router) dial(c Cluster) (*clientv3.Client, error) {
 		r.hookDial(c.Name)
 	}
 	cfg := clientv3.Config{
-		Endpoints:   c.Endpoints,
+		Endpoints:   c.ClientEndpoints(),
 		DialTimeout: r.s.dialTimeout,
 		Logger:      r.s.logger,
 		Context:     r.ctx,
