@@ -5,10 +5,10 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
-	"strconv"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
