@@ -44,6 +44,25 @@ type Map struct {
 	Default string `json:"default,omitempty"`
 	// Clusters are the clusters, each with a unique name.
 	Clusters []Cluster `json:"clusters"`
+	// Retired remembers the namespaces (and the default) the map no longer
+	// serves, with the last cluster and epoch that served them, so that
+	// CheckMove refuses to serve them again at a lower epoch. CheckMove
+	// requires a map that stops serving a namespace to add it here, and
+	// later maps to keep it until the namespace is served again.
+	Retired []Retired `json:"retired,omitempty"`
+}
+
+// Retired is a namespace, or the default, that a map no longer serves.
+type Retired struct {
+	// Namespace is the namespace; empty when Default is set.
+	Namespace string `json:"namespace,omitempty"`
+	// Default, instead of a namespace, stands for every namespace the
+	// former default cluster served without listing it.
+	Default bool `json:"default,omitempty"`
+	// Cluster, ID and Epoch are those of the last cluster that served it.
+	Cluster string `json:"cluster"`
+	ID      string `json:"id,omitempty"`
+	Epoch   uint16 `json:"epoch"`
 }
 
 // Cluster is one independent etcd cluster of a map.
@@ -71,6 +90,17 @@ type Cluster struct {
 	// Namespaces are the namespaces the cluster serves. A namespace is
 	// served by one cluster only.
 	Namespaces []string `json:"namespaces,omitempty"`
+	// ID, when set, pins the etcd cluster behind the name: its cluster ID
+	// (1 to 16 hex digits) as every etcd response header carries it and
+	// `baton clusters pin` writes it. The Router refuses a connection
+	// whose endpoints answer as another cluster (ErrIdentity), and
+	// CheckMove treats a new ID as a move to another cluster.
+	ID string `json:"id,omitempty"`
+	// Revision, with ID, is the revision the cluster had reached when it
+	// was pinned. A cluster below it was rebuilt (a cluster rebuilt with
+	// the same peer URLs and token has the same ID) or restored from a
+	// backup: its tokens restart lower, so the Router refuses it too.
+	Revision int64 `json:"revision,omitempty"`
 }
 
 // TLSFiles are PEM files for a TLS client configuration.
@@ -162,6 +192,7 @@ func (m Map) validate(skip map[string]bool) []error {
 		bad("clusters", "at least one cluster is needed")
 	}
 	names := map[string]int{}
+	ids := map[string]string{}
 	endpoints := map[string]string{}
 	served := map[string]string{}
 	for i, c := range m.Clusters {
@@ -214,6 +245,20 @@ func (m Map) validate(skip map[string]bool) []error {
 				bad(p+".credentials.passwordEnv", "%q is not an environment variable name", cr.PasswordEnv)
 			}
 		}
+		if c.ID != "" {
+			if _, err := ParseClusterID(c.ID); err != nil {
+				bad(p+".id", "%v", err)
+			} else if other, dup := ids[canonID(c.ID)]; dup {
+				bad(p+".id", "cluster id %s is also %s: two names for one etcd cluster", c.ID, other)
+			} else {
+				ids[canonID(c.ID)] = p
+			}
+		}
+		if c.Revision < 0 {
+			bad(p+".revision", "must not be negative, got %d", c.Revision)
+		} else if c.Revision > 0 && c.ID == "" {
+			bad(p+".revision", "goes with the id it was read with")
+		}
 		for j, ns := range c.Namespaces {
 			pn := fmt.Sprintf("%s.namespaces[%d]", p, j)
 			if err := keys.ValidateNamespace(ns); err != nil {
@@ -230,6 +275,41 @@ func (m Map) validate(skip map[string]bool) []error {
 	if m.Default != "" {
 		if _, ok := names[m.Default]; !ok {
 			bad("default", "%q is not the name of a cluster", m.Default)
+		}
+	}
+	retired := map[string]bool{}
+	for i, r := range m.Retired {
+		p := fmt.Sprintf("retired[%d]", i)
+		if err := ValidateClusterName(r.Cluster); err != nil {
+			bad(p+".cluster", "%v", err)
+		}
+		if r.ID != "" {
+			if _, err := ParseClusterID(r.ID); err != nil {
+				bad(p+".id", "%v", err)
+			}
+		}
+		switch {
+		case r.Default && r.Namespace != "":
+			bad(p, "names a namespace and the default: one or the other")
+		case r.Default && m.Default != "":
+			bad(p, "retires the default, but the map has a default cluster")
+		case r.Default && retired[""]:
+			bad(p, "the default is retired twice")
+		case r.Default:
+			retired[""] = true
+		case r.Namespace == "":
+			bad(p, "names no namespace (or default: true)")
+		default:
+			if err := keys.ValidateNamespace(r.Namespace); err != nil {
+				bad(p+".namespace", "%s", strings.TrimPrefix(err.Error(), keys.ErrInvalid.Error()+": "))
+			} else if other, ok := served[r.Namespace]; ok {
+				bad(p+".namespace", "namespace %q is served by %s: drop it from retired", r.Namespace, other)
+			} else if m.Default != "" {
+				bad(p+".namespace", "namespace %q is served by the default cluster %q: drop it from retired", r.Namespace, m.Default)
+			} else if retired[r.Namespace] {
+				bad(p+".namespace", "namespace %q is retired twice", r.Namespace)
+			}
+			retired[r.Namespace] = true
 		}
 	}
 	return problems

@@ -47,7 +47,7 @@ clusters:
 `))
 	fmt.Println(err)
 	// Output:
-	// router: invalid cluster map: clusters[1].endpoint: unknown field (known: [name endpoints tls credentials epoch namespaces])
+	// router: invalid cluster map: clusters[1].endpoint: unknown field (known: [name endpoints tls credentials epoch namespaces id revision])
 	// router: invalid cluster map: clusters[1].endpoints: at least one endpoint is needed
 	// router: invalid cluster map: clusters[1].namespaces[0]: namespace "payments" is also served by clusters[0] ("a"): a namespace is served by one cluster
 }
@@ -104,7 +104,7 @@ func ExampleCheckMove() {
 	after.Clusters[1].Epoch = 2
 	fmt.Println(router.CheckMove(before, after))
 	// Output:
-	// router: epochs do not order the move: namespace "jobs" moves from cluster "a" (epoch 1) to "b" (epoch 1): the new epoch must be greater
+	// router: epochs do not order the move: namespace "jobs" moves from cluster "a" (epoch 1) to cluster "b" (epoch 1): the new epoch must be greater than 1
 	// <nil>
 }
 
