@@ -16,6 +16,7 @@ import (
 
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/rbac"
+	"github.com/batonhq/baton/router"
 )
 
 // client connects to etcd and checks, within --dial-timeout, that it
@@ -42,6 +43,7 @@ func (g *globals) client(ctx context.Context) (*clientv3.Client, error) {
 		Password:    password,
 		Logger:      zap.NewNop(),
 		Context:     ctx,
+		DialOptions: g.dialOptions,
 	})
 	if err != nil {
 		return nil, g.connectError(ctx, tlsCfg, err)
@@ -73,6 +75,11 @@ func (g *globals) who() string {
 
 func (g *globals) connectError(ctx context.Context, tlsCfg *tls.Config, err error) error {
 	eps := strings.Join(g.endpoints, ",")
+	if errors.Is(err, router.ErrIdentity) {
+		// The map names another cluster than the one answering: a
+		// configuration error, which retrying does not mend.
+		return withCode(ExitDenied, fmt.Errorf("etcd at %s: %w", eps, err))
+	}
 	if isDenied(err) {
 		return withCode(ExitDenied, fmt.Errorf("etcd at %s refused %s: %w", eps, g.who(), err))
 	}

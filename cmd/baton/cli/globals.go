@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/internal/keys"
@@ -51,6 +52,10 @@ type globals struct {
 	ran    bool  // PersistentPreRunE ran: later errors are not usage errors
 
 	cl *clusterState // --clusters (clusters.go)
+
+	// dialOptions, with a cluster map, make the client refuse an etcd
+	// cluster other than the one the map pins (router.Cluster.DialOptions).
+	dialOptions []grpc.DialOption
 }
 
 func newGlobals(io IO) *globals {
