@@ -158,6 +158,9 @@ func (g *globals) failed(what string, err error) error {
 	if isUnavailable(err) {
 		return withCode(ExitUnavailable, fmt.Errorf("%s: etcd did not answer within %v: %w", what, g.commandTimeout, err))
 	}
+	if isPermissionDenied(err) {
+		return g.permissionDenied(what, "the permission this needs on the keys of namespace "+safeQ(g.namespace)+" (prefix "+safeQ(keys.NamespacePrefix(g.namespace))+")", err)
+	}
 	if isDenied(err) {
 		return withCode(ExitDenied, fmt.Errorf("%s: etcd refused %s: %w", what, g.who(), err))
 	}
