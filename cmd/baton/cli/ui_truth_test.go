@@ -13,6 +13,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/batonhq/baton/integration/etcdtest"
 	"github.com/batonhq/baton/rwmutex"
 	"github.com/batonhq/baton/semaphore"
@@ -235,5 +237,73 @@ func TestUIServesThePageWhileEtcdIsDown(t *testing.T) {
 			t.Fatalf("not live within 10 s of etcd's start: %+v", s)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// The page in a browser: semaphore and read/write lock rows with the right
+// counts, every etcd member killed said within 5 s, live again within 5 s
+// of quorum, without a reload.
+func TestUIInBrowserTellsTheTruthInAnOutage(t *testing.T) {
+	const ns = "ui-truth"
+	ctx := browser(t, 1280, 900)
+	e := startRestartable(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.endpoint()}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	kindsScene(t, cli, ns)
+
+	addr, err := etcdtest.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	uctx, cancel := context.WithCancel(context.Background())
+	var errOut syncBuffer
+	exited := make(chan int, 1)
+	go func() {
+		exited <- runTo(uctx, ns, &syncBuffer{}, &errOut, "--endpoints", e.endpoint(), "ui", "--listen", addr)
+	}()
+	defer func() {
+		cancel()
+		if code := <-exited; code != ExitOK {
+			t.Errorf("baton ui exited %d: %s", code, errOut.String())
+		}
+	}()
+	url := "http://" + addr + "/"
+	waitStatus(t, url, 200)
+	if err := chromedp.Do(ctx, chromedp.Navigate(url)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, 5*time.Second, "the semaphore 2/2 with one waiter",
+		`[...document.querySelectorAll("#semaphores-body tr")].some(r => r.dataset.name === "exports" && r.dataset.holders === "2" && r.dataset.limit === "2" && r.dataset.waiters === "1" && r.querySelector(".holders").textContent === "2/2")`)
+	waitJS(t, ctx, 5*time.Second, "the read/write lock with 2 readers and a waiting writer",
+		`[...document.querySelectorAll("#rwlocks-body tr")].some(r => r.dataset.name === "catalog" && r.dataset.readers === "2" && r.dataset.writer === "0" && r.dataset.waiters === "1")`)
+	waitJS(t, ctx, 5*time.Second, "their timeline lanes",
+		`(() => { const l = [...document.querySelectorAll("#chart text.label")].map(t => t.firstChild.textContent);
+			const bars = k => [...document.querySelectorAll("#chart rect.span")].filter(r => r.dataset.kind === k && !r.dataset.end).length;
+			return l.includes("S exports") && l.includes("RW catalog") && bars("semaphore") === 2 && bars("rwlock") === 2; })()`)
+	waitJS(t, ctx, 5*time.Second, "live", `document.getElementById("status").textContent.startsWith("Live")`)
+
+	// Every member killed (one here): the page says so within 5 s.
+	killed := time.Now()
+	stopped := make(chan struct{})
+	go func() { e.stop(); close(stopped) }()
+	waitJS(t, ctx, 5*time.Second, "etcd unreachable", `document.getElementById("status").textContent.startsWith("etcd unreachable since ") && document.querySelector("main").classList.contains("stale") && !document.getElementById("stale-note").hidden`)
+	t.Logf("FIGURE member killed to the page saying etcd unreachable: %v", time.Since(killed).Round(time.Millisecond))
+	<-stopped
+	// Still so a while later: nothing pretends to be live.
+	time.Sleep(2 * time.Second)
+	if live := evalJS[bool](t, ctx, `document.getElementById("status").textContent.startsWith("Live")`); live {
+		t.Fatal("the page says live with etcd gone")
+	}
+
+	// Back: live again within 5 s of quorum, without a reload.
+	e.start(t)
+	quorum := time.Now()
+	waitJS(t, ctx, 5*time.Second, "live again", `document.getElementById("status").textContent.startsWith("Live") && !document.querySelector("main").classList.contains("stale")`)
+	t.Logf("FIGURE quorum back to the page live again: %v", time.Since(quorum).Round(time.Millisecond))
+	if n := evalJS[int](t, ctx, `performance.getEntriesByType("navigation").length`); n != 1 {
+		t.Fatalf("%d navigations: the page reloaded", n)
 	}
 }
