@@ -260,6 +260,8 @@ func FuzzParseMap(f *testing.F) {
 	f.Add([]byte("clusters: [{name: a, endpoints: ['h:1'], namespaces: [x]}, {name: b, endpoints: ['h:2'], namespaces: [x]}]"))
 	f.Add([]byte("clusters: [{name: a, endpoints: ['[::1]:2379']}, {name: b, endpoints: ['http://[0::0:1]']}]"))
 	f.Add([]byte("clusters: [{name: a, endpoints: ['h:1']}]\n---\nclusters: [{name: b, endpoints: ['h:2']}]"))
+	f.Add([]byte("clusters: [{name: a, endpoints: ['h:1'], id: 'cdf818194e3a8c32', revision: 7, namespaces: [x]}]\nretired: [{namespace: y, cluster: b, id: '1', epoch: 2}]"))
+	f.Add([]byte("clusters: [{name: a, endpoints: ['h:1']}]\nretired: [{default: true, cluster: z, epoch: 9}]"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := router.ParseMap(data)
 		if err != nil {

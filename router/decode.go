@@ -54,7 +54,7 @@ func (d *decoder) strs(path string, v any) []string {
 		d.fail(path, "want a list of strings, got %s", kind(v))
 		return nil
 	}
-	out := make([]string, 0, len(l))
+	var out []string // nil when empty, as Encode leaves it out
 	for i, e := range l {
 		p := fmt.Sprintf("%s[%d]", path, i)
 		if s, ok := e.(string); ok {

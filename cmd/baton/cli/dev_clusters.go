@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -93,7 +94,14 @@ func (d *devClusters) run(ctx context.Context, cmd *cobra.Command, dataDir, list
 			return fmt.Errorf("start cluster %s: %w", name, err)
 		}
 		servers = append(servers, srv)
-		m.Clusters = append(m.Clusters, router.Cluster{Name: name, Endpoints: srv.Endpoints()})
+		c := router.Cluster{Name: name, Endpoints: srv.Endpoints()}
+		// Pinned, so that the map refuses another cluster on these ports.
+		id, err := identify(ctx, srv)
+		if err != nil {
+			return fmt.Errorf("cluster %s: %w", name, err)
+		}
+		c.ID, c.Revision = id.String(), id.Revision
+		m.Clusters = append(m.Clusters, c)
 	}
 	for j, ns := range d.namespaces {
 		c := &m.Clusters[j%d.n]
@@ -131,4 +139,16 @@ func (d *devClusters) run(ctx context.Context, cmd *cobra.Command, dataDir, list
 	<-ctx.Done()
 	fmt.Fprintln(out, "stopping the clusters")
 	return nil
+}
+
+// identify asks a member just started who it is.
+func identify(ctx context.Context, srv *embedetcd.Server) (router.Identity, error) {
+	cli, err := srv.NewClient()
+	if err != nil {
+		return router.Identity{}, err
+	}
+	defer cli.Close()
+	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return router.Identify(ictx, cli)
 }
