@@ -62,6 +62,13 @@ func TestClustersPinCheckAndCheckMoveCatchARepointedName(t *testing.T) {
 	if code != ExitDenied || !strings.Contains(errOut, `cluster "main"`) || !strings.Contains(errOut, "not the one the map pins") {
 		t.Fatalf("locks through the repointed map: exit %d: %s", code, errOut)
 	}
+	// No token is ever handed out from the repointed name: lock refuses
+	// before its command runs.
+	marker := filepath.Join(t.TempDir(), "ran")
+	code, _, errOut = runEnv(ctx, nil, "--clusters", next, "--namespace", "payments", "lock", "ledger", "--", "touch", marker)
+	if _, err := os.Stat(marker); code != ExitDenied || err == nil || !strings.Contains(errOut, `cluster "main"`) {
+		t.Fatalf("lock through the repointed map: exit %d (command ran: %v): %s", code, err == nil, errOut)
+	}
 	if code, _, errOut := runEnv(ctx, nil, "clusters", "check", next); code != ExitError || !strings.Contains(errOut, "cluster main:") {
 		t.Fatalf("check of the repointed map: exit %d: %s", code, errOut)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/router"
 )
 
 // Defaults of the global flags: they reach `baton dev` as it starts
@@ -157,6 +158,9 @@ func (g *globals) failed(what string, err error) error {
 	}
 	if isUnavailable(err) {
 		return withCode(ExitUnavailable, fmt.Errorf("%s: etcd did not answer within %v: %w", what, g.commandTimeout, err))
+	}
+	if errors.Is(err, router.ErrIdentity) {
+		return withCode(ExitDenied, fmt.Errorf("%s: %w", what, err))
 	}
 	if isPermissionDenied(err) {
 		return g.permissionDenied(what, "the permission this needs on the keys of namespace "+safeQ(g.namespace)+" (prefix "+safeQ(keys.NamespacePrefix(g.namespace))+")", err)
