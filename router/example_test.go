@@ -2,6 +2,7 @@ package router_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"time"
@@ -117,4 +118,35 @@ func ExampleToken() {
 	// Output:
 	// true
 	// 2 17
+}
+
+func ExampleIdentify() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Pin cluster a (what baton clusters pin writes in the map).
+	probe, err := router.New(router.Map{Clusters: []router.Cluster{{Name: "a", Endpoints: srvA.Endpoints()}}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer probe.Close()
+	cli, err := probe.ClusterClient(ctx, "a")
+	if err != nil {
+		log.Fatal(err)
+	}
+	id, err := router.Identify(ctx, cli)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// The name main, pinned to a, repointed at b's endpoints: refused
+	// before any client is handed out.
+	r, err := router.New(router.Map{Clusters: []router.Cluster{{Name: "main", Endpoints: srvB.Endpoints(),
+		ID: id.String(), Revision: id.Revision, Namespaces: []string{"payments"}}}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Close()
+	_, err = r.Client(ctx, "payments")
+	fmt.Println(errors.Is(err, router.ErrIdentity))
+	// Output: true
 }
