@@ -172,7 +172,9 @@ func TestUIStateSaysEtcdIsUnreachableAndRecovers(t *testing.T) {
 	t.Logf("FIGURE etcd stop begun to the state saying unreachable: %v (the member took %v to exit)",
 		saidAt.Sub(stopping).Round(time.Millisecond), stopped.Sub(stopping).Round(time.Millisecond))
 	s := st.snapshot()
-	if s.DownSince == nil || s.DownSince.Before(stopping.Add(-uiProbeEvery)) || s.DownSince.After(stopped) ||
+	// DownSince is when the first unanswered probe began: at most its
+	// deadline (and a scheduling delay) before the stop.
+	if s.DownSince == nil || s.DownSince.Before(stopping.Add(-uiProbeWithin-time.Second)) || s.DownSince.After(stopped) ||
 		!strings.HasPrefix(s.Problem, "etcd unreachable since "+s.DownSince.Format("15:04:05")) || s.AsOf == nil {
 		t.Fatalf("unreachable state: since %v, as of %v, problem %q (stopping at %v, stopped at %v)", s.DownSince, s.AsOf, s.Problem, stopping, stopped)
 	}
