@@ -21,6 +21,7 @@ type liveIdentity struct {
 	OK       bool   `json:"ok"`
 	Problem  string `json:"problem,omitempty"`
 	err      error
+	unpinned bool // verified, and the map pins nothing
 }
 
 // identities connects to every cluster of the map at path, in parallel,
@@ -45,6 +46,7 @@ func (g *globals) identities(ctx context.Context, path string, verify bool) ([]l
 				res.Problem = res.err.Error()
 			}
 			if verify && c.ID == "" {
+				res.unpinned = true
 				fail(errors.New("the map pins no identity: run baton clusters pin"))
 				return
 			}
@@ -55,6 +57,9 @@ func (g *globals) identities(ctx context.Context, path string, verify bool) ([]l
 			if err != nil {
 				fail(err)
 				return
+			}
+			if len(c.Namespaces) > 0 {
+				cg.namespace = c.Namespaces[0] // the connection's probe reads it: a user may read only its own
 			}
 			cli, err := cg.client(ctx)
 			if err != nil {
@@ -87,7 +92,7 @@ func identityError(ids []liveIdentity) error {
 			errs = append(errs, id.err)
 			if code == ExitOK {
 				code = exitCode(id.err)
-				if errors.Is(id.err, router.ErrIdentity) || id.Pinned == "" {
+				if errors.Is(id.err, router.ErrIdentity) || id.unpinned {
 					code = ExitError
 				}
 			}

@@ -95,3 +95,25 @@ func TestClustersPinCheckAndCheckMoveCatchARepointedName(t *testing.T) {
 		t.Fatalf("locks through the fixed map: exit %d: %s", code, errOut)
 	}
 }
+
+func TestClustersPinAndCheckExitCodes(t *testing.T) {
+	ctx := testContext(t)
+	down := writeRouterMap(t, "down.yaml", router.Map{Clusters: []router.Cluster{{Name: "gone", Endpoints: []string{"127.0.0.1:1"}}}})
+	for _, args := range [][]string{
+		{"--dial-timeout", "300ms", "clusters", "pin", down},
+		{"--dial-timeout", "300ms", "clusters", "check-move", "--from", down, writeRouterMap(t, "down-pinned.yaml",
+			router.Map{Clusters: []router.Cluster{{Name: "gone", ID: "cdf818194e3a8c32", Endpoints: []string{"127.0.0.1:1"}}}})},
+	} {
+		if code, out, errOut := runEnv(ctx, nil, args...); code != ExitUnavailable || !strings.Contains(errOut, "cluster gone:") {
+			t.Errorf("%v: exit %d, want %d naming the cluster\n%s%s", args, code, ExitUnavailable, out, errOut)
+		}
+	}
+	if code, _, errOut := runEnv(ctx, nil, "clusters", "check", down); code != ExitError || !strings.Contains(errOut, "cluster gone: the map pins no identity") {
+		t.Errorf("check of an unpinned map: exit %d: %s", code, errOut)
+	}
+	for _, args := range [][]string{{"clusters", "pin"}, {"clusters", "check"}, {"clusters", "pin", filepath.Join(t.TempDir(), "missing.yaml")}} {
+		if code, _, errOut := runEnv(ctx, nil, args...); code != ExitUsage {
+			t.Errorf("%v: exit %d, want %d: %s", args, code, ExitUsage, errOut)
+		}
+	}
+}
