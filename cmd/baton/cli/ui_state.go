@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"sort"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/router"
 )
 
 // What `baton ui` shows is built from two watches (the namespace's keys
@@ -249,10 +251,13 @@ func (s *uiState) probe(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil {
+		switch {
+		case errors.Is(err, router.ErrIdentity):
+			s.setReachableAt(false, err.Error(), start) // another cluster answers: nothing to vouch for
+		case err != nil && !isDenied(err):
 			s.setReachableAt(false, "", start)
-		} else {
-			s.setReachableAt(true, "", start)
+		default:
+			s.setReachableAt(true, "", start) // it answered, if only to refuse: the watches say what they cannot read
 		}
 		select {
 		case <-ctx.Done():
