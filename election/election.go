@@ -7,24 +7,26 @@ import (
 
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/delay"
 	"github.com/batonhq/baton/internal/keys"
 )
 
 // Election is a named leader election. Candidates queue in the order they
 // campaigned; the oldest leads. An Election is safe for concurrent use.
 type Election struct {
-	o *core.Owner[*Term]
+	o     *core.Owner[*Term]
+	delay *delay.Config // nil: no WithLockDelay
 }
 
 // New returns an Election for name in the configured namespace. It does
 // not contact etcd: the lease is granted by the first Campaign. Invalid
 // names and options are rejected with an error wrapping ErrInvalid.
 func New(cli *clientv3.Client, name string, opts ...Option) (*Election, error) {
-	o, _, _, err := config.Open[*Term](cli, config.Primitive{Kind: core.Election, Keys: keys.Election, NotHeld: ErrNotLeader}, name, opts)
+	o, cfg, _, err := config.Open[*Term](cli, config.Primitive{Kind: core.Election, Keys: keys.Election, NotHeld: ErrNotLeader}, name, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Election{o: o}, nil
+	return &Election{o: o, delay: delay.New(cli, cfg.Namespace, keys.Election, name, o.Prefix(), cfg.LockDelay)}, nil
 }
 
 // Name returns the election's name.
@@ -51,7 +53,7 @@ func (e *Election) Prefix() string { return e.o.Prefix() }
 // value, as etcd's Campaign does: the earlier Term ends first, with
 // ErrLost and ErrReplaced, and the token stays the same.
 func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
-	return e.o.Acquire(ctx, core.Request{Value: value}, func(h *core.Hold) *Term { return &Term{hold: h, value: value} })
+	return delay.Acquire(ctx, e.o, e.delay, core.Request{Value: value}, func(h *core.Hold) *Term { return &Term{hold: h, value: value, delay: e.delay} })
 }
 
 // Held returns the terms this Election holds, in the order they were

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/delay"
 )
 
 type hold = core.Hold
@@ -22,6 +23,7 @@ type Term struct {
 	*hold
 	mu    sync.Mutex
 	value string
+	delay *delay.Config
 }
 
 // Value is the leader's value: the one campaigned with, or the last one
@@ -51,4 +53,6 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 // already ended, a fresh context bounded to 5 s is used. After a loss it
 // returns an error wrapping ErrNotLeader and the cause. Calling it again
 // returns the same result.
-func (t *Term) Resign(ctx context.Context) error { return core.Release(ctx, t.hold) }
+func (t *Term) Resign(ctx context.Context) error {
+	return delay.Release(ctx, t.delay, t.hold, ErrNotLeader)
+}
