@@ -19,6 +19,7 @@ type electOptions struct {
 	once    bool
 	grace   time.Duration
 	metrics string
+	delay   time.Duration
 }
 
 func newElectCmd(g *globals) *cobra.Command {
@@ -49,6 +50,9 @@ with baton lock: it never outlives a killed or frozen baton.`,
 			if o.grace <= 0 {
 				return usageErrorf("--grace must be positive")
 			}
+			if err := validateLockDelay(o.delay); err != nil {
+				return err
+			}
 			return runElect(cmd, g, o, a[0], a[1], argv)
 		},
 	}
@@ -56,6 +60,7 @@ with baton lock: it never outlives a killed or frozen baton.`,
 	f.DurationVar(&o.ttl, "ttl", election.DefaultTTL, "lease TTL: whole seconds, at least 2s")
 	f.BoolVar(&o.once, "once", false, "exit with 79 when leadership is lost instead of campaigning again")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL")
+	addLockDelayFlag(f, &o.delay)
 	addMetricsFlag(f, &o.metrics)
 	return cmd
 }
@@ -79,7 +84,7 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 		return err
 	}
 	defer cli.Close()
-	e, err := election.New(cli, name, election.WithTTL(o.ttl), election.WithNamespace(g.namespace), election.WithRegisterer(ms.registerer()))
+	e, err := election.New(cli, name, election.WithTTL(o.ttl), election.WithNamespace(g.namespace), election.WithRegisterer(ms.registerer()), election.WithLockDelay(o.delay))
 	if err != nil {
 		return withCode(ExitUsage, err)
 	}

@@ -28,6 +28,7 @@ type lockOptions struct {
 	metrics string
 	limit   int  // --limit: a semaphore permit (lock_kinds.go)
 	shared  bool // --shared: a read lock (lock_kinds.go)
+	delay   time.Duration
 }
 
 // heldView is what lock prints once it holds the lock, and elect once it
@@ -125,6 +126,9 @@ the first name and key. --limit and --shared take one NAME.`,
 			if err := validateKindFlags(cmd, o); err != nil {
 				return err
 			}
+			if err := validateLockDelay(o.delay); err != nil {
+				return err
+			}
 			return runLock(cmd, g, o, names, argv)
 		},
 	}
@@ -135,6 +139,7 @@ the first name and key. --limit and --shared take one NAME.`,
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL")
 	addMetricsFlag(f, &o.metrics)
 	addKindFlags(f, &o)
+	addLockDelayFlag(f, &o.delay)
 	return cmd
 }
 
@@ -268,7 +273,7 @@ func lossCause(ctx context.Context, res childResult) any {
 
 // newMutexLocker takes NAME as a plain lock.
 func newMutexLocker(cli *clientv3.Client, g *globals, o lockOptions, name string, ms *metricsServer) (*locker, error) {
-	m, err := mutex.New(cli, name, mutex.WithTTL(o.ttl), mutex.WithNamespace(g.namespace), mutex.WithRegisterer(ms.registerer()))
+	m, err := mutex.New(cli, name, mutex.WithTTL(o.ttl), mutex.WithNamespace(g.namespace), mutex.WithRegisterer(ms.registerer()), mutex.WithLockDelay(o.delay))
 	if err != nil {
 		return nil, err
 	}

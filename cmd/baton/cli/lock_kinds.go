@@ -122,7 +122,7 @@ type contendersReader func(ctx context.Context) (holders, waiters []kindContende
 func newKindLocker(cli *clientv3.Client, g *globals, o lockOptions, name string, ms *metricsServer) (*locker, contendersReader, error) {
 	if o.limit > 0 {
 		s, err := semaphore.New(cli, name, o.limit, semaphore.WithTTL(o.ttl), semaphore.WithNamespace(g.namespace),
-			semaphore.WithRegisterer(ms.registerer()))
+			semaphore.WithRegisterer(ms.registerer()), semaphore.WithLockDelay(o.delay))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -160,7 +160,7 @@ func newKindLocker(cli *clientv3.Client, g *globals, o lockOptions, name string,
 		}, read, nil
 	}
 	rw, err := rwmutex.New(cli, name, rwmutex.WithTTL(o.ttl), rwmutex.WithNamespace(g.namespace),
-		rwmutex.WithRegisterer(ms.registerer()))
+		rwmutex.WithRegisterer(ms.registerer()), rwmutex.WithLockDelay(o.delay))
 	if err != nil {
 		return nil, nil, err
 	}
