@@ -2,6 +2,7 @@ package mutex
 
 import (
 	"context"
+	"sync/atomic"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -26,6 +27,8 @@ type hold = core.Hold
 type Lock struct {
 	*hold
 	set *setLock // a Set's members, or a Mutex's lock-delay; nil for neither
+	m   *Mutex   // a Mutex's Lock's, else nil
+	rr  atomic.Pointer[reqWatch]
 }
 
 // Unlock ends the Context with ErrReleased and deletes the holder's key in
@@ -40,6 +43,7 @@ type Lock struct {
 // reached it returns that error, the key is deleted in the background, and
 // it may be called again.
 func (l *Lock) Unlock(ctx context.Context) error {
+	defer l.stopRequests()
 	switch {
 	case l.set == nil:
 		return core.Release(ctx, l.hold)

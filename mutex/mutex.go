@@ -56,9 +56,9 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lock, error) { return m.lock(ctx,
 func (m *Mutex) lock(ctx context.Context, try bool) (*Lock, error) {
 	return delay.Acquire(ctx, m.o, m.delay, core.Request{Value: m.value, Try: try}, func(h *core.Hold) *Lock {
 		if m.delay != nil {
-			return &Lock{hold: h, set: &setLock{delay: m.delay}}
+			return &Lock{hold: h, set: &setLock{delay: m.delay}, m: m}
 		}
-		return &Lock{hold: h}
+		return &Lock{hold: h, m: m}
 	})
 }
 
