@@ -7,12 +7,14 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/request"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/semaphore"
 )
@@ -29,6 +31,8 @@ type lockOptions struct {
 	limit   int  // --limit: a semaphore permit (lock_kinds.go)
 	shared  bool // --shared: a read lock (lock_kinds.go)
 	delay   time.Duration
+	signal  string         // --release-signal (lock_request.go)
+	reqSig  syscall.Signal // its value
 }
 
 // heldView is what lock prints once it holds the lock, and elect once it
@@ -129,6 +133,9 @@ the first name and key. --limit and --shared take one NAME.`,
 			if err := validateLockDelay(o.delay); err != nil {
 				return err
 			}
+			if o.reqSig, err = parseSignal(o.signal); err != nil {
+				return err
+			}
 			return runLock(cmd, g, o, names, argv)
 		},
 	}
@@ -140,6 +147,7 @@ the first name and key. --limit and --shared take one NAME.`,
 	addMetricsFlag(f, &o.metrics)
 	addKindFlags(f, &o)
 	addLockDelayFlag(f, &o.delay)
+	addReleaseSignalFlag(f, &o.signal)
 	return cmd
 }
 
@@ -197,6 +205,8 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, names []string, argv
 		select {
 		case <-l.Done():
 		case <-ictx.Done():
+		case r := <-requestsOf(l):
+			st.requested(r, "releasing")
 		}
 		if err := lostError(l.Context(), what, name); err != nil {
 			_ = release()
@@ -216,6 +226,8 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, names []string, argv
 		return err
 	}
 	c.env = kindEnv(k, l, tok)
+	c.requests, c.reqSignal = requestsOf(l), o.reqSig
+	c.onRequest = func(r request.Request) { st.requested(r, fmt.Sprintf("passing %v to the command", o.reqSig)) }
 	if ierr := interruptedBeforeCommand(ictx, fmt.Sprintf("%s %q", what, name)); ierr != nil {
 		if err := release(); err == nil {
 			st.released()

@@ -22,6 +22,7 @@ type forceOptions struct {
 	revokeLease bool
 	watch       time.Duration // 0: a third of the granted TTL plus a second
 	key         string        // unlock --holder-key: one holder's key (unlock_kinds.go)
+	request     bool          // unlock --request: ask the holder (lock_request.go)
 }
 
 // Results of a force-unlock, as recorded.
@@ -66,13 +67,28 @@ A semaphore's permit or a read/write lock's holder is named by its key,
 as baton locks shows it: --holder-key KEY deletes exactly that one key (one
 permit, or one reader), with the same checks and audit record.
 
+--request --reason TEXT instead asks the holder to let go, and forces
+nothing: a program using package mutex sees it on its Lock's
+ReleaseRequested, and baton lock passes it to its command as a signal
+(--release-signal, SIGTERM by default) and releases once the command has
+exited. The request is for that holder only (a later holder never sees
+it), and is written with an audit record, which takes the operators
+access level (exit 78 without it; nothing is written).
+
 Elections have their own command: baton resign NAME --force.`,
 		Example: `  baton unlock nightly-report --force --reason "host db-7 died, INC-4411"
   baton unlock nightly-report --force --reason "stuck, INC-4412" --even-if-alive
   baton unlock bulk-0007 --force --reason "whole session wedged" --revoke-lease
+  baton unlock nightly-report --request --reason "deploy in 5 minutes, INC-4414"
   baton unlock exports --holder-key /baton/v1/semaphore/exports/694d7f1c2a3b0011.p1 --force --reason "worker w-1 hung"`,
 		Args: args(1, 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
+			if o.request {
+				if err := validateRequest(cmd, o); err != nil {
+					return err
+				}
+				return runRequest(cmd, g, keys.Lock, a[0], o.reason)
+			}
 			if err := validateForce(cmd, o); err != nil {
 				return err
 			}
@@ -84,6 +100,7 @@ Elections have their own command: baton resign NAME --force.`,
 	}
 	forceFlags(cmd, &o, "lock")
 	addForceKeyFlag(cmd, &o)
+	cmd.Flags().BoolVar(&o.request, "request", false, "instead of forcing: ask the holder to let go (baton lock passes it to its command as --release-signal); audited")
 	return cmd
 }
 
