@@ -53,7 +53,9 @@ func (e *Election) Prefix() string { return e.o.Prefix() }
 // value, as etcd's Campaign does: the earlier Term ends first, with
 // ErrLost and ErrReplaced, and the token stays the same.
 func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
-	return delay.Acquire(ctx, e.o, e.delay, core.Request{Value: value}, func(h *core.Hold) *Term { return &Term{hold: h, value: value, delay: e.delay} })
+	return delay.Acquire(ctx, e.o, e.delay, core.Request{Value: value}, func(h *core.Hold) *Term {
+		return &Term{hold: h, value: value, delay: e.delay, cli: e.o.Client()}
+	})
 }
 
 // Held returns the terms this Election holds, in the order they were

@@ -2,12 +2,12 @@ package mutex
 
 import (
 	"context"
-	"sync/atomic"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/delay"
+	"github.com/batonhq/baton/internal/request"
 )
 
 type hold = core.Hold
@@ -26,9 +26,9 @@ type hold = core.Hold
 // name's key; Keys and Compares cover them all.
 type Lock struct {
 	*hold
-	set *setLock // a Set's members, or a Mutex's lock-delay; nil for neither
-	m   *Mutex   // a Mutex's Lock's, else nil
-	rr  atomic.Pointer[reqWatch]
+	set *setLock     // a Set's members, or a Mutex's lock-delay; nil for neither
+	m   *Mutex       // a Mutex's Lock's, else nil
+	rr  request.Lazy // ReleaseRequested's watch
 }
 
 // Unlock ends the Context with ErrReleased and deletes the holder's key in
@@ -43,7 +43,7 @@ type Lock struct {
 // reached it returns that error, the key is deleted in the background, and
 // it may be called again.
 func (l *Lock) Unlock(ctx context.Context) error {
-	defer l.stopRequests()
+	defer l.rr.Stop()
 	switch {
 	case l.set == nil:
 		return core.Release(ctx, l.hold)

@@ -2,14 +2,9 @@ package mutex
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"sync"
-	"unicode/utf8"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/request"
 )
@@ -23,7 +18,7 @@ import (
 type ReleaseRequest = request.Request
 
 // MaxReasonBytes bounds a release request's reason.
-const MaxReasonBytes = 1024
+const MaxReasonBytes = request.MaxReasonBytes
 
 // RequestRelease asks the current holder of the lock name to let go: the
 // holder's Lock receives it on ReleaseRequested and decides; nothing is
@@ -37,38 +32,7 @@ const MaxReasonBytes = 1024
 // a bad name, an empty or oversized reason, or bad options (of which it
 // uses WithNamespace and WithIdentity).
 func RequestRelease(ctx context.Context, cli *clientv3.Client, name, reason string, opts ...Option) error {
-	if err := keys.ValidateName("mutex name", name); err != nil {
-		return err
-	}
-	if reason == "" || len(reason) > MaxReasonBytes || !utf8.ValidString(reason) {
-		return fmt.Errorf("%w: RequestRelease: reason must be 1 to %d bytes of UTF-8", ErrInvalid, MaxReasonBytes)
-	}
-	cfg, err := config.Build(cli, opts)
-	if err != nil {
-		return err
-	}
-	by, err := cfg.HolderIdentity()
-	if err != nil {
-		return err
-	}
-	if cli.Username != "" {
-		by = cli.Username + " (" + by + ")"
-	}
-	_, err = request.Make(ctx, cli, cfg.Namespace, keys.Lock, name, keys.Prefix(cfg.Namespace, keys.Lock, name), reason, by)
-	if errors.Is(err, request.ErrNoHolder) {
-		return fmt.Errorf("%w: nobody holds %q: %w", ErrNotHeld, name, err)
-	}
-	if err != nil {
-		return fmt.Errorf("mutex %q: request release: %w", name, err)
-	}
-	return nil
-}
-
-// reqWatch watches the release requests to one Lock.
-type reqWatch struct {
-	ch     chan ReleaseRequest
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	return request.Ask(ctx, cli, keys.Lock, "mutex", name, reason, opts, ErrNotHeld)
 }
 
 // ReleaseRequested returns a channel that receives the release requests
@@ -79,33 +43,14 @@ type reqWatch struct {
 // request: one pending is all a holder needs to know, and later ones are
 // dropped while it is full. It is never closed: select on Done as well.
 func (l *Lock) ReleaseRequested() <-chan ReleaseRequest {
-	if w := l.rr.Load(); w != nil {
-		return w.ch
-	}
-	w := &reqWatch{ch: make(chan ReleaseRequest, 1)}
-	if !l.rr.CompareAndSwap(nil, w) {
-		return l.rr.Load().ch
-	}
-	var cli *clientv3.Client
-	if l.set != nil && l.set.locks != nil {
-		cli = l.set.cli
-	} else {
-		cli = l.m.o.Client()
-	}
-	ctx, cancel := context.WithCancel(l.Context())
-	w.cancel = cancel
-	var ks []string
-	for _, k := range l.Keys() {
-		ks = append(ks, request.KeyOf(k, int64(l.Token())))
-	}
-	request.Watch(ctx, cli, ks, w.ch, &w.wg)
-	return w.ch
+	cli := l.set.cliOr(l.m)
+	return l.rr.Chan(l.Context(), cli, l.Keys(), int64(l.Token()))
 }
 
-// stopRequests ends the watch of ReleaseRequested, if any, and waits.
-func (l *Lock) stopRequests() {
-	if w := l.rr.Load(); w != nil {
-		w.cancel()
-		w.wg.Wait()
+// cliOr is a set's client, else the Mutex's.
+func (s *setLock) cliOr(m *Mutex) *clientv3.Client {
+	if s != nil && s.locks != nil {
+		return s.cli
 	}
+	return m.o.Client()
 }

@@ -20,10 +20,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/retry"
 	"github.com/batonhq/baton/rbac"
@@ -184,5 +187,76 @@ func Watch(ctx context.Context, cli *clientv3.Client, reqKeys []string, out chan
 				_ = retry.Sleep(ctx, 50*time.Millisecond)
 			}
 		}()
+	}
+}
+
+// MaxReasonBytes bounds a request's reason.
+const MaxReasonBytes = 1024
+
+// Ask is the RequestRelease of every primitive: it validates name, reason
+// and opts (WithNamespace and WithIdentity are used), asks the holder of
+// kind/name, and wraps ErrNoHolder in notHeld.
+func Ask(ctx context.Context, cli *clientv3.Client, kind keys.Kind, noun, name, reason string, opts []config.Option, notHeld error) error {
+	if err := keys.ValidateName(noun+" name", name); err != nil {
+		return err
+	}
+	if reason == "" || len(reason) > MaxReasonBytes || !utf8.ValidString(reason) {
+		return fmt.Errorf("%w: RequestRelease: reason must be 1 to %d bytes of UTF-8", keys.ErrInvalid, MaxReasonBytes)
+	}
+	cfg, err := config.Build(cli, opts)
+	if err != nil {
+		return err
+	}
+	by, err := cfg.HolderIdentity()
+	if err != nil {
+		return err
+	}
+	if cli.Username != "" {
+		by = cli.Username + " (" + by + ")"
+	}
+	_, err = Make(ctx, cli, cfg.Namespace, kind, name, keys.Prefix(cfg.Namespace, kind, name), reason, by)
+	if errors.Is(err, ErrNoHolder) {
+		return fmt.Errorf("%w: nobody holds %s %q: %w", notHeld, noun, name, err)
+	}
+	if err != nil {
+		return fmt.Errorf("%s %q: request release: %w", noun, name, err)
+	}
+	return nil
+}
+
+// Lazy is a handle's watch of its release requests, started by the first
+// Chan; the zero value is ready. It costs a pointer until then.
+type Lazy struct{ p atomic.Pointer[lazyWatch] }
+
+type lazyWatch struct {
+	ch     chan Request
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Chan returns the channel of requests, starting the watch of the
+// requests to the holders with the given keys and token until ctx ends.
+func (z *Lazy) Chan(ctx context.Context, cli *clientv3.Client, holderKeys []string, token int64) <-chan Request {
+	if w := z.p.Load(); w != nil {
+		return w.ch
+	}
+	w := &lazyWatch{ch: make(chan Request, 1)}
+	if !z.p.CompareAndSwap(nil, w) {
+		return z.p.Load().ch
+	}
+	ctx, w.cancel = context.WithCancel(ctx)
+	ks := make([]string, len(holderKeys))
+	for i, k := range holderKeys {
+		ks[i] = KeyOf(k, token)
+	}
+	Watch(ctx, cli, ks, w.ch, &w.wg)
+	return w.ch
+}
+
+// Stop ends the watch, if started, and waits for it.
+func (z *Lazy) Stop() {
+	if w := z.p.Load(); w != nil {
+		w.cancel()
+		w.wg.Wait()
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/request"
 )
 
 type electOptions struct {
@@ -20,6 +22,8 @@ type electOptions struct {
 	grace   time.Duration
 	metrics string
 	delay   time.Duration
+	signal  string         // --release-signal (lock_request.go)
+	reqSig  syscall.Signal // its value
 }
 
 func newElectCmd(g *globals) *cobra.Command {
@@ -53,6 +57,9 @@ with baton lock: it never outlives a killed or frozen baton.`,
 			if err := validateLockDelay(o.delay); err != nil {
 				return err
 			}
+			if o.reqSig, err = parseSignal(o.signal); err != nil {
+				return err
+			}
 			return runElect(cmd, g, o, a[0], a[1], argv)
 		},
 	}
@@ -61,6 +68,7 @@ with baton lock: it never outlives a killed or frozen baton.`,
 	f.BoolVar(&o.once, "once", false, "exit with 79 when leadership is lost instead of campaigning again")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL")
 	addLockDelayFlag(f, &o.delay)
+	addReleaseSignalFlag(f, &o.signal)
 	addMetricsFlag(f, &o.metrics)
 	return cmd
 }
@@ -105,6 +113,8 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 			select {
 			case <-t.Done():
 			case <-ictx.Done():
+			case r := <-t.ReleaseRequested():
+				st.requested(r, "resigning")
 			}
 		} else {
 			tok, err := g.childToken(t.Token())
@@ -119,6 +129,8 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 				"BATON_FENCING_TOKEN=" + tok.String(),
 				"BATON_ELECTION_VALUE=" + value,
 			}
+			c.requests, c.reqSignal = t.ReleaseRequested(), o.reqSig
+			c.onRequest = func(r request.Request) { st.requested(r, fmt.Sprintf("passing %v to the command", o.reqSig)) }
 			if ierr := interruptedBeforeCommand(ictx, fmt.Sprintf("election %q", name)); ierr != nil {
 				resign(cmd, t)
 				untrack()

@@ -137,3 +137,28 @@ func TestUnlockRequestRefusedWithoutTheRight(t *testing.T) {
 		t.Fatal("the worker's lock did not end after the operator's request")
 	}
 }
+
+// TestResignRequestStopsTheLeadersCommand: baton elect's command gets the
+// request to step down as SIGTERM, and baton resigns.
+func TestResignRequestStopsTheLeadersCommand(t *testing.T) {
+	ctx := etcdtest.Context(t, 60*time.Second)
+	const ns = "clirequest4"
+	var out, errOut syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- runTo(ctx, ns, &out, &errOut, "elect", "sched", "host-a", "--", "sleep", "1000") }()
+	waitFor(t, func() bool { return strings.Contains(errOut.String(), "token") })
+	if code, rout, rerr := run(ctx, t, ns, "resign", "sched", "--request", "--reason", "move to host-b"); code != ExitOK {
+		t.Fatalf("resign --request: exit %d: %s%s", code, rout, rerr)
+	}
+	select {
+	case code := <-done:
+		if code != 143 || !strings.Contains(errOut.String(), "move to host-b") {
+			t.Fatalf("elect exited %d: %s", code, errOut.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("elect did not end: %s", errOut.String())
+	}
+	if code, lout, _ := run(ctx, t, ns, "leader", "sched"); code == ExitOK && strings.Contains(lout, "host-a") {
+		t.Fatalf("host-a still leads: %s", lout)
+	}
+}

@@ -113,10 +113,20 @@ func newResignCmd(g *globals) *cobra.Command {
 resigning; the next candidate leads. The checks, the transaction and the
 audit record are those of baton unlock: the leader's one key (and its
 acquisition record) is deleted with the audit record, guarded by the key
-still being the leader's, unless --revoke-lease revokes its whole lease.`,
+still being the leader's, unless --revoke-lease revokes its whole lease.
+
+--request --reason TEXT instead asks the leader to step down, as baton
+unlock --request asks a holder: a Term sees it on ReleaseRequested, baton
+elect passes it to its command as --release-signal.`,
 		Example: `  baton resign scheduler --force --reason "leader on host-3 hung, INC-4413"`,
 		Args:    args(1, 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
+			if o.request {
+				if err := validateRequest(cmd, o); err != nil {
+					return err
+				}
+				return runRequest(cmd, g, keys.Election, a[0], o.reason)
+			}
 			if err := validateForce(cmd, o); err != nil {
 				return err
 			}
@@ -124,6 +134,7 @@ still being the leader's, unless --revoke-lease revokes its whole lease.`,
 		},
 	}
 	forceFlags(cmd, &o, "leader")
+	cmd.Flags().BoolVar(&o.request, "request", false, "instead of forcing: ask the leader to step down (baton elect passes it to its command as --release-signal); audited")
 	return cmd
 }
 
