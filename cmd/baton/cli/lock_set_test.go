@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -131,4 +132,40 @@ func TestLockSetUsageErrors(t *testing.T) {
 			t.Errorf("%v: exit %d (%s); want %d", args, code, errOut, ExitUsage)
 		}
 	}
+}
+
+// TestUIStateShowsASetsKeyAsTheHolder: the page's state counts a set's key
+// as the lock's holder, and a plain waiter behind it as a waiter.
+func TestUIStateShowsASetsKeyAsTheHolder(t *testing.T) {
+	ns := fmt.Sprintf("ui-set-%d", time.Now().UnixNano())
+	st := startUIState(t, ns)
+	ctx := etcdtest.Context(t, 20*time.Second)
+	s, err := mutex.NewSet(srv.Client(t), []string{"a", "b"}, mutex.WithNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l, err := s.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := mutex.New(srv.Client(t), "a", mutex.WithNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	go func() {
+		if pl, err := m.Lock(ctx); err == nil {
+			_ = pl.Unlock(context.Background())
+		}
+	}()
+	waitSnapshot(t, st, "the set's key holds a, the plain lock waits", func(s uiSnapshot) bool {
+		for _, o := range s.Objects {
+			if o.Kind == "lock" && o.Name == "a" {
+				return len(o.Queue) == 2 && o.Holders == 1 && o.Waiters == 1 && o.Queue[0].Holding && o.Queue[0].Token == int64(l.Token())
+			}
+		}
+		return false
+	})
+	_ = l.Unlock(ctx)
 }
