@@ -31,25 +31,21 @@ var (
 	errOwnKeyGone = errors.New("own key gone while waiting")
 )
 
-// Kind is a primitive; KindNames names them in errors.
-type Kind uint8
+// Kind is a primitive (metrics.Kind).
+type Kind = metrics.Kind
 
 // The primitives.
 const (
-	Mutex Kind = iota
-	Election
-	Semaphore
-	RWMutex
+	Mutex     = metrics.Mutex
+	Election  = metrics.Election
+	Semaphore = metrics.Semaphore
+	RWMutex   = metrics.RWMutex
 )
-
-// KindNames names each Kind in errors.
-var KindNames = [...]string{"mutex", "election", "semaphore", "rwmutex"}
 
 // OwnerConfig configures an Owner; its Recorder names the primitive
 // (Name, Namespace, Label) and records it.
 type OwnerConfig struct {
 	metrics.Recorder
-	Kind   Kind
 	Prefix string
 	// NotHeld wraps a handle's loss; Busy a try that found another owner.
 	NotHeld, Busy error
@@ -200,7 +196,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 	fail := func(rev int64, err error) (*Hold, error) {
 		w.Unexpect(key)
 		if rev < 0 {
-			res.free(nil)
+			s.free(res, nil)
 		} else {
 			o.deleteKey(l, key, rev, res)
 		}
@@ -245,7 +241,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 		at, err = o.wait(ctx, l, key, rev, req.Policy, blockers, allowed, at)
 		if errors.Is(err, errOwnKeyGone) {
 			w.Unexpect(key)
-			res.free(nil)
+			s.free(res, nil)
 			return nil, o.lostReason(ctx, l)
 		}
 		if err != nil {
@@ -452,11 +448,11 @@ func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, r *reservation) {
 		if err != nil && retry.Permanent(err) {
 			s.cfg.Logger.Error("cannot delete a key of this process; it stays until its lease ends", zap.String("key", key), zap.Error(err))
 		}
-		r.free(nil) // deleted, refused for good, or gone with its lease
+		s.free(r, nil) // deleted, refused for good, or gone with its lease
 	}
 	if !s.goIn(&s.dels, run) {
 		if s.etcd == nil {
-			r.free(nil) // Close revokes the lease with its keys
+			s.free(r, nil) // Close revokes the lease with its keys
 			return
 		}
 		go run() // bounded by the caller's lease
@@ -578,7 +574,7 @@ func (o *Owner[T]) wrapErr(err error) error {
 	if errors.Is(err, errBusy) {
 		return err
 	}
-	return fmt.Errorf("%s %q: %w", KindNames[o.cfg.Kind], o.cfg.Name, err)
+	return fmt.Errorf("%s %q: %w", metrics.KindNames[o.cfg.Kind], o.cfg.Name, err)
 }
 
 // Held returns the handles held, oldest token first.
