@@ -158,15 +158,6 @@ func (s *Session) Done() <-chan struct{} {
 	return s.ctx.Done()
 }
 
-func isDone(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
 func mergeDone(ctx context.Context, other <-chan struct{}) <-chan struct{} {
 	select {
 	case <-other:
@@ -289,7 +280,7 @@ func (s *Session) lease(ctx context.Context) (*Lease, error) {
 			s.mu.Unlock()
 			return l, nil
 		}
-		if s.etcdGone || (s.etcd != nil && isDone(s.etcd.Done())) {
+		if s.etcdGone || (s.etcd != nil && s.etcd.Ctx().Err() != nil) { // closed or orphaned
 			s.mu.Unlock()
 			return nil, errs.Lost(errs.ErrSessionClosed)
 		}

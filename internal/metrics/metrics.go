@@ -254,14 +254,14 @@ type Recorder struct {
 }
 
 // Acquired records one acquiring call by result ("acquired", "locked",
-// "canceled", "error"); fields are the hold's when it succeeded.
-func (r *Recorder) Acquired(result string, d time.Duration, fields []zap.Field) {
+// "canceled", "error"); fields, called only to log, are the hold's.
+func (r *Recorder) Acquired(result string, d time.Duration, fields func() []zap.Field) {
 	switch {
 	case r.Kind == Election && result == "acquired":
 		result = "leader"
-		r.Logger.Info("became leader", r.Fields(fields...)...)
+		r.Logger.Info("became leader", r.Fields(fields()...)...)
 	case result == "acquired" && r.Logger.Core().Enabled(zap.DebugLevel): // the fields cost even when dropped
-		r.Logger.Debug(nouns[r.Kind]+" acquired", r.Fields(fields...)...)
+		r.Logger.Debug(nouns[r.Kind]+" acquired", r.Fields(fields()...)...)
 	}
 	if r.Kind == Election {
 		r.Metrics.ObserveCampaign(r.Namespace, r.Label, result, d)
@@ -279,7 +279,7 @@ func (r *Recorder) Started() {
 
 // Ended records a hold's end: a release when cause is errs.ErrReleased,
 // else a loss with its reason.
-func (r *Recorder) Ended(cause error, held time.Duration, fields []zap.Field) {
+func (r *Recorder) Ended(cause error, held time.Duration, fields func() []zap.Field) {
 	reason := ""
 	if !errors.Is(cause, errs.ErrReleased) {
 		reason = errs.Reason(cause)
@@ -287,18 +287,18 @@ func (r *Recorder) Ended(cause error, held time.Duration, fields []zap.Field) {
 	switch {
 	case r.Kind == Election && reason == "":
 		r.Metrics.Leading(r.Namespace, r.Label, false, "")
-		r.Logger.Info("resigned", r.Fields(append(fields, zap.Duration("led", held))...)...)
+		r.Logger.Info("resigned", r.Fields(append(fields(), zap.Duration("led", held))...)...)
 	case r.Kind == Election:
 		r.Metrics.Leading(r.Namespace, r.Label, false, reason)
-		r.Logger.Warn("leadership lost", r.Fields(append(fields, zap.Duration("led", held), zap.Error(cause))...)...)
+		r.Logger.Warn("leadership lost", r.Fields(append(fields(), zap.Duration("led", held), zap.Error(cause))...)...)
 	case reason == "":
 		r.Metrics.HoldEnded(r.Namespace, r.Label, held, "")
 		if r.Logger.Core().Enabled(zap.DebugLevel) {
-			r.Logger.Debug(nouns[r.Kind]+" released", r.Fields(fields...)...)
+			r.Logger.Debug(nouns[r.Kind]+" released", r.Fields(fields()...)...)
 		}
 	default:
 		r.Metrics.HoldEnded(r.Namespace, r.Label, held, reason)
-		r.Logger.Warn(nouns[r.Kind]+" lost", r.Fields(append(fields, zap.Error(cause))...)...)
+		r.Logger.Warn(nouns[r.Kind]+" lost", r.Fields(append(fields(), zap.Error(cause))...)...)
 	}
 }
 
