@@ -99,7 +99,8 @@ type Cluster struct {
 	// Revision, with ID, is the revision the cluster had reached when it
 	// was pinned. A cluster below it was rebuilt (a cluster rebuilt with
 	// the same peer URLs and token has the same ID) or restored from a
-	// backup: its tokens restart lower, so the Router refuses it too.
+	// backup: its tokens restart lower, so the Router refuses it too. One
+	// rebuilt or restored above it is not caught: pin again now and then.
 	Revision int64 `json:"revision,omitempty"`
 }
 
