@@ -83,7 +83,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"resource"}),
 	}
 	var err error
-	m.users = register(reg, &users{n: map[[2]string]int{}}, &err)
+	m.users = register(reg, &users{n: map[[2]string]int{}, leading: map[[2]string]int{}}, &err)
 	m.AcquireDuration = register(reg, m.AcquireDuration, &err)
 	m.AcquireTotal = register(reg, m.AcquireTotal, &err)
 	m.HoldDuration = register(reg, m.HoldDuration, &err)
@@ -151,17 +151,25 @@ func (m *Metrics) ObserveCampaign(ns, name, result string, d time.Duration) {
 }
 
 // Leading records a transition into or out of leadership; lostReason is
-// set when leadership was lost rather than resigned. The gauge counts the
-// terms held under one label, so it is 1 exactly while a lone election leads.
+// set when leadership was lost rather than resigned. The gauge is 1 while
+// any term under the label leads in this process.
 func (m *Metrics) Leading(ns, name string, leading bool, lostReason string) {
 	if m == nil {
 		return
 	}
-	v := -1.0
+	k := [2]string{ns, name}
+	m.users.mu.Lock()
 	if leading {
+		m.users.leading[k]++
+	} else if m.users.leading[k]--; m.users.leading[k] <= 0 {
+		delete(m.users.leading, k)
+	}
+	v := 0.0
+	if m.users.leading[k] > 0 {
 		v = 1
 	}
-	m.IsLeader.WithLabelValues(ns, name).Add(v)
+	m.IsLeader.WithLabelValues(ns, name).Set(v)
+	m.users.mu.Unlock()
 	m.Transitions.WithLabelValues(ns, name).Inc()
 	if lostReason != "" {
 		m.ElectionLostTotal.WithLabelValues(ns, name, lostReason).Inc()
@@ -176,12 +184,14 @@ func (m *Metrics) Rejected(resource string) {
 	m.FencingRejections.WithLabelValues(resource).Inc()
 }
 
-// users counts the open primitives per namespace and name label. It is
+// users counts the open primitives and the leading terms per namespace and
+// name label. It is
 // registered with the other collectors, so every Metrics built on one
 // Registerer finds the same one, with no state in this package.
 type users struct {
-	mu sync.Mutex
-	n  map[[2]string]int
+	mu      sync.Mutex
+	n       map[[2]string]int // open primitives
+	leading map[[2]string]int // terms leading
 }
 
 var usersDesc = prometheus.NewDesc("baton_internal_metric_users", "Never collected: identifies the users table.", nil, nil)
@@ -227,27 +237,43 @@ func (m *Metrics) forget(ns, name string) {
 	m.ElectionLostTotal.DeletePartialMatch(labels)
 }
 
+// Kind is a primitive; an election's records a leader gauge and campaign
+// durations.
+type Kind uint8
+
+// The primitives, and their names and nouns in errors and logs.
+const (
+	Mutex Kind = iota
+	Election
+	Semaphore
+	RWMutex
+)
+
+var (
+	KindNames = [...]string{"mutex", "election", "semaphore", "rwmutex"}
+	nouns     = [...]string{"lock", "term", "permit", "lock"}
+)
+
 // Recorder records one primitive's acquisitions and holds in metrics and
 // logs, the same way for every primitive.
 type Recorder struct {
-	Metrics *Metrics
-	Logger  *zap.Logger
-	// Leader makes it an election's: a leader gauge, campaign durations.
-	Leader                       bool
-	Noun, Name, Namespace, Label string // Noun: "lock", "permit", "term"
+	Metrics                *Metrics
+	Logger                 *zap.Logger
+	Name, Namespace, Label string
+	Kind                   Kind
 }
 
 // Acquired records one acquiring call by result ("acquired", "locked",
-// "canceled", "error"); fields are the hold's when it succeeded.
-func (r *Recorder) Acquired(result string, d time.Duration, fields []zap.Field) {
+// "canceled", "error"); fields, called only to log, are the hold's.
+func (r *Recorder) Acquired(result string, d time.Duration, fields func() []zap.Field) {
 	switch {
-	case r.Leader && result == "acquired":
+	case r.Kind == Election && result == "acquired":
 		result = "leader"
-		r.Logger.Info("became leader", r.Fields(fields...)...)
+		r.Logger.Info("became leader", r.Fields(fields()...)...)
 	case result == "acquired" && r.Logger.Core().Enabled(zap.DebugLevel): // the fields cost even when dropped
-		r.Logger.Debug(r.Noun+" acquired", r.Fields(fields...)...)
+		r.Logger.Debug(nouns[r.Kind]+" acquired", r.Fields(fields()...)...)
 	}
-	if r.Leader {
+	if r.Kind == Election {
 		r.Metrics.ObserveCampaign(r.Namespace, r.Label, result, d)
 	} else {
 		r.Metrics.ObserveAcquire(r.Namespace, r.Label, result, d)
@@ -256,33 +282,33 @@ func (r *Recorder) Acquired(result string, d time.Duration, fields []zap.Field) 
 
 // Started records a hold's start.
 func (r *Recorder) Started() {
-	if r.Leader {
+	if r.Kind == Election {
 		r.Metrics.Leading(r.Namespace, r.Label, true, "")
 	}
 }
 
 // Ended records a hold's end: a release when cause is errs.ErrReleased,
 // else a loss with its reason.
-func (r *Recorder) Ended(cause error, held time.Duration, fields []zap.Field) {
+func (r *Recorder) Ended(cause error, held time.Duration, fields func() []zap.Field) {
 	reason := ""
 	if !errors.Is(cause, errs.ErrReleased) {
 		reason = errs.Reason(cause)
 	}
 	switch {
-	case r.Leader && reason == "":
+	case r.Kind == Election && reason == "":
 		r.Metrics.Leading(r.Namespace, r.Label, false, "")
-		r.Logger.Info("resigned", r.Fields(append(fields, zap.Duration("led", held))...)...)
-	case r.Leader:
+		r.Logger.Info("resigned", r.Fields(append(fields(), zap.Duration("led", held))...)...)
+	case r.Kind == Election:
 		r.Metrics.Leading(r.Namespace, r.Label, false, reason)
-		r.Logger.Warn("leadership lost", r.Fields(append(fields, zap.Duration("led", held), zap.Error(cause))...)...)
+		r.Logger.Warn("leadership lost", r.Fields(append(fields(), zap.Duration("led", held), zap.Error(cause))...)...)
 	case reason == "":
 		r.Metrics.HoldEnded(r.Namespace, r.Label, held, "")
 		if r.Logger.Core().Enabled(zap.DebugLevel) {
-			r.Logger.Debug(r.Noun+" released", r.Fields(fields...)...)
+			r.Logger.Debug(nouns[r.Kind]+" released", r.Fields(fields()...)...)
 		}
 	default:
 		r.Metrics.HoldEnded(r.Namespace, r.Label, held, reason)
-		r.Logger.Warn(r.Noun+" lost", r.Fields(append(fields, zap.Error(cause))...)...)
+		r.Logger.Warn(nouns[r.Kind]+" lost", r.Fields(append(fields(), zap.Error(cause))...)...)
 	}
 }
 
