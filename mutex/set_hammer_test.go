@@ -64,7 +64,14 @@ func TestSetHammerNoTwoHoldersOfANameNoDeadlock(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), 23))
-			for time.Now().Before(end) {
+			// A slow machine (-race, load) runs on, up to 3 times as long,
+			// until the run has taken enough set locks to prove something.
+			more := func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return sets < 20 && time.Now().Before(end.Add(2*d))
+			}
+			for time.Now().Before(end) || more() {
 				perm := rng.Perm(len(names))
 				pick := make([]string, 2+rng.IntN(2))
 				for i := range pick {
