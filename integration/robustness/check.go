@@ -57,6 +57,7 @@ func check(h *History, cfg Config) *Report {
 			checkObserve(h, n, rep)
 		}
 	}
+	checkSharedKeys(h, rep)
 	checkRegisters(h, rep)
 	checkFences(h, rep)
 	rep.finish(h)
@@ -354,6 +355,29 @@ func checkObserve(h *History, n NameInfo, rep *Report) {
 			if ss[len(ss)-1].Rev < last.rev {
 				rep.add("observe", fmt.Sprintf("%s %s stream %d did not converge: last state at rev %d, etcd changed to %q at rev %d before %s",
 					n.Prim, n.Name, id, ss[len(ss)-1].Rev, shortKey(last.key), last.rev, since(h.Start, e)), last.rev)
+			}
+		}
+	}
+}
+
+// checkSharedKeys checks that no two acquisitions held one key
+// incarnation at once: each hold has a key of its own (two Campaigns on
+// one session included), so two handles with one key and token, both
+// live, are two holders etcd sees as one.
+func checkSharedKeys(h *History, rep *Report) {
+	rep.Histories++
+	byKey := make(map[incarnation][]*Hold)
+	for _, x := range h.Holds {
+		inc := incarnation{x.Key, x.Token}
+		byKey[inc] = append(byKey[inc], x)
+	}
+	for inc, xs := range byKey {
+		sort.Slice(xs, func(i, j int) bool { return xs[i].Acquired < xs[j].Acquired })
+		for i := 1; i < len(xs); i++ {
+			a, b := xs[i-1], xs[i]
+			if a.Ended == 0 || b.Acquired < a.Ended {
+				rep.add("shared-key", fmt.Sprintf("%s %s: %s and %s both hold %s (token %d) from %s: two holders on one key",
+					b.Prim, b.Name, a.Client, b.Client, shortKey(inc.key), inc.create, since(h.Start, b.Acquired)), inc.create)
 			}
 		}
 	}

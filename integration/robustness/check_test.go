@@ -282,11 +282,24 @@ func TestReportLastLine(t *testing.T) {
 	var b strings.Builder
 	rep.Print(&b)
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	want := "robustness: 2 operations, 3 faults (2 kinds), 4 histories checked, 1 violations, seed 42"
+	want := "robustness: 2 operations, 3 faults (2 kinds), 5 histories checked, 1 violations, seed 42"
 	if got := lines[len(lines)-1]; got != want {
 		t.Errorf("last line %q, want %q", got, want)
 	}
 	if !strings.Contains(b.String(), "etcd rev 8") {
 		t.Errorf("no excerpt of the history around the violation:\n%s", b.String())
 	}
+}
+
+// Planted bug (e)'s trace: two Campaigns on one session return the same
+// key, and both think they lead.
+func TestSharedKeysCatchesTwoHoldersOfOneKey(t *testing.T) {
+	h := cleanMutex()
+	h.Holds = []*Hold{
+		{Prim: "mutex", Name: "m0", Client: "w1", Key: ka, Token: 2, Acquired: ms(2), Ended: ms(5), Cause: "baton: released"},
+		{Prim: "mutex", Name: "m0", Client: "w1", Key: ka, Token: 2, Acquired: ms(3), Ended: ms(5), Cause: "baton: released"},
+	}
+	wantViolation(t, run(h), "shared-key", "two holders on one key")
+	h.Holds[1].Acquired = ms(6) // one after the other: clean
+	wantClean(t, check(h, Config{TTL: 3 * time.Second}))
 }
