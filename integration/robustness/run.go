@@ -142,7 +142,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		for lane := 0; lane < 2; lane++ {
 			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(100*i+lane+1)))
 			wg.Add(1)
-			go func() { defer wg.Done(); w.lane(traffic, rng) }()
+			go func() { defer wg.Done(); w.lane(traffic, rng, lane) }()
 		}
 	}
 	var obsWG sync.WaitGroup

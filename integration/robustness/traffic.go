@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"time"
 
@@ -56,10 +57,10 @@ func (w *worker) nextSeq() int {
 
 // object returns the worker's current object for a name, creating it (and
 // the shared session) when needed.
-func (w *worker) object(n NameInfo) (closer, error) {
+func (w *worker) object(n NameInfo, lane int) (closer, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	k := n.Prim + "/" + n.Name
+	k := w.objectKey(n, lane)
 	if o := w.objects[k]; o != nil {
 		return o, nil
 	}
@@ -95,11 +96,22 @@ func (w *worker) object(n NameInfo) (closer, error) {
 	return o, nil
 }
 
+// objectKey names the object a lane uses for n: one object per name,
+// shared by the worker's two lanes, except on every fourth worker, whose
+// lanes have an object each on their shared session.
+func (w *worker) objectKey(n NameInfo, lane int) string {
+	k := n.Prim + "/" + n.Name
+	if w.id%4 == 3 {
+		k += "/" + strconv.Itoa(lane)
+	}
+	return k
+}
+
 // closeObject closes the worker's object for a name, if any: its holds
 // end, its waiting calls return.
-func (w *worker) closeObject(n NameInfo) bool {
+func (w *worker) closeObject(n NameInfo, lane int) bool {
 	w.mu.Lock()
-	k := n.Prim + "/" + n.Name
+	k := w.objectKey(n, lane)
 	o := w.objects[k]
 	delete(w.objects, k)
 	w.mu.Unlock()
@@ -138,9 +150,9 @@ func errString(err error) string {
 }
 
 // lane runs random operations until the run's traffic ends.
-func (w *worker) lane(ctx context.Context, rng *rand.Rand) {
+func (w *worker) lane(ctx context.Context, rng *rand.Rand, lane int) {
 	for ctx.Err() == nil {
-		w.step(ctx, rng)
+		w.step(ctx, rng, lane)
 		pause(ctx, time.Duration(rng.IntN(50))*time.Millisecond)
 	}
 }
@@ -156,12 +168,12 @@ func pause(ctx context.Context, d time.Duration) {
 
 // step is one random operation: an acquisition and, if it succeeds, a
 // hold with fenced writes and a release; or a Close; or a register read.
-func (w *worker) step(ctx context.Context, rng *rand.Rand) {
+func (w *worker) step(ctx context.Context, rng *rand.Rand, lane int) {
 	names := w.r.cfg.names
 	n := names[rng.IntN(len(names))]
 	switch p := rng.IntN(100); {
 	case p < 3:
-		w.closeObject(n)
+		w.closeObject(n, lane)
 		return
 	case p < 4 && w.id%2 == 1:
 		w.closeSession()
@@ -170,7 +182,7 @@ func (w *worker) step(ctx context.Context, rng *rand.Rand) {
 		w.readRegister(ctx, n)
 		return
 	}
-	o, err := w.object(n)
+	o, err := w.object(n, lane)
 	if err != nil {
 		w.r.h.op(Op{Client: w.client(), Kind: n.Prim + ".New", Name: n.Name, Call: now(), Return: now(), Err: err.Error()})
 		pause(ctx, 100*time.Millisecond)
@@ -186,7 +198,7 @@ func (w *worker) step(ctx context.Context, rng *rand.Rand) {
 		defer t.Stop()
 	}
 	if rng.IntN(25) == 0 {
-		t := time.AfterFunc(time.Duration(rng.IntN(3000))*time.Millisecond, func() { w.closeObject(n) })
+		t := time.AfterFunc(time.Duration(rng.IntN(3000))*time.Millisecond, func() { w.closeObject(n, lane) })
 		defer t.Stop()
 	}
 	seq := w.nextSeq()
