@@ -24,15 +24,12 @@ func rule(n NameInfo) history.Rule {
 	return history.Semaphore{Limit: 1}
 }
 
-// shared reports whether two keys of n may hold together.
+// mayShare reports whether a handover from key a to key b needs no
+// telling: two readers.
 func mayShare(n NameInfo, a, b string) bool {
-	switch n.Prim {
-	case "semaphore":
-		return n.Limit > 1
-	case "rwmutex":
-		return rwmutex.IsReader(a) && rwmutex.IsReader(b)
-	}
-	return false
+	// A permit whose release let the next in must know first too: else
+	// limit+1 act together.
+	return n.Prim == "rwmutex" && rwmutex.IsReader(a) && rwmutex.IsReader(b)
 }
 
 // eventsOf are the events of n: its contenders and its fenced writes.
@@ -174,6 +171,10 @@ func checkKnowsFirst(h *History, n NameInfo, cfg Config, rep *Report) {
 		}
 	}
 	grace := int64(cfg.TTL)
+	byRev := make(map[int64][]incarnation)
+	for inc, d := range deleted {
+		byRev[d] = append(byRev[d], inc)
+	}
 	for _, g := range grants {
 		seen, ok := h.seenAt(g.rev)
 		if next := holds[incarnation{g.key, g.create}]; next != nil && (!ok || next.Acquired < seen) {
@@ -182,8 +183,9 @@ func checkKnowsFirst(h *History, n NameInfo, cfg Config, rep *Report) {
 		if !ok {
 			continue
 		}
-		for inc, d := range deleted {
-			if d != g.rev || mayShare(n, inc.key, g.key) {
+		for _, inc := range byRev[g.rev] {
+			d := g.rev
+			if mayShare(n, inc.key, g.key) {
 				continue
 			}
 			prev := holds[inc]

@@ -303,3 +303,19 @@ func TestSharedKeysCatchesTwoHoldersOfOneKey(t *testing.T) {
 	h.Holds[1].Acquired = ms(6) // one after the other: clean
 	wantClean(t, check(h, Config{TTL: 3 * time.Second}))
 }
+
+// Planted bug (c)'s trace: a permit counted from a stale read lets a third
+// holder act while two still hold; and a permit holder told late is a
+// handover judged like a lock's.
+func TestKnowsFirstJudgesSemaphoreHandovers(t *testing.T) {
+	sp := "/robust/v1/semaphore/s0/"
+	s0 := NameInfo{Prim: "semaphore", Name: "s0", Prefix: sp, Work: workPrefix + "semaphore/s0", Limit: 2}
+	a, b, c := sp+"a", sp+"b", sp+"c"
+	h := &History{Names: []NameInfo{s0}, Events: []history.Event{
+		put(2, a, 2, ""), put(3, b, 3, ""), put(4, c, 4, ""), del(5, a, 2),
+	}, Holds: []*Hold{
+		{Prim: "semaphore", Name: "s0", Client: "w0", Key: a, Token: 2, Acquired: ms(2), Ended: ms(8), Cause: "baton: ownership lost"},
+		{Prim: "semaphore", Name: "s0", Client: "w2", Key: c, Token: 4, Acquired: ms(6), Ended: ms(9), Cause: "baton: released"},
+	}}
+	wantViolation(t, run(h), "knows-first", "semaphore s0: w0")
+}
