@@ -99,6 +99,8 @@ func TestExclusionCatchesAWriteByADeletedKey(t *testing.T) {
 	wantViolation(t, run(h), "exclusion", "does not exist")
 }
 
+// Planted bug (c)'s trace: a semaphore counting holders from a stale read
+// lets a third holder act while two still hold.
 func TestExclusionCatchesASemaphoreOverItsLimit(t *testing.T) {
 	sp := "/robust/v1/semaphore/s0/"
 	sw := workPrefix + "semaphore/s0"
@@ -304,9 +306,7 @@ func TestSharedKeysCatchesTwoHoldersOfOneKey(t *testing.T) {
 	wantClean(t, check(h, Config{TTL: 3 * time.Second}))
 }
 
-// Planted bug (c)'s trace: a permit counted from a stale read lets a third
-// holder act while two still hold; and a permit holder told late is a
-// handover judged like a lock's.
+// A permit holder told late is a handover judged like a lock's.
 func TestKnowsFirstJudgesSemaphoreHandovers(t *testing.T) {
 	sp := "/robust/v1/semaphore/s0/"
 	s0 := NameInfo{Prim: "semaphore", Name: "s0", Prefix: sp, Work: workPrefix + "semaphore/s0", Limit: 2}
