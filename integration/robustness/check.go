@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/batonhq/baton/integration/history"
 	"github.com/batonhq/baton/rwmutex"
@@ -170,6 +171,17 @@ func checkKnowsFirst(h *History, n NameInfo, cfg Config, rep *Report) {
 			admin[r] = true
 		}
 	}
+	// Every in-process acquisition checked, when it returned, that no
+	// conflicting holder of the name in this process was still untold.
+	for _, p := range holds {
+		if len(p.Untold) == 0 || admin[deleted[incarnation{p.Key, p.Token}]] {
+			continue
+		}
+		for _, x := range p.Untold {
+			rep.add("knows-first", fmt.Sprintf("%s %s: %s acquired (token %d, %s) at %s while %s (token %d, %s) had not been told",
+				n.Prim, n.Name, x.Client, x.Token, shortKey(x.Key), since(h.Start, x.Acquired), p.Client, p.Token, shortKey(p.Key)), x.Token)
+		}
+	}
 	grace := int64(cfg.TTL)
 	byRev := make(map[int64][]incarnation)
 	for inc, d := range deleted {
@@ -207,8 +219,7 @@ func checkKnowsFirst(h *History, n NameInfo, cfg Config, rep *Report) {
 				rep.knows("cli", "not observed")
 				continue
 			}
-			released := strings.Contains(prev.Cause, "released")
-			ok := prev.Ended != 0 && (released || prev.Ended < seen)
+			ok, why := toldFirst(prev, seen)
 			for _, k := range kinds {
 				if ok {
 					rep.knows(k, "told first")
@@ -217,15 +228,28 @@ func checkKnowsFirst(h *History, n NameInfo, cfg Config, rep *Report) {
 				}
 			}
 			if !ok {
-				told := "never told"
-				if prev.Ended != 0 {
-					told = fmt.Sprintf("told %v after", since(seen, prev.Ended))
-				}
-				rep.add("knows-first", fmt.Sprintf("%s %s: %s (token %d, %s) %s the grant of %s (token %d) at rev %d was seen; faults %v",
-					n.Prim, n.Name, prev.Client, prev.Token, shortKey(prev.Key), told, shortKey(g.key), g.create, g.rev, kinds), g.rev)
+				rep.add("knows-first", fmt.Sprintf("%s %s: %s (token %d, %s) %s: the grant of %s (token %d) at rev %d; faults %v",
+					n.Prim, n.Name, prev.Client, prev.Token, shortKey(prev.Key), why, shortKey(g.key), g.create, g.rev, kinds), g.rev)
 			}
 		}
 	}
+}
+
+// toldFirst judges one handover from prev, whose grant was first seen at seen. In-process
+// holds are judged by what was checked at the moment: whether prev's
+// Context had ended when the event log received its key's deletion. A
+// child's, by its clock readings.
+func toldFirst(prev *Hold, seen int64) (bool, string) {
+	if !prev.Child && prev.DeleteSeen != 0 {
+		return prev.Told, "had not been told when its key's deletion was seen"
+	}
+	switch {
+	case prev.Ended == 0:
+		return false, "was never told"
+	case strings.Contains(prev.Cause, "released") || prev.Ended < seen:
+		return true, ""
+	}
+	return false, fmt.Sprintf("was told %v after the grant was seen", time.Duration(prev.Ended-seen).Round(time.Millisecond))
 }
 
 func shortKey(k string) string { return k[strings.LastIndexByte(k, '/')+1:] }

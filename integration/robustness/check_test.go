@@ -135,7 +135,7 @@ func TestKnowsFirstCatchesAHolderToldLate(t *testing.T) {
 	}
 	h.Faults = []Fault{{Kind: FaultBlackhole, Start: ms(1), End: ms(5)}}
 	rep := run(h)
-	wantViolation(t, rep, "knows-first", "told 10ms after")
+	wantViolation(t, rep, "knows-first", "was told 10ms after")
 	if rep.Knows[FaultBlackhole]["told late"] != 1 {
 		t.Errorf("knows %v, want one late handover counted under %s", rep.Knows, FaultBlackhole)
 	}
@@ -144,7 +144,7 @@ func TestKnowsFirstCatchesAHolderToldLate(t *testing.T) {
 func TestKnowsFirstCatchesAHolderNeverTold(t *testing.T) {
 	h := cleanMutex()
 	h.Holds = []*Hold{{Prim: "mutex", Name: "m0", Client: "w0", Key: ka, Token: 2, Acquired: ms(2)}}
-	wantViolation(t, run(h), "knows-first", "never told")
+	wantViolation(t, run(h), "knows-first", "was never told")
 }
 
 // Planted bug (b)'s trace: the holder is told after the revoke, i.e. after
@@ -160,6 +160,23 @@ func TestKnowsFirstUsesTheNewHoldersOwnReturn(t *testing.T) {
 	h.End = 8
 	rep := check(h, Config{TTL: 3 * time.Second})
 	wantViolation(t, rep, "knows-first", "after the grant")
+}
+
+// In process, what counts is what was checked at the moment: a Context
+// found ended when the deletion arrived was told first, however late the
+// goroutine that timestamps its end ran; one found live was not.
+func TestKnowsFirstJudgesInProcessHoldsAtTheMoment(t *testing.T) {
+	h := cleanMutex()
+	a := &Hold{Prim: "mutex", Name: "m0", Client: "w0", Key: ka, Token: 2, Acquired: ms(2), Ended: ms(30), Cause: "baton: ownership lost", DeleteSeen: ms(5), Told: true}
+	h.Holds = []*Hold{a}
+	rep := run(h)
+	wantClean(t, rep)
+	a.Told, a.Ended = false, ms(4)
+	wantViolation(t, check(h, Config{TTL: 3 * time.Second}), "knows-first", "had not been told when its key's deletion was seen")
+	b := &Hold{Prim: "mutex", Name: "m0", Client: "w1", Key: kb, Token: 3, Acquired: ms(6), Ended: ms(7), Cause: "baton: released"}
+	a.Told, a.Untold = true, []*Hold{b}
+	h.Holds = append(h.Holds, b)
+	wantViolation(t, check(h, Config{TTL: 3 * time.Second}), "knows-first", "w1 acquired (token 3, b) at 6ms while w0 (token 2, a) had not been told")
 }
 
 func TestKnowsFirstDoesNotJudgeOperatorsOrFrozenHolders(t *testing.T) {

@@ -49,6 +49,17 @@ type Hold struct {
 	// Frozen holds were in a process stopped (SIGSTOP) while they held:
 	// it could not be told anything; fencing alone protects its writes.
 	Frozen bool
+	// DeleteSeen is when the event log received the deletion of the
+	// hold's key; Told whether the hold's Context had ended by then,
+	// checked at that moment (in-process holds only): exact, where a
+	// timestamp taken by a goroutine woken by the end would be late.
+	DeleteSeen int64
+	Told       bool
+	// Untold lists the holds acquired in this process while this one's
+	// Context had not ended (conflicting holds of the same name only).
+	Untold []*Hold `json:"-"`
+
+	done <-chan struct{}
 }
 
 // ObsState is one state an Observe stream sent.
@@ -85,6 +96,8 @@ type Observed struct {
 // concurrent use; the checks read it after the run.
 type History struct {
 	mu     sync.Mutex
+	index  map[incarnation]*Hold     // in-process holds by key incarnation
+	live   map[string]map[*Hold]bool // in-process holds not known ended, by name
 	Start  int64
 	Ops    []Op
 	Faults []Fault
@@ -133,6 +146,54 @@ func (h *History) hold(x *Hold) {
 	h.mu.Lock()
 	h.Holds = append(h.Holds, x)
 	h.mu.Unlock()
+}
+
+// acquired records an in-process hold whose Context is done, first
+// noting every live conflicting hold of the same name that has not been
+// told yet: the next holder is already acting.
+func (h *History) acquired(x *Hold, n NameInfo, done <-chan struct{}) {
+	x.done = done
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.index == nil {
+		h.index = make(map[incarnation]*Hold)
+		h.live = make(map[string]map[*Hold]bool)
+	}
+	h.Holds = append(h.Holds, x)
+	h.index[incarnation{x.Key, x.Token}] = x
+	k := x.Prim + "/" + x.Name
+	if h.live[k] == nil {
+		h.live[k] = make(map[*Hold]bool)
+	}
+	for p := range h.live[k] {
+		if closed(p.done) {
+			delete(h.live[k], p)
+			continue
+		}
+		if !mayShare(n, p.Key, x.Key) && !(n.Prim == "semaphore") {
+			p.Untold = append(p.Untold, x)
+		}
+	}
+	h.live[k][x] = true
+}
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// deleteSeen is the event log's report of a deleted key incarnation: if
+// an in-process hold owned it, whether its Context had ended.
+func (h *History) deleteSeen(key string, create, at int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if x := h.index[incarnation{key, create}]; x != nil && x.DeleteSeen == 0 {
+		x.DeleteSeen, x.Told = at, closed(x.done)
+	}
 }
 
 // ended records the end of a hold's Context.

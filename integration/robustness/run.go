@@ -122,7 +122,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r := &runner{cfg: cfg, h: h, mem: fencing.NewMemoryGuard(), log: cfg.Log, admin: admin}
 	fmt.Fprintf(r.log, "robustness: seed %d, %v of traffic, %d workers, %d children, faults %v\n",
 		cfg.Seed, cfg.Duration, cfg.Workers, cfg.Children, cfg.Faults)
-	events := startEventLog(watchCli)
+	events := startEventLog(watchCli, h)
 	closeEvents := func() { events.cancel(); <-events.done }
 
 	traffic, stopTraffic := context.WithCancel(ctx)

@@ -269,7 +269,7 @@ func (w *worker) step(ctx context.Context, rng *rand.Rand, lane int) {
 	op.Key, op.Token = h.Key(), int64(h.Token())
 	w.r.h.op(op)
 	hold := &Hold{Prim: n.Prim, Name: n.Name, Client: w.client(), Key: h.Key(), Token: int64(h.Token()), Shared: shared, Acquired: ret}
-	w.r.h.hold(hold)
+	w.r.h.acquired(hold, n, h.Context().Done())
 	context.AfterFunc(h.Context(), func() {
 		w.r.h.ended(hold, now(), errString(context.Cause(h.Context())))
 	})

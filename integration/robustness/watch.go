@@ -20,6 +20,7 @@ import (
 // view.
 type eventLog struct {
 	cli    *clientv3.Client
+	h      *History // told of every deletion as it arrives
 	cancel context.CancelFunc
 	done   chan struct{}
 	last   atomic.Int64
@@ -34,9 +35,9 @@ type eventLog struct {
 
 const endMarker = "/robustness~end"
 
-func startEventLog(cli *clientv3.Client) *eventLog {
+func startEventLog(cli *clientv3.Client, h *History) *eventLog {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &eventLog{cli: cli, cancel: cancel, done: make(chan struct{})}
+	l := &eventLog{cli: cli, h: h, cancel: cancel, done: make(chan struct{})}
 	wch := cli.Watch(ctx, "", clientv3.WithPrefix(), clientv3.WithRev(1), clientv3.WithPrevKV())
 	go l.run(wch)
 	return l
@@ -59,6 +60,7 @@ func (l *eventLog) run(wch clientv3.WatchChan) {
 				Create: ev.Kv.CreateRevision, Delete: ev.Type == mvccpb.DELETE}
 			if e.Delete && ev.PrevKv != nil {
 				e.Create = ev.PrevKv.CreateRevision // which incarnation went
+				l.h.deleteSeen(e.Key, e.Create, at)
 			}
 			l.events = append(l.events, e)
 			if n := len(l.seen); n == 0 || l.seen[n-1].Rev < rev {
