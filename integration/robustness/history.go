@@ -1,6 +1,8 @@
 package robustness
 
 import (
+	"encoding/json"
+	"os"
 	"sort"
 	"sync"
 
@@ -269,4 +271,15 @@ func (h *History) streamEnd(id int) int64 {
 		return at
 	}
 	return 1<<63 - 1
+}
+
+// save writes the history as JSON.
+func (h *History) save(path string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
 }

@@ -46,6 +46,8 @@ type Config struct {
 	Faults []string
 	// Log receives progress lines; default none.
 	Log io.Writer
+	// HistoryFile, when set, receives the whole history as JSON.
+	HistoryFile string
 
 	names []NameInfo
 }
@@ -206,6 +208,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.add("leftover", leftover, 0)
 	}
 	rep.Histories++ // the leftover-key check
+	if cfg.HistoryFile != "" {
+		if err := h.save(cfg.HistoryFile); err != nil {
+			fmt.Fprintf(r.log, "robustness: history not saved: %v\n", err)
+		}
+	}
 	return rep, nil
 }
 

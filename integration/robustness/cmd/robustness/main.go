@@ -47,6 +47,7 @@ func run() int {
 	flag.DurationVar(&cfg.TTL, "ttl", 3*time.Second, "lease TTL of every holder")
 	flag.StringVar(&faults, "faults", "", "comma-separated fault kinds (default: all of "+strings.Join(robustness.FaultKinds(true), ",")+")")
 	quiet := flag.Bool("q", false, "no progress lines")
+	flag.StringVar(&cfg.HistoryFile, "history", "", "write the whole history to this file, as JSON")
 	flag.Parse()
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
