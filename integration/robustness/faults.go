@@ -169,7 +169,13 @@ func (f *faulter) inject(ctx context.Context, kind string) (string, []int64, err
 	case FaultAdminDelete, FaultAdminRevoke:
 		return f.admin(ctx, kind)
 	case FaultFreeze:
+		// Wait a little for a child that holds: they hold a fraction of
+		// the time.
 		c := f.r.holdingChild(f.rng)
+		for tries := 0; c == nil && tries < 60 && ctx.Err() == nil; tries++ {
+			pause(ctx, 50*time.Millisecond)
+			c = f.r.holdingChild(f.rng)
+		}
 		if c == nil {
 			return "no holder process", nil, nil
 		}
