@@ -118,7 +118,8 @@ func runHolder() error {
 	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(50000+cfg.ID)))
 	for seq := 0; ctx.Err() == nil; seq++ {
 		n := cfg.Names[rng.IntN(len(cfg.Names))]
-		holderStep(ctx, rng, cli, guard, rep, client, cfg, n, seq)
+		step := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+		holderStep(ctx, step, cli, guard, rep, client, cfg, n, seq)
 		pause(ctx, time.Duration(rng.IntN(100))*time.Millisecond)
 	}
 	return nil

@@ -62,9 +62,13 @@ func (f *faulter) loop(ctx context.Context, deadline time.Time) {
 			return
 		}
 		kind := f.r.cfg.Faults[f.rng.IntN(len(f.r.cfg.Faults))]
+		// The fault's own choices come from a generator of its own, so
+		// that what etcd's timing changes inside one fault (an early
+		// error, a wait) leaves the next faults as the seed made them.
+		inner := &faulter{r: f.r, events: f.events, rng: rand.New(rand.NewPCG(f.rng.Uint64(), f.rng.Uint64()))}
 		fctx, cancel := context.WithDeadline(ctx, deadline.Add(10*time.Second))
 		fl := Fault{Kind: kind, Start: now()}
-		detail, revs, err := f.inject(fctx, kind)
+		detail, revs, err := inner.inject(fctx, kind)
 		cancel()
 		fl.End, fl.Detail, fl.Revs = now(), detail, revs
 		if err != nil {

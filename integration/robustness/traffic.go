@@ -152,7 +152,10 @@ func errString(err error) string {
 // lane runs random operations until the run's traffic ends.
 func (w *worker) lane(ctx context.Context, rng *rand.Rand, lane int) {
 	for ctx.Err() == nil {
-		w.step(ctx, rng, lane)
+		// Each step's choices come from a generator of its own: how one
+		// step went (etcd's timing) does not shift the next steps'.
+		step := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+		w.step(ctx, step, lane)
 		pause(ctx, time.Duration(rng.IntN(50))*time.Millisecond)
 	}
 }
