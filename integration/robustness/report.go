@@ -5,6 +5,7 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Report is what a run found.
@@ -35,6 +36,8 @@ type Violation struct {
 	Msg     string
 	Rev     int64
 	Excerpt []string
+	// At is how far into the run the revision was seen; zero if unknown.
+	At time.Duration
 }
 
 func newReport(h *History) *Report {
@@ -98,8 +101,12 @@ func (r *Report) finish(h *History) {
 		r.Timeline = append(r.Timeline, fmt.Sprintf("%9s..%-9s %-15s %s", since(h.Start, f.Start), since(h.Start, f.End), f.Kind, f.Detail))
 	}
 	for i := range r.Violations {
-		if len(r.Violations[i].Excerpt) == 0 {
-			r.Violations[i].Excerpt = excerpt(h, r.Violations[i].Rev)
+		v := &r.Violations[i]
+		if len(v.Excerpt) == 0 {
+			v.Excerpt = excerpt(h, v.Rev)
+		}
+		if t, ok := h.seenAt(v.Rev); ok && v.Rev > 0 {
+			v.At = time.Duration(t - h.Start)
 		}
 	}
 }
@@ -170,6 +177,18 @@ func trim(s string) string {
 	return s
 }
 
+// FirstFound is how far into the run the earliest violation with a known
+// time happened; zero if none.
+func (r *Report) FirstFound() time.Duration {
+	var first time.Duration
+	for _, v := range r.Violations {
+		if v.At > 0 && (first == 0 || v.At < first) {
+			first = v.At
+		}
+	}
+	return first
+}
+
 // Summary is the report's last line.
 func (r *Report) Summary() string {
 	return fmt.Sprintf("robustness: %d operations, %d faults (%d kinds), %d histories checked, %d violations, seed %d",
@@ -220,6 +239,9 @@ func (r *Report) Print(w io.Writer) {
 		}
 	}
 	if len(r.Violations) > 0 {
+		if first := r.FirstFound(); first > 0 {
+			fmt.Fprintf(w, "first violation at %v into the run\n", first.Round(time.Millisecond))
+		}
 		fmt.Fprintf(w, "replay: make robustness ROBUSTNESS_SEED=%d\n", r.Seed)
 	}
 	fmt.Fprintln(w, r.Summary())
