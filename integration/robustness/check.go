@@ -261,6 +261,7 @@ func shortKey(k string) string { return k[strings.LastIndexByte(k, '/')+1:] }
 type trueState struct {
 	rev        int64
 	key, value string
+	create     int64
 }
 
 func truth(events []history.Event, n NameInfo) []trueState {
@@ -291,14 +292,14 @@ func truth(events []history.Event, n NameInfo) []trueState {
 		}
 		s := trueState{rev: ev.Rev}
 		if len(live) > 0 {
-			s.key = live[0].Key
+			s.key, s.create = live[0].Key, live[0].Create
 			if n.Prim == "election" {
 				s.value = values[s.key]
 			}
 		}
 		if k := len(out); k > 0 && out[k-1].rev == ev.Rev {
 			out[k-1] = s
-		} else if k == 0 || out[k-1].key != s.key || out[k-1].value != s.value {
+		} else if k == 0 || out[k-1].key != s.key || out[k-1].create != s.create || out[k-1].value != s.value {
 			out = append(out, s)
 		}
 	}
@@ -340,17 +341,17 @@ func checkObserve(h *History, n NameInfo, rep *Report) {
 				if s.Rev <= p.Rev {
 					rep.add("observe", fmt.Sprintf("%s %s stream %d went back in time: rev %d after rev %d", n.Prim, n.Name, id, s.Rev, p.Rev), s.Rev)
 				}
-				if n.Prim == "mutex" && s.Key == p.Key {
-					rep.add("observe", fmt.Sprintf("%s %s stream %d sent the same state twice: %q at rev %d and %d", n.Prim, n.Name, id, shortKey(s.Key), p.Rev, s.Rev), s.Rev)
+				if n.Prim == "mutex" && s.Key == p.Key && s.Token == p.Token {
+					rep.add("observe", fmt.Sprintf("%s %s stream %d sent the same holder twice: %q (token %d) at rev %d and %d", n.Prim, n.Name, id, shortKey(s.Key), s.Token, p.Rev, s.Rev), s.Rev)
 				}
 			}
 			if h.End != 0 && s.Rev >= h.End {
 				continue // after the event log's end: nothing to compare with
 			}
 			want := stateAt(ts, s.Rev)
-			if want.key != s.Key || want.value != s.Value {
-				rep.add("observe", fmt.Sprintf("%s %s stream %d at rev %d said %q %q, but etcd had %q %q", n.Prim, n.Name, id, s.Rev,
-					shortKey(s.Key), s.Value, shortKey(want.key), want.value), s.Rev)
+			if want.key != s.Key || want.create != s.Token || want.value != s.Value {
+				rep.add("observe", fmt.Sprintf("%s %s stream %d at rev %d said %q (token %d) %q, but etcd had %q (token %d) %q", n.Prim, n.Name, id, s.Rev,
+					shortKey(s.Key), s.Token, s.Value, shortKey(want.key), want.create, want.value), s.Rev)
 			}
 		}
 	}

@@ -207,8 +207,8 @@ func TestKnowsFirstDoesNotJudgeOperatorsOrFrozenHolders(t *testing.T) {
 func TestObserveCatchesAStreamGoingBack(t *testing.T) {
 	h := cleanMutex()
 	h.States = []ObsState{
-		{Stream: 1, Prim: "mutex", Name: "m0", At: ms(5), Rev: 5, Key: kb},
-		{Stream: 1, Prim: "mutex", Name: "m0", At: ms(6), Rev: 4, Key: ka},
+		{Stream: 1, Prim: "mutex", Name: "m0", At: ms(5), Rev: 5, Key: kb, Token: 3},
+		{Stream: 1, Prim: "mutex", Name: "m0", At: ms(6), Rev: 4, Key: ka, Token: 2},
 	}
 	wantViolation(t, run(h), "observe", "went back in time")
 }
@@ -217,28 +217,40 @@ func TestObserveCatchesAStreamGoingBack(t *testing.T) {
 // is not etcd's at the revision it names.
 func TestObserveCatchesAFalseState(t *testing.T) {
 	h := cleanMutex()
-	h.States = []ObsState{{Stream: 1, Prim: "mutex", Name: "m0", At: ms(5), Rev: 5, Key: ka}}
+	h.States = []ObsState{{Stream: 1, Prim: "mutex", Name: "m0", At: ms(5), Rev: 5, Key: ka, Token: 2}}
 	wantViolation(t, run(h), "observe", "but etcd had")
+	// The right key with another incarnation's token is false too.
+	h.States = []ObsState{{Stream: 1, Prim: "mutex", Name: "m0", At: ms(5), Rev: 5, Key: kb, Token: 2}}
+	wantViolation(t, check(h, Config{TTL: 3 * time.Second}), "observe", "but etcd had")
 }
 
 func TestObserveCatchesTheSameHolderTwice(t *testing.T) {
 	h := cleanMutex()
 	h.States = []ObsState{
-		{Stream: 1, Prim: "mutex", Name: "m0", At: ms(3), Rev: 3, Key: ka},
-		{Stream: 1, Prim: "mutex", Name: "m0", At: ms(4), Rev: 4, Key: ka},
+		{Stream: 1, Prim: "mutex", Name: "m0", At: ms(3), Rev: 3, Key: ka, Token: 2},
+		{Stream: 1, Prim: "mutex", Name: "m0", At: ms(4), Rev: 4, Key: ka, Token: 2},
 	}
-	wantViolation(t, run(h), "observe", "same state twice")
+	wantViolation(t, run(h), "observe", "same holder twice")
+	// One key, a new incarnation (its lease locked again, the release
+	// skipped by a re-read): a new holder, not a repeat.
+	h.Events = []history.Event{put(2, ka, 2, ""), del(3, ka, 2), put(4, ka, 4, "")}
+	h.States = []ObsState{
+		{Stream: 1, Prim: "mutex", Name: "m0", At: ms(2), Rev: 2, Key: ka, Token: 2},
+		{Stream: 1, Prim: "mutex", Name: "m0", At: ms(4), Rev: 4, Key: ka, Token: 4},
+	}
+	h.Seen, h.End = nil, 0
+	wantClean(t, run(h))
 }
 
 func TestObserveCatchesAStreamThatDoesNotConverge(t *testing.T) {
 	h := cleanMutex()
-	h.States = []ObsState{{Stream: 1, Prim: "mutex", Name: "m0", At: ms(2), Rev: 2, Key: ka}}
+	h.States = []ObsState{{Stream: 1, Prim: "mutex", Name: "m0", At: ms(2), Rev: 2, Key: ka, Token: 2}}
 	h.StreamEnds = map[int]int64{1: ms(5) + int64(20*time.Second)}
 	h.Faults = []Fault{{Kind: FaultBlackhole, Start: ms(3), End: ms(6)}}
 	rep := run(h)
 	wantViolation(t, rep, "observe", "did not converge")
 	// The same stream, caught up after the fault: clean.
-	h.States = append(h.States, ObsState{Stream: 1, Prim: "mutex", Name: "m0", At: ms(9), Rev: 5, Key: kb})
+	h.States = append(h.States, ObsState{Stream: 1, Prim: "mutex", Name: "m0", At: ms(9), Rev: 5, Key: kb, Token: 3})
 	wantClean(t, check(h, Config{TTL: 3 * time.Second}))
 }
 

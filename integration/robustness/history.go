@@ -71,6 +71,7 @@ type ObsState struct {
 	At         int64 // when it was received
 	Rev        int64
 	Key        string // the holder's key; empty for free / no leader
+	Token      int64  // the holder key's CreateRevision
 	Value      string // an election's value
 }
 

@@ -66,7 +66,7 @@ func (o *observer) stream(ctx context.Context, stream int) {
 				err = s.Err
 				break
 			}
-			o.r.h.state(ObsState{Stream: stream, Prim: o.n.Prim, Name: o.n.Name, At: now(), Rev: s.Revision, Key: s.Key})
+			o.r.h.state(ObsState{Stream: stream, Prim: o.n.Prim, Name: o.n.Name, At: now(), Rev: s.Revision, Key: s.Key, Token: int64(s.Token)})
 		}
 	case "election":
 		var e *election.Election
@@ -79,7 +79,7 @@ func (o *observer) stream(ctx context.Context, stream int) {
 				err = s.Err
 				break
 			}
-			o.r.h.state(ObsState{Stream: stream, Prim: o.n.Prim, Name: o.n.Name, At: now(), Rev: s.Revision, Key: s.Key, Value: s.Value})
+			o.r.h.state(ObsState{Stream: stream, Prim: o.n.Prim, Name: o.n.Name, At: now(), Rev: s.Revision, Key: s.Key, Token: int64(s.Token), Value: s.Value})
 		}
 	}
 	o.r.h.streamEnded(stream, now())
