@@ -159,10 +159,13 @@ func replay(events []history.Event, n NameInfo) (grants []grant, deleted map[inc
 func checkKnowsFirst(h *History, n NameInfo, cfg Config, rep *Report) {
 	rep.Histories++
 	grants, deleted := replay(h.Events, n)
-	holds := make(map[incarnation]*Hold)
+	// One key incarnation can be returned twice: a Campaign taking its
+	// session's key over, or a caller adopting its session's key.
+	holds := make(map[incarnation][]*Hold)
 	for _, x := range h.Holds {
 		if x.Prim == n.Prim && x.Name == n.Name {
-			holds[incarnation{x.Key, x.Token}] = x
+			inc := incarnation{x.Key, x.Token}
+			holds[inc] = append(holds[inc], x)
 		}
 	}
 	admin := make(map[int64]bool)
@@ -173,8 +176,8 @@ func checkKnowsFirst(h *History, n NameInfo, cfg Config, rep *Report) {
 	}
 	// Every in-process acquisition checked, when it returned, that no
 	// conflicting holder of the name in this process was still untold.
-	for _, p := range holds {
-		if len(p.Untold) == 0 || admin[deleted[incarnation{p.Key, p.Token}]] {
+	for _, p := range h.Holds {
+		if p.Prim != n.Prim || p.Name != n.Name || len(p.Untold) == 0 || admin[deleted[incarnation{p.Key, p.Token}]] {
 			continue
 		}
 		for _, x := range p.Untold {
@@ -192,8 +195,10 @@ func checkKnowsFirst(h *History, n NameInfo, cfg Config, rep *Report) {
 	}
 	for _, g := range grants {
 		seen, ok := h.seenAt(g.rev)
-		if next := holds[incarnation{g.key, g.create}]; next != nil && (!ok || next.Acquired < seen) {
-			seen, ok = next.Acquired, true
+		for _, next := range holds[incarnation{g.key, g.create}] {
+			if !next.DeadOnReturn && (!ok || next.Acquired < seen) {
+				seen, ok = next.Acquired, true
+			}
 		}
 		if !ok {
 			continue
@@ -203,36 +208,34 @@ func checkKnowsFirst(h *History, n NameInfo, cfg Config, rep *Report) {
 			if mayShare(n, inc.key, g.key) {
 				continue
 			}
-			prev := holds[inc]
-			if prev == nil {
-				continue // the key never held from its owner's view (a wait given up)
-			}
-			kinds := h.activeFaults(seen, grace)
-			if len(kinds) == 0 {
-				kinds = []string{"none"}
-			}
-			switch {
-			case admin[d]:
-				rep.knows("operator", "not promised")
-				continue
-			case prev.Frozen:
-				rep.knows("frozen", "not promised")
-				continue
-			case prev.Child && prev.Ended == 0:
-				rep.knows("cli", "not observed")
-				continue
-			}
-			ok, why := toldFirst(prev, seen)
-			for _, k := range kinds {
-				if ok {
-					rep.knows(k, "told first")
-				} else {
-					rep.knows(k, "told late")
+			for _, prev := range holds[inc] {
+				kinds := h.activeFaults(seen, grace)
+				if len(kinds) == 0 {
+					kinds = []string{"none"}
 				}
-			}
-			if !ok {
-				rep.add("knows-first", fmt.Sprintf("%s %s: %s (token %d, %s) %s: the grant of %s (token %d) at rev %d; faults %v",
-					n.Prim, n.Name, prev.Client, prev.Token, shortKey(prev.Key), why, shortKey(g.key), g.create, g.rev, kinds), g.rev)
+				switch {
+				case admin[d]:
+					rep.knows("operator", "not promised")
+					continue
+				case prev.Frozen:
+					rep.knows("frozen", "not promised")
+					continue
+				case prev.Child && prev.Ended == 0:
+					rep.knows("cli", "not observed")
+					continue
+				}
+				ok, why := toldFirst(prev, seen)
+				for _, k := range kinds {
+					if ok {
+						rep.knows(k, "told first")
+					} else {
+						rep.knows(k, "told late")
+					}
+				}
+				if !ok {
+					rep.add("knows-first", fmt.Sprintf("%s %s: %s (token %d, %s) %s: the grant of %s (token %d) at rev %d; faults %v",
+						n.Prim, n.Name, prev.Client, prev.Token, shortKey(prev.Key), why, shortKey(g.key), g.create, g.rev, kinds), g.rev)
+				}
 			}
 		}
 	}
@@ -245,6 +248,11 @@ func checkKnowsFirst(h *History, n NameInfo, cfg Config, rep *Report) {
 func toldFirst(prev *Hold, seen int64) (bool, string) {
 	if !prev.Child && prev.DeleteSeen != 0 {
 		return prev.Told, "had not been told when its key's deletion was seen"
+	}
+	if !prev.Child && prev.Acquired >= seen {
+		// Returned after its key's deletion was seen: only a handle
+		// already ended on return was told first.
+		return prev.DeadOnReturn, "was returned as a holder, not yet told, after its key's deletion was seen"
 	}
 	switch {
 	case prev.Ended == 0:

@@ -352,3 +352,14 @@ func TestKnowsFirstJudgesSemaphoreHandovers(t *testing.T) {
 	}}
 	wantViolation(t, run(h), "knows-first", "semaphore s0: w0")
 }
+
+// A handle returned after its key's deletion was seen told its caller
+// first only if its Context had already ended on return.
+func TestKnowsFirstJudgesAHandleReturnedAfterItsKeyWent(t *testing.T) {
+	h := cleanMutex()
+	a := &Hold{Prim: "mutex", Name: "m0", Client: "w0", Key: ka, Token: 2, Acquired: ms(6), Ended: ms(6) + 500, Cause: "baton: ownership lost", DeadOnReturn: true}
+	h.Holds = []*Hold{a}
+	wantClean(t, run(h))
+	a.DeadOnReturn = false
+	wantViolation(t, check(h, Config{TTL: 3 * time.Second}), "knows-first", "was returned as a holder, not yet told")
+}

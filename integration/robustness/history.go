@@ -57,6 +57,10 @@ type Hold struct {
 	// timestamp taken by a goroutine woken by the end would be late.
 	DeleteSeen int64
 	Told       bool
+	// DeadOnReturn: the Context had already ended when the acquiring
+	// call returned it (its key went meanwhile): the caller never
+	// believed it held.
+	DeadOnReturn bool
 	// Untold lists the holds acquired in this process while this one's
 	// Context had not ended (conflicting holds of the same name only).
 	Untold []*Hold `json:"-"`
@@ -156,6 +160,7 @@ func (h *History) hold(x *Hold) {
 // told yet: the next holder is already acting.
 func (h *History) acquired(x *Hold, n NameInfo, done <-chan struct{}) {
 	x.done = done
+	x.DeadOnReturn = closed(done)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.index == nil {
@@ -169,6 +174,9 @@ func (h *History) acquired(x *Hold, n NameInfo, done <-chan struct{}) {
 		h.live[k] = make(map[*Hold]bool)
 	}
 	for p := range h.live[k] {
+		if x.DeadOnReturn {
+			break // it never held
+		}
 		if closed(p.done) {
 			delete(h.live[k], p)
 			continue

@@ -286,7 +286,7 @@ func (r *runner) newWorker(i int) (*worker, error) {
 
 func (r *runner) closeWorkers(ws []*worker) {
 	for _, w := range ws {
-		w.closeSession()
+		w.closeSession(false)
 		_ = w.cli.Close()
 	}
 }

@@ -124,21 +124,30 @@ func (w *worker) closeObject(n NameInfo, lane int) bool {
 	return true
 }
 
-// closeSession closes every object of the worker and its shared session.
-func (w *worker) closeSession() {
+// closeSession closes every object of the worker and its shared session;
+// with first, the session before the objects, while they may hold.
+func (w *worker) closeSession(first bool) {
 	w.mu.Lock()
 	objs := w.objects
 	w.objects = make(map[string]closer)
 	s := w.sess
 	w.sess = nil
 	w.mu.Unlock()
+	closeSess := func() {
+		if s != nil {
+			start := now()
+			err := s.Close()
+			w.r.h.op(Op{Client: w.client(), Kind: "session.Close", Call: start, Return: now(), Err: errString(err)})
+		}
+	}
+	if first {
+		closeSess()
+	}
 	for _, o := range objs {
 		_ = o.Close()
 	}
-	if s != nil {
-		start := now()
-		err := s.Close()
-		w.r.h.op(Op{Client: w.client(), Kind: "session.Close", Call: start, Return: now(), Err: errString(err)})
+	if !first {
+		closeSess()
 	}
 }
 
@@ -178,8 +187,8 @@ func (w *worker) step(ctx context.Context, rng *rand.Rand, lane int) {
 	case p < 3:
 		w.closeObject(n, lane)
 		return
-	case p < 4 && w.id%2 == 1:
-		w.closeSession()
+	case p < 5 && w.id%2 == 1:
+		w.closeSession(rng.IntN(2) == 0)
 		return
 	case p < 8:
 		w.readRegister(ctx, n)

@@ -18,6 +18,7 @@ import (
 	"github.com/batonhq/baton/internal/errs"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/lease"
+	"github.com/batonhq/baton/internal/planted"
 	"github.com/batonhq/baton/internal/retry"
 	"github.com/batonhq/baton/internal/watch"
 )
@@ -219,9 +220,14 @@ func (s *Session) Close() error {
 	s.cancel(errs.ErrReleased)
 	var err error
 	if cur != nil {
-		cur.cancelHolds() // before the revoke lets the next holders in
+		if !planted.On("b") {
+			cur.cancelHolds() // before the revoke lets the next holders in
+		}
 		if s.etcd == nil {
 			err = cur.Revoke(context.Background(), revokeTimeout)
+		}
+		if planted.On("b") {
+			cur.cancelHolds()
 		}
 	}
 	s.wg.Wait()
@@ -470,7 +476,9 @@ func (s *Session) reserve(ctx context.Context, key string, try, takeover bool) (
 		if old := busy.hold; takeover && old != nil {
 			busy.hold = nil
 			s.mu.Unlock()
-			old.replaced()
+			if !planted.On("e") {
+				old.replaced()
+			}
 			return busy, nil
 		}
 		if try {

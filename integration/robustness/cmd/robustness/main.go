@@ -24,6 +24,7 @@ import (
 
 	"github.com/batonhq/baton/integration/cluster"
 	"github.com/batonhq/baton/integration/robustness"
+	"github.com/batonhq/baton/internal/planted"
 )
 
 func main() {
@@ -48,11 +49,24 @@ func run() int {
 	flag.StringVar(&faults, "faults", "", "comma-separated fault kinds (default: all of "+strings.Join(robustness.FaultKinds(true), ",")+")")
 	quiet := flag.Bool("q", false, "no progress lines")
 	flag.StringVar(&cfg.HistoryFile, "history", "", "write the whole history to this file, as JSON")
+	bug := flag.String("planted", "", "switch on one deliberate bug of internal/planted ("+planted.Names+"); needs a build with -tags robustness_planted")
 	flag.Parse()
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
 	cfg.Seed = seed
+	if *bug != "" {
+		if !planted.Available || len(*bug) != 1 || !strings.Contains(planted.Names, *bug) {
+			fmt.Fprintf(os.Stderr, "robustness: -planted %q: one of %q, in a build with -tags robustness_planted (this one: %v)\n", *bug, planted.Names, planted.Available)
+			return 2
+		}
+		// The children inherit it.
+		if err := os.Setenv(planted.Env, *bug); err != nil {
+			fmt.Fprintln(os.Stderr, "robustness:", err)
+			return 2
+		}
+		fmt.Printf("robustness: planted bug %s switched on\n", *bug)
+	}
 	fmt.Printf("robustness: seed %d (replay: make robustness ROBUSTNESS_SEED=%d)\n", seed, seed)
 	if faults != "" {
 		cfg.Faults = strings.Split(faults, ",")
