@@ -188,6 +188,20 @@ func checkKnowsFirst(h *History, n NameInfo, cfg Config, rep *Report) {
 				n.Prim, n.Name, x.Client, x.Token, shortKey(x.Key), since(h.Start, x.Acquired), p.Client, p.Token, shortKey(p.Key)), x.Token)
 		}
 	}
+	// Every deletion of an in-process holder's key, waiter or not, came
+	// after its Context ended, unless an operator made it.
+	for _, p := range h.Holds {
+		if p.Prim != n.Prim || p.Name != n.Name || p.DeleteSeen == 0 || p.Told || p.Frozen {
+			continue
+		}
+		d := deleted[incarnation{p.Key, p.Token}]
+		if admin[d] {
+			continue
+		}
+		kinds := h.activeFaults(p.DeleteSeen, int64(cfg.TTL))
+		rep.add("knows-first", fmt.Sprintf("%s %s: %s (token %d, %s) had not been told when its key's deletion (rev %d) was seen; faults %v",
+			n.Prim, n.Name, p.Client, p.Token, shortKey(p.Key), d, kinds), d)
+	}
 	grace := int64(cfg.TTL)
 	byRev := make(map[int64][]incarnation)
 	for inc, d := range deleted {
@@ -232,7 +246,7 @@ func checkKnowsFirst(h *History, n NameInfo, cfg Config, rep *Report) {
 						rep.knows(k, "told late")
 					}
 				}
-				if !ok {
+				if !ok && (prev.Child || prev.DeleteSeen == 0) { // else reported below, grant or not
 					rep.add("knows-first", fmt.Sprintf("%s %s: %s (token %d, %s) %s: the grant of %s (token %d) at rev %d; faults %v",
 						n.Prim, n.Name, prev.Client, prev.Token, shortKey(prev.Key), why, shortKey(g.key), g.create, g.rev, kinds), g.rev)
 				}

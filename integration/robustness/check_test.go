@@ -172,7 +172,14 @@ func TestKnowsFirstJudgesInProcessHoldsAtTheMoment(t *testing.T) {
 	rep := run(h)
 	wantClean(t, rep)
 	a.Told, a.Ended = false, ms(4)
-	wantViolation(t, check(h, Config{TTL: 3 * time.Second}), "knows-first", "had not been told when its key's deletion was seen")
+	wantViolation(t, check(h, Config{TTL: 3 * time.Second}), "knows-first", "had not been told when its key's deletion (rev 5) was seen")
+	// With no waiter to let in, the same.
+	h.Events = []history.Event{put(2, ka, 2, ""), put(4, work, 4, ka), del(5, ka, 2)}
+	h.Seen, h.End = nil, 0
+	wantViolation(t, run(h), "knows-first", "had not been told when its key's deletion (rev 5) was seen")
+	h.Events = cleanMutex().Events
+	h.Seen, h.End = nil, 0
+	seenEvery(h)
 	b := &Hold{Prim: "mutex", Name: "m0", Client: "w1", Key: kb, Token: 3, Acquired: ms(6), Ended: ms(7), Cause: "baton: released"}
 	a.Told, a.Untold = true, []*Hold{b}
 	h.Holds = append(h.Holds, b)
