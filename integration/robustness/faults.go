@@ -131,8 +131,12 @@ func (f *faulter) inject(ctx context.Context, kind string) (string, []int64, err
 		if len(parts) == 0 {
 			return "no client", nil, nil
 		}
-		k := 1 + f.rng.IntN(min(2, len(parts)))
-		chosen := f.rng.Perm(len(parts))[:k]
+		// A worker (the first clients are the workers'), and maybe one
+		// more client of any kind: an observer's, or another worker's.
+		chosen := []int{f.rng.IntN(min(f.r.cfg.Workers, len(parts)))}
+		if other := f.rng.IntN(len(parts)); f.rng.IntN(2) == 0 && other != chosen[0] {
+			chosen = append(chosen, other)
+		}
 		sort.Ints(chosen)
 		for _, c := range chosen {
 			if kind == FaultBlackhole {
