@@ -313,8 +313,13 @@ func (w *worker) hold(ctx context.Context, rng *rand.Rand, n NameInfo, h handle,
 			w.r.admitMemory(w.id, n, h)
 		}
 		d := time.Duration(rng.IntN(300)) * time.Millisecond
-		if rng.IntN(40) == 0 {
-			d = w.r.cfg.TTL + time.Duration(rng.IntN(1000))*time.Millisecond // longer than the TTL: renewals must carry it
+		switch rng.IntN(12) {
+		case 0:
+			// Longer than the TTL, writing nothing meanwhile: renewals
+			// must carry it, and only the watchdog can tell it of a loss.
+			d = w.r.cfg.TTL + time.Duration(rng.IntN(int(w.r.cfg.TTL/time.Millisecond)))*time.Millisecond
+		case 1:
+			d = time.Duration(rng.IntN(int(w.r.cfg.TTL/time.Millisecond))) * time.Millisecond
 		}
 		pause(ctx, d)
 	}
