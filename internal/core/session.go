@@ -421,6 +421,9 @@ func (l *Lease) cancelHolds() {
 // endHolds runs every hold's end once the lease ended; a hold whose key was
 // deleted first ends once the reason is told apart.
 func (l *Lease) endHolds() {
+	if planted.On("b") {
+		time.Sleep(2 * l.TTL()) // after the revoke had its chance
+	}
 	call(l.s.cfg.Hooks.EndingHolds)
 	l.holdsMu.Lock()
 	holds := make([]*Hold, 0, len(l.holds))
