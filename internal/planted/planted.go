@@ -6,7 +6,10 @@
 //
 // The bugs, by name:
 //
-//	a  a release deletes its key without the CreateRevision guard
+//	a  a release deletes its key without the CreateRevision guard (no effect
+//	   to find today: a session reserves each key until its holder's
+//	   release is done, so no newer incarnation of the key exists for an
+//	   unguarded delete to hit; the guard is defence in depth)
 //	b  a holder is told after the revoke that lets the next one in, not before
 //	c  a semaphore counts the holders ahead from a stale read
 //	d  Observe re-reads on a deletion and sends that read as the deletion's state
