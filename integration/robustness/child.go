@@ -42,7 +42,7 @@ type childConfig struct {
 }
 
 type message struct {
-	T     string // "op", "hold", "ended", "reg"
+	T     string // "op", "hold", "ended", "regcall", "reg"
 	Op    *Op    `json:",omitempty"`
 	Hold  *Hold  `json:",omitempty"`
 	Reg   *RegOp `json:",omitempty"`
@@ -50,6 +50,10 @@ type message struct {
 	Token int64  `json:",omitempty"`
 	At    int64  `json:",omitempty"`
 	Cause string `json:",omitempty"`
+	// ID pairs a register write's "regcall" (sent before the write) with
+	// its "reg": a child killed in between leaves a write of unknown
+	// outcome, which may have applied.
+	ID int64 `json:",omitempty"`
 }
 
 // ChildMain runs a child's role when RoleEnv is set, and reports whether
@@ -205,6 +209,8 @@ func childGuarded(rep *reporter, id int, client string, g *fencing.EtcdGuard, n 
 	if k, ok := h.(interface{ Key() string }); ok {
 		key = k.Key()
 	}
+	call := &RegOp{Resource: resource(n), Client: id, Token: int64(h.Token()), Value: value, Outcome: "unknown", Call: start}
+	rep.send(message{T: "regcall", Reg: call, ID: start})
 	_, err := g.Write(ctx, h, resource(n), clientv3.OpPut(registerKey(n), value), clientv3.OpPut(n.Work, key))
 	ret := now()
 	op := &RegOp{Resource: resource(n), Client: id, Token: int64(h.Token()), Value: value, Call: start, Return: ret}
@@ -218,7 +224,7 @@ func childGuarded(rep *reporter, id int, client string, g *fencing.EtcdGuard, n 
 	default:
 		op.Outcome, op.Return = "unknown", 0
 	}
-	rep.send(message{T: "reg", Reg: op})
+	rep.send(message{T: "reg", Reg: op, ID: start})
 	rep.send(message{T: "op", Op: &Op{Client: client, Kind: "fencing.EtcdGuard.Write", Name: n.Name, Call: start, Return: ret, Err: errString(err), Key: key, Token: int64(h.Token())}})
 }
 
@@ -404,8 +410,16 @@ func (c *child) start() error {
 	return nil
 }
 
-// read takes the child's messages into the history until EOF.
+// read takes the child's messages into the history until EOF; a
+// register write whose call came without its return (the child was
+// killed in between) is recorded with an unknown outcome.
 func (c *child) read(out io.Reader) {
+	pending := make(map[int64]RegOp)
+	defer func() {
+		for _, r := range pending {
+			c.r.h.reg(r)
+		}
+	}()
 	sc := bufio.NewScanner(out)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -416,7 +430,10 @@ func (c *child) read(out io.Reader) {
 		switch m.T {
 		case "op":
 			c.r.h.op(*m.Op)
+		case "regcall":
+			pending[m.ID] = *m.Reg
 		case "reg":
+			delete(pending, m.ID)
 			c.r.h.reg(*m.Reg)
 		case "hold":
 			c.mu.Lock()
