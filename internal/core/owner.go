@@ -18,6 +18,7 @@ import (
 	"github.com/batonhq/baton/internal/errs"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/metrics"
+	"github.com/batonhq/baton/internal/planted"
 	"github.com/batonhq/baton/internal/retry"
 )
 
@@ -202,6 +203,13 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 		return nil, err
 	}
 
+	var stale []*mvccpb.KeyValue
+	if planted.On("c") && o.cfg.Kind == Semaphore {
+		if r, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSerializable(),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)); err == nil {
+			stale = r.Kvs
+		}
+	}
 	// Put the key unless it exists: one that exists is ours (reserved here),
 	// a lost reply's or an earlier run's, so the put is safe to retry.
 	var resp *clientv3.TxnResponse
@@ -232,7 +240,11 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 			}
 		}
 	}
-	ok, blockers, allowed := mayHold(req.Policy, resp.Responses[1].GetResponseRange().Kvs, resp.Succeeded, key, rev)
+	read := resp.Responses[1].GetResponseRange().Kvs
+	if stale != nil {
+		read = stale
+	}
+	ok, blockers, allowed := mayHold(req.Policy, read, resp.Succeeded, key, rev)
 	if !ok {
 		if req.Try {
 			return fail(rev, errBusy)

@@ -18,6 +18,7 @@ import (
 	"github.com/batonhq/baton/internal/errs"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/lease"
+	"github.com/batonhq/baton/internal/planted"
 	"github.com/batonhq/baton/internal/retry"
 	"github.com/batonhq/baton/internal/watch"
 )
@@ -206,9 +207,14 @@ func (s *Session) Close() error {
 	s.cancel(errs.ErrReleased)
 	var err error
 	if cur != nil {
-		cur.cancelHolds() // before the revoke lets the next holders in
+		if !planted.On("b") {
+			cur.cancelHolds() // before the revoke lets the next holders in
+		}
 		if s.etcd == nil {
 			err = cur.Revoke(context.Background(), revokeTimeout)
+		}
+		if planted.On("b") {
+			cur.cancelHolds()
 		}
 	}
 	s.wg.Wait()
@@ -402,6 +408,9 @@ func (l *Lease) cancelHolds() {
 // endHolds runs every hold's end once the lease ended; a hold whose key was
 // deleted first ends once the reason is told apart.
 func (l *Lease) endHolds() {
+	if planted.On("b") {
+		time.Sleep(2 * l.TTL()) // after the revoke had its chance
+	}
 	call(l.s.cfg.Hooks.EndingHolds)
 	l.holdsMu.Lock()
 	holds := make([]*Hold, 0, len(l.holds))
@@ -456,7 +465,9 @@ func (s *Session) reserve(ctx context.Context, key string, try, takeover bool) (
 		if old := busy.hold; takeover && old != nil {
 			busy.hold = nil
 			s.mu.Unlock()
-			old.replaced()
+			if !planted.On("e") {
+				old.replaced()
+			}
 			return busy, nil
 		}
 		if try {
