@@ -1,0 +1,250 @@
+package telemetry_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/batonhq/baton/internal/telemetry"
+)
+
+func recorder(t *testing.T) (*tracetest.SpanRecorder, trace.TracerProvider) {
+	t.Helper()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return rec, tp
+}
+
+// attrs maps a span's attributes by key.
+func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
+	m := map[attribute.Key]attribute.Value{}
+	for _, kv := range s.Attributes() {
+		m[kv.Key] = kv.Value
+	}
+	return m
+}
+
+func byName(t *testing.T, spans []sdktrace.ReadOnlySpan, name string) sdktrace.ReadOnlySpan {
+	t.Helper()
+	for _, s := range spans {
+		if s.Name() == name {
+			return s
+		}
+	}
+	t.Fatalf("no span %q among %d", name, len(spans))
+	return nil
+}
+
+func TestWaitThenHoldIsASiblingLinkedToTheWait(t *testing.T) {
+	rec, tp := recorder(t)
+	ctx, parent := tp.Tracer("test").Start(context.Background(), "job")
+	tg := telemetry.NewTarget(tp, telemetry.Mutex, "team", "nightly", telemetry.LockMode.String("write"))
+
+	_, w := tg.StartWait(ctx)
+	w.Enqueued(2)
+	h := w.Acquired(42, 0x1f, "/team/v1/lock/nightly/1f", 15)
+	hctx := h.Context(context.Background())
+	if got := trace.SpanContextFromContext(hctx); !got.Equal(h.SpanContext()) || !got.IsValid() {
+		t.Fatalf("hold context carries %v, want the hold's %v", got, h.SpanContext())
+	}
+	h.RenewalFailed(errors.New("deadline exceeded"))
+	h.ReleaseRequested("ops")
+	_, op := tg.StartRelease(ctx, h)
+	h.Released()
+	h.Lost("key_deleted", errors.New("late")) // after the end: nothing
+	op.End(nil)
+	parent.End()
+
+	spans := rec.Ended()
+	if len(spans) != 4 {
+		t.Fatalf("%d spans ended, want 4 (wait, hold, release, job)", len(spans))
+	}
+	wait, hold, rel := byName(t, spans, "mutex wait"), byName(t, spans, "mutex hold"), byName(t, spans, "mutex release")
+	for _, s := range []sdktrace.ReadOnlySpan{wait, hold, rel} {
+		if s.Parent().SpanID() != parent.SpanContext().SpanID() {
+			t.Errorf("%s: parent %v, want the caller's span", s.Name(), s.Parent().SpanID())
+		}
+		a := attrs(s)
+		if a[telemetry.LockName].AsString() != "nightly" || a[telemetry.LockNamespace].AsString() != "team" ||
+			a[telemetry.LockPrimitive].AsString() != "mutex" || a[telemetry.LockMode].AsString() != "write" {
+			t.Errorf("%s: attributes %v", s.Name(), s.Attributes())
+		}
+	}
+	wa := attrs(wait)
+	if wa[telemetry.LockOutcome].AsString() != "acquired" || wa[telemetry.LockQueuePosition].AsInt64() != 2 ||
+		wa[telemetry.FencingToken].AsInt64() != 42 || wa[telemetry.LeaseID].AsString() != "1f" {
+		t.Errorf("wait attributes %v", wait.Attributes())
+	}
+	ha := attrs(hold)
+	if ha[telemetry.HoldOutcome].AsString() != "released" || ha[telemetry.FencingToken].AsInt64() != 42 ||
+		ha[telemetry.LockKey].AsString() != "/team/v1/lock/nightly/1f" || ha[telemetry.LeaseTTL].AsInt64() != 15 {
+		t.Errorf("hold attributes %v", hold.Attributes())
+	}
+	if l := hold.Links(); len(l) != 1 || l[0].SpanContext.SpanID() != wait.SpanContext().SpanID() {
+		t.Errorf("hold links %v, want the wait", l)
+	}
+	if l := rel.Links(); len(l) != 1 || l[0].SpanContext.SpanID() != hold.SpanContext().SpanID() {
+		t.Errorf("release links %v, want the hold", l)
+	}
+	var names []string
+	for _, e := range hold.Events() {
+		names = append(names, e.Name)
+	}
+	if len(names) != 2 || names[0] != telemetry.EventRenewalFailed || names[1] != telemetry.EventReleaseRequested {
+		t.Errorf("hold events %v", names)
+	}
+	if hold.Status().Code == codes.Error || wait.StartTime().After(hold.StartTime()) || wait.EndTime().After(hold.StartTime()) {
+		t.Errorf("hold status %v, wait [%v %v] hold from %v", hold.Status(), wait.StartTime(), wait.EndTime(), hold.StartTime())
+	}
+}
+
+func TestLostHoldHasTheReasonAndAnErrorStatus(t *testing.T) {
+	rec, tp := recorder(t)
+	tg := telemetry.NewTarget(tp, telemetry.Election, "ns", "scheduler")
+	_, w := tg.StartWait(context.Background())
+	h := w.Acquired(7, 1, "k", 10)
+	h.Preempted("host-b")
+	h.Lost("key_deleted", errors.New("baton: ownership lost: key deleted"))
+	h.Released() // a release racing the loss: ignored
+	hold := byName(t, rec.Ended(), "election hold")
+	if hold.Status().Code != codes.Error || hold.Status().Description != "lost: key_deleted" {
+		t.Fatalf("status %v", hold.Status())
+	}
+	if attrs(hold)[telemetry.HoldOutcome].AsString() != "lost" {
+		t.Fatalf("attributes %v", hold.Attributes())
+	}
+	ev := hold.Events()
+	if len(ev) != 2 || ev[0].Name != telemetry.EventPreempted || ev[1].Name != telemetry.EventLost {
+		t.Fatalf("events %v", ev)
+	}
+	lost := map[attribute.Key]string{}
+	for _, kv := range ev[1].Attributes {
+		lost[kv.Key] = kv.Value.AsString()
+	}
+	if lost[telemetry.LossReason] != "key_deleted" || lost[telemetry.LossCause] != "baton: ownership lost: key deleted" {
+		t.Fatalf("loss event %v", ev[1].Attributes)
+	}
+}
+
+func TestWaitOutcomes(t *testing.T) {
+	for _, tc := range []struct {
+		outcome string
+		failed  bool
+	}{
+		{telemetry.Busy, false},
+		{telemetry.Cancelled, false},
+		{telemetry.Refused, true},
+		{telemetry.Lost, true},
+		{telemetry.Failed, true},
+	} {
+		t.Run(tc.outcome, func(t *testing.T) {
+			rec, tp := recorder(t)
+			_, w := telemetry.NewTarget(tp, telemetry.Semaphore, "ns", "pool", telemetry.SemaphoreLimit.Int(3)).StartWait(context.Background())
+			w.End(tc.outcome, errors.New("why"))
+			s := byName(t, rec.Ended(), "semaphore wait")
+			if got := attrs(s)[telemetry.LockOutcome].AsString(); got != tc.outcome {
+				t.Fatalf("outcome %q", got)
+			}
+			if (s.Status().Code == codes.Error) != tc.failed {
+				t.Fatalf("status %v, want failed %v", s.Status(), tc.failed)
+			}
+		})
+	}
+}
+
+func TestFenceSpansOnlyInsideATrace(t *testing.T) {
+	rec, tp := recorder(t)
+	tr := telemetry.Tracer(tp)
+	_, f := telemetry.StartFence(context.Background(), tr, telemetry.SpanAdmit, "memory", "ledger", 3)
+	f.End(telemetry.Stale, 5, errors.New("stale"))
+	if n := len(rec.Ended()); n != 0 {
+		t.Fatalf("%d spans without a trace, want none", n)
+	}
+	ctx, parent := tr.Start(context.Background(), "write")
+	_, f = telemetry.StartFence(ctx, tr, telemetry.SpanAdmit, "memory", "ledger", 3)
+	f.End(telemetry.Stale, 5, errors.New("stale"))
+	parent.End()
+	s := byName(t, rec.Ended(), telemetry.SpanAdmit)
+	a := attrs(s)
+	if a[telemetry.FencingOutcome].AsString() != "stale" || a[telemetry.FencingHighWater].AsInt64() != 5 ||
+		a[telemetry.FencingToken].AsInt64() != 3 || a[telemetry.FencingResource].AsString() != "ledger" ||
+		a[telemetry.FencingGuard].AsString() != "memory" || s.Status().Code != codes.Error {
+		t.Fatalf("attributes %v status %v", s.Attributes(), s.Status())
+	}
+	if s.Parent().SpanID() != parent.SpanContext().SpanID() {
+		t.Fatal("the check is not a child of the write")
+	}
+}
+
+func TestZeroValuesDoNothing(t *testing.T) {
+	var w telemetry.Wait
+	w.Enqueued(1)
+	w.End(telemetry.Busy, nil)
+	var h telemetry.Hold
+	h.RenewalFailed(nil)
+	h.ReleaseRequested("")
+	h.Preempted("")
+	h.Lost("x", nil)
+	h.Released()
+	h.TransferredTo("")
+	if h.Context(context.Background()) != context.Background() || h.SpanContext().IsValid() {
+		t.Fatal("the zero Hold carries a span")
+	}
+	var o telemetry.Op
+	o.End(errors.New("x"))
+	var f telemetry.Fence
+	f.End(telemetry.Admitted, 1, nil)
+}
+
+// cycle is every call of one lock cycle with events, as a primitive makes
+// them.
+func cycle(tg *telemetry.Target, ctx context.Context, err error) {
+	wctx, w := tg.StartWait(ctx)
+	w.Enqueued(1)
+	h := w.Acquired(42, 0x1f, "/k", 15)
+	_ = h.Context(wctx)
+	h.RenewalFailed(err)
+	_, op := tg.StartRelease(ctx, h)
+	h.Released()
+	op.End(nil)
+}
+
+// An untraced process pays the span starts only: no attribute, link or
+// event is built for a span that is not recorded.
+func TestUnrecordedSpansAllocateOnlyTheirStart(t *testing.T) {
+	err := errors.New("x")
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		tp   trace.TracerProvider
+		max  float64
+	}{
+		// Three spans start: a wait, a hold and a release.
+		{"explicit no-op", noop.NewTracerProvider(), 3}, // a context per start
+		{"global default", nil, 9},                      // and the span, boxed twice
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tg := telemetry.NewTarget(tc.tp, telemetry.Mutex, "ns", "name")
+			allocs := testing.AllocsPerRun(100, func() { cycle(tg, ctx, err) })
+			if allocs > tc.max {
+				t.Fatalf("%v allocations per cycle, want at most %v", allocs, tc.max)
+			}
+			t.Logf("%v allocations per lock cycle", allocs)
+		})
+	}
+	tr := telemetry.Tracer(nil)
+	if a := testing.AllocsPerRun(100, func() {
+		_, f := telemetry.StartFence(ctx, tr, telemetry.SpanAdmit, "memory", "r", 1)
+		f.End(telemetry.Admitted, 1, nil)
+	}); a != 0 {
+		t.Fatalf("an untraced fencing check allocates %v times, want 0", a)
+	}
+}
