@@ -51,3 +51,6 @@ func (f Fence) End(outcome string, high int64, err error) {
 	}
 	f.span.End()
 }
+
+// Recording reports whether the check's span is recorded.
+func (f Fence) Recording() bool { return f.span != nil && f.span.IsRecording() }
