@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Metrics holds every collector of a mutex or election.
@@ -110,19 +111,31 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C, errp *erro
 
 // ObserveAcquire records one Lock or TryLock call.
 func (m *Metrics) ObserveAcquire(ns, name, result string, d time.Duration) {
+	m.ObserveAcquireTraced(ns, name, result, d, trace.SpanContext{})
+}
+
+// ObserveAcquireTraced records one Lock or TryLock call whose wait span is
+// sc: a sampled one is the observation's exemplar.
+func (m *Metrics) ObserveAcquireTraced(ns, name, result string, d time.Duration, sc trace.SpanContext) {
 	if m == nil {
 		return
 	}
-	m.AcquireDuration.WithLabelValues(ns, name, result).Observe(d.Seconds())
+	observe(m.AcquireDuration.WithLabelValues(ns, name, result), d.Seconds(), sc)
 	m.AcquireTotal.WithLabelValues(ns, name, result).Inc()
 }
 
 // HoldEnded records the end of a hold; reason is empty for a release.
 func (m *Metrics) HoldEnded(ns, name string, held time.Duration, lostReason string) {
+	m.HoldEndedTraced(ns, name, held, lostReason, trace.SpanContext{})
+}
+
+// HoldEndedTraced records the end of a hold whose span is sc: a sampled
+// one is the observation's exemplar.
+func (m *Metrics) HoldEndedTraced(ns, name string, held time.Duration, lostReason string, sc trace.SpanContext) {
 	if m == nil {
 		return
 	}
-	m.HoldDuration.WithLabelValues(ns, name).Observe(held.Seconds())
+	observe(m.HoldDuration.WithLabelValues(ns, name), held.Seconds(), sc)
 	if lostReason != "" {
 		m.LostTotal.WithLabelValues(ns, name, lostReason).Inc()
 	}
@@ -138,10 +151,36 @@ func (m *Metrics) RenewalFailed(ns, name string) func() {
 
 // ObserveCampaign records one Campaign call.
 func (m *Metrics) ObserveCampaign(ns, name, result string, d time.Duration) {
+	m.ObserveCampaignTraced(ns, name, result, d, trace.SpanContext{})
+}
+
+// ObserveCampaignTraced records one Campaign call whose wait span is sc: a
+// sampled one is the observation's exemplar.
+func (m *Metrics) ObserveCampaignTraced(ns, name, result string, d time.Duration, sc trace.SpanContext) {
 	if m == nil {
 		return
 	}
-	m.CampaignDuration.WithLabelValues(ns, name, result).Observe(d.Seconds())
+	observe(m.CampaignDuration.WithLabelValues(ns, name, result), d.Seconds(), sc)
+}
+
+// Exemplar label names, as Grafana's Prometheus data source expects them
+// by default for a link to the trace.
+const (
+	ExemplarTraceID = "trace_id"
+	ExemplarSpanID  = "span_id"
+)
+
+// observe records v on o, with sc as its exemplar when sc is sampled: an
+// unsampled trace is stored nowhere, so it would be a dead link. Exemplars
+// are exposed in the OpenMetrics format only.
+func observe(o prometheus.Observer, v float64, sc trace.SpanContext) {
+	if sc.IsSampled() {
+		if eo, ok := o.(prometheus.ExemplarObserver); ok {
+			eo.ObserveWithExemplar(v, prometheus.Labels{ExemplarTraceID: sc.TraceID().String(), ExemplarSpanID: sc.SpanID().String()})
+			return
+		}
+	}
+	o.Observe(v)
 }
 
 // Leading records a transition into or out of leadership; lostReason is
