@@ -12,6 +12,7 @@ import (
 
 	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/telemetry"
 )
 
 type electOptions struct {
@@ -62,7 +63,7 @@ with baton lock: it never outlives a killed or frozen baton.`,
 
 // runElect campaigns, leads, and campaigns again after a loss, as
 // election.Run does, with a command restarted on each term.
-func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string, argv []string) error {
+func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string, argv []string) (err error) {
 	c, err := newChild(g, argv, o.grace, cmd)
 	if err != nil {
 		return err
@@ -72,8 +73,14 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 		return err
 	}
 	defer ms.close()
+	tr := startTracing(cmd.Context(), g.io.Getenv, cmd.ErrOrStderr())
+	defer tr.flush(cmd.ErrOrStderr())
 	ictx, stop := interruptible(cmd.Context())
 	defer stop()
+	ictx, span := tr.startCommand(ictx, "baton elect", telemetry.LockName.String(name),
+		telemetry.LockNamespace.String(g.namespace), telemetry.LockPrimitive.String(telemetry.Election))
+	defer func() { endCommand(span, err) }()
+	tg := telemetry.NewTarget(tr.tp, telemetry.Election, g.namespace, name)
 	cli, err := g.client(cmd.Context())
 	if err != nil {
 		return err
@@ -87,9 +94,18 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 	st := newStatusWriter(cmd.ErrOrStderr(), g.json(), string(keys.Election), name)
 
 	for {
-		t, err := campaign(ictx, g, cli, e, value, st)
+		wctx, w := tg.StartWait(ictx)
+		t, err := campaign(wctx, g, cli, e, value, st)
 		if err != nil {
+			w.End(waitOutcome(err, false), err)
 			return err
+		}
+		h := w.Acquired(int64(t.Token()), int64(t.Lease()), t.Key(), int64(t.TTL()/time.Second))
+		// endTerm ends the term's span, then resigns.
+		endTerm := func() {
+			endHold(h, t.Context())
+			_, op := tg.StartRelease(ictx, h)
+			op.End(resign(cmd, t))
 		}
 		untrack := ms.track(t)
 		recordHeld(ictx, t.Txn, heldPut(g.namespace, keys.Election, name, t.Lease(), t.Acquired()))
@@ -104,24 +120,24 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 		} else {
 			tok, err := g.childToken(t.Token())
 			if err != nil {
-				resign(cmd, t)
+				endTerm()
 				untrack()
 				return err
 			}
-			c.env = []string{
+			c.env = append([]string{
 				"BATON_LOCK_NAME=" + name,
 				"BATON_LOCK_KEY=" + t.Key(),
 				"BATON_FENCING_TOKEN=" + tok.String(),
 				"BATON_ELECTION_VALUE=" + value,
-			}
+			}, traceEnv(h.Context(t.Context()))...) // the command's spans are children of the term
 			if ierr := interruptedBeforeCommand(ictx, fmt.Sprintf("election %q", name)); ierr != nil {
-				resign(cmd, t)
+				endTerm()
 				untrack()
 				st.released()
 				return ierr
 			}
 			if res, err = c.run(ictx, t); err != nil {
-				resign(cmd, t)
+				endTerm()
 				return err
 			}
 		}
@@ -129,7 +145,7 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 		if lost == nil && res.cause != "" {
 			lost = withCode(ExitOwnershipLost, fmt.Errorf("leadership of election %q: %s", name, lossCause(t.Context(), res)))
 		}
-		resign(cmd, t)
+		endTerm()
 		untrack()
 		if lost == nil {
 			st.released()
@@ -204,12 +220,15 @@ func electionQueue(cli *clientv3.Client, e *election.Election, value string) fun
 	}
 }
 
-func resign(cmd *cobra.Command, t *election.Term) {
+// resign resigns t, saying on stderr when it fails, and returns that error.
+func resign(cmd *cobra.Command, t *election.Term) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), releaseTimeout)
 	defer cancel()
-	if err := t.Resign(rctx); err != nil && !errors.Is(err, election.ErrNotLeader) {
+	err := t.Resign(rctx)
+	if err != nil && !errors.Is(err, election.ErrNotLeader) {
 		fmt.Fprintf(cmd.ErrOrStderr(), "baton: resign: %v (the lease expires within its TTL)\n", err)
 	}
+	return err
 }
 
 func resignQuietly(t *election.Term) {

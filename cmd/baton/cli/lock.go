@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/telemetry"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/semaphore"
 )
@@ -134,7 +135,7 @@ rwlock-read) and, for a semaphore, BATON_SEMAPHORE_LIMIT.`,
 // runLock takes the lock, a semaphore permit or a read lock as the options
 // say, holds it until interrupted or runs the command under it, and
 // releases it.
-func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []string) error {
+func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []string) (err error) {
 	errOut := cmd.ErrOrStderr()
 	c, err := newChild(g, argv, o.grace, cmd)
 	if err != nil {
@@ -145,8 +146,12 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 		return err
 	}
 	defer ms.close()
+	tr := startTracing(cmd.Context(), g.io.Getenv, errOut)
+	defer tr.flush(errOut)
 	ictx, stop := interruptible(cmd.Context())
 	defer stop()
+	ictx, span := tr.startCommand(ictx, "baton lock", telemetry.LockName.String(name), telemetry.LockNamespace.String(g.namespace))
+	defer func() { endCommand(span, err) }()
 	// The client outlives an interrupt: the release needs it.
 	cli, err := g.client(cmd.Context())
 	if err != nil {
@@ -161,18 +166,29 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 	what := k.label()
 	st := newStatusWriter(errOut, g.json(), what, name)
 
-	l, err := acquireHold(ictx, g, cli, k, o, st)
+	tg := k.traceTarget(tr.tp)
+	span.SetAttributes(telemetry.LockPrimitive.String(k.primitive()))
+	wctx, w := tg.StartWait(ictx)
+	l, err := acquireHold(wctx, g, cli, k, o, st)
 	if err != nil {
+		w.End(waitOutcome(err, o.try), err)
 		return err
 	}
+	h := w.Acquired(int64(l.Token()), int64(l.Lease()), l.Key(), int64(l.TTL()/time.Second))
+	var endOnce sync.Once
+	defer endOnce.Do(func() { endHold(h, l.Context()) })
 	defer ms.track(l)()
 	recordHeld(ictx, l.Txn, heldPut(g.namespace, k.kind, name, l.Lease(), l.Acquired()))
 	st.acquired(heldView{Kind: string(k.kind), Name: name, Key: l.Key(), Token: int64(l.Token()),
 		Lease: leaseHex(int64(l.Lease())), TTL: l.TTL(), Limit: k.limit, Shared: k.kind == keys.RWLock})
 	release := func() error {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), releaseTimeout)
+		endOnce.Do(func() { endHold(h, l.Context()) })
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ictx), releaseTimeout)
 		defer cancel()
-		return k.release(rctx, l)
+		rctx, op := tg.StartRelease(rctx, h)
+		err := k.release(rctx, l)
+		op.End(err)
+		return err
 	}
 
 	if c == nil {
@@ -197,7 +213,8 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 		_ = release()
 		return err
 	}
-	c.env = kindEnv(k, l, tok)
+	// The command's own spans are children of the hold.
+	c.env = append(kindEnv(k, l, tok), traceEnv(h.Context(l.Context()))...)
 	if ierr := interruptedBeforeCommand(ictx, fmt.Sprintf("%s %q", what, name)); ierr != nil {
 		if err := release(); err == nil {
 			st.released()

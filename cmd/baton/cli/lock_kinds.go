@@ -10,9 +10,11 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/telemetry"
 	"github.com/batonhq/baton/rwmutex"
 	"github.com/batonhq/baton/semaphore"
 )
@@ -281,4 +283,26 @@ func heldWhat(v heldView) string {
 		return "holding a read lock of rwlock"
 	}
 	return "holding lock"
+}
+
+// primitive is the baton.lock.primitive of what k takes.
+func (k *locker) primitive() string {
+	switch k.kind {
+	case keys.Semaphore:
+		return telemetry.Semaphore
+	case keys.RWLock:
+		return telemetry.RWMutex
+	}
+	return telemetry.Mutex
+}
+
+// traceTarget describes what k takes for its spans.
+func (k *locker) traceTarget(tp trace.TracerProvider) *telemetry.Target {
+	switch k.kind {
+	case keys.Semaphore:
+		return telemetry.NewTarget(tp, telemetry.Semaphore, k.ns, k.name, telemetry.SemaphoreLimit.Int(k.limit))
+	case keys.RWLock:
+		return telemetry.NewTarget(tp, telemetry.RWMutex, k.ns, k.name, telemetry.LockMode.String("read"))
+	}
+	return telemetry.NewTarget(tp, telemetry.Mutex, k.ns, k.name)
 }
