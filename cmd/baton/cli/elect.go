@@ -40,7 +40,11 @@ goes on through etcd outages. On SIGINT, SIGTERM or SIGHUP baton stops the
 command and resigns, so the next candidate leads at once; a signal while
 campaigning exits with 128+N. When the command exits by itself baton
 resigns and exits with its status. On Linux the command is supervised as
-with baton lock: it never outlives a killed or frozen baton.`,
+with baton lock: it never outlives a killed or frozen baton.
+
+With OTEL_EXPORTER_OTLP_ENDPOINT set, each term's wait, hold and
+resignation are exported as OpenTelemetry spans, and the command gets
+TRACEPARENT and TRACESTATE naming the term's hold, as with baton lock.`,
 		Args: args(2, -1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			argv, err := splitCommand(cmd, a, 2)

@@ -103,7 +103,12 @@ writer (a program using package rwmutex) that came before them. A lock, a
 semaphore and a read/write lock of the same NAME are different objects:
 a plain baton lock NAME neither waits for nor blocks --limit or --shared
 holders of NAME. The command also gets BATON_LOCK_KIND (semaphore or
-rwlock-read) and, for a semaphore, BATON_SEMAPHORE_LIMIT.`,
+rwlock-read) and, for a semaphore, BATON_SEMAPHORE_LIMIT.
+
+With OTEL_EXPORTER_OTLP_ENDPOINT set, the wait, the hold and the release
+are exported as OpenTelemetry spans (OTLP/gRPC), in the trace of baton's
+own TRACEPARENT if it has one; the command gets TRACEPARENT and
+TRACESTATE naming the hold, so its own spans are the hold's children.`,
 		Args: args(1, -1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			argv, err := splitCommand(cmd, a, 1)
