@@ -97,12 +97,18 @@ type Op struct{ span trace.Span }
 // StartRelease starts the span of a release (an election's resignation) of
 // h, as a child of ctx's span linked to the hold.
 func (t *Target) StartRelease(ctx context.Context, h Hold) (context.Context, Op) {
+	if t == nil {
+		return ctx, Op{}
+	}
 	return t.StartOp(ctx, t.relName, h)
 }
 
 // StartOp starts a span named name about h (such as "election transfer"),
 // as a child of ctx's span linked to the hold.
 func (t *Target) StartOp(ctx context.Context, name string, h Hold) (context.Context, Op) {
+	if t == nil {
+		return ctx, Op{}
+	}
 	octx, span := t.tracer.Start(ctx, name)
 	if span.IsRecording() {
 		span.SetAttributes(t.attrs...)

@@ -41,8 +41,12 @@ type Wait struct {
 }
 
 // StartWait starts the wait span as a child of ctx's span, and returns the
-// context to wait in.
+// context to wait in. A nil Target traces nothing (the baseline of the
+// benchmarks).
 func (t *Target) StartWait(ctx context.Context) (context.Context, Wait) {
+	if t == nil {
+		return ctx, Wait{}
+	}
 	wctx, span := t.tracer.Start(ctx, t.waitName)
 	if span.IsRecording() {
 		span.SetAttributes(t.attrs...)
