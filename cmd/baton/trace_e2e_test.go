@@ -11,9 +11,12 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
+
+	"github.com/batonhq/baton/cmd/baton/cli"
 )
 
 // collector is an OTLP/gRPC trace receiver on 127.0.0.1: the collector's
@@ -188,6 +191,62 @@ func TestLockWithoutAnEndpointPassesTheTraceThrough(t *testing.T) {
 		if got := strings.TrimSpace(p.waitLine("TP=", time.Second)); got != "TP="+tc.want {
 			t.Errorf("TRACEPARENT %q in: the command printed %q, want %q", tc.in, got, "TP="+tc.want)
 		}
+	}
+}
+
+// otlpEnv points baton at col, and nothing else of the test's own
+// environment at any collector or trace.
+func otlpEnv(col *collector) []string {
+	return []string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + col.addr, "OTEL_EXPORTER_OTLP_INSECURE=true",
+		"OTEL_TRACES_EXPORTER=", "OTEL_SDK_DISABLED=", "OTEL_EXPORTER_OTLP_PROTOCOL=",
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=", "TRACEPARENT=", "TRACESTATE=",
+	}
+}
+
+// An operator's delete of the holder's key ends the hold as lost, with
+// the reason, and the command's span with baton's exit status.
+func TestLockLostByAdminDeleteIsALostHold(t *testing.T) {
+	col := startCollector(t)
+	const name = "traced-loss"
+	p := launch(t, launchConfig{endpoints: srv.Endpoint(), env: otlpEnv(col)},
+		"lock", name, "--grace", "1s", "--", "sh", "-c", "echo started; while :; do sleep 0.05; done")
+	p.waitLine("started", 15*time.Second)
+	resp, err := client(t).Delete(ctxT(t), "/baton/v1/lock/"+name+"/", clientv3.WithPrefix())
+	if err != nil || resp.Deleted != 1 {
+		t.Fatalf("delete the holder's key: %v, %d deleted", err, resp.Deleted)
+	}
+	if code := p.wait(15 * time.Second); code != cli.ExitOwnershipLost {
+		t.Fatalf("exit %d, want %d; stderr:\n%s", code, cli.ExitOwnershipLost, p.errOut())
+	}
+	spans := col.byName(t)
+	hold, cmd := spans["mutex hold"], spans["baton lock"]
+	if hold == nil || cmd == nil {
+		t.Fatalf("spans received: %v", keys(spans))
+	}
+	if attr(hold, "baton.hold.outcome") != "lost" || hold.GetStatus().GetCode() != tracepb.Status_STATUS_CODE_ERROR {
+		t.Errorf("hold attributes %v status %v, want lost with an error status", hold.GetAttributes(), hold.GetStatus())
+	}
+	var lost *tracepb.Span_Event
+	for _, e := range hold.GetEvents() {
+		if e.GetName() == "baton.hold.lost" {
+			lost = e
+		}
+	}
+	if lost == nil {
+		t.Fatalf("hold events %v, want baton.hold.lost", hold.GetEvents())
+	}
+	reason := ""
+	for _, kv := range lost.GetAttributes() {
+		if kv.GetKey() == "baton.loss.reason" {
+			reason = kv.GetValue().GetStringValue()
+		}
+	}
+	if reason != "key_deleted" {
+		t.Errorf("loss reason %q, want key_deleted; event %v", reason, lost.GetAttributes())
+	}
+	if attr(cmd, "process.exit.code") != fmt.Sprint(cli.ExitOwnershipLost) || cmd.GetStatus().GetCode() != tracepb.Status_STATUS_CODE_ERROR {
+		t.Errorf("command span %v status %v", cmd.GetAttributes(), cmd.GetStatus())
 	}
 }
 

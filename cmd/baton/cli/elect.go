@@ -105,11 +105,12 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 			return err
 		}
 		h := w.Acquired(int64(t.Token()), int64(t.Lease()), t.Key(), int64(t.TTL()/time.Second))
-		// endTerm ends the term's span, then resigns.
+		// endTerm resigns and ends the term's span.
 		endTerm := func() {
-			endHold(h, t.Context())
 			_, op := tg.StartRelease(ictx, h)
-			op.End(resign(cmd, t))
+			err := resign(cmd, t)
+			op.End(err)
+			endHold(h, t.Context(), err)
 		}
 		untrack := ms.track(t)
 		recordHeld(ictx, t.Txn, heldPut(g.namespace, keys.Election, name, t.Lease(), t.Acquired()))

@@ -181,18 +181,18 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 	}
 	h := w.Acquired(int64(l.Token()), int64(l.Lease()), l.Key(), int64(l.TTL()/time.Second))
 	var endOnce sync.Once
-	defer endOnce.Do(func() { endHold(h, l.Context()) })
+	defer endOnce.Do(func() { endHold(h, l.Context(), nil) })
 	defer ms.track(l)()
 	recordHeld(ictx, l.Txn, heldPut(g.namespace, k.kind, name, l.Lease(), l.Acquired()))
 	st.acquired(heldView{Kind: string(k.kind), Name: name, Key: l.Key(), Token: int64(l.Token()),
 		Lease: leaseHex(int64(l.Lease())), TTL: l.TTL(), Limit: k.limit, Shared: k.kind == keys.RWLock})
 	release := func() error {
-		endOnce.Do(func() { endHold(h, l.Context()) })
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ictx), releaseTimeout)
 		defer cancel()
 		rctx, op := tg.StartRelease(rctx, h)
 		err := k.release(rctx, l)
 		op.End(err)
+		endOnce.Do(func() { endHold(h, l.Context(), err) })
 		return err
 	}
 

@@ -146,10 +146,15 @@ func waitOutcome(err error, try bool) string {
 	return telemetry.Failed
 }
 
-// endHold ends the hold's span: lost when ctx (the hold's Context) ended
-// by a loss, released otherwise.
-func endHold(h telemetry.Hold, ctx context.Context) {
-	if cause := context.Cause(ctx); ctx.Err() != nil && errors.Is(cause, ierrs.ErrLost) {
+// endHold ends the hold's span once it was released or found lost: lost
+// when the release said so (its error names the reason exactly) or ctx (the
+// hold's Context) ended by a loss, released otherwise.
+func endHold(h telemetry.Hold, ctx context.Context, releaseErr error) {
+	cause := releaseErr
+	if !errors.Is(cause, ierrs.ErrLost) && ctx.Err() != nil {
+		cause = context.Cause(ctx)
+	}
+	if errors.Is(cause, ierrs.ErrLost) {
 		h.Lost(ierrs.Reason(cause), cause)
 		return
 	}
