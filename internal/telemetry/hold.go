@@ -103,6 +103,12 @@ func (t *Target) StartRelease(ctx context.Context, h Hold) (context.Context, Op)
 	return t.StartOp(ctx, t.relName, h)
 }
 
+// StartRelease starts the span of the hold's release (an election's
+// resignation), as a child of ctx's span linked to the hold.
+func (h Hold) StartRelease(ctx context.Context) (context.Context, Op) {
+	return h.t.StartRelease(ctx, h)
+}
+
 // StartOp starts a span named name about h (such as "election transfer"),
 // as a child of ctx's span linked to the hold.
 func (t *Target) StartOp(ctx context.Context, name string, h Hold) (context.Context, Op) {

@@ -49,6 +49,9 @@ func TestWaitThenHoldIsASiblingLinkedToTheWait(t *testing.T) {
 	tg := telemetry.NewTarget(tp, telemetry.Mutex, "team", "nightly", telemetry.LockMode.String("write"))
 
 	_, w := tg.StartWait(ctx)
+	if !w.Recording() {
+		t.Fatal("a wait of an SDK provider not recording")
+	}
 	w.Enqueued(2)
 	h := w.Acquired(42, 0x1f, "/team/v1/lock/nightly/1f", 15)
 	hctx := h.Context(context.Background())
@@ -57,7 +60,10 @@ func TestWaitThenHoldIsASiblingLinkedToTheWait(t *testing.T) {
 	}
 	h.RenewalFailed(errors.New("deadline exceeded"))
 	h.ReleaseRequested("ops")
-	_, op := tg.StartRelease(ctx, h)
+	if w.Recording() || !h.Recording() {
+		t.Fatal("the wait records after it ended, or the hold does not")
+	}
+	_, op := h.StartRelease(ctx)
 	h.Released()
 	h.Lost("key_deleted", errors.New("late")) // after the end: nothing
 	op.End(nil)
@@ -197,6 +203,12 @@ func TestZeroValuesDoNothing(t *testing.T) {
 	h.TransferredTo("")
 	if h.Context(context.Background()) != context.Background() || h.SpanContext().IsValid() {
 		t.Fatal("the zero Hold carries a span")
+	}
+	if _, o := h.StartRelease(context.Background()); o != (telemetry.Op{}) {
+		t.Fatal("the zero Hold's release is traced")
+	}
+	if w.Recording() || h.Recording() {
+		t.Fatal("zero values recording")
 	}
 	var o telemetry.Op
 	o.End(errors.New("x"))

@@ -102,6 +102,10 @@ func (w Wait) Acquired(token, lease int64, key string, ttl int64) Hold {
 	return Hold{t: w.t, span: span}
 }
 
+// Recording reports whether the wait's span is recorded: compute what only
+// its attributes need behind it.
+func (w Wait) Recording() bool { return w.span != nil && w.span.IsRecording() }
+
 // SpanContext is the wait span's, for an exemplar.
 func (w Wait) SpanContext() trace.SpanContext {
 	if w.span == nil {
