@@ -7,22 +7,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Hold is the span of one acquisition, from its return to its release or
-// loss. The zero Hold does nothing. Its methods may be called from any
-// goroutine; after the end, they do nothing.
+// Hold is the recorded span of one acquisition, from its return to its
+// release or loss; the zero Hold (a span not recorded) does nothing. Its
+// methods may be called from any goroutine; after the end, they do
+// nothing.
 type Hold struct {
 	t    *Target
 	span trace.Span
-}
-
-// Context returns ctx carrying the hold's span, so that what runs under
-// the hold (and the CLI's command) is its child. ctx itself when the span
-// carries no trace.
-func (h Hold) Context(ctx context.Context) context.Context {
-	if h.span == nil || !h.span.SpanContext().IsValid() {
-		return ctx
-	}
-	return trace.ContextWithSpan(ctx, h.span)
 }
 
 // SpanContext is the hold span's, for an exemplar or a child process.
@@ -97,27 +88,33 @@ type Op struct{ span trace.Span }
 // StartRelease starts the span of a release (an election's resignation) of
 // h, as a child of ctx's span linked to the hold.
 func (t *Target) StartRelease(ctx context.Context, h Hold) (context.Context, Op) {
-	if t == nil {
+	if !t.on() {
 		return ctx, Op{}
 	}
-	return t.StartOp(ctx, t.relName, h)
+	_, _, name := t.names()
+	return t.StartOp(ctx, name, h)
 }
 
+
 // StartRelease starts the span of the hold's release (an election's
-// resignation), as a child of ctx's span linked to the hold.
+// resignation), as a child of ctx's span linked to the hold; none when the
+// hold is not recorded.
 func (h Hold) StartRelease(ctx context.Context) (context.Context, Op) {
+	if h.t == nil {
+		return ctx, Op{}
+	}
 	return h.t.StartRelease(ctx, h)
 }
 
 // StartOp starts a span named name about h (such as "election transfer"),
 // as a child of ctx's span linked to the hold.
 func (t *Target) StartOp(ctx context.Context, name string, h Hold) (context.Context, Op) {
-	if t == nil {
+	if !t.on() {
 		return ctx, Op{}
 	}
 	octx, span := t.tracer.Start(ctx, name)
 	if span.IsRecording() {
-		span.SetAttributes(t.attrs...)
+		t.setAttributes(span)
 		if sc := h.SpanContext(); sc.IsValid() {
 			span.AddLink(trace.Link{SpanContext: sc})
 		}

@@ -46,15 +46,14 @@ func byName(t *testing.T, spans []sdktrace.ReadOnlySpan, name string) sdktrace.R
 func TestWaitThenHoldIsASiblingLinkedToTheWait(t *testing.T) {
 	rec, tp := recorder(t)
 	ctx, parent := tp.Tracer("test").Start(context.Background(), "job")
-	tg := telemetry.NewTarget(tp, telemetry.Mutex, "team", "nightly", telemetry.LockMode.String("write"))
+	tg := telemetry.NewTarget(tp, telemetry.RWMutex, "team", "nightly").Mode("write")
 
 	_, w := tg.StartWait(ctx)
 	if !w.Recording() {
 		t.Fatal("a wait of an SDK provider not recording")
 	}
 	w.Enqueued(2)
-	h := w.Acquired(42, 0x1f, "/team/v1/lock/nightly/1f", 15)
-	hctx := h.Context(context.Background())
+	hctx, h := w.Acquired(context.Background(), 42, 0x1f, "/team/v1/lock/nightly/1f", 15)
 	if got := trace.SpanContextFromContext(hctx); !got.Equal(h.SpanContext()) || !got.IsValid() {
 		t.Fatalf("hold context carries %v, want the hold's %v", got, h.SpanContext())
 	}
@@ -73,14 +72,14 @@ func TestWaitThenHoldIsASiblingLinkedToTheWait(t *testing.T) {
 	if len(spans) != 4 {
 		t.Fatalf("%d spans ended, want 4 (wait, hold, release, job)", len(spans))
 	}
-	wait, hold, rel := byName(t, spans, "mutex wait"), byName(t, spans, "mutex hold"), byName(t, spans, "mutex release")
+	wait, hold, rel := byName(t, spans, "rwmutex wait"), byName(t, spans, "rwmutex hold"), byName(t, spans, "rwmutex release")
 	for _, s := range []sdktrace.ReadOnlySpan{wait, hold, rel} {
 		if s.Parent().SpanID() != parent.SpanContext().SpanID() {
 			t.Errorf("%s: parent %v, want the caller's span", s.Name(), s.Parent().SpanID())
 		}
 		a := attrs(s)
 		if a[telemetry.LockName].AsString() != "nightly" || a[telemetry.LockNamespace].AsString() != "team" ||
-			a[telemetry.LockPrimitive].AsString() != "mutex" || a[telemetry.LockMode].AsString() != "write" {
+			a[telemetry.LockPrimitive].AsString() != "rwmutex" || a[telemetry.LockMode].AsString() != "write" {
 			t.Errorf("%s: attributes %v", s.Name(), s.Attributes())
 		}
 	}
@@ -116,7 +115,7 @@ func TestLostHoldHasTheReasonAndAnErrorStatus(t *testing.T) {
 	rec, tp := recorder(t)
 	tg := telemetry.NewTarget(tp, telemetry.Election, "ns", "scheduler")
 	_, w := tg.StartWait(context.Background())
-	h := w.Acquired(7, 1, "k", 10)
+	_, h := w.Acquired(context.Background(), 7, 1, "k", 10)
 	h.Preempted("host-b")
 	h.Lost("key_deleted", errors.New("baton: ownership lost: key deleted"))
 	h.Released() // a release racing the loss: ignored
@@ -153,7 +152,8 @@ func TestWaitOutcomes(t *testing.T) {
 	} {
 		t.Run(tc.outcome, func(t *testing.T) {
 			rec, tp := recorder(t)
-			_, w := telemetry.NewTarget(tp, telemetry.Semaphore, "ns", "pool", telemetry.SemaphoreLimit.Int(3)).StartWait(context.Background())
+			tg := telemetry.NewTarget(tp, telemetry.Semaphore, "ns", "pool").Limit(3)
+			_, w := (&tg).StartWait(context.Background())
 			w.End(tc.outcome, errors.New("why"))
 			s := byName(t, rec.Ended(), "semaphore wait")
 			if got := attrs(s)[telemetry.LockOutcome].AsString(); got != tc.outcome {
@@ -201,8 +201,8 @@ func TestZeroValuesDoNothing(t *testing.T) {
 	h.Lost("x", nil)
 	h.Released()
 	h.TransferredTo("")
-	if h.Context(context.Background()) != context.Background() || h.SpanContext().IsValid() {
-		t.Fatal("the zero Hold carries a span")
+	if ctx, h2 := w.Acquired(context.Background(), 1, 1, "k", 1); ctx != context.Background() || h2 != (telemetry.Hold{}) || h.SpanContext().IsValid() {
+		t.Fatal("the zero Wait or Hold carries a span")
 	}
 	if _, o := h.StartRelease(context.Background()); o != (telemetry.Op{}) {
 		t.Fatal("the zero Hold's release is traced")
@@ -219,12 +219,11 @@ func TestZeroValuesDoNothing(t *testing.T) {
 // cycle is every call of one lock cycle with events, as a primitive makes
 // them.
 func cycle(tg *telemetry.Target, ctx context.Context, err error) {
-	wctx, w := tg.StartWait(ctx)
+	_, w := tg.StartWait(ctx)
 	w.Enqueued(1)
-	h := w.Acquired(42, 0x1f, "/k", 15)
-	_ = h.Context(wctx)
+	_, h := w.Acquired(ctx, 42, 0x1f, "/k", 15)
 	h.RenewalFailed(err)
-	_, op := tg.StartRelease(ctx, h)
+	_, op := h.StartRelease(ctx)
 	h.Released()
 	op.End(nil)
 }
@@ -239,18 +238,25 @@ func TestUnrecordedSpansAllocateOnlyTheirStart(t *testing.T) {
 		tp   trace.TracerProvider
 		max  float64
 	}{
-		// Three spans start: a wait, a hold and a release.
-		{"explicit no-op", noop.NewTracerProvider(), 3}, // a context per start
-		{"global default", nil, 9},                      // and the span, boxed twice
+		// Two spans start: a wait and a hold; a hold not recorded has no
+		// release span.
+		{"explicit no-op", noop.NewTracerProvider(), 2}, // a context per start
+		{"global default", nil, 6},                      // and the span, boxed twice
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tg := telemetry.NewTarget(tc.tp, telemetry.Mutex, "ns", "name")
-			allocs := testing.AllocsPerRun(100, func() { cycle(tg, ctx, err) })
+			allocs := testing.AllocsPerRun(100, func() { cycle(&tg, ctx, err) })
 			if allocs > tc.max {
 				t.Fatalf("%v allocations per cycle, want at most %v", allocs, tc.max)
 			}
 			t.Logf("%v allocations per lock cycle", allocs)
 		})
+	}
+	// A held lock keeps no span that is not recorded.
+	tg := telemetry.NewTarget(nil, telemetry.Mutex, "ns", "name")
+	_, w := tg.StartWait(ctx)
+	if hctx, h := w.Acquired(ctx, 1, 1, "k", 1); h != (telemetry.Hold{}) || hctx != ctx {
+		t.Fatal("an unrecorded hold keeps its span")
 	}
 	tr := telemetry.Tracer(nil)
 	if a := testing.AllocsPerRun(100, func() {
@@ -274,13 +280,14 @@ func BenchmarkSpanCycle(b *testing.B) {
 	rec := tracetest.NewSpanRecorder()
 	sdk := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	defer func() { _ = sdk.Shutdown(context.Background()) }()
+	global, recorded := telemetry.NewTarget(nil, telemetry.Mutex, "ns", "name"), telemetry.NewTarget(sdk, telemetry.Mutex, "ns", "name")
 	for _, bc := range []struct {
 		name string
 		tg   *telemetry.Target
 	}{
 		{"untraced", nil},
-		{"global-noop", telemetry.NewTarget(nil, telemetry.Mutex, "ns", "name")},
-		{"sdk-recorder", telemetry.NewTarget(sdk, telemetry.Mutex, "ns", "name")},
+		{"global-noop", &global},
+		{"sdk-recorder", &recorded},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()

@@ -3,34 +3,9 @@ package telemetry
 import (
 	"context"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 )
-
-// Target is one lock, election, semaphore or read/write lock as its spans
-// describe it. Build it once per object: its attributes are shared by
-// every span, never copied.
-type Target struct {
-	tracer                      trace.Tracer
-	attrs                       []attribute.KeyValue
-	waitName, holdName, relName string
-}
-
-// NewTarget describes the object primitive ns/name, traced through tp (nil:
-// the global provider). extra are more attributes of every span, such as
-// baton.lock.mode or baton.semaphore.limit.
-func NewTarget(tp trace.TracerProvider, primitive, ns, name string, extra ...attribute.KeyValue) *Target {
-	rel := primitive + " release"
-	if primitive == Election {
-		rel = "election resign"
-	}
-	attrs := append([]attribute.KeyValue{
-		LockPrimitive.String(primitive), LockNamespace.String(ns), LockName.String(name),
-	}, extra...)
-	return &Target{tracer: Tracer(tp), attrs: attrs,
-		waitName: primitive + " wait", holdName: primitive + " hold", relName: rel}
-}
 
 // Wait is the span of one acquisition call, from the call to its return.
 // The zero Wait does nothing.
@@ -41,15 +16,15 @@ type Wait struct {
 }
 
 // StartWait starts the wait span as a child of ctx's span, and returns the
-// context to wait in. A nil Target traces nothing (the baseline of the
-// benchmarks).
+// context to wait in. A nil or zero Target traces nothing.
 func (t *Target) StartWait(ctx context.Context) (context.Context, Wait) {
-	if t == nil {
+	if !t.on() {
 		return ctx, Wait{}
 	}
-	wctx, span := t.tracer.Start(ctx, t.waitName)
+	name, _, _ := t.names()
+	wctx, span := t.tracer.Start(ctx, name)
 	if span.IsRecording() {
-		span.SetAttributes(t.attrs...)
+		t.setAttributes(span)
 	}
 	return wctx, Wait{t: t, parent: ctx, span: span}
 }
@@ -57,7 +32,7 @@ func (t *Target) StartWait(ctx context.Context) (context.Context, Wait) {
 // Enqueued records how many contenders were ahead when this one's key was
 // written: 0 when it held at once.
 func (w Wait) Enqueued(position int) {
-	if w.span != nil && w.span.IsRecording() {
+	if w.Recording() {
 		w.span.SetAttributes(LockQueuePosition.Int(position))
 	}
 }
@@ -81,25 +56,32 @@ func (w Wait) End(outcome string, err error) {
 // Acquired ends the wait with the outcome acquired and starts the hold: a
 // child of the context the wait was started with (the caller's), linked to
 // the wait. token is the fencing token, lease the lease ID, key the
-// holder's key, ttl the lease's granted TTL in seconds.
-func (w Wait) Acquired(token, lease int64, key string, ttl int64) Hold {
+// holder's key, ttl the lease's granted TTL in seconds. It returns ctx
+// carrying the hold's span when that has a trace (what runs under the hold
+// is its child), and the Hold, which keeps the span only if it is recorded:
+// a held lock costs no span otherwise.
+func (w Wait) Acquired(ctx context.Context, token, lease int64, key string, ttl int64) (context.Context, Hold) {
 	if w.span == nil {
-		return Hold{}
+		return ctx, Hold{}
 	}
-	recording := w.span.IsRecording()
-	if recording {
+	if w.span.IsRecording() {
 		w.span.SetAttributes(LockOutcome.String(Acquired), FencingToken.Int64(token), LeaseID.String(leaseHex(lease)))
 	}
 	w.span.End()
-	_, span := w.t.tracer.Start(w.parent, w.t.holdName)
-	if span.IsRecording() {
-		span.SetAttributes(w.t.attrs...)
-		span.SetAttributes(FencingToken.Int64(token), LeaseID.String(leaseHex(lease)), LockKey.String(key), LeaseTTL.Int64(ttl))
-		if sc := w.span.SpanContext(); sc.IsValid() {
-			span.AddLink(trace.Link{SpanContext: sc})
-		}
+	_, name, _ := w.t.names()
+	_, span := w.t.tracer.Start(w.parent, name)
+	if span.SpanContext().IsValid() {
+		ctx = trace.ContextWithSpan(ctx, span)
 	}
-	return Hold{t: w.t, span: span}
+	if !span.IsRecording() {
+		return ctx, Hold{}
+	}
+	w.t.setAttributes(span)
+	span.SetAttributes(FencingToken.Int64(token), LeaseID.String(leaseHex(lease)), LockKey.String(key), LeaseTTL.Int64(ttl))
+	if sc := w.span.SpanContext(); sc.IsValid() {
+		span.AddLink(trace.Link{SpanContext: sc})
+	}
+	return ctx, Hold{t: w.t, span: span}
 }
 
 // Recording reports whether the wait's span is recorded: compute what only

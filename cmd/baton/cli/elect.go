@@ -104,10 +104,10 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 			w.End(waitOutcome(err, false), err)
 			return err
 		}
-		h := w.Acquired(int64(t.Token()), int64(t.Lease()), t.Key(), int64(t.TTL()/time.Second))
+		hctx, h := w.Acquired(t.Context(), int64(t.Token()), int64(t.Lease()), t.Key(), int64(t.TTL()/time.Second))
 		// endTerm resigns and ends the term's span.
 		endTerm := func() {
-			_, op := tg.StartRelease(ictx, h)
+			_, op := h.StartRelease(ictx)
 			err := resign(cmd, t)
 			op.End(err)
 			endHold(h, t.Context(), err)
@@ -134,7 +134,7 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 				"BATON_LOCK_KEY=" + t.Key(),
 				"BATON_FENCING_TOKEN=" + tok.String(),
 				"BATON_ELECTION_VALUE=" + value,
-			}, traceEnv(h.Context(t.Context()))...) // the command's spans are children of the term
+			}, traceEnv(hctx)...) // the command's spans are children of the term
 			if ierr := interruptedBeforeCommand(ictx, fmt.Sprintf("election %q", name)); ierr != nil {
 				endTerm()
 				untrack()

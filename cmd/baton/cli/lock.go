@@ -179,7 +179,7 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 		w.End(waitOutcome(err, o.try), err)
 		return err
 	}
-	h := w.Acquired(int64(l.Token()), int64(l.Lease()), l.Key(), int64(l.TTL()/time.Second))
+	hctx, h := w.Acquired(l.Context(), int64(l.Token()), int64(l.Lease()), l.Key(), int64(l.TTL()/time.Second))
 	var endOnce sync.Once
 	defer endOnce.Do(func() { endHold(h, l.Context(), nil) })
 	defer ms.track(l)()
@@ -189,7 +189,7 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 	release := func() error {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ictx), releaseTimeout)
 		defer cancel()
-		rctx, op := tg.StartRelease(rctx, h)
+		rctx, op := h.StartRelease(rctx)
 		err := k.release(rctx, l)
 		op.End(err)
 		endOnce.Do(func() { endHold(h, l.Context(), err) })
@@ -219,7 +219,7 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 		return err
 	}
 	// The command's own spans are children of the hold.
-	c.env = append(kindEnv(k, l, tok), traceEnv(h.Context(l.Context()))...)
+	c.env = append(kindEnv(k, l, tok), traceEnv(hctx)...)
 	if ierr := interruptedBeforeCommand(ictx, fmt.Sprintf("%s %q", what, name)); ierr != nil {
 		if err := release(); err == nil {
 			st.released()

@@ -297,12 +297,12 @@ func (k *locker) primitive() string {
 }
 
 // traceTarget describes what k takes for its spans.
-func (k *locker) traceTarget(tp trace.TracerProvider) *telemetry.Target {
+func (k *locker) traceTarget(tp trace.TracerProvider) telemetry.Target {
 	switch k.kind {
 	case keys.Semaphore:
-		return telemetry.NewTarget(tp, telemetry.Semaphore, k.ns, k.name, telemetry.SemaphoreLimit.Int(k.limit))
+		return telemetry.NewTarget(tp, telemetry.Semaphore, k.ns, k.name).Limit(k.limit)
 	case keys.RWLock:
-		return telemetry.NewTarget(tp, telemetry.RWMutex, k.ns, k.name, telemetry.LockMode.String("read"))
+		return telemetry.NewTarget(tp, telemetry.RWMutex, k.ns, k.name).Mode("read")
 	}
 	return telemetry.NewTarget(tp, telemetry.Mutex, k.ns, k.name)
 }
