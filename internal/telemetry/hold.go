@@ -95,7 +95,6 @@ func (t *Target) StartRelease(ctx context.Context, h Hold) (context.Context, Op)
 	return t.StartOp(ctx, name, h)
 }
 
-
 // StartRelease starts the span of the hold's release (an election's
 // resignation), as a child of ctx's span linked to the hold; none when the
 // hold is not recorded.
