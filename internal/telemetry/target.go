@@ -19,6 +19,13 @@ func NewTarget(tp trace.TracerProvider, primitive, ns, name string) Target {
 	return Target{tracer: Tracer(tp), primitive: primitive, ns: ns, name: name}
 }
 
+// TargetOf is NewTarget with the tracer already looked up (Tracer), for a
+// caller that keeps one tracer and builds its Target per call; a nil
+// tracer traces nothing.
+func TargetOf(tr trace.Tracer, primitive, ns, name string) Target {
+	return Target{tracer: tr, primitive: primitive, ns: ns, name: name}
+}
+
 // Mode returns t for the read or write locks of a read/write lock.
 func (t Target) Mode(mode string) Target { t.mode = mode; return t }
 

@@ -54,6 +54,9 @@ func TestWaitThenHoldIsASiblingLinkedToTheWait(t *testing.T) {
 	}
 	w.Enqueued(2)
 	hctx, h := w.Acquired(context.Background(), 42, 0x1f, "/team/v1/lock/nightly/1f", 15)
+	if telemetry.HoldFrom(hctx) != h || telemetry.HoldFrom(context.Background()) != (telemetry.Hold{}) {
+		t.Fatal("HoldFrom does not find the hold in its context")
+	}
 	if got := trace.SpanContextFromContext(hctx); !got.Equal(h.SpanContext()) || !got.IsValid() {
 		t.Fatalf("hold context carries %v, want the hold's %v", got, h.SpanContext())
 	}

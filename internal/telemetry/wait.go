@@ -10,7 +10,7 @@ import (
 // Wait is the span of one acquisition call, from the call to its return.
 // The zero Wait does nothing.
 type Wait struct {
-	t      *Target
+	t      Target
 	parent context.Context
 	span   trace.Span
 }
@@ -26,7 +26,7 @@ func (t *Target) StartWait(ctx context.Context) (context.Context, Wait) {
 	if span.IsRecording() {
 		t.setAttributes(span)
 	}
-	return wctx, Wait{t: t, parent: ctx, span: span}
+	return wctx, Wait{t: *t, parent: ctx, span: span}
 }
 
 // Enqueued records how many contenders were ahead when this one's key was
@@ -58,8 +58,9 @@ func (w Wait) End(outcome string, err error) {
 // the wait. token is the fencing token, lease the lease ID, key the
 // holder's key, ttl the lease's granted TTL in seconds. It returns ctx
 // carrying the hold's span when that has a trace (what runs under the hold
-// is its child), and the Hold, which keeps the span only if it is recorded:
-// a held lock costs no span otherwise.
+// is its child) and, when it is recorded, the Hold (HoldFrom finds it
+// there too); a hold not recorded keeps no span: a held lock costs
+// nothing then.
 func (w Wait) Acquired(ctx context.Context, token, lease int64, key string, ttl int64) (context.Context, Hold) {
 	if w.span == nil {
 		return ctx, Hold{}
@@ -81,7 +82,18 @@ func (w Wait) Acquired(ctx context.Context, token, lease int64, key string, ttl 
 	if sc := w.span.SpanContext(); sc.IsValid() {
 		span.AddLink(trace.Link{SpanContext: sc})
 	}
-	return ctx, Hold{t: w.t, span: span}
+	t := w.t
+	h := Hold{t: &t, span: span}
+	return context.WithValue(ctx, holdKey{}, h), h
+}
+
+type holdKey struct{}
+
+// HoldFrom returns the recorded Hold that Acquired put in ctx (or in a
+// context derived from it); the zero Hold if none.
+func HoldFrom(ctx context.Context) Hold {
+	h, _ := ctx.Value(holdKey{}).(Hold)
+	return h
 }
 
 // Recording reports whether the wait's span is recorded: compute what only
