@@ -39,7 +39,17 @@
 //     authentication failed, invalid request) at once; Run retries only
 //     errors that pass.
 //   - The leader gauge is 1 exactly while a term lasts, also for a term
-//     lost before Campaign returned; Close deletes the Election's series.
+//     lost before Campaign returned; with a label shared by several
+//     Elections it counts their terms. Close deletes the Election's series
+//     unless another open Election records under the same label.
+//   - One lease is one candidate: a Campaign through a lease that already
+//     has this election's key (another Election on the same session or
+//     etcd session, as in etcd's own tests) takes the key over with its
+//     value, and the earlier Term ends (ErrReplaced) before it returns, so
+//     there is never more than one live Term per key.
+//   - Run returns ErrSessionClosed once an etcd session given to
+//     WithSession (or wrapped by session.Wrap) has ended: it cannot be
+//     replaced.
 //   - After Close returns, no goroutine of the Election runs (Observe's
 //     included).
 //

@@ -4,13 +4,11 @@ import (
 	"context"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/internal/core"
-	"github.com/batonhq/baton/internal/retry"
-	"go.uber.org/zap"
+	"github.com/batonhq/baton/internal/inspect"
 )
 
 // Leader is the state of an election as read from etcd. The zero Leader
@@ -30,10 +28,6 @@ type Leader struct {
 
 // IsZero reports whether l means "no leader".
 func (l Leader) IsZero() bool { return l.Key == "" }
-
-func (l Leader) same(o Leader) bool {
-	return l.Key == o.Key && l.Value == o.Value && l.Token == o.Token
-}
 
 // Candidate is one entry of the queue.
 type Candidate struct {
@@ -60,7 +54,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 }
 
 func (e *Election) readLeader(ctx context.Context) (Leader, error) {
-	resp, err := e.cli.Get(ctx, e.prefix, clientv3.WithFirstCreate()...)
+	resp, err := e.o.Client().Get(ctx, e.Prefix(), clientv3.WithFirstCreate()...)
 	if err != nil {
 		return Leader{}, err
 	}
@@ -76,7 +70,7 @@ func (e *Election) readLeader(ctx context.Context) (Leader, error) {
 // Candidates returns the queue in order, the leader first, each with its
 // lease's time left.
 func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
-	entries, _, err := core.Read(ctx, e.cli, e.prefix)
+	entries, _, err := inspect.Read(ctx, e.o.Client(), e.Prefix())
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +82,8 @@ func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
 }
 
 // Observe sends the current state first ("no leader" included), then every
-// change: a new leader, a Proclaim, a resignation, a lease expiry. States
+// change: a new leader, a Proclaim, a resignation, a lease expiry. Each etcd revision is one
+// state (a transaction or a prefix delete is sent once, as its outcome). States
 // are sent in strictly increasing Revision: never one older than a state
 // already sent. It follows every candidate from its watch, so it names the
 // next leader from the deletion event itself, without a read. It re-reads
@@ -102,139 +97,7 @@ func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
 // failed); in that last case the last value sent has Err set and its
 // other fields zero, so a receiver tells a refusal from a normal end.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
-	ch := make(chan Leader)
-	if !e.owner.Go(ctx, func(ctx context.Context) {
-		defer close(ch)
-		e.observe(ctx, ch)
-	}) {
-		close(ch)
-	}
-	return ch
-}
-
-// observer is the queue as known from a read and the watch events since.
-type observer struct {
-	cands map[string]*mvccpb.KeyValue
-	last  Leader
-	sent  bool
-}
-
-func (o *observer) reset(kvs []*mvccpb.KeyValue) {
-	o.cands = make(map[string]*mvccpb.KeyValue, len(kvs))
-	for _, kv := range kvs {
-		o.cands[string(kv.Key)] = kv
-	}
-}
-
-func (o *observer) leader(rev int64) Leader {
-	var best *mvccpb.KeyValue
-	for _, kv := range o.cands {
-		if best == nil || kv.CreateRevision < best.CreateRevision {
-			best = kv
-		}
-	}
-	l := Leader{Revision: rev}
-	if best != nil {
-		l.Key, l.Value = string(best.Key), string(best.Value)
-		l.Token, l.LeaseID = fencing.Token(best.CreateRevision), clientv3.LeaseID(best.Lease)
-	}
-	return l
-}
-
-func (e *Election) observe(ctx context.Context, ch chan<- Leader) {
-	o := &observer{}
-	send := func(l Leader) bool {
-		if o.sent && (l.Revision <= o.last.Revision || l.same(o.last)) {
-			return true // never back in time, never the same state twice
-		}
-		select {
-		case ch <- l:
-			o.last, o.sent = l, true
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
-	wait := 10 * time.Millisecond
-	for ctx.Err() == nil {
-		resp, err := e.cli.Get(ctx, e.prefix, clientv3.WithPrefix())
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			if retry.Permanent(err) {
-				e.log.Error("observe: etcd refused to read the election", zap.Error(err))
-				select {
-				case ch <- Leader{Err: err}:
-				case <-ctx.Done():
-				}
-				return
-			}
-			if retry.Sleep(ctx, wait) != nil {
-				return
-			}
-			wait = min(wait*2, 5*time.Second)
-			continue
-		}
-		wait = 10 * time.Millisecond
-		o.reset(resp.Kvs)
-		rev := resp.Header.Revision
-		if !send(o.leader(rev)) {
-			return
-		}
-		if !e.follow(ctx, o, rev, send) {
-			return
-		}
-	}
-}
-
-// follow applies watch events after revision read to the known queue and
-// sends each new state, until the watch breaks (the caller re-reads) or ctx
-// ends (false). The watch starts at the current revision, which etcd
-// serves at once (a start revision already past waits up to 100 ms in its
-// unsynced set); if the revision moved since the read, the queue is read
-// again, and events at or below the revision read are skipped.
-func (e *Election) follow(ctx context.Context, o *observer, read int64, send func(Leader) bool) bool {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	created := false
-	for wr := range e.cli.Watch(wctx, e.prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify()) {
-		if wr.Err() != nil {
-			break
-		}
-		if wr.Created && !created {
-			created = true
-			if wr.Header.Revision > read {
-				resp, err := e.cli.Get(ctx, e.prefix, clientv3.WithPrefix())
-				if err != nil {
-					return ctx.Err() == nil // re-read from the top
-				}
-				o.reset(resp.Kvs)
-				read = resp.Header.Revision
-				if !send(o.leader(read)) {
-					return false
-				}
-			}
-		}
-		for i, ev := range wr.Events {
-			kv := ev.Kv
-			if kv.ModRevision <= read {
-				continue // already in the state read
-			}
-			if ev.Type == mvccpb.DELETE {
-				delete(o.cands, string(kv.Key))
-			} else {
-				o.cands[string(kv.Key)] = kv
-			}
-			// One revision (a transaction, a prefix delete) comes in one
-			// response: send its state once all its events are applied.
-			if i+1 < len(wr.Events) && wr.Events[i+1].Kv.ModRevision == kv.ModRevision {
-				continue
-			}
-			if !send(o.leader(kv.ModRevision)) {
-				return false
-			}
-		}
-	}
-	return ctx.Err() == nil
+	return core.Observe(e.o, ctx, func(h core.Head) Leader {
+		return Leader{Key: h.Key, Value: h.Value, Token: fencing.Token(h.Token), LeaseID: h.Lease, Revision: h.Revision, Err: h.Err}
+	})
 }

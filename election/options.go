@@ -1,89 +1,44 @@
 package election
 
 import (
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/client/v3/concurrency"
-	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/config"
-	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/session"
 )
 
-// Option configures an Election. New validates all options together
-// and rejects bad values with an error wrapping ErrInvalid. The options of
-// package session are accepted too.
+// Option configures an Election. New validates all options together and rejects
+// bad values with an error wrapping ErrInvalid that names the option and
+// its bound. The options of package session, and a *session.Session
+// itself, are accepted too.
 type Option = config.Option
 
-// Bounds of WithTTL and WithMaxTTL.
-const (
-	DefaultTTL    = core.DefaultTTL
-	MinTTL        = core.MinTTL
-	DefaultMaxTTL = core.DefaultMaxTTL
-)
+// Bounds of WithTTL and WithMaxTTL, as in package session.
+const DefaultTTL, MinTTL, DefaultMaxTTL = session.DefaultTTL, session.MinTTL, session.DefaultMaxTTL
 
-// WithTTL sets the TTL of the lease the Election creates: whole seconds, at
-// least MinTTL (2 s), at most the cap (DefaultMaxTTL, 5 min, unless
-// WithMaxTTL). Default DefaultTTL (15 s). The lease is renewed every
-// TTL/3, so the TTL does not limit how long you hold; it bounds how long a
-// crashed leader keeps others waiting. docs/operations.md sizes it. A
-// session-wide setting: with WithSession it must agree with the session.
-func WithTTL(ttl time.Duration) Option { return config.TTL(ttl) }
+// The options every primitive takes, one definition for all:
+//
+//   - WithTTL, WithMaxTTL, WithSafetyMargin, WithMaxHeld, WithLogger and
+//     WithRegisterer are package session's, which documents them: the
+//     lease's TTL (default 15 s; it bounds how long a crashed holder keeps
+//     others waiting, not how long one holds), its cap, the safety margin,
+//     the cap on keys held, the logger and the Registerer. They are
+//     session-wide: given with WithSession they must agree with the
+//     session's.
+//   - WithNamespace sets the first segment of every key (default "baton"):
+//     1 to 64 bytes of letters, digits, '.', '_' and '-'. One namespace per
+//     team or service makes RBAC one prefix grant.
+//   - WithMetricLabel sets the value of the name label of the metrics
+//     (default: its name; the leader gauge then counts the terms held under it). Give many primitives one label to bound the series
+//     when names are unbounded; the series stay until the last of them is
+//     closed.
+var WithTTL, WithMaxTTL, WithSafetyMargin, WithMaxHeld, WithLogger, WithRegisterer, WithNamespace, WithMetricLabel = session.WithTTL, session.WithMaxTTL, session.WithSafetyMargin, session.WithMaxHeld, session.WithLogger, session.WithRegisterer, config.Namespace, config.MetricLabel
 
-// WithMaxTTL sets the cap on the TTL (at least MinTTL), a defence against
-// clients that would keep leading through long outages. It also bounds the
-// lease of an etcd session given with WithSession. Session-wide.
-func WithMaxTTL(maxTTL time.Duration) Option { return config.MaxTTL(maxTTL) }
-
-// WithSession makes the Election use s instead of creating its own lease:
-// a baton *session.Session, which any number of Elections and Mutexes
-// share, or an etcd *concurrency.Session, which this Election watches with
-// its own renewals. The caller keeps ownership: Close does not close s,
-// and a lost etcd session is not replaced (Campaign and Run then fail with
-// an error wrapping ErrLost). A new Election on a lease that already has a
-// candidate key for this name adopts that key and writes its own value to
-// it, as etcd's Campaign does.
-func WithSession[S *session.Session | *concurrency.Session](s S) Option {
-	switch s := any(s).(type) {
-	case *session.Session:
-		return config.Shared(s)
-	case *concurrency.Session:
-		return config.Borrowed(s)
-	}
-	panic("unreachable")
-}
-
-// WithNamespace sets the first segment of every key (default "baton"): 1 to
-// 64 bytes of letters, digits, '.', '_' and '-'. One namespace per team or
-// service makes RBAC one prefix grant.
-func WithNamespace(ns string) Option { return config.Namespace(ns) }
-
-// WithSafetyMargin sets how long before the earliest possible server-side
-// expiry a Term's Context ends: its validity deadline is the send time of
-// the last acknowledged renewal + TTL − margin. Default TTL/5; at most
-// TTL/2. Raise it if client clocks may run slow. Session-wide.
-func WithSafetyMargin(d time.Duration) Option { return config.Margin(d) }
-
-// WithLogger sets the logger (default zap.NewNop()). Losses are logged at
-// Warn, failed renewals at Info, acquisitions and releases at Debug, with
-// the fields name, key, token and lease (hex). Session-wide.
-func WithLogger(l *zap.Logger) Option { return config.Logger(l) }
-
-// WithRegisterer registers the metrics on reg (default: none registered).
-// Many elections and mutexes may share one Registerer. Session-wide.
-func WithRegisterer(reg prometheus.Registerer) Option { return config.Registerer(reg) }
-
-// WithMaxHeld caps how many keys (terms and locks held, Campaign and Lock calls waiting, keys
-// being deleted) one session may have at once; beyond it Campaign fails with
-// an error wrapping ErrTooManyHeld. It guards a service that shares one
-// session.Session among many names against hoarding locks. 0, the
-// default, means no cap. Session-wide.
-func WithMaxHeld(n int) Option { return config.MaxHeld(n) }
-
-// WithMetricLabel sets the value of the name label of this Election's metrics
-// (default: its name). Give many Elections one label, such as "job", to
-// bound the number of series when names are unbounded (one per customer,
-// say); the namespace label is always the namespace.
-func WithMetricLabel(label string) Option { return config.MetricLabel(label) }
+// WithSession makes the Election use s instead of creating its own lease: a
+// baton *session.Session or an etcd *concurrency.Session, shared with every
+// primitive of this process given the same one. The caller keeps
+// ownership: Close does not close s, and a lost etcd session is not
+// replaced (Campaign then fails, and Run returns, with ErrSessionClosed).
+// A key of this election already on the lease is taken over, as etcd's
+// Campaign does (see Campaign).
+func WithSession[S *session.Session | *concurrency.Session](s S) Option { return config.Session(s) }

@@ -26,8 +26,8 @@ import (
 // are retried with backoff (100 ms doubling to 5 s) and logged at Warn.
 // Errors that cannot pass are returned at once: ErrClosed, ErrInvalid,
 // and etcd's refusals (permission denied, authentication failed, invalid
-// request). With an etcd session given to WithSession, a lost session
-// cannot be replaced, and Run returns the loss.
+// request), and the end of an etcd session given to WithSession (or
+// wrapped by session.Wrap), which cannot be replaced: ErrSessionClosed.
 func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Context, t *Term) error) error {
 	if fn == nil {
 		return fmt.Errorf("%w: election.Run: fn must not be nil", ErrInvalid)
@@ -43,10 +43,10 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 				return ctx.Err()
 			case errors.Is(err, ErrClosed), errors.Is(err, ErrInvalid), retry.Permanent(err):
 				return err
-			case e.cfg.Borrowed != nil && errors.Is(err, ErrLost):
-				return err
+			case errors.Is(err, ErrSessionClosed):
+				return err // a caller's etcd session that ended is never replaced
 			}
-			e.log.Warn("campaign failed, retrying", zap.Error(err), zap.Duration("backoff", backoff))
+			e.o.Logger().Warn("campaign failed, retrying", zap.Error(err), zap.Duration("backoff", backoff), zap.String("name", e.Name()))
 			if retry.Sleep(ctx, backoff) != nil {
 				return ctx.Err()
 			}
@@ -75,6 +75,6 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 		}
 		// Lost: clean up what remains of the key, then campaign again.
 		_ = t.Resign(ctx)
-		e.log.Info("campaigning again after loss", zap.NamedError("work", ferr))
+		e.o.Logger().Info("campaigning again after loss", zap.NamedError("work", ferr), zap.String("name", e.Name()))
 	}
 }

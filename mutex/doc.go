@@ -40,14 +40,21 @@
 //     round trip after ctx ends, even when etcd is unreachable (the key is
 //     then deleted in the background, or goes with the lease).
 //   - Goroutines that lock the same name through one Mutex, or Mutexes
-//     sharing one session.Session, exclude each other (etcd alone would let
-//     them share one key), and a key still being deleted after a loss is
-//     never adopted by a later Lock.
+//     sharing one lease (a session.Session or one etcd
+//     *concurrency.Session), exclude each other (etcd alone would let them
+//     share one key), and a key still being deleted after a loss is never
+//     adopted by a later Lock. Every delete is guarded by the key's
+//     CreateRevision, so cleanup never deletes another holder's key.
 //   - etcd's refusals (permission denied, authentication failed, invalid
 //     request) are returned by Lock and TryLock at once; nothing retries
 //     them in the background, and they leave the Mutex usable.
 //   - After Close returns, no goroutine of the Mutex runs, and its metric
-//     series are deleted.
+//     series are deleted unless another open Mutex records under the same
+//     label. Close returns within a few seconds even when etcd is
+//     unreachable; on a caller's etcd session, a key it could not delete
+//     then is deleted once etcd answers, while that session lives.
+//   - Observe sends one state per etcd revision: the outcome of a
+//     transaction or of a prefix delete, never an intermediate one.
 //
 // What is not guaranteed:
 //
@@ -66,9 +73,6 @@
 //   - That an admin's delete or revoke reaches the holder before everyone
 //     else: etcd tells every watcher at once, and the holder can only be
 //     first by a round trip. Fencing covers that window.
-//   - Exclusion between two Mutexes that lock one name through the same
-//     etcd *concurrency.Session when one of them retries an enqueue whose
-//     reply was lost; share a session.Session instead.
 //
 // # Metrics
 //

@@ -10,7 +10,7 @@ import (
 
 	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/internal/config"
-	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/inspect"
 	"github.com/batonhq/baton/internal/keys"
 )
 
@@ -41,14 +41,14 @@ type LockInfo struct {
 	Revision int64
 }
 
-func contender(e core.Entry) Contender {
+func contender(e inspect.Entry) Contender {
 	return Contender{Key: e.Key, Token: fencing.Token(e.CreateRevision), Lease: e.Lease, TTL: e.TTL, Identity: e.Value}
 }
 
 // Holder returns the current holder, or the zero Contender (empty Key)
 // when the lock is free.
 func (m *Mutex) Holder(ctx context.Context) (Contender, error) {
-	entries, _, err := core.Read(ctx, m.cli(), m.prefix)
+	entries, _, err := inspect.Read(ctx, m.o.Client(), m.Prefix())
 	if err != nil || len(entries) == 0 {
 		return Contender{}, err
 	}
@@ -57,7 +57,7 @@ func (m *Mutex) Holder(ctx context.Context) (Contender, error) {
 
 // Waiters returns the contenders queued behind the holder, in order.
 func (m *Mutex) Waiters(ctx context.Context) ([]Contender, error) {
-	entries, _, err := core.Read(ctx, m.cli(), m.prefix)
+	entries, _, err := inspect.Read(ctx, m.o.Client(), m.Prefix())
 	if err != nil || len(entries) < 2 {
 		return nil, err
 	}
@@ -76,7 +76,7 @@ func List(ctx context.Context, cli *clientv3.Client, opts ...Option) ([]LockInfo
 	if err != nil {
 		return nil, err
 	}
-	entries, rev, err := core.Read(ctx, cli, keys.KindPrefix(cfg.Namespace, keys.Lock))
+	entries, rev, err := inspect.Read(ctx, cli, keys.KindPrefix(cfg.Namespace, keys.Lock))
 	if err != nil {
 		return nil, fmt.Errorf("list locks: %w", err)
 	}

@@ -2,14 +2,11 @@ package mutex
 
 import (
 	"context"
-	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/fencing"
-	"github.com/batonhq/baton/internal/retry"
+	"github.com/batonhq/baton/internal/core"
 )
 
 // Holder is the state of a lock as Observe sends it. The zero Holder
@@ -30,19 +27,21 @@ type Holder struct {
 	Err error
 }
 
-// IsFree reports whether h means "no holder".
-func (h Holder) IsFree() bool { return h.Key == "" }
+// IsZero reports whether h means "no holder", as election.Leader.IsZero.
+func (h Holder) IsZero() bool { return h.Key == "" }
 
-func (h Holder) same(o Holder) bool {
-	return h.Key == o.Key && h.Identity == o.Identity && h.Token == o.Token
-}
+// IsFree reports whether h means "no holder".
+//
+// Deprecated: use IsZero, the name every package uses.
+func (h Holder) IsFree() bool { return h.IsZero() }
 
 // Observe sends the lock's current holder first ("free" included), then
-// every change: a new holder, a release, an expiry. States are sent in
-// strictly increasing Revision, never one older than a state already
-// sent, and never the same holder twice in a row. It follows every
-// contender from its watch, so it names the next holder from the
-// deletion event itself, without a read. After compaction, a dropped
+// every change: a new holder, a release, an expiry. Each etcd revision is
+// one state (a transaction that deletes the holder's key and puts another,
+// or a prefix delete, is sent once, as its outcome). States are sent in
+// strictly increasing Revision, never the same holder twice in a row. It
+// follows every contender from its watch, so it names the next holder from
+// the deletion event itself, without a read. After compaction, a dropped
 // watch or a lost etcd leader it reads again and resumes, so it may skip
 // holders that came and went meanwhile but always converges on the
 // current one. Receive promptly: Observe waits for the receiver.
@@ -52,105 +51,7 @@ func (h Holder) same(o Holder) bool {
 // failed); in that last case the last value sent has Err set and its
 // other fields zero.
 func (m *Mutex) Observe(ctx context.Context) <-chan Holder {
-	ch := make(chan Holder)
-	if !m.owner.Go(ctx, func(ctx context.Context) {
-		defer close(ch)
-		m.observe(ctx, ch)
-	}) {
-		close(ch)
-	}
-	return ch
-}
-
-// queueState is the queue as known from a read and the watch events since.
-type queueState struct {
-	kvs  map[string]*mvccpb.KeyValue
-	last Holder
-	sent bool
-}
-
-func (q *queueState) holder(rev int64) Holder {
-	var best *mvccpb.KeyValue
-	for _, kv := range q.kvs {
-		if best == nil || kv.CreateRevision < best.CreateRevision {
-			best = kv
-		}
-	}
-	h := Holder{Revision: rev}
-	if best != nil {
-		h.Key, h.Identity = string(best.Key), string(best.Value)
-		h.Token, h.Lease = fencing.Token(best.CreateRevision), clientv3.LeaseID(best.Lease)
-	}
-	return h
-}
-
-func (m *Mutex) observe(ctx context.Context, ch chan<- Holder) {
-	q := &queueState{}
-	send := func(h Holder) bool {
-		if q.sent && (h.Revision <= q.last.Revision || h.same(q.last)) {
-			return true
-		}
-		select {
-		case ch <- h:
-			q.last, q.sent = h, true
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
-	wait := 10 * time.Millisecond
-	for ctx.Err() == nil {
-		resp, err := m.cli().Get(ctx, m.prefix, clientv3.WithPrefix())
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			if retry.Permanent(err) {
-				m.log.Error("observe: etcd refused to read the lock", m.fields(zap.Error(err))...)
-				select {
-				case ch <- Holder{Err: err}:
-				case <-ctx.Done():
-				}
-				return
-			}
-			if retry.Sleep(ctx, wait) != nil {
-				return
-			}
-			wait = min(wait*2, 5*time.Second)
-			continue
-		}
-		wait = 10 * time.Millisecond
-		q.kvs = make(map[string]*mvccpb.KeyValue, len(resp.Kvs))
-		for _, kv := range resp.Kvs {
-			q.kvs[string(kv.Key)] = kv
-		}
-		rev := resp.Header.Revision
-		if !send(q.holder(rev)) || !m.follow(ctx, q, rev, send) {
-			return
-		}
-	}
-}
-
-// follow applies watch events from revision read+1 and sends each new
-// state, until the watch breaks (the caller reads again) or ctx ends
-// (false).
-func (m *Mutex) follow(ctx context.Context, q *queueState, read int64, send func(Holder) bool) bool {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	for wr := range m.cli().Watch(wctx, m.prefix, clientv3.WithPrefix(), clientv3.WithRev(read+1)) {
-		if wr.Err() != nil {
-			break
-		}
-		for _, ev := range wr.Events {
-			if ev.Type == mvccpb.DELETE {
-				delete(q.kvs, string(ev.Kv.Key))
-			} else {
-				q.kvs[string(ev.Kv.Key)] = ev.Kv
-			}
-			if !send(q.holder(ev.Kv.ModRevision)) {
-				return false
-			}
-		}
-	}
-	return ctx.Err() == nil
+	return core.Observe(m.o, ctx, func(h core.Head) Holder {
+		return Holder{Key: h.Key, Identity: h.Value, Token: fencing.Token(h.Token), Lease: h.Lease, Revision: h.Revision, Err: h.Err}
+	})
 }

@@ -27,11 +27,18 @@
 //     fails only the calls of its own namespaces.
 //   - Mutual exclusion and fencing inside one cluster are exactly those of
 //     packages mutex and election: the router only picks the client.
+//   - A cluster that pins its identity (Cluster.ID, Cluster.Revision) is
+//     the etcd cluster it says: a connection whose endpoints answer as
+//     another cluster, or below the pinned revision (rebuilt, restored),
+//     is refused with ErrIdentity when it opens, and so is every later
+//     response, before any lock or term is handed out from it.
 //   - Across a namespace's move to another cluster, tokens composed with
 //     Token (or Router.Token) keep increasing provided the map's epochs
-//     do (CheckMove verifies it): a holder that acquired on the old
-//     cluster is rejected by the resource's guard once a holder of the
-//     new cluster has written.
+//     do (CheckMove verifies it, telling clusters apart by their pinned
+//     identity and following retired namespaces, so a name repointed at
+//     a new cluster, or a namespace removed and re-added, needs a greater
+//     epoch): a holder that acquired on the old cluster is rejected by the
+//     resource's guard once a holder of the new cluster has written.
 //
 // What is not guaranteed:
 //
@@ -46,4 +53,8 @@
 //     reject the new holders and accept the old one; compose them.
 //   - Any ordering or transaction across namespaces on different
 //     clusters.
+//   - That an unpinned cluster is the one it was: its connection only holds
+//     to the first etcd cluster it meets. Pin the map (baton clusters pin).
+//   - That watch and keep-alive streams are checked: only unary responses
+//     are (every acquisition is a transaction).
 package router

@@ -34,7 +34,9 @@
 //     its CreateRevision). The locking calls leave no key behind on
 //     error, and return within a round trip after ctx ends even when etcd
 //     is unreachable.
-//   - After Close returns, no goroutine of the RWMutex runs.
+//   - After Close returns, no goroutine of the RWMutex runs. Close takes
+//     one bound of a few seconds however many locks it holds, even when
+//     etcd is unreachable.
 //
 // What is not guaranteed:
 //
@@ -46,6 +48,10 @@
 //     writer must not lose). docs/primitives.md tells the story.
 //   - Upgrading a read lock to a write lock: a process that holds a read
 //     lock and calls Lock waits for itself forever; release first.
+//   - Recursive read locking: arrival order is kept, so a reader that holds
+//     a read lock and calls RLock again waits behind any writer queued
+//     since, and that writer waits for the first read lock: a deadlock, as
+//     with sync.RWMutex. Use the read lock already held.
 //   - Cheap waiting for thousands of readers behind a writer: each release
 //     wakes every waiting reader's watch.
 //

@@ -7,7 +7,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/fencing"
-	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/inspect"
 )
 
 // Contender is a holder or waiter of an RWMutex, as read from etcd.
@@ -40,7 +40,7 @@ func (rw *RWMutex) Waiters(ctx context.Context) ([]Contender, error) {
 }
 
 func (rw *RWMutex) read(ctx context.Context) (holders, waiters []Contender, err error) {
-	entries, _, err := core.Read(ctx, rw.cli, rw.prefix)
+	entries, _, err := inspect.Read(ctx, rw.o.Client(), rw.Prefix())
 	if err != nil {
 		return nil, nil, err
 	}

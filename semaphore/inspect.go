@@ -7,7 +7,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/fencing"
-	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/inspect"
 )
 
 // Contender is a holder or waiter of a semaphore, as read from etcd.
@@ -25,14 +25,14 @@ type Contender struct {
 	Identity string
 }
 
-func contender(e core.Entry) Contender {
+func contender(e inspect.Entry) Contender {
 	return Contender{Key: e.Key, Token: fencing.Token(e.CreateRevision), Lease: e.Lease, TTL: e.TTL, Identity: e.Value}
 }
 
 // Holders returns the contenders that hold a permit: the Limit() oldest,
 // in token order.
 func (s *Semaphore) Holders(ctx context.Context) ([]Contender, error) {
-	entries, _, err := core.Read(ctx, s.cli, s.prefix)
+	entries, _, err := inspect.Read(ctx, s.o.Client(), s.Prefix())
 	if err != nil {
 		return nil, err
 	}
@@ -46,7 +46,7 @@ func (s *Semaphore) Holders(ctx context.Context) ([]Contender, error) {
 // Waiters returns the contenders queued for a permit, in the order they
 // will be served.
 func (s *Semaphore) Waiters(ctx context.Context) ([]Contender, error) {
-	entries, _, err := core.Read(ctx, s.cli, s.prefix)
+	entries, _, err := inspect.Read(ctx, s.o.Client(), s.Prefix())
 	if err != nil || len(entries) <= s.limit {
 		return nil, err
 	}

@@ -1,78 +1,44 @@
 package semaphore
 
 import (
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/client/v3/concurrency"
-	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/config"
-	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/session"
 )
 
-// Option configures a Semaphore. They are the options of package mutex,
-// with the same meaning, bounds and validation; New rejects bad values with
-// an error wrapping ErrInvalid. The options of package session are
-// accepted too.
+// Option configures a Semaphore. New validates all options together and rejects
+// bad values with an error wrapping ErrInvalid that names the option and
+// its bound. The options of package session, and a *session.Session
+// itself, are accepted too.
 type Option = config.Option
 
-// Bounds of WithTTL and WithMaxTTL.
-const (
-	DefaultTTL    = core.DefaultTTL
-	MinTTL        = core.MinTTL
-	DefaultMaxTTL = core.DefaultMaxTTL
-)
+// Bounds of WithTTL and WithMaxTTL, as in package session.
+const DefaultTTL, MinTTL, DefaultMaxTTL = session.DefaultTTL, session.MinTTL, session.DefaultMaxTTL
 
-// WithTTL sets the TTL of the lease the Semaphore creates: whole seconds,
-// at least MinTTL, at most the cap (WithMaxTTL). Default DefaultTTL.
-// Session-wide.
-func WithTTL(ttl time.Duration) Option { return config.TTL(ttl) }
+// The options every primitive takes, one definition for all:
+//
+//   - WithTTL, WithMaxTTL, WithSafetyMargin, WithMaxHeld, WithLogger and
+//     WithRegisterer are package session's, which documents them: the
+//     lease's TTL (default 15 s; it bounds how long a crashed holder keeps
+//     others waiting, not how long one holds), its cap, the safety margin,
+//     the cap on keys held, the logger and the Registerer. They are
+//     session-wide: given with WithSession they must agree with the
+//     session's.
+//   - WithNamespace sets the first segment of every key (default "baton"):
+//     1 to 64 bytes of letters, digits, '.', '_' and '-'. One namespace per
+//     team or service makes RBAC one prefix grant.
+//   - WithMetricLabel sets the value of the name label of the metrics
+//     (default: "semaphore:" and its name). Give many primitives one label to bound the series
+//     when names are unbounded; the series stay until the last of them is
+//     closed.
+//   - WithIdentity sets the value written to the keys and shown by the
+//     inspection calls, Observe and the baton CLI (default "host:pid"): 1
+//     to 256 bytes of UTF-8 without control characters. Name the replica
+//     or job, not a secret: anyone who may read the namespace sees it.
+var WithTTL, WithMaxTTL, WithSafetyMargin, WithMaxHeld, WithLogger, WithRegisterer, WithNamespace, WithMetricLabel, WithIdentity = session.WithTTL, session.WithMaxTTL, session.WithSafetyMargin, session.WithMaxHeld, session.WithLogger, session.WithRegisterer, config.Namespace, config.MetricLabel, config.Identity
 
-// WithMaxTTL sets the cap on the TTL (at least MinTTL). Session-wide.
-func WithMaxTTL(maxTTL time.Duration) Option { return config.MaxTTL(maxTTL) }
-
-// WithSession makes the Semaphore use s instead of creating its own lease:
-// a baton *session.Session shared with any number of mutexes, elections,
-// semaphores and read/write locks, or an etcd *concurrency.Session. The
-// caller keeps ownership: Close does not close s.
-func WithSession[S *session.Session | *concurrency.Session](s S) Option {
-	switch s := any(s).(type) {
-	case *session.Session:
-		return config.Shared(s)
-	case *concurrency.Session:
-		return config.Borrowed(s)
-	}
-	panic("unreachable")
-}
-
-// WithNamespace sets the first segment of every key (default "baton").
-func WithNamespace(ns string) Option { return config.Namespace(ns) }
-
-// WithSafetyMargin sets how long before the earliest possible server-side
-// expiry a Permit's Context ends. Default TTL/5; at most TTL/2.
-// Session-wide.
-func WithSafetyMargin(d time.Duration) Option { return config.Margin(d) }
-
-// WithLogger sets the logger (default zap.NewNop()). Session-wide.
-func WithLogger(l *zap.Logger) Option { return config.Logger(l) }
-
-// WithRegisterer registers the metrics on reg (default: none).
-// Session-wide.
-func WithRegisterer(reg prometheus.Registerer) Option { return config.Registerer(reg) }
-
-// WithMaxHeld caps how many keys (permits held, Acquire calls waiting,
-// keys being deleted) one session may have at once. 0 means no cap.
-// Session-wide.
-func WithMaxHeld(n int) Option { return config.MaxHeld(n) }
-
-// WithMetricLabel sets the value of the name label of this Semaphore's
-// metrics (default "semaphore:" and its name, apart from a mutex of the
-// same name).
-func WithMetricLabel(label string) Option { return config.MetricLabel(label) }
-
-// WithIdentity sets the value stored with each of this Semaphore's keys and
-// shown by Holders, Waiters and the baton CLI (default "host:pid"): at
-// most 256 bytes of UTF-8 without control characters.
-func WithIdentity(id string) Option { return config.Identity(id) }
+// WithSession makes the Semaphore use s (a *session.Session or an etcd
+// *concurrency.Session) instead of creating its own lease, as
+// mutex.WithSession. The caller keeps ownership: Close does not close s.
+func WithSession[S *session.Session | *concurrency.Session](s S) Option { return config.Session(s) }

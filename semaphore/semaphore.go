@@ -6,16 +6,13 @@ import (
 	"fmt"
 	"strconv"
 	"sync/atomic"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/keys"
-	"github.com/batonhq/baton/internal/metrics"
 	"github.com/batonhq/baton/internal/retry"
 )
 
@@ -27,20 +24,12 @@ const MaxLimit = 10000
 // each acquisition. A Semaphore is safe for concurrent use, and one
 // Semaphore may hold several permits at once (one per call).
 type Semaphore struct {
-	cli      *clientv3.Client
-	name     string
+	o        *core.Owner[*Permit]
 	limit    int
-	label    string
-	prefix   string
 	limitKey string
-	cfg      config.Config
-	met      *metrics.Metrics
-	log      *zap.Logger
 	value    string
-	owner    *core.Owner[*Permit]
-	unsub    func()
-
-	checked atomic.Bool // the stored limit was found equal to ours
+	policy   core.Policy
+	checked  atomic.Bool // the stored limit was found equal to ours
 }
 
 // fifo lets a key hold while fewer than limit keys older than it remain:
@@ -61,52 +50,28 @@ func New(cli *clientv3.Client, name string, limit int, opts ...Option) (*Semapho
 }
 
 func newSemaphore(cli *clientv3.Client, name string, limit int, policy core.Policy, opts []Option) (*Semaphore, error) {
-	if err := keys.ValidateName("semaphore name", name); err != nil {
-		return nil, err
-	}
 	if limit < 1 || limit > MaxLimit {
+		if err := keys.ValidateName("semaphore name", name); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%w: semaphore limit is %d, must be 1 to %d", ErrInvalid, limit, MaxLimit)
 	}
-	cfg, err := config.Build(cli, opts)
+	p := config.Primitive{Kind: core.Semaphore, Keys: keys.Semaphore, LabelPrefix: "semaphore:", NotHeld: ErrNotHeld, Busy: ErrNoPermit}
+	o, cfg, value, err := config.Open[*Permit](cli, p, name, opts)
 	if err != nil {
 		return nil, err
 	}
-	value, err := cfg.HolderIdentity()
-	if err != nil {
-		return nil, err
-	}
-	met, err := cfg.Metrics()
-	if err != nil {
-		return nil, err
-	}
-	s := &Semaphore{
-		cli: cli, name: name, limit: limit, label: "semaphore:" + name,
-		prefix: keys.Prefix(cfg.Namespace, keys.Semaphore, name), limitKey: keys.LimitKey(cfg.Namespace, name),
-		cfg: cfg, met: met, value: value,
-		log: cfg.Session.Logger.With(zap.String("name", name), zap.String("namespace", cfg.Namespace), zap.Int("limit", limit)),
-	}
-	if cfg.MetricLabel != "" {
-		s.label = cfg.MetricLabel
-	}
-	sess, own := cfg.NewSession(cli)
-	if fn := met.RenewalFailed(cfg.Namespace, s.label); fn != nil {
-		s.unsub = sess.OnRenewalFailure(fn)
-	}
-	s.owner = core.NewOwner[*Permit](sess, core.OwnerConfig{
-		Prefix: s.prefix, NotHeld: ErrNotHeld, OwnSession: own,
-		Policy: policy, Tag: keys.TagPermit, Events: (*events)(s),
-	})
-	return s, nil
+	return &Semaphore{o: o, limit: limit, limitKey: keys.LimitKey(cfg.Namespace, name), value: value, policy: policy}, nil
 }
 
 // Name returns the semaphore's name.
-func (s *Semaphore) Name() string { return s.name }
+func (s *Semaphore) Name() string { return s.o.Name() }
 
 // Namespace returns the semaphore's namespace.
-func (s *Semaphore) Namespace() string { return s.cfg.Namespace }
+func (s *Semaphore) Namespace() string { return s.o.Namespace() }
 
 // Prefix returns the etcd prefix under which every contender's key lives.
-func (s *Semaphore) Prefix() string { return s.prefix }
+func (s *Semaphore) Prefix() string { return s.o.Prefix() }
 
 // LimitKey returns the etcd key where the limit is stored.
 func (s *Semaphore) LimitKey() string { return s.limitKey }
@@ -127,26 +92,11 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Permit, error) { return s.acq
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Permit, error) { return s.acquire(ctx, true) }
 
 func (s *Semaphore) acquire(ctx context.Context, try bool) (*Permit, error) {
-	start := time.Now()
-	var p *Permit
-	err := s.checkLimit(ctx)
-	if err == nil {
-		p, err = s.owner.Acquire(ctx, s.value, try, func(h *core.Hold) *Permit { return &Permit{s: s, h: h} })
+	req := core.Request{Value: s.value, Try: try, Tag: keys.TagPermit, Policy: s.policy, Check: s.checkLimit}
+	p, err := s.o.Acquire(ctx, req, func(h *core.Hold) *Permit { return &Permit{h} })
+	if errors.Is(err, ErrNoPermit) {
+		err = fmt.Errorf("%w (limit %d)", err, s.limit)
 	}
-	result := "acquired"
-	switch {
-	case err == nil:
-		if s.log.Core().Enabled(zap.DebugLevel) { // the fields cost even when dropped
-			s.log.Debug("permit acquired", p.h.LogFields()...)
-		}
-	case errors.Is(err, core.ErrBusy):
-		err, result = fmt.Errorf("%w: %q (limit %d)", ErrNoPermit, s.name, s.limit), "locked"
-	case ctx.Err() != nil || errors.Is(err, ErrClosed):
-		result = "canceled"
-	default:
-		result = "error"
-	}
-	s.met.ObserveAcquire(s.cfg.Namespace, s.label, result, time.Since(start))
 	return p, err
 }
 
@@ -160,20 +110,20 @@ func (s *Semaphore) checkLimit(ctx context.Context) error {
 	want := strconv.Itoa(s.limit)
 	var resp *clientv3.TxnResponse
 	err := retry.Do(ctx, func(actx context.Context) (err error) {
-		resp, err = s.cli.Txn(clientv3.WithRequireLeader(actx)).
+		resp, err = s.o.Client().Txn(clientv3.WithRequireLeader(actx)).
 			If(clientv3.Compare(clientv3.CreateRevision(s.limitKey), "=", 0)).
 			Then(clientv3.OpPut(s.limitKey, want)).
 			Else(clientv3.OpGet(s.limitKey)).Commit()
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("semaphore %q: store the limit: %w", s.name, err)
+		return fmt.Errorf("store the limit: %w", err)
 	}
 	if !resp.Succeeded {
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 1 && string(kvs[0].Value) != want {
 			return fmt.Errorf("%w: semaphore %q has limit %q stored at %s, this Semaphore was given %d",
-				ErrLimitMismatch, s.name, kvs[0].Value, s.limitKey, s.limit)
+				ErrLimitMismatch, s.Name(), kvs[0].Value, s.limitKey, s.limit)
 		}
 	}
 	s.checked.Store(true)
@@ -182,18 +132,12 @@ func (s *Semaphore) checkLimit(ctx context.Context) error {
 
 // Held returns the permits this Semaphore holds, oldest token first,
 // including one whose Context a loss has ended (its Release is still due).
-func (s *Semaphore) Held() []*Permit { return s.owner.Held() }
+func (s *Semaphore) Held() []*Permit { return s.o.Held() }
 
 // Close releases every permit the Semaphore holds (their Context ends with
 // ErrReleased), makes waiting and later Acquire calls return ErrClosed,
 // and revokes the lease the Semaphore created (a shared session is left
-// open). It deletes the Semaphore's metric series, waits for every
-// goroutine it started, and is idempotent. The stored limit stays.
-func (s *Semaphore) Close() error {
-	err := s.owner.Close()
-	if s.unsub != nil {
-		s.unsub()
-	}
-	s.met.Forget(s.cfg.Namespace, s.label)
-	return err
-}
+// open). It deletes the Semaphore's metric series unless another open
+// Semaphore records under the same label, waits for every goroutine it
+// started, and is idempotent. The stored limit stays.
+func (s *Semaphore) Close() error { return s.o.Close() }

@@ -2,6 +2,7 @@ package session
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,14 +14,28 @@ import (
 	"github.com/batonhq/baton/internal/core"
 )
 
-// Session is a shared lease with its validity watchdog, the deletion
-// watches of the keys held through it and their reservations. Its methods
-// are safe for concurrent use. Close ends it: holds end with ErrReleased,
-// the lease is revoked, and no goroutine of the session runs after.
-type Session = core.Session
+// Session is a lease shared by any number of primitives, with its validity
+// watchdog, the deletion watch of the keys held through it and their
+// reservations. Its methods are safe for concurrent use. A *Session is
+// itself an Option: given to a primitive's New it means WithSession(s).
+type Session struct {
+	s       *core.Session
+	wrapped bool
+	once    sync.Once
+	err     error
+}
+
+// Settings are a session's session-wide settings (a zero Margin means
+// the default, TTL/5).
+type Settings struct {
+	TTL, MaxTTL, Margin time.Duration
+	MaxHeld             int
+	Logger              *zap.Logger
+	Registerer          prometheus.Registerer
+}
 
 // Option configures a Session. The same options configure the session a
-// Mutex or Election makes for itself.
+// primitive makes for itself.
 type Option = config.Option
 
 // Bounds of WithTTL and WithMaxTTL.
@@ -38,14 +53,14 @@ func New(cli *clientv3.Client, opts ...Option) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return core.NewSession(cli, cfg.Session), nil
+	return &Session{s: core.NewSession(cli, cfg.Session)}, nil
 }
 
 // Wrap returns a session on the lease of cs, an etcd session the caller
-// owns: the Mutexes and Elections given it share one watchdog and one set
-// of key reservations (so that they exclude each other on the same name),
-// as with New. Close stops the watchdog and never revokes cs's lease; a
-// lost cs is not replaced. WithTTL is refused: the lease has its own.
+// owns. It is the same session every primitive given cs with WithSession
+// uses, so all of them exclude each other on a name and share one watchdog.
+// Close ends this use of it and never revokes cs's lease; a lost cs is not
+// replaced. WithTTL is refused: the lease has its own.
 func Wrap(cs *concurrency.Session, opts ...Option) (*Session, error) {
 	if cs == nil {
 		return nil, fmt.Errorf("%w: session.Wrap: session must not be nil", ErrInvalid)
@@ -54,18 +69,82 @@ func Wrap(cs *concurrency.Session, opts ...Option) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return core.Borrow(cs, cfg.Session), nil
+	s, _, err := cfg.NewSession(cs.Client())
+	if err != nil {
+		return nil, err
+	}
+	return &Session{s: s, wrapped: true}, nil
 }
 
-// WithTTL sets the lease's TTL: whole seconds, at least MinTTL, at most
-// the cap (DefaultMaxTTL unless WithMaxTTL). Default DefaultTTL.
+// Apply makes s the session of the primitive being configured: a *Session
+// is an Option.
+func (s *Session) Apply(c *config.Config) {
+	if s == nil {
+		config.Shared(nil).Apply(c)
+		return
+	}
+	config.Shared(s.s).Apply(c)
+}
+
+// Client is the etcd client the session uses.
+func (s *Session) Client() *clientv3.Client { return s.s.Client() }
+
+// Lease is the current lease, or clientv3.NoLease before the first
+// acquisition granted one.
+func (s *Session) Lease() clientv3.LeaseID { return s.s.LeaseID() }
+
+// Done is closed when the session is closed, or when a wrapped etcd
+// session ends.
+func (s *Session) Done() <-chan struct{} { return s.s.Done() }
+
+// Settings returns the session-wide settings.
+func (s *Session) Settings() Settings {
+	c := s.s.Settings()
+	return Settings{TTL: c.TTL, MaxTTL: c.MaxTTL, Margin: c.Margin, MaxHeld: c.MaxHeld, Logger: c.Logger, Registerer: c.Registerer}
+}
+
+// IsBorrowed reports whether the lease belongs to a caller's etcd session
+// (Wrap).
+func (s *Session) IsBorrowed() bool { return s.s.IsBorrowed() }
+
+// OnRenewalFailure registers fn to be called after every failed renewal of
+// the session's lease; the returned func unregisters it.
+//
+// Deprecated: the metric baton_session_renewal_failures_total counts them.
+func (s *Session) OnRenewalFailure(fn func()) (remove func()) { return s.s.OnRenewalFailure(fn) }
+
+// Close ends every hold on the session with ErrReleased, revokes the lease
+// the session granted (a wrapped etcd session's is left to its owner), and
+// waits for the session's goroutines; keys etcd could not delete on a
+// wrapped lease are deleted in the background until that lease ends. Close
+// returns within a few seconds even when etcd is unreachable, and is
+// idempotent.
+func (s *Session) Close() error {
+	s.once.Do(func() {
+		if s.wrapped {
+			s.err = s.s.Detach()
+		} else {
+			s.err = s.s.Close()
+		}
+	})
+	return s.err
+}
+
+// WithTTL sets the lease's TTL: whole seconds, at least MinTTL, at most the
+// cap (DefaultMaxTTL unless WithMaxTTL). Default DefaultTTL. The lease is
+// renewed every TTL/3, so the TTL does not limit how long one holds; it
+// bounds how long a crashed holder keeps others waiting.
 func WithTTL(ttl time.Duration) Option { return config.TTL(ttl) }
 
-// WithMaxTTL sets the cap on the TTL (at least MinTTL).
+// WithMaxTTL sets the cap on the TTL (at least MinTTL), a defence against
+// clients that would hold through long outages; it also bounds the lease of
+// an etcd session given to WithSession.
 func WithMaxTTL(maxTTL time.Duration) Option { return config.MaxTTL(maxTTL) }
 
 // WithSafetyMargin sets how long before the earliest possible server-side
-// expiry a hold's Context ends. Default TTL/5; at most TTL/2.
+// expiry a hold's Context ends: its validity deadline is the send time of
+// the last acknowledged renewal + TTL − margin. Default TTL/5; at most
+// TTL/2. Raise it if client clocks may run slow.
 func WithSafetyMargin(d time.Duration) Option { return config.Margin(d) }
 
 // WithMaxHeld caps the keys (held, waiting, or being deleted) through the
@@ -73,9 +152,11 @@ func WithSafetyMargin(d time.Duration) Option { return config.Margin(d) }
 // default, means no cap.
 func WithMaxHeld(n int) Option { return config.MaxHeld(n) }
 
-// WithLogger sets the logger (default zap.NewNop()).
+// WithLogger sets the logger (default zap.NewNop()). Losses are logged at
+// Warn, failed renewals at Info, acquisitions and releases at Debug, with
+// the fields name, namespace, key, token and lease (hex).
 func WithLogger(l *zap.Logger) Option { return config.Logger(l) }
 
-// WithRegisterer sets where the metrics of the mutexes and elections on
-// the session are registered (default: nowhere).
+// WithRegisterer sets where metrics are registered (default: nowhere). Many
+// primitives may share one Registerer, and one metric label.
 func WithRegisterer(reg prometheus.Registerer) Option { return config.Registerer(reg) }

@@ -125,6 +125,7 @@ func heldClient(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.SetOutput(stderr)
 	endpoint := fs.String("endpoint", "", "etcd client URL")
 	implName := fs.String("impl", "baton", "baton or raw")
+	via := fs.String("via", "wrap", "how baton's session is made: wrap, new or etcd")
 	locks := fs.Int("locks", 10000, "locks to hold")
 	ttl := fs.Duration("ttl", 3*time.Second, "the session's lease TTL")
 	window := fs.Duration("window", 6*time.Second, "how long renewals are counted")
@@ -136,7 +137,7 @@ func heldClient(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "held-client: %v\n", err)
 		return 2
 	}
-	r, err := bench.HoldMany(ctx, *endpoint, impl, *locks, *ttl, *window)
+	r, err := bench.HoldMany(ctx, *endpoint, impl, *via, *locks, *ttl, *window)
 	if err != nil {
 		fmt.Fprintf(stderr, "held-client: %v\n", err)
 		return 1

@@ -8,12 +8,19 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/batonhq/baton/mutex"
+	bsession "github.com/batonhq/baton/session"
 )
 
 // HeldResult is what one process holding many locks on one session costs
 // it, and what it sends etcd while it holds them.
 type HeldResult struct {
-	Impl  string `json:"impl"`
+	Impl string `json:"impl"`
+	// Via is how baton's session was made: "wrap" (session.Wrap of the
+	// etcd session), "new" (session.New) or "etcd" (the etcd session given
+	// to mutex.WithSession).
+	Via   string `json:"via,omitempty"`
 	Locks int    `json:"locks"`
 	// TTLSeconds is the session's lease TTL.
 	TTLSeconds int `json:"ttl_seconds"`
@@ -39,7 +46,7 @@ const heldWorkers = 32
 // counts the requests sent during window. Run it in a process of its own
 // (see the baton-bench program) so that the heap it measures is the
 // client's alone, not the embedded server's too.
-func HoldMany(ctx context.Context, endpoint string, impl Impl, n int, ttl, window time.Duration) (HeldResult, error) {
+func HoldMany(ctx context.Context, endpoint string, impl Impl, via string, n int, ttl, window time.Duration) (HeldResult, error) {
 	counter := NewCounter()
 	cli, err := newClient(endpoint, counter)
 	if err != nil {
@@ -51,7 +58,23 @@ func HoldMany(ctx context.Context, endpoint string, impl Impl, n int, ttl, windo
 		return HeldResult{}, err
 	}
 	defer sess.Close() // revokes the lease: every key goes at once
-	run := fmt.Sprintf("%s-%x", impl.Name(), int64(sess.Lease()))
+	run := fmt.Sprintf("%s-%s-%x", impl.Name(), via, int64(sess.Lease()))
+	newMutex := func(name string) (Mutex, error) { return impl.NewMutex(cli, sess, name, 0) }
+	if _, ok := impl.(Baton); ok && via != "wrap" {
+		opt := mutex.WithSession(sess)
+		if via == "new" {
+			bs, err := bsession.New(cli, bsession.WithTTL(ttl))
+			if err != nil {
+				return HeldResult{}, err
+			}
+			defer bs.Close()
+			opt = mutex.WithSession(bs)
+		}
+		newMutex = func(name string) (Mutex, error) {
+			m, err := mutex.New(cli, name, mutex.WithNamespace(namespace), opt)
+			return batonMutex{m}, err
+		}
+	}
 
 	mus := make([]Mutex, n)
 	helds := make([]Held, n)
@@ -66,7 +89,7 @@ func HoldMany(ctx context.Context, endpoint string, impl Impl, n int, ttl, windo
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				m, err := impl.NewMutex(cli, sess, fmt.Sprintf("held-%s-%d", run, i), 0)
+				m, err := newMutex(fmt.Sprintf("held-%s-%d", run, i))
 				if err != nil {
 					errs <- err
 					return
@@ -111,7 +134,7 @@ feed:
 	runtime.KeepAlive(mus)
 	runtime.KeepAlive(helds)
 	return HeldResult{
-		Impl: impl.Name(), Locks: n, TTLSeconds: int(ttl / time.Second),
+		Impl: impl.Name(), Via: via, Locks: n, TTLSeconds: int(ttl / time.Second),
 		HeapPerLock:       float64(int64(after)-int64(before)) / float64(n),
 		GoroutinesPerLock: float64(gAfter-gBefore) / float64(n),
 		RenewalsPerSecond: float64(counts[methodKeepAlive]) / window.Seconds(),
@@ -132,6 +155,14 @@ func liveHeap() (uint64, int) {
 }
 
 func heldValues(r HeldResult) []Value {
+	if r.Via != "" && r.Via != "wrap" {
+		sfx := map[string]string{"new": " (session.New)", "etcd": " (WithSession(etcd session))"}[r.Via]
+		return []Value{
+			{Metric: "heap bytes/lock" + sfx, V: r.HeapPerLock},
+			{Metric: "goroutines/lock" + sfx, V: r.GoroutinesPerLock},
+			{Metric: "lock all s" + sfx, V: r.LockSeconds},
+		}
+	}
 	return []Value{
 		{Metric: "heap bytes/lock", V: r.HeapPerLock},
 		{Metric: "goroutines/lock", V: r.GoroutinesPerLock},

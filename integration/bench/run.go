@@ -240,18 +240,35 @@ func Run(ctx context.Context, srv *embedetcd.Server, cfg Config, progress io.Wri
 	return rep, nil
 }
 
-// held runs the held-locks workload, in a child process when configured.
+// held runs the held-locks workload, in a child process when configured;
+// baton's once per way its session is made.
 func held(ctx context.Context, env *env, impl Impl, _ string) ([]Value, error) {
+	vias := []string{"wrap"}
+	if impl.Name() == "baton" {
+		vias = append(vias, "new", "etcd")
+	}
+	var out []Value
+	for _, via := range vias {
+		vs, err := heldVia(ctx, env, impl, via)
+		if err != nil {
+			return nil, fmt.Errorf("via %s: %w", via, err)
+		}
+		out = append(out, vs...)
+	}
+	return out, nil
+}
+
+func heldVia(ctx context.Context, env *env, impl Impl, via string) ([]Value, error) {
 	c := env.cfg
 	if len(c.HeldCommand) == 0 {
-		r, err := HoldMany(ctx, env.endpoint, impl, c.Held, c.HeldTTL, c.HeldWindow)
+		r, err := HoldMany(ctx, env.endpoint, impl, via, c.Held, c.HeldTTL, c.HeldWindow)
 		if err != nil {
 			return nil, err
 		}
 		return heldValues(r), nil
 	}
 	args := append(slices.Clone(c.HeldCommand[1:]), "held-client",
-		"-endpoint", env.endpoint, "-impl", impl.Name(), "-locks", fmt.Sprint(c.Held),
+		"-endpoint", env.endpoint, "-impl", impl.Name(), "-via", via, "-locks", fmt.Sprint(c.Held),
 		"-ttl", c.HeldTTL.String(), "-window", c.HeldWindow.String())
 	cmd := exec.CommandContext(ctx, c.HeldCommand[0], args...)
 	var stdout, stderr bytes.Buffer

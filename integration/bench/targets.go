@@ -22,23 +22,22 @@ func judge(rep *Report, m *Measure) {
 		target, ok = "baton ≥ 0.9 × raw", b.Median >= 0.9*r.Median
 	case "distinct-64/cycles/s":
 		target, ok = "baton ≥ 0.95 × raw", b.Median >= 0.95*r.Median
-	case "lock-unlock-shared/cycle p50 ms":
-		target, ok = "baton ≤ 1.05 × raw", b.Median <= 1.05*r.Median
+	case "lock-unlock-shared/cycle p50 ms", "lock-unlock-per-lock/cycle p50 ms":
+		target, ok = "baton ≤ 1.10 × raw", b.Median <= 1.10*r.Median
 	case "contend/handoff p99 ms", "graceful/failover p99 ms":
 		tail()
 	case "graceful/observe p50 ms", "graceful/observe p99 ms":
-		limit, floorMetric := 1.5, "observe floor p50 ms"
-		if strings.HasSuffix(m.Metric, "p99 ms") {
-			limit, floorMetric = 5, "observe floor p99 ms"
-		}
-		target, ok = fmt.Sprintf("baton ≤ %g ms", limit), b.Median <= limit
+		floorMetric := strings.Replace(m.Metric, "observe", "observe floor", 1)
+		target = "baton ≤ 1.10 × the bare-watch floor"
 		if f := find(rep, m.Workload, floorMetric); f != nil {
-			target += fmt.Sprintf("; floor (a bare watch hears the delete) %.3g ms", f.Baton.Median)
+			ok = b.Median <= 1.10*f.Baton.Median
+			target += fmt.Sprintf(" (%.3g ms): baton at %.2f × the floor", f.Baton.Median, b.Median/f.Baton.Median)
 		}
 	case "contend/acquisitions/s":
-		target, ok = "baton ≥ 10 × raw", b.Median >= 10*r.Median
+		target = "baton ≥ 90 % of the floor"
 		if f := find(rep, m.Workload, "floor turns/s"); f != nil {
-			target += fmt.Sprintf("; floor %.0f/s, baton at %.0f %% of it", f.Baton.Median, 100*b.Median/f.Baton.Median)
+			ok = b.Median >= 0.9*f.Baton.Median
+			target += fmt.Sprintf(" (%.0f/s): baton at %.0f %% of it", f.Baton.Median, 100*b.Median/f.Baton.Median)
 		}
 	case "contend/share spread %":
 		target, ok = "baton ≤ 10 % in every run", b.Max <= 10
@@ -47,8 +46,10 @@ func judge(rep *Report, m *Measure) {
 		target, ok = fmt.Sprintf("baton ≤ TTL + 1 s = %v in every run", limit), b.Max <= ms(limit)
 	case "crash/trials zombie late":
 		target, ok = "baton 0 in every run", b.Max == 0
-	case "held/heap bytes/lock":
+	case "held/heap bytes/lock", "held/heap bytes/lock (session.New)", "held/heap bytes/lock (WithSession(etcd session))":
 		target, ok = "baton ≤ 1 KiB in every run", b.Max <= 1024
+	case "held/goroutines/lock", "held/goroutines/lock (session.New)", "held/goroutines/lock (WithSession(etcd session))":
+		target, ok = "baton < 0.01 in every run (no goroutine per lock)", b.Max < 0.01
 	case "held/renewals/s":
 		// One renewal per TTL/3 from the session's own keepalive and one
 		// from baton's shared watchdog, whatever the number of locks.

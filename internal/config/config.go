@@ -6,6 +6,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -112,7 +113,7 @@ func Namespace(ns string) Option {
 	return plainOpt("WithNamespace", func(c *Config) { c.Namespace = ns })
 }
 
-// Shared makes a mutex or election use a baton session.
+// Shared makes a primitive use a baton session.
 func Shared(s *core.Session) Option {
 	return plainOpt("WithSession", func(c *Config) {
 		if s == nil {
@@ -122,8 +123,8 @@ func Shared(s *core.Session) Option {
 	})
 }
 
-// Borrowed makes a mutex or election watch a caller's etcd session.
-// It is also how session.Wrap builds a shared session on cs.
+// Borrowed makes a primitive use the one Session of a caller's etcd
+// session; session.Wrap builds its Session the same way.
 func Borrowed(cs *concurrency.Session) Option {
 	return opt{name: "WithSession", sessionWide: true, fn: func(c *Config) string {
 		if cs == nil {
@@ -228,8 +229,15 @@ func (c *Config) adoptShared(cli *clientv3.Client) error {
 	if c.Shared.Client() != cli {
 		return fmt.Errorf("%w: WithSession: the session uses another etcd client", errs.ErrInvalid)
 	}
+	err := c.agree(c.Shared.Settings())
+	c.Session = c.Shared.Settings()
+	return err
+}
+
+// agree checks the session-wide options given explicitly (but those in
+// except) against the session's settings.
+func (c *Config) agree(theirs core.Config, except ...string) error {
 	mine := c.Session
-	theirs := c.Shared.Settings()
 	values := map[string][2]string{
 		"WithTTL":          {mine.TTL.String(), theirs.TTL.String()},
 		"WithMaxTTL":       {mine.MaxTTL.String(), theirs.MaxTTL.String()},
@@ -242,7 +250,7 @@ func (c *Config) adoptShared(cli *clientv3.Client) error {
 	}
 	var out []error
 	for _, name := range []string{"WithTTL", "WithMaxTTL", "WithSafetyMargin", "WithMaxHeld", "WithLogger", "WithRegisterer", "WithClock", "WithHooks"} {
-		if _, given := c.set[name]; !given {
+		if _, given := c.set[name]; !given || slices.Contains(except, name) {
 			continue
 		}
 		if v := values[name]; v[0] != v[1] {
@@ -250,21 +258,29 @@ func (c *Config) adoptShared(cli *clientv3.Client) error {
 				errs.ErrInvalid, name, v[0], v[1]))
 		}
 	}
-	c.Session = theirs
 	return errors.Join(out...)
 }
 
-// NewSession returns the session a mutex or election uses: the shared one,
-// one watching the borrowed etcd session, or its own; own reports whether
-// the caller must close it.
-func (c Config) NewSession(cli *clientv3.Client) (s *core.Session, own bool) {
+// NewSession returns the session a primitive uses: the shared one, the one
+// Session of the borrowed etcd session (whose session-wide settings, when
+// given here too, must agree with the first user's), or its own. own says
+// whether the primitive must close (or detach) it.
+func (c Config) NewSession(cli *clientv3.Client) (s *core.Session, own bool, err error) {
 	switch {
 	case c.Shared != nil:
-		return c.Shared, false
+		return c.Shared, false, nil
 	case c.Borrowed != nil:
-		return core.Borrow(c.Borrowed, c.Session), true
+		s, created := core.Attach(c.Borrowed, c.Session)
+		if created {
+			return s, true, nil
+		}
+		if err := c.agree(s.Settings(), "WithLogger", "WithRegisterer"); err != nil {
+			_ = s.Detach()
+			return nil, false, err
+		}
+		return s, true, nil
 	}
-	return core.NewSession(cli, c.Session), true
+	return core.NewSession(cli, c.Session), true, nil
 }
 
 // Metrics builds and registers the metrics on the configured Registerer.
@@ -274,4 +290,55 @@ func (c Config) Metrics() (*metrics.Metrics, error) {
 		return nil, fmt.Errorf("%w: WithRegisterer: %w", errs.ErrInvalid, err)
 	}
 	return m, nil
+}
+
+// Primitive describes one kind of primitive to Open.
+type Primitive struct {
+	Kind        core.Kind
+	Keys        keys.Kind
+	LabelPrefix string // the default metric label is LabelPrefix + name
+	// NotHeld wraps a handle's loss; Busy a try that found another owner.
+	NotHeld, Busy error
+}
+
+// Open validates name and opts and returns the Owner of a new primitive,
+// with its configuration and the value its keys carry (WithIdentity's).
+func Open[T any](cli *clientv3.Client, p Primitive, name string, opts []Option) (*core.Owner[T], Config, string, error) {
+	if err := keys.ValidateName(core.KindNames[p.Kind]+" name", name); err != nil {
+		return nil, Config{}, "", err
+	}
+	cfg, err := Build(cli, opts)
+	if err != nil {
+		return nil, cfg, "", err
+	}
+	value, err := cfg.HolderIdentity()
+	if err != nil {
+		return nil, cfg, "", err
+	}
+	met, err := cfg.Metrics()
+	if err != nil {
+		return nil, cfg, "", err
+	}
+	sess, own, err := cfg.NewSession(cli)
+	if err != nil {
+		return nil, cfg, "", err
+	}
+	label := p.LabelPrefix + name
+	if cfg.MetricLabel != "" {
+		label = cfg.MetricLabel
+	}
+	rec := metrics.Recorder{Metrics: met, Logger: cfg.Session.Logger, Leader: p.Kind == core.Election,
+		Noun: [...]string{"lock", "term", "permit", "lock"}[p.Kind], Name: name, Namespace: cfg.Namespace, Label: label}
+	o := core.NewOwner[T](sess, core.OwnerConfig{Recorder: rec, Kind: p.Kind, Prefix: keys.Prefix(cfg.Namespace, p.Keys, name),
+		NotHeld: p.NotHeld, Busy: p.Busy, Own: own})
+	return o, cfg, value, nil
+}
+
+// Session is WithSession of every primitive: s is a *session.Session (an
+// Option itself) or an etcd *concurrency.Session.
+func Session(s any) Option {
+	if cs, ok := s.(*concurrency.Session); ok {
+		return Borrowed(cs)
+	}
+	return s.(Option)
 }

@@ -10,65 +10,78 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/internal/errs"
 	"github.com/batonhq/baton/internal/retry"
+	"github.com/batonhq/baton/internal/watch"
 )
 
 // owner is what a Hold needs of its Owner, whatever its handle type.
 type owner interface {
 	config() *OwnerConfig
 	goBG(fn func()) bool
-	deleteKey(l *Lease, key string, rev int64, release *reservation)
+	started(h *Hold)
+	ended(h *Hold, cause error, held time.Duration)
+	deleteKey(l *Lease, key string, rev int64, r *reservation)
+	release(ctx context.Context, h *Hold) error
 }
 
-func (o *Owner[T]) config() *OwnerConfig { return &o.cfg }
-
-// Hold is ownership of one key: a context that ends when ownership may be
-// gone, guarded transactions, and release.
+// Hold is ownership of one key, the handle every primitive embeds (a
+// mutex's Lock, an election's Term, a semaphore's Permit): a context that
+// ends when ownership may be gone, the fencing token, guarded transactions.
+// Its exported methods are the handles' shared API.
 type Hold struct {
 	o        owner
-	lease    *Lease
+	l        *Lease
 	key      string
 	rev      int64
+	at       int64 // the revision the key was confirmed present at
 	acquired time.Time
 
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
-	release *reservation   // the key's reservation
-	watcher *keyWatcher    // tells of the key's deletion; set on registration
-	at      int64          // the revision the key was confirmed present at
+	res     *reservation
+	watcher *watch.Watcher[*Hold]
 	armed   sync.WaitGroup // done once arm ran
 	ended   sync.WaitGroup // done once the end hooks ran
-	cause   error          // the end's cause, reason told apart; set before ended closes
+	cause   error          // the end's cause, reason told apart; set before ended is done
 	endOnce sync.Once
 
-	// Guarded by mu; next to endOnce, whose padding they fill (a Hold
-	// costs every lock held).
-	finished bool // Release reached etcd
-	deleting bool // a Release left the key's deletion to the background
-	mu       sync.Mutex
-	result   error // what Release returned then
+	mu       sync.Mutex // guards what follows
+	finished bool       // Release reached etcd
+	deleting bool       // a Release left the key's deletion to the background
+	result   error      // what Release returned then
 }
 
-func newHold(o owner, l *Lease, key string, rev int64, release *reservation) *Hold {
-	// Not a child of the lease's context: 10,000 holds would cost its
-	// children map an entry each. The lease ends its holds itself
-	// (addHold, cancelHolds, endHolds), carrying its cause.
-	ctx, cancel := context.WithCancelCause(context.WithoutCancel(l.ctx))
-	h := &Hold{
-		o: o, lease: l, key: key, rev: rev, acquired: time.Now(), ctx: ctx, cancel: cancel,
-		release: release,
-	}
+func newHold(o owner, l *Lease, key string, rev, at int64, res *reservation, w *watch.Watcher[*Hold]) *Hold {
+	// Not a child of the lease's context (10,000 holds would each cost it a
+	// map entry): the lease ends its holds itself, with its cause.
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(l.Context()))
+	h := &Hold{o: o, l: l, key: key, rev: rev, at: at, acquired: time.Now(), ctx: ctx, cancel: cancel, res: res, watcher: w}
 	h.armed.Add(1)
 	h.ended.Add(1)
 	return h
 }
 
-// arm runs Started, then lets the end hooks run; a hold that ended before
-// it was armed ends now, in that order.
+// arm runs the start hook, joins the lease's holds and lets the end hooks
+// run; a hold whose lease ended already ends before the caller sees it.
 func (h *Hold) arm() {
-	h.o.config().Events.Started(h)
-	h.lease.addHold(h) // the lease's end ends it
+	h.o.started(h)
+	l := h.l
+	l.holdsMu.Lock()
+	if l.holds == nil {
+		l.holds = make(map[*Hold]struct{})
+		context.AfterFunc(l.Context(), l.endHolds)
+	}
+	l.holds[h] = struct{}{}
+	if l.Context().Err() != nil {
+		h.cancel(context.Cause(l.Context()))
+		if cause := context.Cause(h.ctx); !errors.Is(cause, errs.ErrKeyGone) {
+			go h.end(cause)
+		}
+	}
+	l.holdsMu.Unlock()
+	h.res.setHold(h)
 	h.armed.Done()
 }
 
@@ -77,18 +90,19 @@ func (h *Hold) end(cause error) {
 	h.endOnce.Do(func() {
 		h.armed.Wait()
 		h.cause = cause
-		h.lease.removeHold(h)
-		h.o.config().Events.Ended(h, cause, time.Since(h.acquired))
-		h.stopWatch() // the end is known: no more deletion news needed
+		h.l.holdsMu.Lock()
+		delete(h.l.holds, h)
+		h.l.holdsMu.Unlock()
+		h.o.ended(h, cause, time.Since(h.acquired))
+		h.watcher.Unregister(h)
 		h.afterLoss(cause)
 		h.ended.Done()
 	})
 }
 
-// gone ends the hold at once when its key was deleted (by a delete or its
-// lease's revocation), then tells which in the background for the end
-// hooks and Release's error.
-func (h *Hold) gone(int64) {
+// gone ends the hold at once when its key was deleted, then asks etcd in
+// the background whether the lease went too.
+func (h *Hold) gone() {
 	if h.ctx.Err() != nil {
 		return
 	}
@@ -98,9 +112,9 @@ func (h *Hold) gone(int64) {
 	}
 	refine := func() {
 		reason := errs.ErrKeyDeleted
-		if h.lease.gone(context.Background()) {
+		if h.l.Gone(context.Background()) {
 			reason = errs.ErrLeaseExpired
-			h.lease.lose(errs.ErrLeaseExpired)
+			h.l.Lose(errs.ErrLeaseExpired)
 		}
 		h.end(errs.Lost(reason))
 	}
@@ -109,49 +123,87 @@ func (h *Hold) gone(int64) {
 	}
 }
 
-// afterLoss frees the key's reservation once the key is known gone. After
-// a loss declared on this side the lease may still live, and with it the
-// key: a granted lease is revoked by its watchdog; a borrowed one is not,
-// so the key is deleted in the background and stays reserved until then.
+// replaced ends the hold whose key another campaign on its lease took over,
+// with the key's reservation.
+func (h *Hold) replaced() {
+	h.mu.Lock()
+	h.finished, h.result = true, fmt.Errorf("%w: %w", h.o.config().NotHeld, errs.Lost(errs.ErrReplaced))
+	h.mu.Unlock()
+	h.cancel(errs.Lost(errs.ErrReplaced))
+	h.end(context.Cause(h.ctx))
+}
+
+// afterLoss frees the key's reservation once the key is gone: a caller's
+// lease may keep it after a loss seen here, so it is deleted first.
 func (h *Hold) afterLoss(cause error) {
 	switch {
-	case errors.Is(cause, errs.ErrReleased):
-		// Release and abandon take care of it.
-	case errors.Is(cause, errs.ErrKeyDeleted), errors.Is(cause, errs.ErrLeaseExpired):
-		h.release.free()
-	case !h.lease.s.IsBorrowed():
-		h.release.free()
+	case errors.Is(cause, errs.ErrReleased), errors.Is(cause, errs.ErrReplaced):
+		// Release, abandon or the new holder take care of it.
+	case errors.Is(cause, errs.ErrKeyDeleted), errors.Is(cause, errs.ErrLeaseExpired), !h.l.s.IsBorrowed():
+		h.res.free(h)
 	default:
-		h.o.deleteKey(h.lease, h.key, h.rev, h.release)
+		h.o.deleteKey(h.l, h.key, h.rev, h.res)
 	}
 }
 
-// Context ends when ownership may be gone or is released.
-func (h *Hold) Context() context.Context { return h.ctx }
+// Token is the fencing token: the CreateRevision of the key, strictly
+// greater than every earlier holder's of the same lock or election.
+func (h *Hold) Token() fencing.Token { return fencing.Token(h.rev) }
 
-// Key is the owned key.
+// Key is the holder's etcd key.
 func (h *Hold) Key() string { return h.key }
 
-// Rev is the key's CreateRevision: the fencing token.
-func (h *Hold) Rev() int64 { return h.rev }
+// Lease is the ID of the lease the key is attached to.
+func (h *Hold) Lease() clientv3.LeaseID { return h.l.ID() }
 
-// Lease is the lease the key lives on.
-func (h *Hold) Lease() *Lease { return h.lease }
+// TTL is the TTL the server granted the lease.
+func (h *Hold) TTL() time.Duration { return h.l.TTL() }
 
-// Acquired is when ownership began, on this process's clock.
+// Acquired is when this process acquired the key.
 func (h *Hold) Acquired() time.Time { return h.acquired }
 
+// Deadline is the current validity deadline: the Context ends by then
+// unless a renewal is acknowledged first.
+func (h *Hold) Deadline() time.Time { return h.l.Deadline() }
+
+// Context is cancelled when ownership may be gone, before the server can
+// expire the lease, and on release or Close; context.Cause says why: an
+// error wrapping ErrLost and a reason, or ErrReleased.
+func (h *Hold) Context() context.Context { return h.ctx }
+
+// Done is Context().Done().
+func (h *Hold) Done() <-chan struct{} { return h.ctx.Done() }
+
 // IsOwner is the comparison that holds while the key exists with its
-// original CreateRevision.
+// original CreateRevision, for building transactions by hand.
 func (h *Hold) IsOwner() clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)
 }
 
-// lostErr is non-nil when the hold ended by a loss; it waits for the
-// reason to be told apart.
+// Txn returns a transaction that commits only while the key is held: the
+// caller's If, Then and Else are nested under IsOwner. If ownership is
+// gone, Commit returns an error wrapping the package's ErrNotHeld (or
+// ErrNotLeader), applies nothing, and ends the Context. Commit is not
+// retried: the caller's operations may not be safe to apply twice.
+func (h *Hold) Txn(ctx context.Context) clientv3.Txn { return &guardedTxn{h: h, ctx: ctx} }
+
+// Release releases h: see Owner.release.
+func Release(ctx context.Context, h *Hold) error { return h.o.release(ctx, h) }
+
+// Put writes value to h's key under its lease, guarded by ownership
+// (Proclaim), retried through connection resets while ctx lives.
+func Put(ctx context.Context, h *Hold, value string) error {
+	return retry.Do(ctx, func(actx context.Context) error {
+		_, err := h.Txn(clientv3.WithRequireLeader(actx)).Then(clientv3.OpPut(h.key, value, clientv3.WithLease(h.l.ID()))).Commit()
+		return err
+	})
+}
+
+// lostErr is non-nil when the hold ended by a loss, once the reason is told
+// apart.
 func (h *Hold) lostErr() error {
-	if h.ctx.Err() == nil && h.lease.ctx.Err() != nil {
-		h.cancel(context.Cause(h.lease.ctx)) // before endHolds got to it
+	if h.ctx.Err() == nil && h.l.Context().Err() != nil {
+		h.cancel(context.Cause(h.l.Context())) // before endHolds got to it
 	}
 	if h.ctx.Err() == nil {
 		return nil
@@ -167,8 +219,7 @@ func (h *Hold) lostErr() error {
 	return fmt.Errorf("%w: %w", h.o.config().NotHeld, cause)
 }
 
-// endReleased ends the hold with errs.ErrReleased, running the end hooks
-// inline unless a loss got there first.
+// endReleased ends the hold with errs.ErrReleased, unless a deletion did.
 func (h *Hold) endReleased() {
 	h.cancel(errs.ErrReleased)
 	if cause := context.Cause(h.ctx); !errors.Is(cause, errs.ErrKeyGone) {
@@ -176,13 +227,10 @@ func (h *Hold) endReleased() {
 	}
 }
 
-// Release ends the hold with errs.ErrReleased, then deletes the key in a
-// transaction guarded by its CreateRevision, so a stale handle never
-// deletes a newer owner's key. If ctx has already ended a fresh one
-// bounded by releaseTimeout is used. It returns nil after a release, or an
-// error wrapping NotHeld and the cause when ownership was lost first. Once
-// it reached etcd, calling it again returns the same result.
-func (h *Hold) Release(ctx context.Context) error {
+// deleteGuarded ends the hold and deletes its key guarded by its
+// CreateRevision (so retrying is safe); nil, or NotHeld and the loss's
+// cause. Once it reached etcd it returns the same result again.
+func (h *Hold) deleteGuarded(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.finished {
@@ -190,89 +238,58 @@ func (h *Hold) Release(ctx context.Context) error {
 	}
 	lostErr := h.lostErr()
 	h.endReleased()
-	h.stopWatch()
-
-	if ctx.Err() != nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		defer cancel()
-	} else if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, releaseTimeout)
-		defer cancel()
-	}
-	// The end hooks have run (endReleased), so h.cause is set.
 	if lostErr != nil && (errors.Is(h.cause, errs.ErrKeyDeleted) || errors.Is(h.cause, errs.ErrLeaseExpired)) {
-		h.finish(lostErr) // the key is gone: nothing to delete
-		return lostErr
+		return h.finish(lostErr) // the key is gone: nothing to delete
 	}
-	// Guarded by the CreateRevision, the delete is safe to send twice.
 	var resp *clientv3.TxnResponse
 	unknown := false // an attempt may have applied without our hearing
 	err := retry.Do(ctx, func(ctx context.Context) (err error) {
-		resp, err = h.lease.s.cli.Txn(clientv3.WithRequireLeader(ctx)).If(h.IsOwner()).Then(clientv3.OpDelete(h.key)).Commit()
-		if err != nil {
-			unknown = true
-		}
+		resp, err = h.l.s.cli.Txn(clientv3.WithRequireLeader(ctx)).If(h.IsOwner()).Then(clientv3.OpDelete(h.key)).Commit()
+		unknown = unknown || err != nil
 		return err
 	})
-	if err != nil {
-		if lostErr != nil && h.lease.ctx.Err() != nil && !h.lease.s.IsBorrowed() {
-			h.finish(lostErr) // the lost lease is revoked with its keys
-			return lostErr
-		}
-		if retry.Permanent(err) {
-			h.finish(fmt.Errorf("release %s: %w", h.key, err))
-			return h.result
-		}
-		// The key must not outlive the handle: delete it once etcd answers,
-		// then free the name, whether or not Release is called again.
-		h.deleting = true
-		h.o.deleteKey(h.lease, h.key, h.rev, h.release)
-		return fmt.Errorf("release %s (deletion continues in the background): %w", h.key, err)
-	}
 	switch {
+	case err != nil && lostErr != nil && h.l.Context().Err() != nil && !h.l.s.IsBorrowed():
+		return h.finish(lostErr) // the lost lease is revoked with its keys
+	case err != nil && retry.Permanent(err):
+		return h.finish(fmt.Errorf("release %s: %w", h.key, err))
+	case err != nil:
+		// The key must not outlive the handle: delete it once etcd answers.
+		h.deleting = true
+		h.o.deleteKey(h.l, h.key, h.rev, h.res)
+		return fmt.Errorf("release %s (deletion continues in the background): %w", h.key, err)
 	case lostErr != nil:
-		h.finish(lostErr)
-	case !resp.Succeeded && (unknown || h.deleting):
-		// Most likely our own earlier attempt (or the background deletion
-		// an earlier Release left) deleted it; the hold had seen no
-		// deletion.
-		h.finish(nil)
-	case !resp.Succeeded:
-		h.finish(fmt.Errorf("%w: key %s was gone before release", h.o.config().NotHeld, h.key))
-	default:
-		h.finish(nil)
+		return h.finish(lostErr)
+	case !resp.Succeeded && !unknown && !h.deleting:
+		return h.finish(fmt.Errorf("%w: key %s was gone before release", h.o.config().NotHeld, h.key))
 	}
-	return h.result
+	return h.finish(nil)
 }
 
-func (h *Hold) finish(result error) {
+func (h *Hold) finish(result error) error {
 	h.finished, h.result = true, result
-	h.release.free()
-	h.stopWatch()
+	h.res.free(nil)
 	h.ended.Wait() // metrics and logs of the end are out when Release returns
+	return result
 }
 
-// abandon ends the hold with errs.ErrReleased without deleting the key,
-// for an owner about to revoke the whole lease.
+// abandon ends the hold without deleting the key: the lease's revoke will.
 func (h *Hold) abandon() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.finished {
-		return
+	if !h.finished {
+		result := h.lostErr()
+		h.endReleased()
+		h.finish(result)
 	}
-	result := h.lostErr()
-	h.endReleased()
-	h.finish(result)
 }
 
-// Txn returns a transaction that applies only while the hold owns its key.
-func (h *Hold) Txn(ctx context.Context) clientv3.Txn { return &guardedTxn{h: h, ctx: ctx} }
+func (h *Hold) logFields() []zap.Field {
+	return []zap.Field{zap.String("key", h.key), zap.Int64("token", h.rev), h.l.Hex()}
+}
 
 // guardedTxn nests the caller's transaction inside one that compares the
-// holder's key, so the caller's Else still means "your comparison failed"
-// and nothing runs once ownership is gone.
+// holder's key, so the caller's Else still means "your comparison failed".
 type guardedTxn struct {
 	h                *Hold
 	ctx              context.Context
@@ -300,35 +317,14 @@ func (t *guardedTxn) Commit() (*clientv3.TxnResponse, error) {
 	if h.ctx.Err() != nil {
 		return nil, fmt.Errorf("%w: %w", notHeld, errs.ErrReleased)
 	}
-	resp, err := h.lease.s.cli.Txn(t.ctx).
-		If(h.IsOwner()).
-		Then(clientv3.OpTxn(t.cmps, t.thenOps, t.elseOps)).
-		Commit()
+	resp, err := h.l.s.cli.Txn(t.ctx).If(h.IsOwner()).Then(clientv3.OpTxn(t.cmps, t.thenOps, t.elseOps)).Commit()
 	if err != nil {
 		return nil, err
 	}
 	if !resp.Succeeded {
-		h.gone(resp.Header.Revision)
+		h.gone()
 		return nil, fmt.Errorf("%w: fenced transaction rejected: %w", notHeld, context.Cause(h.ctx))
 	}
 	inner := resp.Responses[0].GetResponseTxn()
 	return &clientv3.TxnResponse{Header: resp.Header, Succeeded: inner.Succeeded, Responses: inner.Responses}, nil
 }
-
-// Put writes value to the owned key under its lease, guarded by
-// ownership (an election's Proclaim), retried through connection resets
-// and leader changes while ctx lives.
-func (h *Hold) Put(ctx context.Context, value string) error {
-	return retry.Do(ctx, func(actx context.Context) error {
-		_, err := h.Txn(clientv3.WithRequireLeader(actx)).Then(clientv3.OpPut(h.key, value, clientv3.WithLease(h.lease.id))).Commit()
-		return err
-	})
-}
-
-// LogFields are the fields every log line about this hold carries.
-func (h *Hold) LogFields() []zap.Field {
-	return []zap.Field{zap.String("key", h.key), zap.Int64("token", h.rev), h.lease.hex()}
-}
-
-// stopWatch ends the deletion news of the key (idempotent).
-func (h *Hold) stopWatch() { h.watcher.unregister(h.key, h) }

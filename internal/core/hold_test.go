@@ -6,15 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/batonhq/baton/internal/errs"
+	"github.com/batonhq/baton/internal/metrics"
 )
-
-// testEvents is a minimal Events for an Owner under test.
-type testEvents struct{}
-
-func (testEvents) Label() string                     { return "test" }
-func (testEvents) Started(*Hold)                     {}
-func (testEvents) Ended(*Hold, error, time.Duration) {}
 
 // A hold is not a child of its lease's context; a lease lost between the
 // acquisition's confirmation and the hold's arming must still hand back a
@@ -25,17 +21,17 @@ func TestHoldOnALeaseLostBeforeArmIsEndedWhenReturned(t *testing.T) {
 	hooks := &Hooks{}
 	s := NewSession(cli, Config{TTL: 5 * time.Second, Hooks: hooks})
 	defer s.Close()
-	o := NewOwner[*Hold](s, OwnerConfig{Prefix: "/core-test/v1/lock/lost-before-arm/", NotHeld: errs.ErrReleased, Events: testEvents{}})
+	o := NewOwner[*Hold](s, OwnerConfig{Prefix: "/core-test/v1/lock/lost-before-arm/", NotHeld: errs.ErrReleased, Recorder: metrics.Recorder{Logger: zap.NewNop()}})
 	defer o.Close()
 	hooks.BeforeArm = func(string) {
 		s.mu.Lock()
 		l := s.cur
 		s.mu.Unlock()
-		l.lose(errs.ErrLeaseExpired)
+		l.Lose(errs.ErrLeaseExpired)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	h, err := o.Acquire(ctx, "v", false, func(h *Hold) *Hold { return h })
+	h, err := o.Acquire(ctx, Request{Value: "v"}, func(h *Hold) *Hold { return h })
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)
 	}

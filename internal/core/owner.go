@@ -7,65 +7,90 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
 	"github.com/batonhq/baton/internal/errs"
+	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/metrics"
+	"github.com/batonhq/baton/internal/retry"
 )
 
-// releaseTimeout bounds a release whose caller's ctx has already ended.
-const releaseTimeout = 5 * time.Second
+const (
+	releaseTimeout = 5 * time.Second       // bounds a release whose caller's ctx has ended
+	cleanupWait    = 80 * time.Millisecond // a failed acquisition's wait for its key's deletion
+)
 
-// OwnerConfig configures an Owner.
+var (
+	errBusy       = errors.New("held by another contender") // a try found another owner
+	errOwnKeyGone = errors.New("own key gone while waiting")
+)
+
+// Kind is a primitive; KindNames names them in errors.
+type Kind uint8
+
+// The primitives.
+const (
+	Mutex Kind = iota
+	Election
+	Semaphore
+	RWMutex
+)
+
+// KindNames names each Kind in errors.
+var KindNames = [...]string{"mutex", "election", "semaphore", "rwmutex"}
+
+// OwnerConfig configures an Owner; its Recorder names the primitive
+// (Name, Namespace, Label) and records it.
 type OwnerConfig struct {
+	metrics.Recorder
+	Kind   Kind
 	Prefix string
-	// NotHeld is the sentinel for a handle that no longer owns.
-	NotHeld error
-	// OwnSession makes Close close the session.
-	OwnSession bool
-	// Policy, when set, decides when a key may hold (nil: the oldest alone).
-	Policy Policy
-	// Tag, when set, gives each acquisition a key of its own:
-	// keys.TaggedKey(lease key, Tag, n).
-	Tag string
-	// Events names the owner and hears its holds begin and end; required.
-	Events Events
+	// NotHeld wraps a handle's loss; Busy a try that found another owner.
+	NotHeld, Busy error
+	// Own says the Owner made its session (it closes or detaches it).
+	Own bool
 }
 
-// Events are what the Mutex, Election, Semaphore or RWMutex behind an
-// Owner is told. It is an interface, not func fields, so that an Owner
-// costs no closure per Mutex: each package implements it on a named type
-// of its own struct, which keeps the methods out of its public API.
-type Events interface {
-	// Label names the lock or election in errors ("mutex \"x\""),
-	// formatted only when an error needs it.
-	Label() string
-	// Started runs when a hold begins, before anything can end it.
-	Started(h *Hold)
-	// Ended runs once when a hold ends, with the cause (errs.ErrReleased,
-	// or a loss with its reason told apart) and how long it was held.
-	Ended(h *Hold, cause error, held time.Duration)
+// Request is one acquisition. Tag gives it a key of its own
+// (keys.TaggedKey), so one lease holds several; Check runs first.
+type Request struct {
+	Value  string
+	Try    bool
+	Tag    string
+	Policy Policy // nil: the oldest key alone holds
+	Check  func(context.Context) error
 }
 
-// Owner is one Mutex or Election on a session: the handles it holds (T is
-// *mutex.Lock or *election.Term), its calls in flight, and Close. After
-// Close returns, no goroutine of the Owner runs.
+// Policy decides when a key that is not exclusive (a permit, a read lock)
+// may hold. Older keys only ever go, so a key that may hold keeps that right.
+type Policy interface {
+	// Blockers returns those of older (the keys created before own, oldest
+	// first) that keep own from holding while more than allowed remain.
+	Blockers(own string, older []*mvccpb.KeyValue) (blockers []*mvccpb.KeyValue, allowed int)
+}
+
+// Owner is one primitive on a session: its handles (T), its calls in
+// flight, and Close, after which no goroutine of it runs.
 type Owner[T any] struct {
-	sess *Session
-	cfg  OwnerConfig
+	sess  *Session
+	cfg   OwnerConfig
+	unsub func()
+	done  func() // ends this owner's use of its metric series
 
-	closeErr error
-	calls    sync.WaitGroup // acquisitions and observers in flight
-	bg       sync.WaitGroup // deletions and loss refinements
-
-	// An Owner costs every lock held through it (a service may hold one
-	// lock on each of 10,000 Mutexes): no map, channel or context of its
-	// own until it needs one, and fields ordered to leave no padding.
+	closeErr  error
+	calls     sync.WaitGroup // acquisitions and observers in flight
+	bg        sync.WaitGroup // loss refinements
 	closeOnce sync.Once
-	closed    bool // guarded by mu, as is what follows it
+	mu        sync.Mutex // guards what follows
+	closed    bool
 	bgClosed  bool
-	mu        sync.Mutex
-	closing   chan struct{} // made when first needed; closed when Close begins
-	inflight  *inflight     // calls in flight, cancelled when Close begins
+	inflight  *inflight // calls in flight, cancelled when Close begins
 	held      []held[T]
 }
 
@@ -74,36 +99,424 @@ type held[T any] struct {
 	t T
 }
 
-// inflight is one call in flight, in a list the Owner cancels on Close.
-type inflight struct {
+type inflight struct { // a call in flight, in a list Close cancels
 	cancel     context.CancelCauseFunc
 	prev, next *inflight
 }
 
 // NewOwner returns an Owner on sess.
 func NewOwner[T any](sess *Session, cfg OwnerConfig) *Owner[T] {
-	return &Owner[T]{sess: sess, cfg: cfg}
+	o := &Owner[T]{sess: sess, cfg: cfg, done: cfg.Metrics.Use(cfg.Namespace, cfg.Label)}
+	if fn := cfg.Metrics.RenewalFailed(cfg.Namespace, cfg.Label); fn != nil {
+		o.unsub = sess.OnRenewalFailure(fn)
+	}
+	return o
 }
 
-// closingCh is closed when Close begins.
-func (o *Owner[T]) closingCh() <-chan struct{} {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.closing == nil {
-		o.closing = make(chan struct{})
-		if o.closed {
-			close(o.closing)
+func (o *Owner[T]) config() *OwnerConfig { return &o.cfg }
+
+// Client is the etcd client of the owner's session.
+func (o *Owner[T]) Client() *clientv3.Client { return o.sess.cli }
+
+// Acquire returns the handle wrap makes once req's key holds, or an error
+// (cfg.Busy for a try, errs.ErrClosed after Close) leaving no key behind.
+func (o *Owner[T]) Acquire(ctx context.Context, req Request, wrap func(*Hold) T) (T, error) {
+	start := time.Now()
+	h, t, err := o.acquire(ctx, req, wrap)
+	result, fields := "acquired", []zap.Field(nil)
+	switch {
+	case err == nil:
+		fields = h.logFields()
+	case errors.Is(err, errBusy):
+		err, result = fmt.Errorf("%w: %q", o.cfg.Busy, o.cfg.Name), "locked"
+	case ctx.Err() != nil || errors.Is(err, errs.ErrClosed):
+		result = "canceled"
+	default:
+		result = "error"
+	}
+	o.cfg.Acquired(result, time.Since(start), fields)
+	return t, err
+}
+
+func (o *Owner[T]) acquire(ctx context.Context, req Request, wrap func(*Hold) T) (*Hold, T, error) {
+	var zero T
+	ctx, exit, ok := o.enter(ctx)
+	if !ok {
+		return nil, zero, errs.ErrClosed
+	}
+	defer exit()
+	if req.Check != nil {
+		if err := req.Check(ctx); err != nil {
+			return nil, zero, o.wrapErr(err)
 		}
 	}
-	return o.closing
+	l, err := o.sess.lease(ctx)
+	if err != nil {
+		return nil, zero, o.wrapErr(err)
+	}
+	h, err := o.queue(ctx, l, req)
+	if err != nil {
+		return nil, zero, o.wrapErr(err)
+	}
+	t := wrap(h)
+	if f := o.sess.cfg.Hooks.BeforeArm; f != nil {
+		f(h.key)
+	}
+	h.arm() // before Held can return it: a release needs an armed hold
+	o.mu.Lock()
+	closed := o.closed
+	if !closed {
+		o.held = append(o.held, held[T]{h, t})
+	}
+	o.mu.Unlock()
+	if closed {
+		_ = h.deleteGuarded(context.Background())
+		return nil, zero, errs.ErrClosed
+	}
+	return h, t, nil
 }
 
-// Session is the owner's session.
-func (o *Owner[T]) Session() *Session { return o.sess }
+var seq atomic.Uint64 // makes each tagged key unique in this process
 
-// enter counts a call in flight and returns its ctx, which also ends with
-// errs.ErrClosed when Close begins; ok is false after Close began. exit
-// must be called when the call returns.
+// queue puts the caller's key under the prefix and returns a hold once the
+// key may hold. A waiter watches the key just ahead of its own (or, with a
+// Policy, the queue's deletions), so a release wakes one mutex waiter.
+func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, error) {
+	s, prefix := o.sess, o.cfg.Prefix
+	key := keys.LeaseKey(prefix, int64(l.ID()))
+	if req.Tag != "" {
+		key = keys.TaggedKey(key, req.Tag, seq.Add(1))
+	}
+	res, err := s.reserve(ctx, key, req.Try, o.cfg.Kind == Election)
+	if errors.Is(err, errReserved) {
+		return nil, errBusy
+	}
+	if err != nil {
+		return nil, err
+	}
+	w := s.watcher(key)
+	w.Expect(key)
+	// fail deletes the key (rev 0: unknown, rev < 0: none written).
+	fail := func(rev int64, err error) (*Hold, error) {
+		w.Unexpect(key)
+		if rev < 0 {
+			res.free(nil)
+		} else {
+			o.deleteKey(l, key, rev, res)
+		}
+		return nil, err
+	}
+
+	// Put the key unless it exists: one that exists is ours (reserved here),
+	// a lost reply's or an earlier run's, so the put is safe to retry.
+	var resp *clientv3.TxnResponse
+	err = retry.Do(ctx, func(actx context.Context) (err error) {
+		resp, err = s.cli.Txn(clientv3.WithRequireLeader(actx)).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, req.Value, clientv3.WithLease(l.ID())), queueRead(prefix, req.Policy, true)).
+			Else(clientv3.OpGet(key), queueRead(prefix, req.Policy, false)).
+			Commit()
+		return err
+	})
+	switch {
+	case err != nil && retry.Permanent(err):
+		return fail(-1, err) // refused as a whole: nothing was written
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		l.Lose(errs.ErrLeaseExpired)
+		return fail(-1, errs.Lost(errs.ErrLeaseExpired))
+	case err != nil:
+		return fail(0, failure(ctx, err)) // the put may have applied unheard
+	}
+	rev, at := resp.Header.Revision, resp.Header.Revision
+	if !resp.Succeeded {
+		kv := resp.Responses[0].GetResponseRange().Kvs[0]
+		rev = kv.CreateRevision
+		if string(kv.Value) != req.Value { // an adopted key carries this caller's value
+			if err := o.adopt(ctx, l, key, rev, req.Value); err != nil {
+				return fail(rev, failure(ctx, err))
+			}
+		}
+	}
+	ok, blockers, allowed := mayHold(req.Policy, resp.Responses[1].GetResponseRange().Kvs, resp.Succeeded, key, rev)
+	if !ok {
+		if req.Try {
+			return fail(rev, errBusy)
+		}
+		at, err = o.wait(ctx, l, key, rev, req.Policy, blockers, allowed, at)
+		if errors.Is(err, errOwnKeyGone) {
+			w.Unexpect(key)
+			res.free(nil)
+			return nil, o.lostReason(ctx, l)
+		}
+		if err != nil {
+			return fail(rev, err)
+		}
+	}
+	if f := s.cfg.Hooks.AfterConfirm; f != nil {
+		f(key)
+	}
+	h := newHold(o, l, key, rev, at, res, w)
+	w.Register(h)
+	return h, nil
+}
+
+// queueRead is the enqueue's read: the queue for a Policy, else beside a put
+// the two newest keys (ours and the one a waiter watches), else the oldest.
+func queueRead(prefix string, p Policy, put bool) clientv3.Op {
+	switch {
+	case p != nil:
+		return clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	case put:
+		return clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))
+	}
+	return clientv3.OpGet(prefix, clientv3.WithFirstCreate()...)
+}
+
+// mayHold tells from the enqueue's read whether key, created at rev, holds;
+// if not, it returns what blocks it when the read tells (nil: read again).
+func mayHold(p Policy, read []*mvccpb.KeyValue, put bool, key string, rev int64) (bool, []*mvccpb.KeyValue, int) {
+	switch {
+	case p != nil:
+		older := slices.DeleteFunc(slices.Clone(read), func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision >= rev })
+		b, allowed := p.Blockers(key, older)
+		return len(b) <= allowed, b, allowed
+	case len(read) == 0 || read[0].CreateRevision != rev:
+		return false, nil, 0 // not the read expected: wait reads again
+	case !put || len(read) == 1:
+		return true, nil, 0
+	}
+	return false, read[1:2], 0
+}
+
+// adopt writes value to our existing key, guarded by its CreateRevision.
+func (o *Owner[T]) adopt(ctx context.Context, l *Lease, key string, rev int64, value string) error {
+	return retry.Do(ctx, func(actx context.Context) error {
+		r, err := o.sess.cli.Txn(clientv3.WithRequireLeader(actx)).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+			Then(clientv3.OpPut(key, value, clientv3.WithLease(l.ID()))).Commit()
+		if err == nil && !r.Succeeded {
+			return errOwnKeyGone
+		}
+		return err
+	})
+}
+
+// wait blocks until key (created at rev) may hold and returns the revision
+// that showed it, or the lease's loss. After a deletion it reads
+// serializably (any state after it will do: no older key can appear).
+func (o *Owner[T]) wait(ctx context.Context, l *Lease, key string, rev int64, p Policy, blockers []*mvccpb.KeyValue, allowed int, read int64) (int64, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })()
+	minRev := int64(0) // 0: read linearizably
+	for {
+		if blockers == nil {
+			resp, err := o.readQueue(ctx, key, rev, p, minRev)
+			if err != nil {
+				return 0, err
+			}
+			own := resp.Responses[1].GetResponseRange().Kvs
+			if minRev > 0 && (resp.Header.Revision < minRev || len(own) == 0) {
+				minRev = 0 // a member behind the deletion, or our key's: ask the leader
+				continue
+			}
+			if len(own) == 0 || own[0].CreateRevision != rev {
+				return 0, errOwnKeyGone
+			}
+			read = resp.Header.Revision
+			blockers, allowed = resp.Responses[0].GetResponseRange().Kvs, 0
+			if p != nil {
+				blockers, allowed = p.Blockers(key, blockers)
+			}
+			if len(blockers) <= allowed {
+				return read, nil
+			}
+		}
+		at, done, err := o.waitGone(ctx, key, p != nil, blockers, allowed, read)
+		switch {
+		case err != nil:
+			return 0, err
+		case done && p != nil:
+			return at, nil // every older key was watched: the events confirm
+		}
+		blockers, minRev = nil, at
+	}
+}
+
+// readQueue reads the older keys (without a Policy the newest) and key
+// itself, serializably when minRev > 0.
+func (o *Owner[T]) readQueue(ctx context.Context, key string, rev int64, p Policy, minRev int64) (resp *clientv3.TxnResponse, err error) {
+	older := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))
+	if p != nil {
+		older = []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(rev - 1),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
+	}
+	own := []clientv3.OpOption{clientv3.WithKeysOnly()}
+	if minRev > 0 {
+		older, own = append(older, clientv3.WithSerializable()), append(own, clientv3.WithSerializable())
+	}
+	err = retry.Reads(ctx, func(actx context.Context) (err error) {
+		// A member without a leader refuses instead of answering from a
+		// state that may be stale.
+		resp, err = o.sess.cli.Txn(clientv3.WithRequireLeader(actx)).Then(clientv3.OpGet(o.cfg.Prefix, older...), clientv3.OpGet(key, own...)).Commit()
+		return err
+	})
+	return resp, failure(ctx, err)
+}
+
+// waitGone is the one wait for deletions: it watches the blocker (or the
+// queue) from the current revision, which etcd serves at once, until at
+// most allowed blockers remain; not done means read again (at the revision
+// returned).
+func (o *Owner[T]) waitGone(ctx context.Context, own string, prefix bool, blockers []*mvccpb.KeyValue, allowed int, read int64) (int64, bool, error) {
+	left := make(map[string]int64, len(blockers))
+	for _, kv := range blockers {
+		left[string(kv.Key)] = kv.CreateRevision
+	}
+	watch, opts := string(blockers[0].Key), []clientv3.OpOption{clientv3.WithFilterPut(), clientv3.WithCreatedNotify()}
+	if prefix {
+		watch, opts = o.cfg.Prefix, append(opts, clientv3.WithPrefix())
+	}
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for wr := range o.sess.cli.Watch(wctx, watch, opts...) {
+		if err := wr.Err(); err != nil {
+			if retry.Permanent(err) {
+				return 0, false, err
+			}
+			break
+		}
+		if wr.Created && wr.Header.Revision > read {
+			return wr.Header.Revision, false, nil
+		}
+		at := int64(0)
+		for _, ev := range wr.Events {
+			k := string(ev.Kv.Key)
+			if ev.Type != mvccpb.DELETE || (k == own && ev.Kv.ModRevision <= read) {
+				continue
+			}
+			if k == own {
+				return 0, false, errOwnKeyGone
+			}
+			delete(left, k)
+			at = max(at, ev.Kv.ModRevision)
+		}
+		if at > 0 && len(left) <= allowed {
+			return at, true, nil
+		}
+	}
+	if ctx.Err() != nil {
+		return 0, false, context.Cause(ctx)
+	}
+	return 0, false, retry.Sleep(ctx, 50*time.Millisecond)
+}
+
+// lostReason says why our key vanished while waiting.
+func (o *Owner[T]) lostReason(ctx context.Context, l *Lease) error {
+	if l.Context().Err() != nil {
+		return context.Cause(l.Context())
+	}
+	if l.Gone(context.WithoutCancel(ctx)) {
+		l.Lose(errs.ErrLeaseExpired)
+		return errs.Lost(errs.ErrLeaseExpired)
+	}
+	return errs.Lost(errs.ErrKeyDeleted)
+}
+
+// failure prefers why ctx ended over the request error it caused.
+func failure(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return err
+}
+
+// deleteKey deletes key, guarded by its CreateRevision (rev 0: read twice a
+// second apart, as an unheard put may land late), then frees it. After
+// cleanupWait the session goes on until etcd answers or the lease ends.
+func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, r *reservation) {
+	s := o.sess
+	stop := l.Context()
+	if s.etcd != nil {
+		stop = s.etcd.Ctx()
+	}
+	done := make(chan struct{})
+	run := func() {
+		defer close(done)
+		unknown := rev == 0
+		err := retry.Do(stop, func(ctx context.Context) error { return deleteOnce(ctx, s.cli, l.ID(), key, &rev) })
+		if err == nil && unknown && rev == 0 && retry.Sleep(stop, retry.AttemptTimeout) == nil {
+			err = retry.Do(stop, func(ctx context.Context) error { return deleteOnce(ctx, s.cli, l.ID(), key, &rev) })
+		}
+		if err != nil && retry.Permanent(err) {
+			s.cfg.Logger.Error("cannot delete a key of this process; it stays until its lease ends", zap.String("key", key), zap.Error(err))
+		}
+		r.free(nil) // deleted, refused for good, or gone with its lease
+	}
+	if !s.goIn(&s.dels, run) {
+		if s.etcd == nil {
+			r.free(nil) // Close revokes the lease with its keys
+			return
+		}
+		go run() // bounded by the caller's lease
+	}
+	t := time.NewTimer(cleanupWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// deleteOnce deletes key if its CreateRevision is *rev (0: read it first).
+func deleteOnce(ctx context.Context, cli *clientv3.Client, lease clientv3.LeaseID, key string, rev *int64) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*retry.AttemptTimeout)
+	defer cancel()
+	if *rev == 0 {
+		g, err := cli.Get(clientv3.WithRequireLeader(ctx), key)
+		if err != nil || len(g.Kvs) == 0 || clientv3.LeaseID(g.Kvs[0].Lease) != lease {
+			return err
+		}
+		*rev = g.Kvs[0].CreateRevision
+	}
+	_, err := cli.Txn(clientv3.WithRequireLeader(ctx)).If(clientv3.Compare(clientv3.CreateRevision(key), "=", *rev)).Then(clientv3.OpDelete(key)).Commit()
+	return err
+}
+
+// release is a handle's Unlock, Resign or Release, with a fresh bounded
+// ctx if the caller's ended.
+func (o *Owner[T]) release(ctx context.Context, h *Hold) error {
+	if ctx.Err() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, releaseTimeout)
+		defer cancel()
+	}
+	err := h.deleteGuarded(ctx)
+	if err == nil || errors.Is(err, o.cfg.NotHeld) {
+		o.forget(h)
+	}
+	return err
+}
+
+func (o *Owner[T]) forget(h *Hold) {
+	o.mu.Lock()
+	o.held = slices.DeleteFunc(o.held, func(e held[T]) bool { return e.h == h })
+	o.mu.Unlock()
+}
+
+// started and ended are a hold's start and end in metrics and logs.
+func (o *Owner[T]) started(*Hold) { o.cfg.Started() }
+
+func (o *Owner[T]) ended(h *Hold, cause error, held time.Duration) {
+	o.cfg.Ended(cause, held, h.logFields())
+}
+
+// enter counts a call in flight whose ctx Close ends with errs.ErrClosed;
+// false after Close began.
 func (o *Owner[T]) enter(ctx context.Context) (_ context.Context, exit func(), ok bool) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	c := &inflight{cancel: cancel}
@@ -136,22 +549,16 @@ func (o *Owner[T]) enter(ctx context.Context) (_ context.Context, exit func(), o
 	}, true
 }
 
-// Go runs fn in a goroutine that Close waits for, with a ctx that also
-// ends when Close begins; false (fn not run) after Close began.
+// Go runs fn in a goroutine Close ends and waits for; false after Close.
 func (o *Owner[T]) Go(ctx context.Context, fn func(ctx context.Context)) bool {
 	ctx, exit, ok := o.enter(ctx)
-	if !ok {
-		return false
+	if ok {
+		go func() { defer exit(); fn(ctx) }()
 	}
-	go func() {
-		defer exit()
-		fn(ctx)
-	}()
-	return true
+	return ok
 }
 
-// goBG runs fn in a background goroutine Close waits for; false once Close
-// stopped accepting them.
+// goBG runs fn in a goroutine Close waits for; false once closing.
 func (o *Owner[T]) goBG(fn func()) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -159,69 +566,19 @@ func (o *Owner[T]) goBG(fn func()) bool {
 		return false
 	}
 	o.bg.Add(1)
-	go func() {
-		defer o.bg.Done()
-		fn()
-	}()
+	go func() { defer o.bg.Done(); fn() }()
 	return true
 }
 
-// Acquire queues value and returns a handle made by wrap once it owns. It
-// returns ErrBusy for a try that found another owner, errs.ErrClosed after
-// Close (also for a call waiting when Close begins).
-func (o *Owner[T]) Acquire(ctx context.Context, value string, try bool, wrap func(*Hold) T) (T, error) {
-	var zero T
-	ctx, exit, ok := o.enter(ctx)
-	if !ok {
-		return zero, errs.ErrClosed
-	}
-	defer exit()
-	l, err := o.sess.lease(ctx)
-	if err != nil {
-		return zero, o.wrapErr(err)
-	}
-	h, err := o.queue(ctx, l, value, try)
-	if errors.Is(err, ErrBusy) {
-		return zero, err
-	}
-	if err != nil {
-		return zero, o.wrapErr(err)
-	}
-	handle := wrap(h)
-	if f := o.sess.cfg.Hooks.BeforeArm; f != nil {
-		f(h.key)
-	}
-	h.arm() // before Held can return it: Release needs an armed hold
-	o.mu.Lock()
-	closed := o.closed
-	if !closed {
-		o.held = append(o.held, held[T]{h, handle})
-	}
-	o.mu.Unlock()
-	if closed {
-		_ = h.Release(context.Background())
-		return zero, errs.ErrClosed
-	}
-	return handle, nil
-}
-
-// wrapErr names the lock or election in an error; ErrClosed stays bare.
+// wrapErr names the primitive in an error; ErrClosed and busy stay bare.
 func (o *Owner[T]) wrapErr(err error) error {
 	if errors.Is(err, errs.ErrClosed) || o.isClosed() {
 		return errs.ErrClosed
 	}
-	return fmt.Errorf("%s: %w", o.cfg.Events.Label(), err)
-}
-
-// Release releases h and forgets it once no retry is due.
-func (o *Owner[T]) Release(ctx context.Context, h *Hold) error {
-	err := h.Release(ctx)
-	if err == nil || errors.Is(err, o.cfg.NotHeld) {
-		o.mu.Lock()
-		o.held = slices.DeleteFunc(o.held, func(e held[T]) bool { return e.h == h })
-		o.mu.Unlock()
+	if errors.Is(err, errBusy) {
+		return err
 	}
-	return err
+	return fmt.Errorf("%s %q: %w", KindNames[o.cfg.Kind], o.cfg.Name, err)
 }
 
 // Held returns the handles held, oldest token first.
@@ -237,73 +594,64 @@ func (o *Owner[T]) Held() []T {
 	return out
 }
 
-// Close ends every hold with errs.ErrReleased (deleting its key, or
-// revoking the lease when the session is the owner's own), makes calls in
-// flight and later ones return errs.ErrClosed, closes an own session, and
-// waits for every goroutine. It is idempotent.
-func (o *Owner[T]) Close() error {
-	o.closeOnce.Do(func() { o.closeErr = o.close() })
-	return o.closeErr
-}
-
 func (o *Owner[T]) isClosed() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.closed
 }
 
-// Refuse is the first step of Close: later calls return errs.ErrClosed
-// and calls in flight end with it. An owner made of several Owners (a
-// read/write lock) refuses on all of them before it releases anything, so
-// that no waiter of one acquires what another releases.
-func (o *Owner[T]) Refuse() {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.closed {
-		return
-	}
-	o.closed = true
-	if o.closing != nil {
-		close(o.closing)
-	}
-	for c := o.inflight; c != nil; c = c.next {
-		c.cancel(errs.ErrClosed)
-	}
+// Close ends calls in flight and holds (revoking its own granted lease, or
+// deleting the keys within one bound, the rest left to the session), closes
+// or detaches its own session, and waits for its goroutines. Idempotent.
+func (o *Owner[T]) Close() error {
+	o.closeOnce.Do(func() { o.closeErr = o.close() })
+	return o.closeErr
 }
 
 func (o *Owner[T]) close() error {
-	o.Refuse()
+	o.mu.Lock()
+	o.closed = true
+	for c := o.inflight; c != nil; c = c.next {
+		c.cancel(errs.ErrClosed)
+	}
+	o.mu.Unlock()
 	call(o.sess.cfg.Hooks.InClose)
 	o.calls.Wait()
 
 	o.mu.Lock()
-	holds := make([]*Hold, 0, len(o.held))
-	for _, e := range o.held {
-		holds = append(holds, e.h)
-	}
+	holds := o.held
 	o.held = nil
 	o.mu.Unlock()
-	revoke := o.cfg.OwnSession && !o.sess.IsBorrowed()
+	revoke := o.cfg.Own && !o.sess.IsBorrowed()
+	ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
 	var out []error
-	for _, h := range holds {
+	for _, e := range holds {
 		if revoke {
-			h.abandon() // the revoke below deletes the key
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-		if err := h.Release(ctx); err != nil && !errors.Is(err, o.cfg.NotHeld) {
+			e.h.abandon() // the revoke below deletes the key
+		} else if err := e.h.deleteGuarded(ctx); err != nil && !errors.Is(err, o.cfg.NotHeld) {
 			out = append(out, err)
 		}
-		cancel()
 	}
-	if o.cfg.OwnSession {
-		if err := o.sess.Close(); err != nil {
-			out = append(out, err)
-		}
+	cancel()
+	switch {
+	case o.cfg.Own && o.sess.IsBorrowed():
+		out = append(out, o.sess.Detach())
+	case o.cfg.Own:
+		out = append(out, o.sess.Close())
 	}
 	o.mu.Lock()
 	o.bgClosed = true
 	o.mu.Unlock()
 	o.bg.Wait()
+	if o.unsub != nil {
+		o.unsub()
+	}
+	o.done()
 	return errors.Join(out...)
 }
+
+// Name, Namespace, Prefix and Logger are the primitive's.
+func (o *Owner[T]) Name() string        { return o.cfg.Name }
+func (o *Owner[T]) Namespace() string   { return o.cfg.Namespace }
+func (o *Owner[T]) Prefix() string      { return o.cfg.Prefix }
+func (o *Owner[T]) Logger() *zap.Logger { return o.cfg.Logger }

@@ -1,11 +1,5 @@
-// Package core is baton's one implementation of sessions, queues and holds,
-// shared by mutex and election (and exposed as session.Session).
-//
-// A Session owns the etcd lease (granted on first use and replaced after a
-// loss, or borrowed from a caller's concurrency.Session), its validity
-// watchdog, one deletion watch per namespace and the key reservations of
-// this process. An Owner is one Mutex or Election on a Session: its holds,
-// its calls in flight and its Close.
+// Package core is baton's sessions, queues and holds, shared by every
+// primitive; docs/design.md walks through it file by file.
 package core
 
 import (
@@ -22,7 +16,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/errs"
+	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/lease"
 	"github.com/batonhq/baton/internal/retry"
+	"github.com/batonhq/baton/internal/watch"
 )
 
 // Bounds and defaults of the session settings.
@@ -31,10 +28,8 @@ const (
 	MinTTL        = 2 * time.Second // etcd's minimum lease TTL with default timing
 	DefaultMaxTTL = 5 * time.Minute
 
-	// grantCap bounds one lease grant.
-	grantCap = 10 * time.Second
-	// revokeTimeout bounds a revoke on Close; an unrevoked lease expires anyway.
-	revokeTimeout = 2 * time.Second
+	grantCap      = 10 * time.Second // bounds one lease grant
+	revokeTimeout = 2 * time.Second  // bounds Close's revoke and its wait for deletions
 )
 
 // Config is the session-wide configuration.
@@ -46,28 +41,33 @@ type Config struct {
 	MaxHeld    int
 	Logger     *zap.Logger
 	Registerer prometheus.Registerer
-	Clock      Clock
+	Clock      lease.Clock
 	Hooks      *Hooks
 }
 
-// Session is one etcd lease at a time, its validity watchdog, the deletion
-// watches of the keys held on it and the reservations of those keys. It is
-// safe for concurrent use by any number of owners. Close ends it.
+// Session is one etcd lease at a time (granted here, or a caller's etcd
+// session's), its validity watchdog, the key reservations of this process
+// and one deletion watch per namespace. Close ends it.
 type Session struct {
-	cli      *clientv3.Client
-	cfg      Config
-	borrowed *concurrency.Session
+	cli  *clientv3.Client
+	cfg  Config
+	etcd *concurrency.Session // the caller's lease, or nil: granted here
+	lcfg *lease.Config
 
-	ctx    context.Context // ends when Close begins, cause errs.ErrReleased
+	ctx    context.Context // ends with errs.ErrReleased when Close begins
 	cancel context.CancelCauseFunc
-	wg     sync.WaitGroup // every goroutine of the session
+	wg     sync.WaitGroup // watchdog, grants, watches: Close waits for them
+	dels   sync.WaitGroup // background deletions: Close waits a bounded time
 
 	mu        sync.Mutex
 	closed    bool
+	etcdGone  bool // the caller's lease was found gone: never replaced
+	users     int  // primitives attached to an etcd session's Session
 	cur       *Lease
 	grant     *grantCall
 	reserved  map[string]*reservation
-	watchers  map[string]*keyWatcher
+	watchers  map[string]*watch.Watcher[*Hold]
+	wcfg      *watch.Config[*Hold]
 	listeners map[*func()]struct{} // told of every failed renewal
 }
 
@@ -78,19 +78,11 @@ type grantCall struct {
 
 // NewSession returns a session that grants its own lease on first use. It
 // does not contact etcd.
-func NewSession(cli *clientv3.Client, cfg Config) *Session {
-	return newSession(cli, nil, cfg)
-}
-
-// Borrow returns a session that watches the lease of cs, which the caller
-// owns: it never revokes it, and cannot replace it once cs is closed.
-func Borrow(cs *concurrency.Session, cfg Config) *Session {
-	return newSession(cs.Client(), cs, cfg)
-}
+func NewSession(cli *clientv3.Client, cfg Config) *Session { return newSession(cli, nil, cfg) }
 
 func newSession(cli *clientv3.Client, cs *concurrency.Session, cfg Config) *Session {
 	if cfg.Clock == nil {
-		cfg.Clock = RealClock{}
+		cfg.Clock = lease.RealClock{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -99,7 +91,54 @@ func newSession(cli *clientv3.Client, cs *concurrency.Session, cfg Config) *Sess
 		cfg.Hooks = &Hooks{}
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Session{cli: cli, cfg: cfg, borrowed: cs, ctx: ctx, cancel: cancel}
+	s := &Session{cli: cli, cfg: cfg, etcd: cs, ctx: ctx, cancel: cancel}
+	s.lcfg = &lease.Config{Client: cli, Clock: cfg.Clock, Logger: cfg.Logger, Granted: cs == nil,
+		OnRenewed: func() { call(s.cfg.Hooks.OnRenewed) }, OnFailure: s.renewalFailed}
+	if cs != nil {
+		s.lcfg.EtcdDone = cs.Done()
+	}
+	return s
+}
+
+// attached is the one Session of each etcd session in use (docs/design.md
+// says why): an entry lives from the first Attach to the last Detach.
+var attached = struct {
+	sync.Mutex
+	m map[*concurrency.Session]*Session
+}{m: make(map[*concurrency.Session]*Session)}
+
+// Attach returns the Session of cs, made with cfg by the first caller; the
+// caller must Detach it. created says whether cfg was used.
+func Attach(cs *concurrency.Session, cfg Config) (s *Session, created bool) {
+	attached.Lock()
+	defer attached.Unlock()
+	if s := attached.m[cs]; s != nil {
+		s.mu.Lock()
+		s.users++
+		s.mu.Unlock()
+		return s, false
+	}
+	s = newSession(cs.Client(), cs, cfg)
+	s.users = 1
+	attached.m[cs] = s
+	return s, true
+}
+
+// Detach ends one use of an attached Session; the last one closes it.
+func (s *Session) Detach() error {
+	attached.Lock()
+	s.mu.Lock()
+	s.users--
+	last := s.users == 0
+	s.mu.Unlock()
+	if last && attached.m[s.etcd] == s {
+		delete(attached.m, s.etcd)
+	}
+	attached.Unlock()
+	if last {
+		return s.Close()
+	}
+	return nil
 }
 
 // Settings returns the session-wide configuration.
@@ -108,14 +147,62 @@ func (s *Session) Settings() Config { return s.cfg }
 // Client is the etcd client the session uses.
 func (s *Session) Client() *clientv3.Client { return s.cli }
 
-// IsBorrowed reports whether the lease belongs to a caller's
-// concurrency.Session.
-func (s *Session) IsBorrowed() bool { return s.borrowed != nil }
+// IsBorrowed reports whether the lease belongs to a caller's etcd session.
+func (s *Session) IsBorrowed() bool { return s.etcd != nil }
 
-// Close ends every hold on the session with ErrReleased, revokes the lease
-// the session granted (so every key on it goes at once), and waits for
-// every goroutine the session started. A borrowed lease is left to its
-// owner. Close is idempotent.
+// Done is closed when the session is closed or its etcd session ended.
+func (s *Session) Done() <-chan struct{} {
+	if s.etcd != nil {
+		return mergeDone(s.ctx, s.etcd.Done())
+	}
+	return s.ctx.Done()
+}
+
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func mergeDone(ctx context.Context, other <-chan struct{}) <-chan struct{} {
+	select {
+	case <-other:
+		return other
+	default:
+	}
+	if ctx.Err() != nil {
+		return ctx.Done()
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-other:
+		}
+		close(done)
+	}()
+	return done
+}
+
+// LeaseID is the current lease, or clientv3.NoLease before the first grant.
+func (s *Session) LeaseID() clientv3.LeaseID {
+	if s.etcd != nil {
+		return s.etcd.Lease()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur == nil {
+		return clientv3.NoLease
+	}
+	return s.cur.ID()
+}
+
+// Close ends every hold before it revokes a granted lease (a caller's is
+// left to its owner) and waits for the session's goroutines, and at most
+// revokeTimeout for deletions on a caller's lease. Idempotent.
 func (s *Session) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -125,38 +212,38 @@ func (s *Session) Close() error {
 	}
 	s.closed = true
 	cur := s.cur
-	watchers := make([]*keyWatcher, 0, len(s.watchers))
 	for _, w := range s.watchers {
-		watchers = append(watchers, w)
+		w.StopLinger()
 	}
 	s.mu.Unlock()
 	s.cancel(errs.ErrReleased)
-	for _, w := range watchers {
-		w.stopLinger()
-	}
 	var err error
 	if cur != nil {
 		cur.cancelHolds() // before the revoke lets the next holders in
-	}
-	if cur != nil && s.borrowed == nil {
-		err = cur.revoke(context.Background(), revokeTimeout)
+		if s.etcd == nil {
+			err = cur.Revoke(context.Background(), revokeTimeout)
+		}
 	}
 	s.wg.Wait()
+	done := make(chan struct{})
+	go func() { s.dels.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(revokeTimeout):
+	}
 	return err
 }
 
-// goBG runs fn in a goroutine Close waits for; false once Close began.
-func (s *Session) goBG(fn func()) bool {
+// goIn runs fn in a goroutine counted by wg (s.wg: Close waits for it;
+// s.dels: only briefly); false once Close began.
+func (s *Session) goIn(wg *sync.WaitGroup, fn func()) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return false
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		fn()
-	}()
+	wg.Add(1)
+	go func() { defer wg.Done(); fn() }()
 	return true
 }
 
@@ -189,10 +276,8 @@ func (s *Session) renewalFailed() {
 	}
 }
 
-// lease returns the live lease, granting (or re-checking a borrowed) one if
-// there is none. A grant runs once for all callers and is bounded by
-// grantCap, not by any caller's ctx: each caller waits only as long as its
-// own ctx lives.
+// lease returns the live lease, granting one (or re-checking a caller's):
+// one grant for all callers, each waiting as long as its own ctx lives.
 func (s *Session) lease(ctx context.Context) (*Lease, error) {
 	for {
 		s.mu.Lock()
@@ -200,9 +285,13 @@ func (s *Session) lease(ctx context.Context) (*Lease, error) {
 			s.mu.Unlock()
 			return nil, errs.ErrClosed
 		}
-		if l := s.cur; l != nil && l.ctx.Err() == nil {
+		if l := s.cur; l != nil && l.Context().Err() == nil {
 			s.mu.Unlock()
 			return l, nil
+		}
+		if s.etcdGone || (s.etcd != nil && isDone(s.etcd.Done())) {
+			s.mu.Unlock()
+			return nil, errs.Lost(errs.ErrSessionClosed)
 		}
 		g := s.grant
 		if g == nil {
@@ -230,72 +319,63 @@ func (s *Session) runGrant(g *grantCall) {
 	cancel()
 	s.mu.Lock()
 	switch {
-	case err != nil && s.ctx.Err() != nil:
+	case err != nil && s.ctx.Err() != nil, err == nil && s.closed:
 		g.err = errs.ErrClosed
+		if err == nil && s.etcd == nil {
+			s.wg.Add(1)
+			go func() { defer s.wg.Done(); _ = l.Revoke(context.Background(), revokeTimeout) }()
+		}
 	case err != nil:
 		g.err = err
-	case s.closed:
-		g.err = errs.ErrClosed
-		if s.borrowed == nil {
-			s.wg.Add(1)
-			go func() { defer s.wg.Done(); _ = l.revoke(context.Background(), revokeTimeout) }()
-		}
 	default:
 		s.cur = l
 		s.wg.Add(1)
-		go l.watchdog()
+		go func() { defer s.wg.Done(); l.Watchdog(s.ctx) }()
 	}
 	s.grant = nil
 	s.mu.Unlock()
 	close(g.done)
 }
 
-// newLease grants a lease, or renews the borrowed one once to learn its
-// TTL and a send time.
+// newLease grants a lease (retried: an unanswered grant leaves an empty
+// lease that expires), or renews a caller's once to learn its TTL.
 func (s *Session) newLease(ctx context.Context) (*Lease, error) {
 	var id clientv3.LeaseID
 	var ttl int64
 	var sent time.Time
-	if cs := s.borrowed; cs != nil {
-		select {
-		case <-cs.Done():
-			return nil, errs.Lost(errs.ErrSessionClosed)
-		default:
-		}
-		err := retry.Do(ctx, func(ctx context.Context) error {
-			sent = s.cfg.Clock.Now()
-			resp, err := s.cli.KeepAliveOnce(clientv3.WithRequireLeader(ctx), cs.Lease())
+	err := retry.Do(ctx, func(ctx context.Context) error {
+		sent = s.cfg.Clock.Now()
+		if s.etcd != nil {
+			if s.etcd.Ctx().Err() != nil {
+				return errs.Lost(errs.ErrSessionClosed)
+			}
+			resp, err := s.cli.KeepAliveOnce(clientv3.WithRequireLeader(ctx), s.etcd.Lease())
 			if err == nil {
-				ttl = resp.TTL
+				id, ttl = s.etcd.Lease(), resp.TTL
 			}
 			return err
-		})
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return nil, errs.Lost(errs.ErrLeaseExpired)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("renew the session's lease: %w", err)
+		resp, err := s.cli.Grant(clientv3.WithRequireLeader(ctx), int64(s.cfg.TTL/time.Second))
+		if err == nil {
+			id, ttl = resp.ID, resp.TTL
 		}
-		id = cs.Lease()
-		if max := s.cfg.MaxTTL; max > 0 && time.Duration(ttl)*time.Second > max {
-			return nil, fmt.Errorf("%w: the session's lease TTL is %v, at most %v allowed (WithMaxTTL)", errs.ErrInvalid, time.Duration(ttl)*time.Second, max)
-		}
-	} else {
-		// An unanswered grant leaves at most a lease with no keys, which
-		// expires by itself: safe to retry.
-		err := retry.Do(ctx, func(ctx context.Context) error {
-			sent = s.cfg.Clock.Now()
-			resp, err := s.cli.Grant(clientv3.WithRequireLeader(ctx), int64(s.cfg.TTL/time.Second))
-			if err == nil {
-				id, ttl = resp.ID, resp.TTL
-			}
-			return err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("grant lease: %w", err)
-		}
+		return err
+	})
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		s.mu.Lock()
+		s.etcdGone = true
+		s.mu.Unlock()
+		return nil, errs.Lost(errs.ErrSessionClosed)
+	case err != nil && s.etcd != nil:
+		return nil, fmt.Errorf("renew the session's lease: %w", err)
+	case err != nil:
+		return nil, fmt.Errorf("grant lease: %w", err)
 	}
 	d := time.Duration(ttl) * time.Second
+	if max := s.cfg.MaxTTL; s.etcd != nil && max > 0 && d > max {
+		return nil, fmt.Errorf("%w: the session's lease TTL is %v, at most %v allowed (WithMaxTTL)", errs.ErrInvalid, d, max)
+	}
 	margin := s.cfg.Margin
 	if margin == 0 {
 		margin = DefaultMargin(d)
@@ -303,12 +383,161 @@ func (s *Session) newLease(ctx context.Context) (*Lease, error) {
 	if margin > d/2 {
 		return nil, fmt.Errorf("%w: safety margin %v must be at most half the lease's TTL %v", errs.ErrInvalid, margin, d)
 	}
-	lctx, cancel := context.WithCancelCause(s.ctx)
-	l := &Lease{s: s, id: id, ttl: d, margin: margin, ctx: lctx, cancel: cancel}
-	l.extend(sent, d)
+	l := &Lease{s: s}
+	l.Lease = lease.New(s.ctx, s.lcfg, id, d, margin, sent, l.cancelHolds)
 	return l, nil
 }
 
-// DefaultMargin is the safety margin used when none is set: a fifth of the
-// TTL, which covers a client clock running up to 20% slow.
+// DefaultMargin is a fifth of the TTL, which covers a client clock running
+// up to 20% slow.
 func DefaultMargin(ttl time.Duration) time.Duration { return ttl / 5 }
+
+// Lease is one lease of the session (its watchdog is package lease's) and
+// the holds it ends: one set, not a context child (and ~150 bytes) per key.
+type Lease struct {
+	*lease.Lease
+	s       *Session
+	holdsMu sync.Mutex
+	holds   map[*Hold]struct{}
+}
+
+// cancelHolds ends every hold's context with the lease's cause in the
+// caller, so holders know before anything lets the next holder in.
+func (l *Lease) cancelHolds() {
+	cause := context.Cause(l.Context())
+	l.holdsMu.Lock()
+	defer l.holdsMu.Unlock()
+	for h := range l.holds {
+		h.cancel(cause) // no effect on a hold that ended first
+	}
+}
+
+// endHolds runs every hold's end once the lease ended; a hold whose key was
+// deleted first ends once the reason is told apart.
+func (l *Lease) endHolds() {
+	call(l.s.cfg.Hooks.EndingHolds)
+	l.holdsMu.Lock()
+	holds := make([]*Hold, 0, len(l.holds))
+	for h := range l.holds {
+		holds = append(holds, h)
+	}
+	l.holdsMu.Unlock()
+	for _, h := range holds {
+		h.cancel(context.Cause(l.Context()))
+		if cause := context.Cause(h.ctx); !errors.Is(cause, errs.ErrKeyGone) {
+			go h.end(cause)
+		}
+	}
+}
+
+// errReserved is returned by a try reservation of a key in use here.
+var errReserved = errors.New("key in use by another caller of this session")
+
+// reservation is one key claimed in this process, so two callers locking
+// one name through one lease never share its key.
+type reservation struct {
+	s     *Session
+	key   string        // "" once freed; guarded by s.mu
+	hold  *Hold         // the hold on the key, once there is one; guarded by s.mu
+	freed chan struct{} // made by the first waiter; guarded by s.mu
+}
+
+// reserve claims key until the reservation is freed, waiting while another
+// caller has it (errReserved with try). With takeover, a key whose holder
+// is armed is taken from it at once: that hold ends with errs.ErrReplaced.
+func (s *Session) reserve(ctx context.Context, key string, try, takeover bool) (*reservation, error) {
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return nil, errs.ErrClosed
+		}
+		if s.reserved == nil {
+			s.reserved = make(map[string]*reservation)
+		}
+		busy, taken := s.reserved[key]
+		if !taken {
+			if max := s.cfg.MaxHeld; max > 0 && len(s.reserved) >= max {
+				s.mu.Unlock()
+				return nil, fmt.Errorf("%w: %d keys (held, waiting or being deleted) on this session, at most %d allowed (WithMaxHeld)",
+					errs.ErrTooManyHeld, max, max)
+			}
+			r := &reservation{s: s, key: key}
+			s.reserved[key] = r
+			s.mu.Unlock()
+			return r, nil
+		}
+		if old := busy.hold; takeover && old != nil {
+			busy.hold = nil
+			s.mu.Unlock()
+			old.replaced()
+			return busy, nil
+		}
+		if try {
+			s.mu.Unlock()
+			return nil, errReserved
+		}
+		if busy.freed == nil {
+			busy.freed = make(chan struct{}) // only a waiter pays for one
+		}
+		freed := busy.freed
+		s.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+}
+
+// setHold records h as the key's holder, for a takeover to find.
+func (r *reservation) setHold(h *Hold) {
+	r.s.mu.Lock()
+	if r.key != "" {
+		r.hold = h
+	}
+	r.s.mu.Unlock()
+}
+
+// free ends the reservation if h (nil: whoever) still has it.
+func (r *reservation) free(h *Hold) {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	if r.key == "" || (h != nil && r.hold != h) {
+		return
+	}
+	if r.s.reserved[r.key] == r {
+		delete(r.s.reserved, r.key)
+	}
+	r.key, r.hold = "", nil
+	if r.freed != nil {
+		close(r.freed)
+	}
+}
+
+// watcher is the deletion watch of key's namespace.
+func (s *Session) watcher(key string) *watch.Watcher[*Hold] {
+	prefix := keys.NamespaceOf(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watchers == nil {
+		s.watchers = make(map[string]*watch.Watcher[*Hold])
+		s.wcfg = &watch.Config[*Hold]{
+			Client: s.cli, Ctx: s.ctx, Go: func(fn func()) bool { return s.goIn(&s.wg, fn) },
+			Key: func(h *Hold) string { return h.key }, Rev: func(h *Hold) int64 { return h.rev },
+			At: func(h *Hold) int64 { return h.at }, Gone: (*Hold).gone,
+			BeforeReread: func() { call(s.cfg.Hooks.BeforeReread) },
+			Deleted: func(key string) {
+				if f := s.cfg.Hooks.Deleted; f != nil {
+					f(key)
+				}
+			},
+		}
+	}
+	w, ok := s.watchers[prefix]
+	if !ok {
+		w = watch.New(s.wcfg, prefix)
+		s.watchers[prefix] = w
+	}
+	return w
+}

@@ -29,6 +29,8 @@ var (
 	ErrValidityExpired = errors.New("validity deadline passed")
 	// ErrSessionClosed: a session given with WithSession was closed or orphaned.
 	ErrSessionClosed = errors.New("session closed")
+	// ErrReplaced: another campaign through the same lease took the key over.
+	ErrReplaced = errors.New("key taken over by another campaign on the same lease")
 )
 
 // Lost returns the cause for a loss with the given reason: an error that
@@ -48,6 +50,8 @@ func Reason(cause error) string {
 		return "validity_expired"
 	case errors.Is(cause, ErrSessionClosed):
 		return "session_closed"
+	case errors.Is(cause, ErrReplaced):
+		return "replaced"
 	case errors.Is(cause, ErrReleased):
 		return "released"
 	}

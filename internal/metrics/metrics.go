@@ -6,14 +6,19 @@ package metrics
 
 import (
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/zap"
+
+	"github.com/batonhq/baton/internal/errs"
 )
 
 // Metrics holds every collector of a mutex or election.
 type Metrics struct {
+	users             *users // who uses which series, shared through the Registerer
 	AcquireDuration   *prometheus.HistogramVec
 	AcquireTotal      *prometheus.CounterVec
 	HoldDuration      *prometheus.HistogramVec
@@ -79,6 +84,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"resource"}),
 	}
 	var err error
+	m.users = register(reg, &users{n: map[[2]string]int{}}, &err)
 	m.AcquireDuration = register(reg, m.AcquireDuration, &err)
 	m.AcquireTotal = register(reg, m.AcquireTotal, &err)
 	m.HoldDuration = register(reg, m.HoldDuration, &err)
@@ -184,16 +190,17 @@ func observe(o prometheus.Observer, v float64, sc trace.SpanContext) {
 }
 
 // Leading records a transition into or out of leadership; lostReason is
-// set when leadership was lost rather than resigned.
+// set when leadership was lost rather than resigned. The gauge counts the
+// terms held under one label, so it is 1 exactly while a lone election leads.
 func (m *Metrics) Leading(ns, name string, leading bool, lostReason string) {
 	if m == nil {
 		return
 	}
-	v := 0.0
+	v := -1.0
 	if leading {
 		v = 1
 	}
-	m.IsLeader.WithLabelValues(ns, name).Set(v)
+	m.IsLeader.WithLabelValues(ns, name).Add(v)
 	m.Transitions.WithLabelValues(ns, name).Inc()
 	if lostReason != "" {
 		m.ElectionLostTotal.WithLabelValues(ns, name, lostReason).Inc()
@@ -208,12 +215,45 @@ func (m *Metrics) Rejected(resource string) {
 	m.FencingRejections.WithLabelValues(resource).Inc()
 }
 
-// Forget deletes every series of one lock or election (its namespace and
-// name labels), so that closed ones do not accumulate.
-func (m *Metrics) Forget(ns, name string) {
+// users counts the open primitives per namespace and name label. It is
+// registered with the other collectors, so every Metrics built on one
+// Registerer finds the same one, with no state in this package.
+type users struct {
+	mu sync.Mutex
+	n  map[[2]string]int
+}
+
+var usersDesc = prometheus.NewDesc("baton_internal_metric_users", "Never collected: identifies the users table.", nil, nil)
+
+func (*users) Describe(ch chan<- *prometheus.Desc) { ch <- usersDesc }
+func (*users) Collect(chan<- prometheus.Metric)    {}
+
+// Use counts one more primitive recording under ns and name; the returned
+// func ends that use, and the last one deletes the series.
+func (m *Metrics) Use(ns, name string) (done func()) {
 	if m == nil {
-		return
+		return func() {}
 	}
+	k := [2]string{ns, name}
+	m.users.mu.Lock()
+	m.users.n[k]++
+	m.users.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			m.users.mu.Lock()
+			defer m.users.mu.Unlock()
+			if m.users.n[k]--; m.users.n[k] > 0 {
+				return
+			}
+			delete(m.users.n, k)
+			m.forget(ns, name)
+		})
+	}
+}
+
+// forget deletes every series of one namespace and name label.
+func (m *Metrics) forget(ns, name string) {
 	labels := prometheus.Labels{"namespace": ns, "name": name}
 	m.AcquireDuration.DeletePartialMatch(labels)
 	m.AcquireTotal.DeletePartialMatch(labels)
@@ -224,4 +264,69 @@ func (m *Metrics) Forget(ns, name string) {
 	m.Transitions.DeletePartialMatch(labels)
 	m.CampaignDuration.DeletePartialMatch(labels)
 	m.ElectionLostTotal.DeletePartialMatch(labels)
+}
+
+// Recorder records one primitive's acquisitions and holds in metrics and
+// logs, the same way for every primitive.
+type Recorder struct {
+	Metrics *Metrics
+	Logger  *zap.Logger
+	// Leader makes it an election's: a leader gauge, campaign durations.
+	Leader                       bool
+	Noun, Name, Namespace, Label string // Noun: "lock", "permit", "term"
+}
+
+// Acquired records one acquiring call by result ("acquired", "locked",
+// "canceled", "error"); fields are the hold's when it succeeded.
+func (r *Recorder) Acquired(result string, d time.Duration, fields []zap.Field) {
+	switch {
+	case r.Leader && result == "acquired":
+		result = "leader"
+		r.Logger.Info("became leader", r.Fields(fields...)...)
+	case result == "acquired" && r.Logger.Core().Enabled(zap.DebugLevel): // the fields cost even when dropped
+		r.Logger.Debug(r.Noun+" acquired", r.Fields(fields...)...)
+	}
+	if r.Leader {
+		r.Metrics.ObserveCampaign(r.Namespace, r.Label, result, d)
+	} else {
+		r.Metrics.ObserveAcquire(r.Namespace, r.Label, result, d)
+	}
+}
+
+// Started records a hold's start.
+func (r *Recorder) Started() {
+	if r.Leader {
+		r.Metrics.Leading(r.Namespace, r.Label, true, "")
+	}
+}
+
+// Ended records a hold's end: a release when cause is errs.ErrReleased,
+// else a loss with its reason.
+func (r *Recorder) Ended(cause error, held time.Duration, fields []zap.Field) {
+	reason := ""
+	if !errors.Is(cause, errs.ErrReleased) {
+		reason = errs.Reason(cause)
+	}
+	switch {
+	case r.Leader && reason == "":
+		r.Metrics.Leading(r.Namespace, r.Label, false, "")
+		r.Logger.Info("resigned", r.Fields(append(fields, zap.Duration("led", held))...)...)
+	case r.Leader:
+		r.Metrics.Leading(r.Namespace, r.Label, false, reason)
+		r.Logger.Warn("leadership lost", r.Fields(append(fields, zap.Duration("led", held), zap.Error(cause))...)...)
+	case reason == "":
+		r.Metrics.HoldEnded(r.Namespace, r.Label, held, "")
+		if r.Logger.Core().Enabled(zap.DebugLevel) {
+			r.Logger.Debug(r.Noun+" released", r.Fields(fields...)...)
+		}
+	default:
+		r.Metrics.HoldEnded(r.Namespace, r.Label, held, reason)
+		r.Logger.Warn(r.Noun+" lost", r.Fields(append(fields, zap.Error(cause))...)...)
+	}
+}
+
+// Fields adds the name and namespace to a log line's fields; the logger is
+// not cloned per primitive, which would cost every held lock.
+func (r *Recorder) Fields(f ...zap.Field) []zap.Field {
+	return append(f, zap.String("name", r.Name), zap.String("namespace", r.Namespace))
 }

@@ -60,6 +60,21 @@ func Do(ctx context.Context, op func(ctx context.Context) error) error {
 	return err
 }
 
+// Reads runs op, a read, until it succeeds, fails for good (Permanent), or
+// ctx ends: a read is safe to repeat whatever failed it.
+func Reads(ctx context.Context, op func(ctx context.Context) error) error {
+	err := op(ctx)
+	for attempt := 0; err != nil && ctx.Err() == nil && !Permanent(err); attempt++ {
+		if Sleep(ctx, Backoff(attempt)) != nil {
+			return err
+		}
+		actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
+		err = op(actx)
+		cancel()
+	}
+	return err
+}
+
 // Permanent reports whether retrying err cannot help: the caller lacks
 // permission, its credentials are refused, or etcd calls the request
 // invalid. Such errors are returned to the caller, never retried.

@@ -1,13 +1,14 @@
-package core
+// Package inspect reads a queue of contenders with their leases' time left, for
+// the Holder, Waiters, Candidates and List calls and the CLI.
+package inspect
 
 import (
+	"context"
 	"errors"
 	"sync"
-
-	"context"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

@@ -1,0 +1,34 @@
+package core
+
+import (
+	"context"
+
+	"go.uber.org/zap"
+
+	"github.com/batonhq/baton/internal/observe"
+)
+
+// Head is the oldest key of a queue at a revision, as Observe sends it.
+type Head = observe.Head
+
+// Observe sends conv of the head of o's queue as observe.Loop does, on a
+// channel that closes when ctx ends, on Close, or after a value with Err
+// set.
+func Observe[T, S any](o *Owner[T], ctx context.Context, conv func(Head) S) <-chan S {
+	ch := make(chan S)
+	refused := func(err error) { o.cfg.Logger.Error("observe: etcd refused the read", o.cfg.Fields(zap.Error(err))...) }
+	if !o.Go(ctx, func(ctx context.Context) {
+		defer close(ch)
+		observe.Loop(ctx, o.sess.cli, o.cfg.Prefix, func(h Head) bool {
+			select {
+			case ch <- conv(h):
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}, refused)
+	}) {
+		close(ch)
+	}
+	return ch
+}

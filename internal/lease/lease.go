@@ -1,0 +1,224 @@
+// Package lease is one etcd lease and its validity watchdog: the context
+// that ends before the server can expire the lease, on the monotonic clock.
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/batonhq/baton/internal/errs"
+	"github.com/batonhq/baton/internal/retry"
+)
+
+// Config is what the leases of one session share.
+type Config struct {
+	Client *clientv3.Client
+	Clock  Clock
+	Logger *zap.Logger
+	// Granted leases are revoked after a loss; a caller's is left to it.
+	Granted bool
+	// EtcdDone, a caller's etcd session's Done, ends the lease.
+	EtcdDone <-chan struct{}
+	// OnRenewed runs after each acknowledged renewal, OnFailure after each
+	// failed one.
+	OnRenewed, OnFailure func()
+}
+
+// Lease is one lease and its watchdog. Its context ends with a loss
+// (errs.ErrLost and a reason) when ownership through it may be gone, or
+// with its parent's cause.
+type Lease struct {
+	cfg    *Config
+	id     clientv3.LeaseID
+	ttl    time.Duration
+	margin time.Duration
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	onEnd  func() // tells the holders, before anything lets the next one in
+
+	mu       sync.Mutex
+	deadline time.Time
+	timer    Timer
+}
+
+// New returns the lease id of the granted ttl, valid until sent + ttl −
+// margin; onEnd runs where the lease ends, before any revoke.
+func New(parent context.Context, cfg *Config, id clientv3.LeaseID, ttl, margin time.Duration, sent time.Time, onEnd func()) *Lease {
+	ctx, cancel := context.WithCancelCause(parent)
+	l := &Lease{cfg: cfg, id: id, ttl: ttl, margin: margin, ctx: ctx, cancel: cancel, onEnd: onEnd}
+	l.extend(sent, ttl)
+	return l
+}
+
+// ID is the lease ID.
+func (l *Lease) ID() clientv3.LeaseID { return l.id }
+
+// TTL is the TTL the server granted.
+func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// Context ends when ownership through the lease may be gone.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Deadline is the current validity deadline.
+func (l *Lease) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+// Hex is the lease's log field.
+func (l *Lease) Hex() zap.Field { return zap.String("lease", fmt.Sprintf("%x", int64(l.id))) }
+
+// Lose ends the lease with a loss (no effect once it ended).
+func (l *Lease) Lose(reason error) {
+	l.mu.Lock()
+	if l.ctx.Err() != nil {
+		l.mu.Unlock()
+		return
+	}
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	cause := errs.Lost(reason)
+	l.cancel(cause)
+	l.mu.Unlock()
+	l.onEnd()
+	l.cfg.Logger.Warn("lease lost", l.Hex(), zap.Error(cause))
+}
+
+// extend moves the validity deadline to sent + ttl − margin.
+func (l *Lease) extend(sent time.Time, ttl time.Duration) {
+	clock := l.cfg.Clock
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	deadline := sent.Add(ttl - l.margin)
+	if l.ctx.Err() != nil || deadline.Before(l.deadline) {
+		return
+	}
+	l.deadline = deadline
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	l.timer = clock.AfterFunc(deadline.Sub(clock.Now()), func() {
+		l.mu.Lock()
+		due := !clock.Now().Before(l.deadline)
+		l.mu.Unlock()
+		if due {
+			l.Lose(errs.ErrValidityExpired)
+		}
+	})
+}
+
+// Watchdog renews every TTL/3, each attempt bounded by TTL/6 and retried at
+// once after a failure, so two failures fit inside the validity deadline.
+// After a loss it revokes a granted lease for up to twice the TTL, or until
+// stop ends: a healed partition or a new etcd leader would otherwise keep
+// its keys in the queue.
+func (l *Lease) Watchdog(stop context.Context) {
+	interval, attempt := l.ttl/3, l.ttl/6
+	wait, failures := interval, 0
+	for l.ctx.Err() == nil {
+		if !l.sleep(wait) {
+			break
+		}
+		sent := l.cfg.Clock.Now()
+		ctx, cancel := context.WithTimeout(l.ctx, attempt)
+		resp, err := l.cfg.Client.KeepAliveOnce(ctx, l.id)
+		cancel()
+		switch {
+		case l.ctx.Err() != nil:
+		case err == nil:
+			failures, wait = 0, interval
+			l.extend(sent, time.Duration(resp.TTL)*time.Second)
+			call(l.cfg.OnRenewed)
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			l.Lose(errs.ErrLeaseExpired)
+		default:
+			failures, wait = failures+1, 0
+			call(l.cfg.OnFailure)
+			if failures >= 2 {
+				l.Lose(errs.ErrRenewalFailed)
+			} else {
+				l.cfg.Logger.Info("lease renewal failed", l.Hex(), zap.Error(err))
+			}
+		}
+	}
+	l.mu.Lock()
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	l.mu.Unlock()
+	l.onEnd() // the lease may have ended in another goroutine
+	if l.cfg.Granted && !errors.Is(context.Cause(l.ctx), errs.ErrReleased) {
+		if err := l.Revoke(stop, 2*l.ttl); err != nil {
+			l.cfg.Logger.Warn("could not revoke a lost lease; it expires by itself", l.Hex(), zap.Error(err))
+		}
+	}
+}
+
+// sleep waits d on the clock; false when the lease ended.
+func (l *Lease) sleep(d time.Duration) bool {
+	if d <= 0 {
+		return l.ctx.Err() == nil
+	}
+	fired := make(chan struct{})
+	t := l.cfg.Clock.AfterFunc(d, func() { close(fired) })
+	defer t.Stop()
+	select {
+	case <-fired:
+		return l.ctx.Err() == nil
+	case <-l.ctx.Done():
+	case <-l.cfg.EtcdDone:
+		l.Lose(errs.ErrSessionClosed)
+	}
+	return false
+}
+
+// Revoke revokes the lease, retrying for up to d while stop lives, then
+// once more briefly if stop ended first.
+func (l *Lease) Revoke(stop context.Context, d time.Duration) error {
+	op := func(ctx context.Context) error {
+		_, err := l.cfg.Client.Revoke(clientv3.WithRequireLeader(ctx), l.id)
+		return err
+	}
+	ctx, cancel := context.WithTimeout(stop, d)
+	err := retry.Do(ctx, op)
+	cancel()
+	if err != nil && stop.Err() != nil && !retry.Permanent(err) {
+		ctx, cancel := context.WithTimeout(context.Background(), min(d, 2*time.Second))
+		err = retry.Do(ctx, op)
+		cancel()
+	}
+	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("revoke lease %x: %w", int64(l.id), err)
+	}
+	return nil
+}
+
+// Gone reports whether the lease no longer exists on the server; false
+// when it cannot tell.
+func (l *Lease) Gone(ctx context.Context) bool {
+	if errors.Is(context.Cause(l.ctx), errs.ErrLeaseExpired) {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	resp, err := l.cfg.Client.TimeToLive(ctx, l.id)
+	if err != nil {
+		return errors.Is(err, rpctypes.ErrLeaseNotFound)
+	}
+	return resp.TTL <= 0
+}
+
+func call(f func()) {
+	if f != nil {
+		f()
+	}
+}

@@ -1,0 +1,278 @@
+// Package watch is the one deletion watch per session and namespace that
+// tells every hold of its key's deletion, in the step that receives it.
+package watch
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/batonhq/baton/internal/retry"
+)
+
+// linger is how long an idle watch of a session that holds again and again
+// stays open.
+const linger = 15 * time.Second
+
+// New returns the watcher of the namespace prefix.
+func New[H comparable](c *Config[H], prefix string) *Watcher[H] {
+	return &Watcher[H]{c: c, prefix: prefix, keys: make(map[string]H), expected: make(map[string]int64)}
+}
+
+// Config is what the watches of one session share; H is its hold type.
+type Config[H comparable] struct {
+	Client *clientv3.Client
+	// Ctx ends every watch (the session's Close); Go runs a goroutine the
+	// session waits for, false once it is closing.
+	Ctx context.Context
+	Go  func(fn func()) bool
+	// Key, Rev (CreateRevision) and At (the revision the acquisition
+	// confirmed the key at) read a hold; Gone tells it its key is gone.
+	Key     func(H) string
+	Rev, At func(H) int64
+	Gone    func(H)
+	// BeforeReread and Deleted are test hooks, read when called.
+	BeforeReread func()
+	Deleted      func(key string)
+}
+
+// Watcher tells the holds of one session under one namespace when their
+// keys are deleted: one watch for every key held. A key is registered after
+// its acquisition confirmed it at revision At; a deletion after that must
+// reach the hold whatever the stream was doing, so a key the stream may not
+// cover (stream started or re-read after At, key not expected) is read once.
+type Watcher[H comparable] struct {
+	c      *Config[H]
+	prefix string
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	keys     map[string]H
+	expected map[string]int64 // keys being acquired: a deletion seen is kept
+	from     int64            // first revision the current stream delivers
+	linger   *time.Timer      // stops an idle watch later
+	uses     int
+}
+
+// Expect marks key as being acquired, before the confirming read.
+func (w *Watcher[H]) Expect(key string) {
+	w.mu.Lock()
+	if w.cancel != nil {
+		w.expected[key] = 0
+	}
+	w.mu.Unlock()
+}
+
+func (w *Watcher[H]) Unexpect(key string) {
+	w.mu.Lock()
+	delete(w.expected, key)
+	w.mu.Unlock()
+}
+
+// Register ends h (once) when its key, created at h.rev and confirmed at
+// h.at, is deleted.
+func (w *Watcher[H]) Register(h H) {
+	c := w.c
+	key, rev, at := c.Key(h), c.Rev(h), c.At(h)
+	w.mu.Lock()
+	deletedAt, wasExpected := w.expected[key]
+	delete(w.expected, key)
+	w.keys[key] = h
+	w.uses++
+	if w.linger != nil {
+		w.linger.Stop()
+		w.linger = nil
+	}
+	check := false
+	switch {
+	case w.cancel == nil:
+		w.start(at + 1)
+	case deletedAt > rev:
+		delete(w.keys, key)
+		w.mu.Unlock()
+		c.Gone(h)
+		return
+	case !wasExpected || w.from > at+1:
+		check = true
+	}
+	w.mu.Unlock()
+	if check {
+		w.checkOnce(h)
+	}
+}
+
+// Unregister stops the news of h's key; the watch lingers a TTL after the
+// last key when the session holds again and again, and stops at once after
+// a single hold so that drained waiters stop receiving the namespace.
+func (w *Watcher[H]) Unregister(h H) {
+	key := w.c.Key(h)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.keys[key] == h {
+		delete(w.keys, key)
+	}
+	switch {
+	case len(w.keys) > 0 || len(w.expected) > 0 || w.cancel == nil || w.linger != nil:
+	case w.uses < 2:
+		w.cancel()
+		w.cancel = nil
+	default:
+		w.linger = time.AfterFunc(linger, func() { w.stopIfIdle() })
+	}
+}
+
+func (w *Watcher[H]) StopLinger() {
+	w.mu.Lock()
+	if w.linger != nil {
+		w.linger.Stop()
+		w.linger = nil
+	}
+	w.mu.Unlock()
+}
+
+// stopIfIdle ends the watch when no key is held or expected.
+func (w *Watcher[H]) stopIfIdle() bool {
+	w.StopLinger()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.keys) > 0 || len(w.expected) > 0 || w.cancel == nil {
+		return false
+	}
+	w.cancel()
+	w.cancel = nil
+	return true
+}
+
+// start runs the watch loop from revision from; w.mu is held.
+func (w *Watcher[H]) start(from int64) {
+	ctx, cancel := context.WithCancel(w.c.Ctx)
+	if w.c.Go(func() { w.loop(ctx, from) }) {
+		w.cancel, w.from = cancel, from
+	} else {
+		cancel()
+	}
+}
+
+// loop watches from the current revision, which etcd serves at once (a past
+// one waits up to 100 ms in its unsynced set), reading once to cover any
+// gap since from; after a broken stream it reads what is held and resumes.
+func (w *Watcher[H]) loop(ctx context.Context, from int64) {
+	for ctx.Err() == nil {
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		for wr := range w.c.Client.Watch(wctx, w.prefix, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify()) {
+			if wr.Err() != nil {
+				break
+			}
+			if wr.Created && wr.Header.Revision >= from {
+				if _, ok := w.reread(ctx); !ok {
+					break
+				}
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE {
+					w.deleted(string(ev.Kv.Key), ev.Kv.ModRevision)
+				}
+			}
+		}
+		cancel()
+		if ctx.Err() != nil || w.stopIfIdle() {
+			return
+		}
+		call(w.c.BeforeReread)
+		rev, ok := w.reread(ctx)
+		if !ok {
+			if retry.Sleep(ctx, 100*time.Millisecond) != nil || w.stopIfIdle() {
+				return
+			}
+			continue
+		}
+		from = rev + 1
+	}
+}
+
+// deleted ends the hold of key in this goroutine, if the key was created
+// before the deletion.
+func (w *Watcher[H]) deleted(key string, at int64) {
+	w.mu.Lock()
+	if _, ok := w.expected[key]; ok {
+		w.expected[key] = at
+	}
+	h, ok := w.keys[key]
+	ok = ok && at > w.c.Rev(h) // an older deletion is of an earlier holder of this key
+	if ok {
+		delete(w.keys, key)
+	}
+	w.mu.Unlock()
+	if ok {
+		w.c.Gone(h)
+	}
+	if w.c.Deleted != nil {
+		w.c.Deleted(key)
+	}
+}
+
+// reread reads the namespace's keys and ends the holds registered before
+// the read whose keys are gone; it returns the revision read at.
+func (w *Watcher[H]) reread(ctx context.Context) (int64, bool) {
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	resp, err := w.c.Client.Get(rctx, w.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	cancel()
+	if err != nil {
+		return 0, false
+	}
+	rev := resp.Header.Revision
+	present := make(map[string]int64, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		present[string(kv.Key)] = kv.CreateRevision
+	}
+	var gone []H
+	w.mu.Lock()
+	for k, h := range w.keys {
+		if w.c.At(h) < rev && present[k] != w.c.Rev(h) {
+			delete(w.keys, k)
+			gone = append(gone, h)
+		}
+	}
+	clear(w.expected) // their registration reads them
+	w.from = rev + 1
+	w.mu.Unlock()
+	for _, h := range gone {
+		w.c.Gone(h)
+	}
+	return rev, true
+}
+
+// checkOnce reads h's key (a few attempts) and ends h if it is gone.
+func (w *Watcher[H]) checkOnce(h H) {
+	key := w.c.Key(h)
+	for range 3 {
+		ctx, cancel := context.WithTimeout(w.c.Ctx, 2*time.Second)
+		resp, err := w.c.Client.Get(ctx, key, clientv3.WithKeysOnly())
+		cancel()
+		if err != nil {
+			continue
+		}
+		if len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == w.c.Rev(h) {
+			return
+		}
+		w.mu.Lock()
+		mine := w.keys[key] == h
+		if mine {
+			delete(w.keys, key)
+		}
+		w.mu.Unlock()
+		if mine {
+			w.c.Gone(h)
+		}
+		return
+	}
+}
+
+func call(f func()) {
+	if f != nil {
+		f()
+	}
+}
