@@ -99,7 +99,8 @@ type Cluster struct {
 	// Revision, with ID, is the revision the cluster had reached when it
 	// was pinned. A cluster below it was rebuilt (a cluster rebuilt with
 	// the same peer URLs and token has the same ID) or restored from a
-	// backup: its tokens restart lower, so the Router refuses it too.
+	// backup: its tokens restart lower, so the Router refuses it too. One
+	// rebuilt or restored above it is not caught: pin again now and then.
 	Revision int64 `json:"revision,omitempty"`
 }
 
@@ -401,7 +402,7 @@ func normalizeEndpoint(ep string) (key, dial string, err error) {
 		return "", "", fmt.Errorf("endpoint %q is not host:port", ep)
 	}
 	n, err := strconv.Atoi(port)
-	if err != nil || n < 1 || n > 65535 {
+	if err != nil || n < 1 || n > 65535 || strings.Trim(port, "0123456789") != "" {
 		return "", "", fmt.Errorf("endpoint %q: port must be 1 to 65535", ep)
 	}
 	if a, err := netip.ParseAddr(host); err == nil {
@@ -411,9 +412,27 @@ func normalizeEndpoint(ep string) (key, dial string, err error) {
 		if host == "" || strings.ContainsAny(host, "[]/ \t@%") {
 			return "", "", fmt.Errorf("endpoint %q is not host:port", ep)
 		}
+		if numericHost(host) {
+			return "", "", fmt.Errorf("endpoint %q: %q is not a canonical IP address (write it as four decimal numbers without leading zeros, or an IPv6 address in brackets), nor a name", ep, host)
+		}
 	}
 	key = net.JoinHostPort(host, strconv.Itoa(n))
 	return key, dial, nil
+}
+
+// numericHost reports whether a host that is not an IP in canonical form
+// still reads as a number: its last label all decimal digits or 0x and hex
+// digits. No top-level domain is all digits, and inet_aton, which some
+// resolvers use, reads "127.1", "127.000.000.001", "2130706433" and
+// "0x7f000001" as 127.0.0.1, so two spellings of one address would escape
+// the one-cluster check.
+func numericHost(host string) bool {
+	last := host[strings.LastIndexByte(host, '.')+1:]
+	if h, ok := strings.CutPrefix(last, "0x"); ok {
+		last = h
+		return strings.Trim(last, "0123456789abcdef") == ""
+	}
+	return last != "" && strings.Trim(last, "0123456789") == ""
 }
 
 // ClientEndpoints are the cluster's endpoints as the etcd client dials
@@ -453,6 +472,12 @@ func yamlDocuments(data []byte) (int, error) {
 			return n, nil
 		}
 		if err != nil {
+			if n >= 1 {
+				// The first document was whole: what the parser cannot
+				// read is a second one, which the strict reading of the
+				// first alone would drop.
+				return 2, nil
+			}
 			return n, err
 		}
 		n++

@@ -136,6 +136,16 @@ func TestParseMapRefuses(t *testing.T) {
 		{"empty tls", "clusters: [{name: a, endpoints: ['h:1'], tls: {}}]", "names no file"},
 		{"endpoint with a path", "clusters: [{name: a, endpoints: ['http://h:1/x']}]", "scheme://host:port and nothing else"},
 		{"port out of range", "clusters: [{name: a, endpoints: ['h:70000']}]", "port must be 1 to 65535"},
+		{"signed port", "clusters: [{name: a, endpoints: ['h:+2379']}]", "port must be 1 to 65535"},
+		// Numbers that are not an IP's canonical form are not names
+		// either (no top-level domain is all digits): a resolver that
+		// reads them as inet_aton does would reach 127.0.0.1, which the
+		// one-cluster check could not see.
+		{"IPv4 with leading zeros", "clusters: [{name: a, endpoints: ['127.000.000.001:2379']}]", "not a canonical IP address"},
+		{"short IPv4", "clusters: [{name: a, endpoints: ['127.1:2379']}]", "not a canonical IP address"},
+		{"IPv4 as one number", "clusters: [{name: a, endpoints: ['2130706433:2379']}]", "not a canonical IP address"},
+		{"hex IPv4", "clusters: [{name: a, endpoints: ['0x7f.0.0.1:2379']}]", "not a canonical IP address"},
+		{"hex IPv4 as one number", "clusters: [{name: a, endpoints: ['http://0x7F000001:2379']}]", "not a canonical IP address"},
 		{"negative epoch", "clusters: [{name: a, endpoints: ['h:1'], epoch: -1}]", "want an integer"},
 		{"fractional epoch", "clusters: [{name: a, endpoints: ['h:1'], epoch: 1.5}]", "want an integer"},
 		{"user with a colon", "clusters: [{name: a, endpoints: ['h:1'], credentials: {user: 'u:p', passwordEnv: P}}]", `has ':'`},
@@ -324,6 +334,11 @@ func TestParseMapRefusesASecondDocument(t *testing.T) {
 		{"after a leading marker", "---\n# the map\nclusters: [{name: a, endpoints: ['h:1']}]\n\n--- # more\nclusters: []\n", "line 5"},
 		{"empty second", "clusters: [{name: a, endpoints: ['h:1']}]\n---\n", "line 2"},
 		{"after an end marker", "clusters: [{name: a, endpoints: ['h:1']}]\n...\n---\nx: 1\n", "line 3"},
+		// A second document the parser cannot read is still a second
+		// document: read alone, the first would be served without it.
+		{"broken second", "clusters: [{name: a, endpoints: ['h:1'], namespaces: [x]}]\n---\nclusters: [{name: b\n", "line 2"},
+		{"tab in second", "clusters: [{name: a, endpoints: ['h:1']}]\n---\n\tclusters: x\n", "line 2"},
+		{"broken after an end marker", "clusters: [{name: a, endpoints: ['h:1']}]\r\n...\r\nclusters: [\r\n", "line 3"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := router.ParseMap([]byte(tt.in))

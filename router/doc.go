@@ -31,7 +31,8 @@
 //     the etcd cluster it says: a connection whose endpoints answer as
 //     another cluster, or below the pinned revision (rebuilt, restored),
 //     is refused with ErrIdentity when it opens, and so is every later
-//     response, before any lock or term is handed out from it.
+//     response, unary or on a stream, before any lock or term is handed
+//     out from it.
 //   - Across a namespace's move to another cluster, tokens composed with
 //     Token (or Router.Token) keep increasing provided the map's epochs
 //     do (CheckMove verifies it, telling clusters apart by their pinned
@@ -42,6 +43,14 @@
 //
 // What is not guaranteed:
 //
+//   - Catching every rebuilt or restored cluster. etcd derives the cluster
+//     ID from the peer URLs and --initial-cluster-token, so a cluster
+//     rebuilt or restored with the same ones has the same ID, and only its
+//     revision can tell: one that has gone beyond the pinned revision
+//     (pinned long ago, or restored from a snapshot taken after the pin)
+//     passes, and its tokens restart below the ones issued before. Rebuild
+//     with a fresh token, restore with a revision bump, and pin again now
+//     and then (docs/scaling.md).
 //   - Exclusion across clusters. During a move, a process still running
 //     with the old map can acquire on the old cluster while another holds
 //     on the new one. Drain first (docs/scaling.md): stop new

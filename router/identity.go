@@ -134,15 +134,45 @@ func (k *identityCheck) unary(ctx context.Context, method string, req, reply any
 	return nil
 }
 
+// stream checks the header of every message a stream receives (watch
+// events, lease keep-alives, snapshots): a stream the balancer sends to a
+// member of another cluster, one that did not answer when the connection
+// opened, delivers nothing from it. The error is not retried by the etcd
+// client: a watch on it ends with it, and the lease keep-alive loop opens
+// a new stream.
+func (k *identityCheck) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	s, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &checkedStream{ClientStream: s, k: k}, nil
+}
+
+type checkedStream struct {
+	grpc.ClientStream
+	k *identityCheck
+}
+
+func (s *checkedStream) RecvMsg(m any) error {
+	if err := s.ClientStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if r, ok := m.(interface{ GetHeader() *pb.ResponseHeader }); ok {
+		return s.k.check(r.GetHeader())
+	}
+	return nil
+}
+
 // DialOptions are the gRPC dial options that make an etcd client of
-// cluster c refuse every response from another etcd cluster than the one
+// cluster c refuse every response, unary or on a stream, from another etcd cluster than the one
 // c pins (or, when c pins none, than the first one it meets), and every
 // response below c's pinned revision, with an error wrapping ErrIdentity.
 // The Router's clients have them; a program that dials a map's cluster
 // itself adds them to clientv3.Config.DialOptions. Each client needs its
 // own.
 func (c Cluster) DialOptions() []grpc.DialOption {
-	return []grpc.DialOption{grpc.WithChainUnaryInterceptor(newIdentityCheck(c).unary)}
+	k := newIdentityCheck(c)
+	return []grpc.DialOption{grpc.WithChainUnaryInterceptor(k.unary), grpc.WithChainStreamInterceptor(k.stream)}
 }
 
 // verifyPinned checks, on a connection just opened to a cluster that pins

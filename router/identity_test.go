@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/integration/etcdtest"
@@ -184,5 +186,70 @@ func TestUnpinnedClientHoldsToTheFirstClusterItMeets(t *testing.T) {
 	// Identify visits every endpoint: the other one answers as another cluster.
 	if _, err := router.Identify(ctx, cli); !errors.Is(err, router.ErrIdentity) {
 		t.Fatalf("Identify over the endpoints of two clusters = %v, want ErrIdentity", err)
+	}
+}
+
+// A member that did not answer when the connection opened, and answers
+// later as another etcd cluster, is refused on streams too: a watch (or a
+// lease keep-alive) that the balancer sends to it delivers nothing from it.
+func TestAStreamToAnotherClusterIsRefused(t *testing.T) {
+	a := etcdtest.Start(t, etcdtest.Config{Name: "stream-a"})
+	late, err := etcdtest.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := etcdtest.Context(t, 60*time.Second)
+	pin := identify(t, a.Client(t))
+	m := router.Map{Clusters: []router.Cluster{{
+		Name: "main", Endpoints: []string{a.Endpoint(), "http://" + late}, Namespaces: []string{"payments"},
+		ID: pin.String(), Revision: pin.Revision,
+	}}}
+	r := newRouter(t, m, router.WithDialTimeout(time.Second))
+	cli, err := r.Client(ctx, "payments")
+	if err != nil {
+		t.Fatalf("Client with one member of two answering: %v", err)
+	}
+	b := etcdtest.Start(t, etcdtest.Config{Name: "stream-b", ClientAddr: late})
+	other := identify(t, b.Client(t))
+	if other.ClusterID == pin.ClusterID {
+		t.Fatal("the two clusters have one ID")
+	}
+	// The balancer reaches b once its subconnection is ready: a unary
+	// call to it is refused.
+	for i := 0; ; i++ {
+		_, err := cli.Get(ctx, "k")
+		if errors.Is(err, router.ErrIdentity) {
+			break
+		}
+		if err != nil && ctx.Err() != nil || i == 300 {
+			t.Fatalf("no unary call reached the late member as another cluster: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	refused := 0
+	for i := range 12 {
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		wctx = metadata.AppendToOutgoingContext(wctx, "baton-test-stream", strconv.Itoa(i)) // its own stream
+		wch := cli.Watch(wctx, "k", clientv3.WithCreatedNotify())
+		select {
+		case resp, ok := <-wch:
+			if ok && resp.Err() == nil && resp.Header.ClusterId != pin.ClusterID {
+				cancel()
+				t.Fatalf("watch %d delivered a response of etcd cluster %s (the map pins %s)", i, router.FormatClusterID(resp.Header.ClusterId), pin)
+			}
+			if !ok || resp.Err() != nil {
+				refused++
+				if ok && !errors.Is(resp.Err(), router.ErrIdentity) {
+					t.Errorf("watch %d ended with %v, want ErrIdentity", i, resp.Err())
+				}
+			}
+		case <-time.After(10 * time.Second):
+			cancel()
+			t.Fatalf("watch %d: no answer", i)
+		}
+		cancel()
+	}
+	if refused == 0 {
+		t.Fatal("no watch reached the late member: the test proves nothing")
 	}
 }

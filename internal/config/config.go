@@ -265,7 +265,7 @@ func (c *Config) agree(theirs core.Config, except ...string) error {
 // Session of the borrowed etcd session (whose session-wide settings, when
 // given here too, must agree with the first user's), or its own. own says
 // whether the primitive must close (or detach) it.
-func (c Config) NewSession(cli *clientv3.Client) (s *core.Session, own bool, err error) {
+func (c *Config) NewSession(cli *clientv3.Client) (s *core.Session, own bool, err error) {
 	switch {
 	case c.Shared != nil:
 		return c.Shared, false, nil
@@ -274,9 +274,17 @@ func (c Config) NewSession(cli *clientv3.Client) (s *core.Session, own bool, err
 		if created {
 			return s, true, nil
 		}
-		if err := c.agree(s.Settings(), "WithLogger", "WithRegisterer"); err != nil {
+		theirs := s.Settings()
+		if err := c.agree(theirs, "WithLogger", "WithRegisterer"); err != nil {
 			_ = s.Detach()
 			return nil, false, err
+		}
+		// The logger and the Registerer may be this primitive's own.
+		if _, ok := c.set["WithLogger"]; !ok {
+			c.Session.Logger = theirs.Logger
+		}
+		if _, ok := c.set["WithRegisterer"]; !ok {
+			c.Session.Registerer = theirs.Registerer
 		}
 		return s, true, nil
 	}
@@ -304,7 +312,7 @@ type Primitive struct {
 // Open validates name and opts and returns the Owner of a new primitive,
 // with its configuration and the value its keys carry (WithIdentity's).
 func Open[T any](cli *clientv3.Client, p Primitive, name string, opts []Option) (*core.Owner[T], Config, string, error) {
-	if err := keys.ValidateName(core.KindNames[p.Kind]+" name", name); err != nil {
+	if err := keys.ValidateName(metrics.KindNames[p.Kind]+" name", name); err != nil {
 		return nil, Config{}, "", err
 	}
 	cfg, err := Build(cli, opts)
@@ -315,21 +323,23 @@ func Open[T any](cli *clientv3.Client, p Primitive, name string, opts []Option) 
 	if err != nil {
 		return nil, cfg, "", err
 	}
-	met, err := cfg.Metrics()
+	sess, own, err := cfg.NewSession(cli)
 	if err != nil {
 		return nil, cfg, "", err
 	}
-	sess, own, err := cfg.NewSession(cli)
+	met, err := cfg.Metrics()
 	if err != nil {
+		if own {
+			_ = closeOwn(sess)
+		}
 		return nil, cfg, "", err
 	}
 	label := p.LabelPrefix + name
 	if cfg.MetricLabel != "" {
 		label = cfg.MetricLabel
 	}
-	rec := metrics.Recorder{Metrics: met, Logger: cfg.Session.Logger, Leader: p.Kind == core.Election,
-		Noun: [...]string{"lock", "term", "permit", "lock"}[p.Kind], Name: name, Namespace: cfg.Namespace, Label: label}
-	o := core.NewOwner[T](sess, core.OwnerConfig{Recorder: rec, Kind: p.Kind, Prefix: keys.Prefix(cfg.Namespace, p.Keys, name),
+	rec := metrics.Recorder{Metrics: met, Logger: cfg.Session.Logger, Kind: p.Kind, Name: name, Namespace: cfg.Namespace, Label: label}
+	o := core.NewOwner[T](sess, core.OwnerConfig{Recorder: rec, Prefix: keys.Prefix(cfg.Namespace, p.Keys, name),
 		NotHeld: p.NotHeld, Busy: p.Busy, Own: own})
 	return o, cfg, value, nil
 }
@@ -341,4 +351,11 @@ func Session(s any) Option {
 		return Borrowed(cs)
 	}
 	return s.(Option)
+}
+
+func closeOwn(s *core.Session) error {
+	if s.IsBorrowed() {
+		return s.Detach()
+	}
+	return s.Close()
 }

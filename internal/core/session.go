@@ -59,6 +59,9 @@ type Session struct {
 	wg     sync.WaitGroup // watchdog, grants, watches: Close waits for them
 	dels   sync.WaitGroup // background deletions: Close waits a bounded time
 
+	doneOnce sync.Once
+	done     <-chan struct{}
+
 	mu        sync.Mutex
 	closed    bool
 	etcdGone  bool // the caller's lease was found gone: never replaced
@@ -152,39 +155,23 @@ func (s *Session) IsBorrowed() bool { return s.etcd != nil }
 
 // Done is closed when the session is closed or its etcd session ended.
 func (s *Session) Done() <-chan struct{} {
-	if s.etcd != nil {
-		return mergeDone(s.ctx, s.etcd.Done())
+	if s.etcd == nil {
+		return s.ctx.Done()
 	}
-	return s.ctx.Done()
-}
-
-func isDone(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
-func mergeDone(ctx context.Context, other <-chan struct{}) <-chan struct{} {
-	select {
-	case <-other:
-		return other
-	default:
-	}
-	if ctx.Err() != nil {
-		return ctx.Done()
-	}
-	done := make(chan struct{})
-	go func() {
-		select {
-		case <-ctx.Done():
-		case <-other:
-		}
-		close(done)
-	}()
-	return done
+	s.doneOnce.Do(func() {
+		ctx, cancel := context.WithCancel(s.ctx)
+		stop := context.AfterFunc(s.etcd.Ctx(), cancel)
+		s.done = ctx.Done()
+		go func() { // the etcd session's lease may end without its Ctx
+			select {
+			case <-s.etcd.Done():
+			case <-ctx.Done():
+			}
+			stop()
+			cancel()
+		}()
+	})
+	return s.done
 }
 
 // LeaseID is the current lease, or clientv3.NoLease before the first grant.
@@ -289,7 +276,7 @@ func (s *Session) lease(ctx context.Context) (*Lease, error) {
 			s.mu.Unlock()
 			return l, nil
 		}
-		if s.etcdGone || (s.etcd != nil && isDone(s.etcd.Done())) {
+		if s.etcdGone || (s.etcd != nil && s.etcd.Ctx().Err() != nil) { // closed or orphaned
 			s.mu.Unlock()
 			return nil, errs.Lost(errs.ErrSessionClosed)
 		}
@@ -436,7 +423,6 @@ var errReserved = errors.New("key in use by another caller of this session")
 // reservation is one key claimed in this process, so two callers locking
 // one name through one lease never share its key.
 type reservation struct {
-	s     *Session
 	key   string        // "" once freed; guarded by s.mu
 	hold  *Hold         // the hold on the key, once there is one; guarded by s.mu
 	freed chan struct{} // made by the first waiter; guarded by s.mu
@@ -462,7 +448,7 @@ func (s *Session) reserve(ctx context.Context, key string, try, takeover bool) (
 				return nil, fmt.Errorf("%w: %d keys (held, waiting or being deleted) on this session, at most %d allowed (WithMaxHeld)",
 					errs.ErrTooManyHeld, max, max)
 			}
-			r := &reservation{s: s, key: key}
+			r := &reservation{key: key}
 			s.reserved[key] = r
 			s.mu.Unlock()
 			return r, nil
@@ -490,24 +476,24 @@ func (s *Session) reserve(ctx context.Context, key string, try, takeover bool) (
 	}
 }
 
-// setHold records h as the key's holder, for a takeover to find.
-func (r *reservation) setHold(h *Hold) {
-	r.s.mu.Lock()
+// setHold records h as r's holder, for a takeover to find.
+func (s *Session) setHold(r *reservation, h *Hold) {
+	s.mu.Lock()
 	if r.key != "" {
 		r.hold = h
 	}
-	r.s.mu.Unlock()
+	s.mu.Unlock()
 }
 
-// free ends the reservation if h (nil: whoever) still has it.
-func (r *reservation) free(h *Hold) {
-	r.s.mu.Lock()
-	defer r.s.mu.Unlock()
+// free ends the reservation r if h (nil: whoever) still has it.
+func (s *Session) free(r *reservation, h *Hold) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if r.key == "" || (h != nil && r.hold != h) {
 		return
 	}
-	if r.s.reserved[r.key] == r {
-		delete(r.s.reserved, r.key)
+	if s.reserved[r.key] == r {
+		delete(s.reserved, r.key)
 	}
 	r.key, r.hold = "", nil
 	if r.freed != nil {

@@ -9,21 +9,32 @@ let receivedAt = 0;   // browser time the snapshot arrived
 let windowSec = 600;
 let filter = "";
 
+// shown writes the control and format characters of a text (bidi
+// overrides and isolates, zero-width ones, line separators, escapes) as
+// \u202e, as the CLI does: a name or value from etcd cannot reorder or
+// hide the text around it. data-* attributes keep the raw text.
+function shown(text) {
+  return String(text).replace(/[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\p{Co}\p{Cn}\p{Cs}]/gu, (c) => {
+    const cp = c.codePointAt(0);
+    return cp > 0xffff ? "\\U" + cp.toString(16).padStart(8, "0") : "\\u" + cp.toString(16).padStart(4, "0");
+  });
+}
+
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (k === "class") e.className = v;
     else if (k.startsWith("data-")) e.dataset[k.slice(5)] = v;
-    else e.setAttribute(k, v);
+    else e.setAttribute(k, shown(v));
   }
-  for (const k of kids) e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+  for (const k of kids) e.append(k instanceof Node ? k : document.createTextNode(shown(k)));
   return e;
 }
 
 function svg(tag, attrs, text) {
   const e = document.createElementNS(SVG, tag);
-  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
-  if (text !== undefined) e.textContent = text;
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, shown(v));
+  if (text !== undefined) e.textContent = shown(text);
   return e;
 }
 
@@ -262,7 +273,7 @@ function renderTimeline() {
     r.dataset.token = String(sp.token);
     if (sp.end) r.dataset.end = sp.cause;
     r.append(svg("title", {}, describe(sp)));
-    r.addEventListener("focus", () => { document.getElementById("span-detail").textContent = describe(sp); });
+    r.addEventListener("focus", () => { document.getElementById("span-detail").textContent = shown(describe(sp)); });
     kids.push(r);
     if (x2 - x1 > 60) {
       const t = svg("text", { class: "barlabel", x: x1 + 4, y: y + laneH / 2 + 4 }, sp.holder.length > 24 ? sp.holder.slice(0, 23) + "…" : sp.holder);
@@ -291,6 +302,7 @@ function renderTimeline() {
 function setStatus(state, text) {
   const s = document.getElementById("status");
   s.dataset.state = state;
+  text = shown(text);
   if (s.textContent !== text) s.textContent = text;
 }
 
@@ -304,7 +316,7 @@ function render() {
     const since = snap.down_since ? clock(local(snap.down_since)) : "?";
     setStatus("down", `etcd unreachable since ${since}`);
     const asOf = snap.as_of ? `as of ${clock(local(snap.as_of))}, when etcd last answered` : "from before etcd was reached";
-    note.textContent = `etcd unreachable since ${since}: what is shown is ${asOf}, and cannot be vouched for now (${snap.problem}).`;
+    note.textContent = shown(`etcd unreachable since ${since}: what is shown is ${asOf}, and cannot be vouched for now (${snap.problem}).`);
     note.hidden = false;
     main.classList.add("stale");
   } else {
