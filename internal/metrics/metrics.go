@@ -293,8 +293,9 @@ type Recorder struct {
 }
 
 // Acquired records one acquiring call by result ("acquired", "locked",
-// "canceled", "error"); fields, called only to log, are the hold's.
-func (r *Recorder) Acquired(result string, d time.Duration, fields func() []zap.Field) {
+// "canceled", "error"); fields, called only to log, are the hold's; sc is
+// the call's span, the exemplar when sampled.
+func (r *Recorder) Acquired(result string, d time.Duration, fields func() []zap.Field, sc trace.SpanContext) {
 	switch {
 	case r.Kind == Election && result == "acquired":
 		result = "leader"
@@ -303,9 +304,9 @@ func (r *Recorder) Acquired(result string, d time.Duration, fields func() []zap.
 		r.Logger.Debug(nouns[r.Kind]+" acquired", r.Fields(fields()...)...)
 	}
 	if r.Kind == Election {
-		r.Metrics.ObserveCampaign(r.Namespace, r.Label, result, d)
+		r.Metrics.ObserveCampaignTraced(r.Namespace, r.Label, result, d, sc)
 	} else {
-		r.Metrics.ObserveAcquire(r.Namespace, r.Label, result, d)
+		r.Metrics.ObserveAcquireTraced(r.Namespace, r.Label, result, d, sc)
 	}
 }
 
@@ -317,8 +318,9 @@ func (r *Recorder) Started() {
 }
 
 // Ended records a hold's end: a release when cause is errs.ErrReleased,
-// else a loss with its reason.
-func (r *Recorder) Ended(cause error, held time.Duration, fields func() []zap.Field) {
+// else a loss with its reason; sc is the hold's span, the exemplar when
+// sampled.
+func (r *Recorder) Ended(cause error, held time.Duration, fields func() []zap.Field, sc trace.SpanContext) {
 	reason := ""
 	if !errors.Is(cause, errs.ErrReleased) {
 		reason = errs.Reason(cause)
@@ -331,12 +333,12 @@ func (r *Recorder) Ended(cause error, held time.Duration, fields func() []zap.Fi
 		r.Metrics.Leading(r.Namespace, r.Label, false, reason)
 		r.Logger.Warn("leadership lost", r.Fields(append(fields(), zap.Duration("led", held), zap.Error(cause))...)...)
 	case reason == "":
-		r.Metrics.HoldEnded(r.Namespace, r.Label, held, "")
+		r.Metrics.HoldEndedTraced(r.Namespace, r.Label, held, "", sc)
 		if r.Logger.Core().Enabled(zap.DebugLevel) {
 			r.Logger.Debug(nouns[r.Kind]+" released", r.Fields(fields()...)...)
 		}
 	default:
-		r.Metrics.HoldEnded(r.Namespace, r.Label, held, reason)
+		r.Metrics.HoldEndedTraced(r.Namespace, r.Label, held, reason, sc)
 		r.Logger.Warn(nouns[r.Kind]+" lost", r.Fields(append(fields(), zap.Error(cause))...)...)
 	}
 }
