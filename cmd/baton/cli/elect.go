@@ -84,13 +84,13 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 	ictx, span := tr.startCommand(ictx, "baton elect", telemetry.LockName.String(name),
 		telemetry.LockNamespace.String(g.namespace), telemetry.LockPrimitive.String(telemetry.Election))
 	defer func() { endCommand(span, err) }()
-	tg := telemetry.NewTarget(tr.tp, telemetry.Election, g.namespace, name)
 	cli, err := g.client(cmd.Context())
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	e, err := election.New(cli, name, election.WithTTL(o.ttl), election.WithNamespace(g.namespace), election.WithRegisterer(ms.registerer()))
+	e, err := election.New(cli, name, election.WithTTL(o.ttl), election.WithNamespace(g.namespace), election.WithRegisterer(ms.registerer()),
+		election.WithTracerProvider(tr.tp))
 	if err != nil {
 		return withCode(ExitUsage, err)
 	}
@@ -98,20 +98,13 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 	st := newStatusWriter(cmd.ErrOrStderr(), g.json(), string(keys.Election), name)
 
 	for {
-		wctx, w := tg.StartWait(ictx)
-		t, err := campaign(wctx, g, cli, e, value, st)
+		// The library's spans of each term are the command span's
+		// children (ictx carries it).
+		t, err := campaign(ictx, g, cli, e, value, st)
 		if err != nil {
-			w.End(waitOutcome(err, false), err)
 			return err
 		}
-		hctx, h := w.Acquired(t.Context(), int64(t.Token()), int64(t.Lease()), t.Key(), int64(t.TTL()/time.Second))
-		// endTerm resigns and ends the term's span.
-		endTerm := func() {
-			_, op := h.StartRelease(ictx)
-			err := resign(cmd, t)
-			op.End(err)
-			endHold(h, t.Context(), err)
-		}
+		endTerm := func() { resign(ictx, cmd, t) }
 		untrack := ms.track(t)
 		recordHeld(ictx, t.Txn, heldPut(g.namespace, keys.Election, name, t.Lease(), t.Acquired()))
 		st.acquired(heldView{Kind: string(keys.Election), Name: name, Value: value, Key: t.Key(), Token: int64(t.Token()),
@@ -134,7 +127,7 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 				"BATON_LOCK_KEY=" + t.Key(),
 				"BATON_FENCING_TOKEN=" + tok.String(),
 				"BATON_ELECTION_VALUE=" + value,
-			}, traceEnv(hctx)...) // the command's spans are children of the term
+			}, traceEnv(t.Context())...) // the command's spans are children of the term
 			if ierr := interruptedBeforeCommand(ictx, fmt.Sprintf("election %q", name)); ierr != nil {
 				endTerm()
 				untrack()
@@ -225,15 +218,14 @@ func electionQueue(cli *clientv3.Client, e *election.Election, value string) fun
 	}
 }
 
-// resign resigns t, saying on stderr when it fails, and returns that error.
-func resign(cmd *cobra.Command, t *election.Term) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), releaseTimeout)
+// resign resigns t in ctx's trace, even after ctx ended, saying on stderr
+// when it fails.
+func resign(ctx context.Context, cmd *cobra.Command, t *election.Term) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	err := t.Resign(rctx)
-	if err != nil && !errors.Is(err, election.ErrNotLeader) {
+	if err := t.Resign(rctx); err != nil && !errors.Is(err, election.ErrNotLeader) {
 		fmt.Fprintf(cmd.ErrOrStderr(), "baton: resign: %v (the lease expires within its TTL)\n", err)
 	}
-	return err
 }
 
 func resignQuietly(t *election.Term) {

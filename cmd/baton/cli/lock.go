@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/telemetry"
@@ -29,6 +30,8 @@ type lockOptions struct {
 	metrics string
 	limit   int  // --limit: a semaphore permit (lock_kinds.go)
 	shared  bool // --shared: a read lock (lock_kinds.go)
+	// tp records the library's spans (tracing.go).
+	tp trace.TracerProvider
 }
 
 // heldView is what lock prints once it holds the lock, and elect once it
@@ -163,6 +166,7 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 		return err
 	}
 	defer cli.Close()
+	o.tp = tr.tp
 	k, err := newLocker(cli, g, o, name, ms)
 	if err != nil {
 		return withCode(ExitUsage, err)
@@ -171,17 +175,13 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 	what := k.label()
 	st := newStatusWriter(errOut, g.json(), what, name)
 
-	tg := k.traceTarget(tr.tp)
 	span.SetAttributes(telemetry.LockPrimitive.String(k.primitive()))
-	wctx, w := tg.StartWait(ictx)
-	l, err := acquireHold(wctx, g, cli, k, o, st)
+	// The library's wait, hold and release spans are the command span's
+	// children (ictx carries it).
+	l, err := acquireHold(ictx, g, cli, k, o, st)
 	if err != nil {
-		w.End(waitOutcome(err, o.try), err)
 		return err
 	}
-	hctx, h := w.Acquired(l.Context(), int64(l.Token()), int64(l.Lease()), l.Key(), int64(l.TTL()/time.Second))
-	var endOnce sync.Once
-	defer endOnce.Do(func() { endHold(h, l.Context(), nil) })
 	defer ms.track(l)()
 	recordHeld(ictx, l.Txn, heldPut(g.namespace, k.kind, name, l.Lease(), l.Acquired()))
 	st.acquired(heldView{Kind: string(k.kind), Name: name, Key: l.Key(), Token: int64(l.Token()),
@@ -189,11 +189,7 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 	release := func() error {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ictx), releaseTimeout)
 		defer cancel()
-		rctx, op := h.StartRelease(rctx)
-		err := k.release(rctx, l)
-		op.End(err)
-		endOnce.Do(func() { endHold(h, l.Context(), err) })
-		return err
+		return k.release(rctx, l)
 	}
 
 	if c == nil {
@@ -219,7 +215,7 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 		return err
 	}
 	// The command's own spans are children of the hold.
-	c.env = append(kindEnv(k, l, tok), traceEnv(hctx)...)
+	c.env = append(kindEnv(k, l, tok), traceEnv(l.Context())...)
 	if ierr := interruptedBeforeCommand(ictx, fmt.Sprintf("%s %q", what, name)); ierr != nil {
 		if err := release(); err == nil {
 			st.released()
@@ -277,7 +273,8 @@ func lossCause(ctx context.Context, res childResult) any {
 
 // newMutexLocker takes NAME as a plain lock.
 func newMutexLocker(cli *clientv3.Client, g *globals, o lockOptions, name string, ms *metricsServer) (*locker, error) {
-	m, err := mutex.New(cli, name, mutex.WithTTL(o.ttl), mutex.WithNamespace(g.namespace), mutex.WithRegisterer(ms.registerer()))
+	m, err := mutex.New(cli, name, mutex.WithTTL(o.ttl), mutex.WithNamespace(g.namespace), mutex.WithRegisterer(ms.registerer()),
+		mutex.WithTracerProvider(o.tp))
 	if err != nil {
 		return nil, err
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/internal/keys"
@@ -123,7 +122,7 @@ type contendersReader func(ctx context.Context) (holders, waiters []kindContende
 func newKindLocker(cli *clientv3.Client, g *globals, o lockOptions, name string, ms *metricsServer) (*locker, contendersReader, error) {
 	if o.limit > 0 {
 		s, err := semaphore.New(cli, name, o.limit, semaphore.WithTTL(o.ttl), semaphore.WithNamespace(g.namespace),
-			semaphore.WithRegisterer(ms.registerer()))
+			semaphore.WithRegisterer(ms.registerer()), semaphore.WithTracerProvider(o.tp))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -161,7 +160,7 @@ func newKindLocker(cli *clientv3.Client, g *globals, o lockOptions, name string,
 		}, read, nil
 	}
 	rw, err := rwmutex.New(cli, name, rwmutex.WithTTL(o.ttl), rwmutex.WithNamespace(g.namespace),
-		rwmutex.WithRegisterer(ms.registerer()))
+		rwmutex.WithRegisterer(ms.registerer()), rwmutex.WithTracerProvider(o.tp))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -294,15 +293,4 @@ func (k *locker) primitive() string {
 		return telemetry.RWMutex
 	}
 	return telemetry.Mutex
-}
-
-// traceTarget describes what k takes for its spans.
-func (k *locker) traceTarget(tp trace.TracerProvider) telemetry.Target {
-	switch k.kind {
-	case keys.Semaphore:
-		return telemetry.NewTarget(tp, telemetry.Semaphore, k.ns, k.name).Limit(k.limit)
-	case keys.RWLock:
-		return telemetry.NewTarget(tp, telemetry.RWMutex, k.ns, k.name).Mode("read")
-	}
-	return telemetry.NewTarget(tp, telemetry.Mutex, k.ns, k.name)
 }

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -17,7 +16,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	ierrs "github.com/batonhq/baton/internal/errs"
 	"github.com/batonhq/baton/internal/telemetry"
 )
 
@@ -131,34 +129,6 @@ func endCommand(span trace.Span, err error) {
 		span.SetStatus(codes.Error, msg)
 	}
 	span.End()
-}
-
-// waitOutcome is the outcome of a wait that ended with err.
-func waitOutcome(err error, try bool) string {
-	switch code := exitCode(err); {
-	case code == ExitNotAcquired && try:
-		return telemetry.Busy
-	case code == ExitNotAcquired, code > 128, errors.Is(err, context.Canceled):
-		return telemetry.Cancelled
-	case code == ExitUsage, code == ExitDenied:
-		return telemetry.Refused
-	}
-	return telemetry.Failed
-}
-
-// endHold ends the hold's span once it was released or found lost: lost
-// when the release said so (its error names the reason exactly) or ctx (the
-// hold's Context) ended by a loss, released otherwise.
-func endHold(h telemetry.Hold, ctx context.Context, releaseErr error) {
-	cause := releaseErr
-	if !errors.Is(cause, ierrs.ErrLost) && ctx.Err() != nil {
-		cause = context.Cause(ctx)
-	}
-	if errors.Is(cause, ierrs.ErrLost) {
-		h.Lost(ierrs.Reason(cause), cause)
-		return
-	}
-	h.Released()
 }
 
 // traceEnv is TRACEPARENT (and TRACESTATE) for a child process, naming

@@ -3,15 +3,11 @@ package cli
 import (
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/batonhq/baton/internal/telemetry"
 )
 
 func TestExportRequestedFollowsTheOTELEnvironment(t *testing.T) {
@@ -45,26 +41,6 @@ func TestExportRequestedFollowsTheOTELEnvironment(t *testing.T) {
 				t.Fatalf("printed an escape: %q", out.String())
 			}
 		})
-	}
-}
-
-func TestWaitOutcomeOfExitErrors(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		try  bool
-		want string
-	}{
-		{withCode(ExitNotAcquired, errors.New("held")), true, telemetry.Busy},
-		{withCode(ExitNotAcquired, errors.New("timeout")), false, telemetry.Cancelled},
-		{withCode(130, errors.New("interrupted")), false, telemetry.Cancelled},
-		{fmt.Errorf("x: %w", context.Canceled), false, telemetry.Cancelled},
-		{withCode(ExitUsage, errors.New("limit mismatch")), false, telemetry.Refused},
-		{withCode(ExitDenied, errors.New("permission denied")), false, telemetry.Refused},
-		{errors.New("etcd said no"), false, telemetry.Failed},
-	} {
-		if got := waitOutcome(tc.err, tc.try); got != tc.want {
-			t.Errorf("waitOutcome(%v, try %v) = %q, want %q", tc.err, tc.try, got, tc.want)
-		}
 	}
 }
 
