@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/core"
@@ -96,6 +97,23 @@ func Logger(l *zap.Logger) Option {
 // Registerer sets the metrics registerer.
 func Registerer(r prometheus.Registerer) Option {
 	return sessionOpt("WithRegisterer", func(c *Config) string { c.Session.Registerer = r; return fmt.Sprintf("%p", r) })
+}
+
+// TracerProvider sets the provider of the spans of a session's primitives.
+func TracerProvider(tp trace.TracerProvider) Option {
+	return sessionOpt("WithTracerProvider", func(c *Config) string {
+		if tp == nil {
+			c.errs = append(c.errs, fmt.Errorf("%w: WithTracerProvider: provider must not be nil (leave the option out for the global one)", errs.ErrInvalid))
+		}
+		c.Session.TracerProvider = tp
+		return fmt.Sprintf("%p", tp)
+	})
+}
+
+// Untraced makes a session's primitives start no span at all: the
+// baseline against which benchmarks measure the default provider's cost.
+func Untraced() Option {
+	return sessionOpt("untraced", func(c *Config) string { c.Session.Untraced = true; return "" })
 }
 
 // Clock sets the watchdog's clock (tests).
@@ -239,17 +257,18 @@ func (c *Config) adoptShared(cli *clientv3.Client) error {
 func (c *Config) agree(theirs core.Config, except ...string) error {
 	mine := c.Session
 	values := map[string][2]string{
-		"WithTTL":          {mine.TTL.String(), theirs.TTL.String()},
-		"WithMaxTTL":       {mine.MaxTTL.String(), theirs.MaxTTL.String()},
-		"WithSafetyMargin": {mine.Margin.String(), theirs.Margin.String()},
-		"WithMaxHeld":      {fmt.Sprint(mine.MaxHeld), fmt.Sprint(theirs.MaxHeld)},
-		"WithLogger":       {fmt.Sprintf("%p", mine.Logger), fmt.Sprintf("%p", theirs.Logger)},
-		"WithRegisterer":   {fmt.Sprintf("%p", mine.Registerer), fmt.Sprintf("%p", theirs.Registerer)},
-		"WithClock":        {fmt.Sprintf("%v", mine.Clock), fmt.Sprintf("%v", theirs.Clock)},
-		"WithHooks":        {fmt.Sprintf("%p", mine.Hooks), fmt.Sprintf("%p", theirs.Hooks)},
+		"WithTTL":            {mine.TTL.String(), theirs.TTL.String()},
+		"WithMaxTTL":         {mine.MaxTTL.String(), theirs.MaxTTL.String()},
+		"WithSafetyMargin":   {mine.Margin.String(), theirs.Margin.String()},
+		"WithMaxHeld":        {fmt.Sprint(mine.MaxHeld), fmt.Sprint(theirs.MaxHeld)},
+		"WithLogger":         {fmt.Sprintf("%p", mine.Logger), fmt.Sprintf("%p", theirs.Logger)},
+		"WithRegisterer":     {fmt.Sprintf("%p", mine.Registerer), fmt.Sprintf("%p", theirs.Registerer)},
+		"WithClock":          {fmt.Sprintf("%v", mine.Clock), fmt.Sprintf("%v", theirs.Clock)},
+		"WithHooks":          {fmt.Sprintf("%p", mine.Hooks), fmt.Sprintf("%p", theirs.Hooks)},
+		"WithTracerProvider": {fmt.Sprintf("%p", mine.TracerProvider), fmt.Sprintf("%p", theirs.TracerProvider)},
 	}
 	var out []error
-	for _, name := range []string{"WithTTL", "WithMaxTTL", "WithSafetyMargin", "WithMaxHeld", "WithLogger", "WithRegisterer", "WithClock", "WithHooks"} {
+	for _, name := range []string{"WithTTL", "WithMaxTTL", "WithSafetyMargin", "WithMaxHeld", "WithLogger", "WithRegisterer", "WithClock", "WithHooks", "WithTracerProvider"} {
 		if _, given := c.set[name]; !given || slices.Contains(except, name) {
 			continue
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/batonhq/baton/internal/errs"
 	"github.com/batonhq/baton/internal/planted"
 	"github.com/batonhq/baton/internal/retry"
+	"github.com/batonhq/baton/internal/telemetry"
 	"github.com/batonhq/baton/internal/watch"
 )
 
@@ -54,10 +55,14 @@ type Hold struct {
 	result   error      // what Release returned then
 }
 
-func newHold(o owner, l *Lease, key string, rev, at int64, res *reservation, w *watch.Watcher[*Hold]) *Hold {
+func newHold(o owner, l *Lease, key string, rev, at int64, res *reservation, w *watch.Watcher[*Hold], wait telemetry.Wait) *Hold {
 	// Not a child of the lease's context (10,000 holds would each cost it a
 	// map entry, and it carries no values): the lease ends its holds itself.
 	ctx, cancel := context.WithCancelCause(context.Background())
+	// The hold's span lives in its Context (none unless it has a trace), so
+	// that what runs under the Context is its child and a hold keeps no
+	// field for it.
+	ctx, _ = wait.Acquired(ctx, rev, int64(l.ID()), key, int64(l.TTL()/time.Second))
 	h := &Hold{o: o, l: l, key: key, rev: rev, at: at, acquired: time.Now(), ctx: ctx, cancel: cancel, res: res, watcher: w}
 	h.armed.Add(1)
 	h.ended.Add(1)
@@ -292,6 +297,9 @@ func (h *Hold) abandon() {
 		h.finish(result)
 	}
 }
+
+// span is the hold's recorded span; the zero one if not recorded.
+func (h *Hold) span() telemetry.Hold { return telemetry.HoldFrom(h.ctx) }
 
 func (h *Hold) logFields() []zap.Field {
 	return []zap.Field{zap.String("key", h.key), zap.Int64("token", h.rev), h.l.Hex()}

@@ -11,8 +11,10 @@ import (
 
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/telemetry"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/semaphore"
 )
@@ -28,6 +30,8 @@ type lockOptions struct {
 	metrics string
 	limit   int  // --limit: a semaphore permit (lock_kinds.go)
 	shared  bool // --shared: a read lock (lock_kinds.go)
+	// tp records the library's spans (tracing.go).
+	tp trace.TracerProvider
 }
 
 // heldView is what lock prints once it holds the lock, and elect once it
@@ -102,7 +106,12 @@ writer (a program using package rwmutex) that came before them. A lock, a
 semaphore and a read/write lock of the same NAME are different objects:
 a plain baton lock NAME neither waits for nor blocks --limit or --shared
 holders of NAME. The command also gets BATON_LOCK_KIND (semaphore or
-rwlock-read) and, for a semaphore, BATON_SEMAPHORE_LIMIT.`,
+rwlock-read) and, for a semaphore, BATON_SEMAPHORE_LIMIT.
+
+With OTEL_EXPORTER_OTLP_ENDPOINT set, the wait, the hold and the release
+are exported as OpenTelemetry spans (OTLP/gRPC), in the trace of baton's
+own TRACEPARENT if it has one; the command gets TRACEPARENT and
+TRACESTATE naming the hold, so its own spans are the hold's children.`,
 		Args: args(1, -1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			argv, err := splitCommand(cmd, a, 1)
@@ -134,7 +143,7 @@ rwlock-read) and, for a semaphore, BATON_SEMAPHORE_LIMIT.`,
 // runLock takes the lock, a semaphore permit or a read lock as the options
 // say, holds it until interrupted or runs the command under it, and
 // releases it.
-func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []string) error {
+func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []string) (err error) {
 	errOut := cmd.ErrOrStderr()
 	c, err := newChild(g, argv, o.grace, cmd)
 	if err != nil {
@@ -145,14 +154,19 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 		return err
 	}
 	defer ms.close()
+	tr := startTracing(cmd.Context(), g.io.Getenv, errOut)
+	defer tr.flush(errOut)
 	ictx, stop := interruptible(cmd.Context())
 	defer stop()
+	ictx, span := tr.startCommand(ictx, "baton lock", telemetry.LockName.String(name), telemetry.LockNamespace.String(g.namespace))
+	defer func() { endCommand(span, err) }()
 	// The client outlives an interrupt: the release needs it.
 	cli, err := g.client(cmd.Context())
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
+	o.tp = tr.tp
 	k, err := newLocker(cli, g, o, name, ms)
 	if err != nil {
 		return withCode(ExitUsage, err)
@@ -161,6 +175,9 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 	what := k.label()
 	st := newStatusWriter(errOut, g.json(), what, name)
 
+	span.SetAttributes(telemetry.LockPrimitive.String(k.primitive()))
+	// The library's wait, hold and release spans are the command span's
+	// children (ictx carries it).
 	l, err := acquireHold(ictx, g, cli, k, o, st)
 	if err != nil {
 		return err
@@ -170,7 +187,7 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 	st.acquired(heldView{Kind: string(k.kind), Name: name, Key: l.Key(), Token: int64(l.Token()),
 		Lease: leaseHex(int64(l.Lease())), TTL: l.TTL(), Limit: k.limit, Shared: k.kind == keys.RWLock})
 	release := func() error {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), releaseTimeout)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ictx), releaseTimeout)
 		defer cancel()
 		return k.release(rctx, l)
 	}
@@ -197,7 +214,8 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 		_ = release()
 		return err
 	}
-	c.env = kindEnv(k, l, tok)
+	// The command's own spans are children of the hold.
+	c.env = append(kindEnv(k, l, tok), traceEnv(l.Context())...)
 	if ierr := interruptedBeforeCommand(ictx, fmt.Sprintf("%s %q", what, name)); ierr != nil {
 		if err := release(); err == nil {
 			st.released()
@@ -255,7 +273,8 @@ func lossCause(ctx context.Context, res childResult) any {
 
 // newMutexLocker takes NAME as a plain lock.
 func newMutexLocker(cli *clientv3.Client, g *globals, o lockOptions, name string, ms *metricsServer) (*locker, error) {
-	m, err := mutex.New(cli, name, mutex.WithTTL(o.ttl), mutex.WithNamespace(g.namespace), mutex.WithRegisterer(ms.registerer()))
+	m, err := mutex.New(cli, name, mutex.WithTTL(o.ttl), mutex.WithNamespace(g.namespace), mutex.WithRegisterer(ms.registerer()),
+		mutex.WithTracerProvider(o.tp))
 	if err != nil {
 		return nil, err
 	}
