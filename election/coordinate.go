@@ -1,0 +1,243 @@
+package election
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/errs"
+	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/retry"
+)
+
+// campaignPreferred writes the candidate's record, then leads when it is
+// the best candidate and nobody leads, or when a leader hands over to it.
+// docs/design.md walks through the protocol.
+func (e *Election) campaignPreferred(ctx context.Context, value string) (*Term, error) {
+	rec, err := e.putRecord(ctx, value)
+	if err != nil {
+		return nil, err
+	}
+	t, err := e.lead(ctx, value, rec)
+	if err != nil {
+		e.withdraw(rec)
+		return nil, err
+	}
+	e.started(t)
+	return t, nil
+}
+
+func (e *Election) lead(ctx context.Context, value string, rec *core.Hold) (*Term, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer context.AfterFunc(rec.Context(), func() { cancel(context.Cause(rec.Context())) })()
+	lease := rec.Lease()
+	own := keys.LeaseKey(e.Prefix(), int64(lease))
+	var asked struct {
+		leader int64 // the CreateRevision of the leader asked to end its term
+		at     time.Time
+	}
+	for first := true; ; first = false {
+		st, err := e.readState(ctx)
+		if err != nil {
+			return nil, err
+		}
+		me := st.recs[Preferred][lease]
+		if me == nil || me.rev != int64(rec.Token()) {
+			return nil, errs.Lost(errs.ErrKeyDeleted) // the record went: an operator, or the lease
+		}
+		if first {
+			if err := e.agree(st); err != nil {
+				return nil, err
+			}
+		}
+		leader := st.leader()
+		var deadline time.Duration
+		switch {
+		case leader != nil && string(leader.Key) == own, leader == nil && st.ranked()[0] == me:
+			t, err := e.take(ctx, value, rec)
+			if !errors.Is(err, errNotChosen) {
+				return t, err
+			}
+			continue
+		case leader != nil:
+			lrec := st.recs[Preferred][clientv3.LeaseID(leader.Lease)]
+			if lrec == nil || !outranks(me.rank(), lrec.rank()) {
+				break
+			}
+			if asked.leader != leader.CreateRevision {
+				asked.leader, asked.at = leader.CreateRevision, time.Now()
+				if err := e.askToEnd(ctx, leader, me); err != nil {
+					return nil, err
+				}
+			}
+			if deadline = e.cand.Deadline - time.Since(asked.at); deadline <= 0 {
+				if err := e.preempt(ctx, leader); err != nil {
+					return nil, err
+				}
+				continue
+			}
+		}
+		if err := e.waitChange(ctx, st.rev, deadline); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// agree refuses to join an election run by another strategy: records of
+// Oldest candidates, or a key in the prefix without a Preferred record.
+func (e *Election) agree(st *state) error {
+	for _, en := range st.recs[Oldest] {
+		return fmt.Errorf("%w: %w: election %q is run by candidates of the oldest strategy (record %s); this one campaigns with preferred",
+			ErrInvalid, ErrStrategy, e.Name(), en.key)
+	}
+	for _, kv := range st.keys {
+		if st.recs[Preferred][clientv3.LeaseID(kv.Lease)] == nil {
+			return fmt.Errorf("%w: %w: key %s of election %q has no preferred candidate record (an oldest-strategy or etcd candidate); this one campaigns with preferred",
+				ErrInvalid, ErrStrategy, kv.Key, e.Name())
+		}
+	}
+	return nil
+}
+
+// take puts the leader's key on this candidate's lease if nobody leads
+// and its record is still the one written, or arms a key a leader handed
+// over to it; errNotChosen if neither.
+func (e *Election) take(ctx context.Context, value string, rec *core.Hold) (*Term, error) {
+	cmps := []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(e.Prefix()), "=", 0).WithPrefix(),
+		clientv3.Compare(clientv3.CreateRevision(rec.Key()), "=", int64(rec.Token())),
+	}
+	return e.o.Acquire(ctx, core.Request{Value: value, Try: true, If: cmps}, e.wrap(value, rec))
+}
+
+// askToEnd writes a request that the leader end its term, on this
+// candidate's lease, unless a request newer than the leader's key exists.
+func (e *Election) askToEnd(ctx context.Context, leader *mvccpb.KeyValue, me *entry) error {
+	key := e.endKey(clientv3.LeaseID(leader.Lease))
+	b, _ := json.Marshal(EndRequest{By: me.key, Deadline: e.cand.Deadline.String()})
+	return retry.Do(ctx, func(actx context.Context) error {
+		_, err := e.o.Client().Txn(clientv3.WithRequireLeader(actx)).
+			If(clientv3.Compare(clientv3.ModRevision(key), "<", leader.CreateRevision)).
+			Then(clientv3.OpPut(key, string(b), clientv3.WithLease(me.lease))).Commit()
+		return err
+	})
+}
+
+// preempt deletes the leader's key (and the request) at the deadline,
+// guarded by its CreateRevision. The next best candidate then takes in a
+// transaction of its own, so the old leader's watch can tell it first.
+func (e *Election) preempt(ctx context.Context, leader *mvccpb.KeyValue) error {
+	if f := e.hooks.onPreempt; f != nil {
+		f()
+	}
+	return retry.Do(ctx, func(actx context.Context) error {
+		_, err := e.o.Client().Txn(clientv3.WithRequireLeader(actx)).
+			If(clientv3.Compare(clientv3.CreateRevision(string(leader.Key)), "=", leader.CreateRevision)).
+			Then(clientv3.OpDelete(string(leader.Key)), clientv3.OpDelete(e.endKey(clientv3.LeaseID(leader.Lease)))).Commit()
+		return err
+	})
+}
+
+// waitChange returns after the first change to the election's keys or
+// records after rev, after d (if positive), or when ctx ends.
+func (e *Election) waitChange(ctx context.Context, rev int64, d time.Duration) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	cli := e.o.Client()
+	a := cli.Watch(wctx, e.Prefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	b := cli.Watch(wctx, e.coord, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	var timer <-chan time.Time
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timer = t.C
+	}
+	var wr clientv3.WatchResponse
+	var ok bool
+	select {
+	case wr, ok = <-a:
+	case wr, ok = <-b:
+	case <-timer:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	switch {
+	case ctx.Err() != nil:
+		return context.Cause(ctx)
+	case ok && wr.Err() != nil && retry.Permanent(wr.Err()):
+		return wr.Err()
+	case !ok || wr.Err() != nil:
+		return retry.Sleep(ctx, 50*time.Millisecond) // a broken watch: read again
+	}
+	return nil
+}
+
+// withdraw deletes the record of a campaign that ended without a term,
+// then a key handed over to it meanwhile (none can be once the record is
+// gone).
+func (e *Election) withdraw(rec *core.Hold) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = core.Release(ctx, rec)
+	key := keys.LeaseKey(e.Prefix(), int64(rec.Lease()))
+	resp, err := e.o.Client().Get(ctx, key)
+	if err != nil || len(resp.Kvs) == 0 || clientv3.LeaseID(resp.Kvs[0].Lease) != rec.Lease() {
+		return
+	}
+	_, _ = e.o.Client().Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", resp.Kvs[0].CreateRevision)).
+		Then(clientv3.OpDelete(key)).Commit()
+}
+
+// watchEnd closes the Term's EndRequested on a request newer than the
+// term; it runs until the term ends.
+func (t *Term) watchEnd(ctx context.Context) {
+	cli := t.e.o.Client()
+	key := t.e.endKey(t.Lease())
+	check := func(kv *mvccpb.KeyValue) bool {
+		if kv.ModRevision <= int64(t.Token()) {
+			return false // asked of an earlier term on this lease
+		}
+		var r EndRequest
+		if json.Unmarshal(kv.Value, &r) != nil {
+			r = EndRequest{By: "unreadable request " + string(kv.Key)}
+		}
+		t.requested(r)
+		return true
+	}
+	for ctx.Err() == nil {
+		resp, err := cli.Get(clientv3.WithRequireLeader(ctx), key)
+		if err != nil {
+			if retry.Permanent(err) || retry.Sleep(ctx, 100*time.Millisecond) != nil {
+				return
+			}
+			continue
+		}
+		if len(resp.Kvs) > 0 && check(resp.Kvs[0]) {
+			return
+		}
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		for wr := range cli.Watch(wctx, key, clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterDelete()) {
+			if wr.Err() != nil {
+				break
+			}
+			for _, ev := range wr.Events {
+				if check(ev.Kv) {
+					cancel()
+					return
+				}
+			}
+		}
+		cancel()
+		if retry.Sleep(ctx, 50*time.Millisecond) != nil {
+			return
+		}
+	}
+}
