@@ -43,7 +43,25 @@ func (e *Election) lead(ctx context.Context, value string, rec *core.Hold) (*Ter
 		leader int64 // the CreateRevision of the leader asked to end its term
 		at     time.Time
 	}
+	var w *changes
+	defer func() { w.stop() }()
+	handed := false // a watch saw a key put on this candidate's lease
 	for first := true; ; first = false {
+		if handed {
+			t, err := e.take(ctx, value, rec)
+			if !errors.Is(err, errNotChosen) {
+				return t, err
+			}
+		}
+		if w == nil {
+			// Watch before reading, from the current revision: etcd sends
+			// the changes of a watch that starts in the past only in
+			// batches, every 100 ms.
+			var err error
+			if w, err = e.watchChanges(ctx); err != nil {
+				return nil, err
+			}
+		}
 		st, err := e.readState(ctx)
 		if err != nil {
 			return nil, err
@@ -84,7 +102,10 @@ func (e *Election) lead(ctx context.Context, value string, rec *core.Hold) (*Ter
 				continue
 			}
 		}
-		if err := e.waitChange(ctx, st.rev, deadline); err != nil {
+		if handed, err = w.wait(ctx, st.rev, deadline, own); errors.Is(err, errWatchBroken) {
+			w.stop()
+			w = nil
+		} else if err != nil {
 			return nil, err
 		}
 	}
@@ -145,39 +166,98 @@ func (e *Election) preempt(ctx context.Context, leader *mvccpb.KeyValue) error {
 	})
 }
 
-// waitChange returns after the first change to the election's keys or
-// records after rev, after d (if positive), or when ctx ends.
-func (e *Election) waitChange(ctx context.Context, rev int64, d time.Duration) error {
+// changes are the watches of an election's keys and records.
+type changes struct {
+	cancel context.CancelFunc
+	keys   clientv3.WatchChan
+	recs   clientv3.WatchChan
+}
+
+var errWatchBroken = errors.New("watch broken")
+
+// watchChanges watches the election's keys and records from the current
+// revision and returns once etcd registered both watches.
+func (e *Election) watchChanges(ctx context.Context) (*changes, error) {
+	for {
+		w, err := e.tryWatch(ctx)
+		if w != nil || err != nil {
+			return w, err
+		}
+	}
+}
+
+func (e *Election) tryWatch(ctx context.Context) (*changes, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
 	cli := e.o.Client()
-	a := cli.Watch(wctx, e.Prefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	b := cli.Watch(wctx, e.coord, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	w := &changes{cancel: cancel,
+		keys: cli.Watch(wctx, e.Prefix(), clientv3.WithPrefix(), clientv3.WithCreatedNotify()),
+		recs: cli.Watch(wctx, e.coord, clientv3.WithPrefix(), clientv3.WithCreatedNotify())}
+	for _, ch := range []clientv3.WatchChan{w.keys, w.recs} {
+		wr, ok := <-ch
+		switch {
+		case ctx.Err() != nil:
+			cancel()
+			return nil, context.Cause(ctx)
+		case !ok || wr.Err() != nil && !retry.Permanent(wr.Err()):
+			cancel()
+			return nil, retry.Sleep(ctx, 50*time.Millisecond)
+		case wr.Err() != nil:
+			cancel()
+			return nil, wr.Err()
+		}
+	}
+	return w, nil
+}
+
+func (w *changes) stop() {
+	if w != nil {
+		w.cancel()
+	}
+}
+
+// wait returns after the first change after rev, after d (if positive),
+// or when ctx ends; handed says a change put own (a hand-over to this
+// candidate); errWatchBroken asks for new watches.
+func (w *changes) wait(ctx context.Context, rev int64, d time.Duration, own string) (handed bool, err error) {
 	var timer <-chan time.Time
 	if d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		timer = t.C
 	}
-	var wr clientv3.WatchResponse
-	var ok bool
-	select {
-	case wr, ok = <-a:
-	case wr, ok = <-b:
-	case <-timer:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
+	for {
+		var wr clientv3.WatchResponse
+		var ok bool
+		select {
+		case wr, ok = <-w.keys:
+		case wr, ok = <-w.recs:
+		case <-timer:
+			return false, nil
+		case <-ctx.Done():
+			return false, context.Cause(ctx)
+		}
+		switch {
+		case ctx.Err() != nil:
+			return false, context.Cause(ctx)
+		case ok && wr.Err() != nil && retry.Permanent(wr.Err()):
+			return false, wr.Err()
+		case !ok || wr.Err() != nil:
+			return false, errWatchBroken
+		}
+		changed := false
+		for _, ev := range wr.Events {
+			if ev.Kv.ModRevision <= rev {
+				continue // seen by the read
+			}
+			changed = true
+			if ev.Type == mvccpb.PUT && string(ev.Kv.Key) == own {
+				return true, nil
+			}
+		}
+		if changed {
+			return false, nil
+		}
 	}
-	switch {
-	case ctx.Err() != nil:
-		return context.Cause(ctx)
-	case ok && wr.Err() != nil && retry.Permanent(wr.Err()):
-		return wr.Err()
-	case !ok || wr.Err() != nil:
-		return retry.Sleep(ctx, 50*time.Millisecond) // a broken watch: read again
-	}
-	return nil
 }
 
 // withdraw deletes the record of a campaign that ended without a term,
