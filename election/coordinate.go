@@ -293,20 +293,34 @@ func (t *Term) watchEnd(ctx context.Context) {
 		return true
 	}
 	for ctx.Err() == nil {
-		resp, err := cli.Get(clientv3.WithRequireLeader(ctx), key)
-		if err != nil {
-			if retry.Permanent(err) || retry.Sleep(ctx, 100*time.Millisecond) != nil {
+		// Watch from the current revision first, then read: a watch that
+		// starts in the past is served in batches every 100 ms.
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		wch := cli.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterDelete())
+		wr, ok := <-wch
+		var resp *clientv3.GetResponse
+		err := ctx.Err()
+		switch {
+		case err != nil:
+		case !ok || wr.Err() != nil:
+			err = errWatchBroken
+			if ok && retry.Permanent(wr.Err()) {
+				cancel()
 				return
 			}
-			continue
+		default:
+			resp, err = cli.Get(clientv3.WithRequireLeader(ctx), key)
 		}
-		if len(resp.Kvs) > 0 && check(resp.Kvs[0]) {
+		if err == nil && len(resp.Kvs) > 0 && check(resp.Kvs[0]) {
+			cancel()
 			return
 		}
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		for wr := range cli.Watch(wctx, key, clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterDelete()) {
-			if wr.Err() != nil {
-				break
+		if err != nil {
+			cancel() // ends the range below at once
+		}
+		for wr := range wch {
+			if err != nil || wr.Err() != nil {
+				break // err: read again after the pause below
 			}
 			for _, ev := range wr.Events {
 				if check(ev.Kv) {
@@ -316,7 +330,7 @@ func (t *Term) watchEnd(ctx context.Context) {
 			}
 		}
 		cancel()
-		if retry.Sleep(ctx, 50*time.Millisecond) != nil {
+		if err != nil && retry.Permanent(err) || retry.Sleep(ctx, 50*time.Millisecond) != nil {
 			return
 		}
 	}

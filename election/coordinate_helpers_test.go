@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,9 +84,17 @@ func readLeaders(t *testing.T, cli *clientv3.Client, prefix string, from int64) 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	events, err := history.Record(ctx, cli, prefix, from)
+	// The marker Record writes goes beside the prefix, not in it: a key in
+	// a Preferred election's prefix would be taken for a candidate.
+	all, err := history.Record(ctx, cli, strings.TrimSuffix(prefix, "/"), from)
 	if err != nil {
 		t.Fatal(err)
+	}
+	var events []history.Event
+	for _, ev := range all {
+		if strings.HasPrefix(ev.Key, prefix) {
+			events = append(events, ev)
+		}
 	}
 	var h leaderHistory
 	live := map[string]int64{}

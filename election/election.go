@@ -146,8 +146,8 @@ func (e *Election) started(t *Term) {
 	e.after.Add(1)
 	context.AfterFunc(t.ctx, func() {
 		defer e.after.Done()
-		if t.rec != nil {
-			_ = core.Release(context.Background(), t.rec)
+		if cause := context.Cause(t.ctx); !errors.Is(cause, ErrReleased) && !errors.Is(cause, ErrTransferred) {
+			t.dropRecord(context.Background()) // a loss; Resign and hand-overs drop it once the key is gone
 		}
 		e.mu.Lock()
 		fns := make([]func(*Term), 0, len(e.stopped))

@@ -130,6 +130,7 @@ func (t *Term) Resign(ctx context.Context) error {
 		cancel()
 		if !errors.Is(err, errNoOne) && t.ctx.Err() != nil {
 			_ = core.Release(ctx, t.hold) // forgets the abandoned hold
+			t.dropRecord(ctx)
 			if errors.Is(err, ErrNoCandidate) || errors.Is(err, ErrStrategy) {
 				return nil // resigned instead: the key is deleted
 			}
@@ -137,5 +138,16 @@ func (t *Term) Resign(ctx context.Context) error {
 		}
 	}
 	t.cancel(ErrReleased)
-	return core.Release(ctx, t.hold)
+	err := core.Release(ctx, t.hold)
+	t.dropRecord(ctx)
+	return err
+}
+
+// dropRecord deletes the candidate's record, once the leader's key is
+// gone: a record deleted first would leave a key that looks like another
+// strategy's candidate.
+func (t *Term) dropRecord(ctx context.Context) {
+	if t.rec != nil {
+		_ = core.Release(ctx, t.rec)
+	}
 }

@@ -64,7 +64,10 @@ func (t *Term) Transfer(ctx context.Context, to string) error {
 	if target == nil || target.lease == t.Lease() {
 		return fmt.Errorf("transfer to %s: %w", to, ErrNoCandidate)
 	}
-	if err := t.handTo(ctx, target, ErrTransferred); err != nil {
+	err = t.handTo(ctx, target, ErrTransferred)
+	_ = core.Release(ctx, t.hold) // forgets the abandoned hold
+	t.dropRecord(ctx)
+	if err != nil {
 		return fmt.Errorf("transfer to %s: %w", to, err)
 	}
 	return nil
@@ -93,7 +96,9 @@ func (t *Term) transferNext(ctx context.Context, st *state, to string) error {
 		f(to)
 	}
 	t.cancel(ErrTransferred)
-	return core.Release(ctx, t.hold)
+	err := core.Release(ctx, t.hold)
+	t.dropRecord(ctx)
+	return err
 }
 
 // handOverBest hands over to the best live candidate but this one;
