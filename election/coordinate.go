@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -18,7 +17,10 @@ import (
 
 // campaignPreferred writes the candidate's record, then leads when it is
 // the best candidate and nobody leads, or when a leader hands over to it.
-// docs/design.md walks through the protocol.
+// Keys of Oldest candidates (or etcd's) that were there first are waited
+// out, never preempted: that is the way from Oldest to Preferred, and no
+// new one can join once a Preferred record exists. docs/design.md walks
+// through the protocol.
 func (e *Election) campaignPreferred(ctx context.Context, value string) (*Term, error) {
 	rec, err := e.putRecord(ctx, value)
 	if err != nil {
@@ -46,7 +48,7 @@ func (e *Election) lead(ctx context.Context, value string, rec *core.Hold) (*Ter
 	var w *changes
 	defer func() { w.stop() }()
 	handed := false // a watch saw a key put on this candidate's lease
-	for first := true; ; first = false {
+	for {
 		if handed {
 			t, err := e.take(ctx, value, rec)
 			if !errors.Is(err, errNotChosen) {
@@ -69,11 +71,6 @@ func (e *Election) lead(ctx context.Context, value string, rec *core.Hold) (*Ter
 		me := st.recs[Preferred][lease]
 		if me == nil || me.rev != int64(rec.Token()) {
 			return nil, errs.Lost(errs.ErrKeyDeleted) // the record went: an operator, or the lease
-		}
-		if first {
-			if err := e.agree(st); err != nil {
-				return nil, err
-			}
 		}
 		leader := st.leader()
 		var deadline time.Duration
@@ -109,22 +106,6 @@ func (e *Election) lead(ctx context.Context, value string, rec *core.Hold) (*Ter
 			return nil, err
 		}
 	}
-}
-
-// agree refuses to join an election run by another strategy: records of
-// Oldest candidates, or a key in the prefix without a Preferred record.
-func (e *Election) agree(st *state) error {
-	for _, en := range st.recs[Oldest] {
-		return fmt.Errorf("%w: %w: election %q is run by candidates of the oldest strategy (record %s); this one campaigns with preferred",
-			ErrInvalid, ErrStrategy, e.Name(), en.key)
-	}
-	for _, kv := range st.keys {
-		if st.recs[Preferred][clientv3.LeaseID(kv.Lease)] == nil {
-			return fmt.Errorf("%w: %w: key %s of election %q has no preferred candidate record (an oldest-strategy or etcd candidate); this one campaigns with preferred",
-				ErrInvalid, ErrStrategy, kv.Key, e.Name())
-		}
-	}
-	return nil
 }
 
 // take puts the leader's key on this candidate's lease if nobody leads

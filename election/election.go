@@ -83,9 +83,10 @@ func (e *Election) Prefix() string { return e.o.Prefix() }
 // the wait only: the Term's Context lives until leadership is lost,
 // resigned or handed over. On error no key of this call is left in etcd.
 // A refusal by etcd (permission denied, authentication failed, invalid
-// request) is returned at once. A Campaign whose strategy differs from
-// the election's candidates' fails with an error wrapping ErrStrategy and
-// ErrInvalid.
+// request) is returned at once. An Oldest Campaign on an election that
+// Preferred candidates run fails with an error wrapping ErrStrategy and
+// ErrInvalid; a Preferred one on an election that Oldest candidates (or
+// etcd's) run waits until they have all left, never preempting them.
 //
 // Under Preferred the candidate first writes its record (value and
 // attributes) and leads when it is the best live candidate and nobody

@@ -27,10 +27,10 @@ var (
 )
 
 var (
-	// ErrStrategy is wrapped (with ErrInvalid) by Campaign when the
-	// election's candidates use another Strategy, and by Transfer under
-	// Preferred when a key without a candidate record (an etcd
-	// concurrency.Election's, `etcdctl elect`) waits in the election's
+	// ErrStrategy is wrapped (with ErrInvalid) by an Oldest Campaign on an
+	// election that Preferred candidates run, and by Transfer under
+	// Preferred when a key without a candidate record (an Oldest
+	// candidate's, an etcd concurrency.Election's) waits in the election's
 	// prefix.
 	ErrStrategy = errors.New("election: candidates disagree on the strategy")
 

@@ -230,28 +230,38 @@ func TestTransferUnderOldestOnlyToTheNext(t *testing.T) {
 	_ = await(t, cres, 5*time.Second, "C").Resign(ctx)
 }
 
-func TestStrategiesMustAgree(t *testing.T) {
+// A Preferred candidate waits out the Oldest candidates that were there
+// first (never preempting them): the way from Oldest to Preferred. Once a
+// Preferred record exists, an Oldest Campaign is refused.
+func TestStrategiesAgreeOrWait(t *testing.T) {
 	cli := client(t)
 	ctx := etcdtest.Context(t, 30*time.Second)
-	old := newElection(t, cli, "agree-1")
+	const name = "agree"
+	old := newElection(t, cli, name)
 	to := await(t, campaignAsync(ctx, old, "old"), 5*time.Second, "oldest")
-	p := preferred(t, cli, "agree-1")
-	if _, err := p.Campaign(ctx, "p"); !errors.Is(err, election.ErrStrategy) || !errors.Is(err, election.ErrInvalid) {
-		t.Fatalf("Preferred joining an Oldest election = %v", err)
+	p := preferred(t, cli, name, election.WithPriority(10))
+	pres := campaignAsync(ctx, p, "p")
+	cands := waitCandidates(t, old, 2)
+	if cands[0].Value != "old" || cands[0].Strategy != election.Oldest || cands[1].Value != "p" || cands[1].Strategy != election.Preferred {
+		t.Fatalf("candidates = %+v", cands)
 	}
-	_ = to.Resign(ctx)
-	if got := etcdtest.Keys(t, cli, "/baton/v1/candidate/agree-1/"); len(got) != 0 {
-		t.Fatalf("records left after a refused Campaign: %v", got)
+	o2 := newElection(t, cli, name)
+	if _, err := o2.Campaign(ctx, "o2"); !errors.Is(err, election.ErrStrategy) || !errors.Is(err, election.ErrInvalid) || !strings.Contains(err.Error(), "preferred") {
+		t.Fatalf("Oldest joining once a Preferred candidate is there = %v", err)
 	}
-
-	p2 := preferred(t, cli, "agree-2")
-	tp := await(t, campaignAsync(ctx, p2, "p"), 5*time.Second, "preferred")
-	o2 := newElection(t, cli, "agree-2")
-	if _, err := o2.Campaign(ctx, "o"); !errors.Is(err, election.ErrStrategy) || !strings.Contains(err.Error(), "preferred") {
-		t.Fatalf("Oldest joining a Preferred election = %v", err)
-	}
-	if got := etcdtest.Keys(t, cli, o2.Prefix()); len(got) != 1 {
+	if got := etcdtest.Keys(t, cli, old.Prefix()); len(got) != 1 {
 		t.Fatalf("keys after a refused Campaign = %v, want the leader's alone", got)
+	}
+	notYet(t, pres, "the Preferred candidate, behind an Oldest leader")
+	if !to.IsLeader() {
+		t.Fatal("the Oldest leader was preempted")
+	}
+	if err := to.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tp := await(t, pres, 5*time.Second, "the Preferred candidate after the Oldest one left")
+	if tp.Token() <= to.Token() {
+		t.Fatalf("token %d after %d", tp.Token(), to.Token())
 	}
 	_ = tp.Resign(ctx)
 }
