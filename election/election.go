@@ -55,8 +55,9 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Election, error) {
 		e.cand.Deadline = config.DefaultDeadline
 	}
 	if e.cand.Set != "" {
-		rec := metrics.Recorder{Logger: zap.NewNop(), Noun: "record", Name: name, Namespace: cfg.Namespace, Label: name}
-		e.recs = core.NewOwner[*core.Hold](sess, core.OwnerConfig{Recorder: rec, Kind: core.Election,
+		// Election: a second Campaign through the lease takes the record over.
+		rec := metrics.Recorder{Logger: zap.NewNop(), Kind: metrics.Election, Name: name, Namespace: cfg.Namespace, Label: name}
+		e.recs = core.NewOwner[*core.Hold](sess, core.OwnerConfig{Recorder: rec,
 			Prefix: e.recordPrefix(e.strategy()), NotHeld: ErrNotLeader, Busy: errNotChosen})
 	}
 	return e, nil

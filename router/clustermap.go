@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 
+	yamlv2 "go.yaml.in/yaml/v2"
 	"sigs.k8s.io/yaml"
 
 	"github.com/batonhq/baton/internal/keys"
@@ -41,6 +44,25 @@ type Map struct {
 	Default string `json:"default,omitempty"`
 	// Clusters are the clusters, each with a unique name.
 	Clusters []Cluster `json:"clusters"`
+	// Retired remembers the namespaces (and the default) the map no longer
+	// serves, with the last cluster and epoch that served them, so that
+	// CheckMove refuses to serve them again at a lower epoch. CheckMove
+	// requires a map that stops serving a namespace to add it here, and
+	// later maps to keep it until the namespace is served again.
+	Retired []Retired `json:"retired,omitempty"`
+}
+
+// Retired is a namespace, or the default, that a map no longer serves.
+type Retired struct {
+	// Namespace is the namespace; empty when Default is set.
+	Namespace string `json:"namespace,omitempty"`
+	// Default, instead of a namespace, stands for every namespace the
+	// former default cluster served without listing it.
+	Default bool `json:"default,omitempty"`
+	// Cluster, ID and Epoch are those of the last cluster that served it.
+	Cluster string `json:"cluster"`
+	ID      string `json:"id,omitempty"`
+	Epoch   uint16 `json:"epoch"`
 }
 
 // Cluster is one independent etcd cluster of a map.
@@ -68,6 +90,18 @@ type Cluster struct {
 	// Namespaces are the namespaces the cluster serves. A namespace is
 	// served by one cluster only.
 	Namespaces []string `json:"namespaces,omitempty"`
+	// ID, when set, pins the etcd cluster behind the name: its cluster ID
+	// (1 to 16 hex digits) as every etcd response header carries it and
+	// `baton clusters pin` writes it. The Router refuses a connection
+	// whose endpoints answer as another cluster (ErrIdentity), and
+	// CheckMove treats a new ID as a move to another cluster.
+	ID string `json:"id,omitempty"`
+	// Revision, with ID, is the revision the cluster had reached when it
+	// was pinned. A cluster below it was rebuilt (a cluster rebuilt with
+	// the same peer URLs and token has the same ID) or restored from a
+	// backup: its tokens restart lower, so the Router refuses it too. One
+	// rebuilt or restored above it is not caught: pin again now and then.
+	Revision int64 `json:"revision,omitempty"`
 }
 
 // TLSFiles are PEM files for a TLS client configuration.
@@ -111,6 +145,9 @@ const (
 func ParseMap(data []byte) (Map, error) {
 	if len(data) > MaxMapBytes {
 		return Map{}, fmt.Errorf("%w: %d bytes, at most %d allowed", ErrInvalidMap, len(data), MaxMapBytes)
+	}
+	if err := oneDocument(data); err != nil {
+		return Map{}, err
 	}
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
@@ -156,6 +193,7 @@ func (m Map) validate(skip map[string]bool) []error {
 		bad("clusters", "at least one cluster is needed")
 	}
 	names := map[string]int{}
+	ids := map[string]string{}
 	endpoints := map[string]string{}
 	served := map[string]string{}
 	for i, c := range m.Clusters {
@@ -173,7 +211,7 @@ func (m Map) validate(skip map[string]bool) []error {
 		for j, ep := range c.Endpoints {
 			ep := ep
 			pe := fmt.Sprintf("%s.endpoints[%d]", p, j)
-			norm, err := normalizeEndpoint(ep)
+			norm, _, err := normalizeEndpoint(ep)
 			if err != nil {
 				bad(pe, "%v", err)
 				continue
@@ -208,6 +246,20 @@ func (m Map) validate(skip map[string]bool) []error {
 				bad(p+".credentials.passwordEnv", "%q is not an environment variable name", cr.PasswordEnv)
 			}
 		}
+		if c.ID != "" {
+			if _, err := ParseClusterID(c.ID); err != nil {
+				bad(p+".id", "%v", err)
+			} else if other, dup := ids[canonID(c.ID)]; dup {
+				bad(p+".id", "cluster id %s is also %s: two names for one etcd cluster", c.ID, other)
+			} else {
+				ids[canonID(c.ID)] = p
+			}
+		}
+		if c.Revision < 0 {
+			bad(p+".revision", "must not be negative, got %d", c.Revision)
+		} else if c.Revision > 0 && c.ID == "" {
+			bad(p+".revision", "goes with the id it was read with")
+		}
 		for j, ns := range c.Namespaces {
 			pn := fmt.Sprintf("%s.namespaces[%d]", p, j)
 			if err := keys.ValidateNamespace(ns); err != nil {
@@ -224,6 +276,41 @@ func (m Map) validate(skip map[string]bool) []error {
 	if m.Default != "" {
 		if _, ok := names[m.Default]; !ok {
 			bad("default", "%q is not the name of a cluster", m.Default)
+		}
+	}
+	retired := map[string]bool{}
+	for i, r := range m.Retired {
+		p := fmt.Sprintf("retired[%d]", i)
+		if err := ValidateClusterName(r.Cluster); err != nil {
+			bad(p+".cluster", "%v", err)
+		}
+		if r.ID != "" {
+			if _, err := ParseClusterID(r.ID); err != nil {
+				bad(p+".id", "%v", err)
+			}
+		}
+		switch {
+		case r.Default && r.Namespace != "":
+			bad(p, "names a namespace and the default: one or the other")
+		case r.Default && m.Default != "":
+			bad(p, "retires the default, but the map has a default cluster")
+		case r.Default && retired[""]:
+			bad(p, "the default is retired twice")
+		case r.Default:
+			retired[""] = true
+		case r.Namespace == "":
+			bad(p, "names no namespace (or default: true)")
+		default:
+			if err := keys.ValidateNamespace(r.Namespace); err != nil {
+				bad(p+".namespace", "%s", strings.TrimPrefix(err.Error(), keys.ErrInvalid.Error()+": "))
+			} else if other, ok := served[r.Namespace]; ok {
+				bad(p+".namespace", "namespace %q is served by %s: drop it from retired", r.Namespace, other)
+			} else if m.Default != "" {
+				bad(p+".namespace", "namespace %q is served by the default cluster %q: drop it from retired", r.Namespace, m.Default)
+			} else if retired[r.Namespace] {
+				bad(p+".namespace", "namespace %q is retired twice", r.Namespace)
+			}
+			retired[r.Namespace] = true
 		}
 	}
 	return problems
@@ -274,31 +361,166 @@ func validEnvName(s string) bool {
 	return s != ""
 }
 
-// normalizeEndpoint checks an endpoint and returns its host:port, so that
-// "a:1" and "http://a:1" compare equal.
-func normalizeEndpoint(ep string) (string, error) {
+// DefaultPort is the port of an endpoint written without one: etcd's
+// client port.
+const DefaultPort = "2379"
+
+// normalizeEndpoint checks an endpoint and returns the form two spellings
+// of one endpoint share (the host lower-cased without a trailing dot, an
+// IP address in its canonical form, IPv4-mapped IPv6 as IPv4, the port
+// as a number, DefaultPort when none), so that "a:1", "http://A:1" and
+// "[::1]:1", "[0:0:0:0:0:0:0:1]:1" compare equal; and the endpoint as
+// the etcd client dials it, with the port made explicit.
+func normalizeEndpoint(ep string) (key, dial string, err error) {
 	hostport := ep
 	if strings.Contains(ep, "://") {
 		u, err := url.Parse(ep)
 		if err != nil {
-			return "", fmt.Errorf("endpoint %q is not a URL", ep)
+			return "", "", fmt.Errorf("endpoint %q is not a URL", ep)
 		}
 		if u.Scheme != "http" && u.Scheme != "https" {
-			return "", fmt.Errorf("endpoint %q: scheme must be http or https", ep)
+			return "", "", fmt.Errorf("endpoint %q: scheme must be http or https", ep)
 		}
-		if u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
-			return "", fmt.Errorf("endpoint %q must be scheme://host:port and nothing else", ep)
+		if u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+			return "", "", fmt.Errorf("endpoint %q must be scheme://host:port and nothing else", ep)
 		}
 		hostport = u.Host
 	}
+	dial = strings.TrimSuffix(ep, "/")
 	host, port, err := net.SplitHostPort(hostport)
-	if err != nil || host == "" {
-		return "", fmt.Errorf("endpoint %q is not host:port", ep)
+	if err != nil {
+		// No port: etcd's own. A bare IPv6 address needs brackets.
+		host, port = hostport, DefaultPort
+		if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+			host = host[1 : len(host)-1]
+		} else if strings.Contains(host, ":") {
+			return "", "", fmt.Errorf("endpoint %q is not host:port (an IPv6 address goes in brackets: [::1]:2379)", ep)
+		}
+		dial += ":" + DefaultPort
 	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return "", fmt.Errorf("endpoint %q: port must be 1 to 65535", ep)
+	if host == "" {
+		return "", "", fmt.Errorf("endpoint %q is not host:port", ep)
 	}
-	return strings.ToLower(host) + ":" + port, nil
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 || strings.Trim(port, "0123456789") != "" {
+		return "", "", fmt.Errorf("endpoint %q: port must be 1 to 65535", ep)
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		host = a.Unmap().String()
+	} else {
+		host = strings.TrimSuffix(strings.ToLower(host), ".")
+		if host == "" || strings.ContainsAny(host, "[]/ \t@%") {
+			return "", "", fmt.Errorf("endpoint %q is not host:port", ep)
+		}
+		if numericHost(host) {
+			return "", "", fmt.Errorf("endpoint %q: %q is not a canonical IP address (write it as four decimal numbers without leading zeros, or an IPv6 address in brackets), nor a name", ep, host)
+		}
+	}
+	key = net.JoinHostPort(host, strconv.Itoa(n))
+	return key, dial, nil
+}
+
+// numericHost reports whether a host that is not an IP in canonical form
+// still reads as a number: its last label all decimal digits or 0x and hex
+// digits. No top-level domain is all digits, and inet_aton, which some
+// resolvers use, reads "127.1", "127.000.000.001", "2130706433" and
+// "0x7f000001" as 127.0.0.1, so two spellings of one address would escape
+// the one-cluster check.
+func numericHost(host string) bool {
+	last := host[strings.LastIndexByte(host, '.')+1:]
+	if h, ok := strings.CutPrefix(last, "0x"); ok {
+		last = h
+		return strings.Trim(last, "0123456789abcdef") == ""
+	}
+	return last != "" && strings.Trim(last, "0123456789") == ""
+}
+
+// ClientEndpoints are the cluster's endpoints as the etcd client dials
+// them: as written, with DefaultPort added where the map leaves the port
+// out. The Router and the baton CLI dial these.
+func (c Cluster) ClientEndpoints() []string {
+	out := make([]string, 0, len(c.Endpoints))
+	for _, ep := range c.Endpoints {
+		if _, dial, err := normalizeEndpoint(ep); err == nil {
+			out = append(out, dial)
+		} else {
+			out = append(out, ep)
+		}
+	}
+	return out
+}
+
+// oneDocument refuses a map file holding more than one YAML document: the
+// parser would read the first and drop the others silently, so that a
+// second document routing namespaces elsewhere would be ignored.
+func oneDocument(data []byte) error {
+	n, err := yamlDocuments(data)
+	if err != nil || n <= 1 {
+		return nil // a syntax error is reported by the strict reading
+	}
+	return fmt.Errorf("%w: a second YAML document begins at line %d: a cluster map is one document", ErrInvalidMap, secondDocumentLine(data))
+}
+
+// yamlDocuments counts the YAML documents in data, up to 2.
+func yamlDocuments(data []byte) (int, error) {
+	dec := yamlv2.NewDecoder(bytes.NewReader(data))
+	n := 0
+	for n < 2 {
+		var v any
+		err := dec.Decode(&v)
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			if n >= 1 {
+				// The first document was whole: what the parser cannot
+				// read is a second one, which the strict reading of the
+				// first alone would drop.
+				return 2, nil
+			}
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// secondDocumentLine finds the line where the second document starts: the
+// first document marker ("---" or "..." at the start of a line) such that
+// the text before it already holds a whole document.
+func secondDocumentLine(data []byte) int {
+	line := 1
+	for off := 0; off < len(data); {
+		end := bytes.IndexByte(data[off:], '\n')
+		next := len(data)
+		if end >= 0 {
+			next = off + end + 1
+		}
+		l := data[off:next]
+		if isMarker(l, "---") || isMarker(l, "...") {
+			at := next // after "...", the next document starts after the marker
+			if isMarker(l, "---") {
+				at = off
+			}
+			if n, err := yamlDocuments(data[:at]); err == nil && n >= 1 {
+				if isMarker(l, "...") {
+					return line + 1
+				}
+				return line
+			}
+		}
+		off = next
+		line++
+	}
+	return line
+}
+
+func isMarker(l []byte, m string) bool {
+	if !bytes.HasPrefix(l, []byte(m)) {
+		return false
+	}
+	rest := l[len(m):]
+	return len(rest) == 0 || rest[0] == ' ' || rest[0] == '\t' || rest[0] == '\n' || rest[0] == '\r'
 }
 
 // resolve makes the map's relative file names relative to dir.

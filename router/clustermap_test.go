@@ -2,9 +2,13 @@ package router_test
 
 import (
 	"errors"
+	"net"
+	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -68,7 +72,7 @@ default: nowhere
 colour: blue
 clusters:
   - name: a
-    endpoints: [127.0.0.1:1, "ftp://x:2", "nohost"]
+    endpoints: [127.0.0.1:1, "ftp://x:2", "::1"]
     namespaces: [payments, "bad/ns"]
     tsl: {ca: x}
   - name: a
@@ -95,7 +99,7 @@ clusters:
 		`colour: unknown field`,
 		`clusters[0].tsl: unknown field`,
 		`clusters[0].endpoints[1]: endpoint "ftp://x:2": scheme must be http or https`,
-		`clusters[0].endpoints[2]: endpoint "nohost" is not host:port`,
+		`clusters[0].endpoints[2]: endpoint "::1" is not host:port`,
 		`clusters[0].namespaces[1]: namespace "bad/ns" may hold only`,
 		`clusters[1].name: cluster "a" is also clusters[0]`,
 		`clusters[1].endpoints[0]: endpoint "http://127.0.0.1:1" is also clusters[0].endpoints[0]`,
@@ -132,6 +136,16 @@ func TestParseMapRefuses(t *testing.T) {
 		{"empty tls", "clusters: [{name: a, endpoints: ['h:1'], tls: {}}]", "names no file"},
 		{"endpoint with a path", "clusters: [{name: a, endpoints: ['http://h:1/x']}]", "scheme://host:port and nothing else"},
 		{"port out of range", "clusters: [{name: a, endpoints: ['h:70000']}]", "port must be 1 to 65535"},
+		{"signed port", "clusters: [{name: a, endpoints: ['h:+2379']}]", "port must be 1 to 65535"},
+		// Numbers that are not an IP's canonical form are not names
+		// either (no top-level domain is all digits): a resolver that
+		// reads them as inet_aton does would reach 127.0.0.1, which the
+		// one-cluster check could not see.
+		{"IPv4 with leading zeros", "clusters: [{name: a, endpoints: ['127.000.000.001:2379']}]", "not a canonical IP address"},
+		{"short IPv4", "clusters: [{name: a, endpoints: ['127.1:2379']}]", "not a canonical IP address"},
+		{"IPv4 as one number", "clusters: [{name: a, endpoints: ['2130706433:2379']}]", "not a canonical IP address"},
+		{"hex IPv4", "clusters: [{name: a, endpoints: ['0x7f.0.0.1:2379']}]", "not a canonical IP address"},
+		{"hex IPv4 as one number", "clusters: [{name: a, endpoints: ['http://0x7F000001:2379']}]", "not a canonical IP address"},
 		{"negative epoch", "clusters: [{name: a, endpoints: ['h:1'], epoch: -1}]", "want an integer"},
 		{"fractional epoch", "clusters: [{name: a, endpoints: ['h:1'], epoch: 1.5}]", "want an integer"},
 		{"user with a colon", "clusters: [{name: a, endpoints: ['h:1'], credentials: {user: 'u:p', passwordEnv: P}}]", `has ':'`},
@@ -254,6 +268,10 @@ func FuzzParseMap(f *testing.F) {
 	f.Add([]byte("clusters: [{name: a, endpoints: ['h:1'], namespaces: [x]}]"))
 	f.Add([]byte("default: a\nclusters: [{name: a, endpoints: ['http://h:1']}]"))
 	f.Add([]byte("clusters: [{name: a, endpoints: ['h:1'], namespaces: [x]}, {name: b, endpoints: ['h:2'], namespaces: [x]}]"))
+	f.Add([]byte("clusters: [{name: a, endpoints: ['[::1]:2379']}, {name: b, endpoints: ['http://[0::0:1]']}]"))
+	f.Add([]byte("clusters: [{name: a, endpoints: ['h:1']}]\n---\nclusters: [{name: b, endpoints: ['h:2']}]"))
+	f.Add([]byte("clusters: [{name: a, endpoints: ['h:1'], id: 'cdf818194e3a8c32', revision: 7, namespaces: [x]}]\nretired: [{namespace: y, cluster: b, id: '1', epoch: 2}]"))
+	f.Add([]byte("clusters: [{name: a, endpoints: ['h:1']}]\nretired: [{default: true, cluster: z, epoch: 9}]"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := router.ParseMap(data)
 		if err != nil {
@@ -273,6 +291,17 @@ func FuzzParseMap(f *testing.F) {
 					t.Fatalf("namespace %q served by %q and %q", ns, o, c.Name)
 				}
 				owner[ns] = c.Name
+			}
+		}
+		// No address is reachable through two clusters, however spelled.
+		addrs := map[string]string{}
+		for _, c := range m.Clusters {
+			for _, ep := range c.ClientEndpoints() {
+				a := endpointAddr(t, ep)
+				if o, dup := addrs[a]; dup && o != c.Name {
+					t.Fatalf("address %s is in clusters %q and %q", a, o, c.Name)
+				}
+				addrs[a] = c.Name
 			}
 		}
 		r, err := router.New(m)
@@ -297,4 +326,75 @@ func FuzzParseMap(f *testing.F) {
 			t.Fatalf("encoding changed the map:\n%+v\n%+v", m, m2)
 		}
 	})
+}
+
+func TestParseMapRefusesASecondDocument(t *testing.T) {
+	for _, tt := range []struct{ name, in, want string }{
+		{"second map", "clusters: [{name: a, endpoints: ['h:1'], namespaces: [x]}]\n---\nclusters: [{name: b, endpoints: ['h:2'], namespaces: [x]}]\n", "line 2"},
+		{"after a leading marker", "---\n# the map\nclusters: [{name: a, endpoints: ['h:1']}]\n\n--- # more\nclusters: []\n", "line 5"},
+		{"empty second", "clusters: [{name: a, endpoints: ['h:1']}]\n---\n", "line 2"},
+		{"after an end marker", "clusters: [{name: a, endpoints: ['h:1']}]\n...\n---\nx: 1\n", "line 3"},
+		// A second document the parser cannot read is still a second
+		// document: read alone, the first would be served without it.
+		{"broken second", "clusters: [{name: a, endpoints: ['h:1'], namespaces: [x]}]\n---\nclusters: [{name: b\n", "line 2"},
+		{"tab in second", "clusters: [{name: a, endpoints: ['h:1']}]\n---\n\tclusters: x\n", "line 2"},
+		{"broken after an end marker", "clusters: [{name: a, endpoints: ['h:1']}]\r\n...\r\nclusters: [\r\n", "line 3"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := router.ParseMap([]byte(tt.in))
+			if !errors.Is(err, router.ErrInvalidMap) || !strings.Contains(err.Error(), "second YAML document") || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("ParseMap = %v, want ErrInvalidMap naming a second YAML document at %s", err, tt.want)
+			}
+		})
+	}
+	// One document with an explicit start, or a comment of dashes, is fine.
+	for _, in := range []string{
+		"---\nclusters: [{name: a, endpoints: ['h:1']}]\n",
+		"clusters: [{name: a, endpoints: ['h:1']}]\n# ---\n",
+		"clusters: [{name: a, endpoints: ['h:1']}]\n...\n",
+	} {
+		if _, err := router.ParseMap([]byte(in)); err != nil {
+			t.Errorf("ParseMap(%q) = %v", in, err)
+		}
+	}
+}
+
+func TestAnEndpointInTwoClustersIsFoundWhateverItsSpelling(t *testing.T) {
+	for _, pair := range [][2]string{
+		{"[::1]:2379", "[0:0:0:0:0:0:0:1]:2379"},
+		{"[::1]:2379", "[::0:1]:2379"},
+		{"http://[::1]:2379", "https://[0::1]:2379"},
+		{"[::ffff:127.0.0.1]:2379", "127.0.0.1:2379"},
+		{"LocalHost:2379", "http://localhost:2379"},
+		{"etcd.example.com.:2379", "etcd.example.com:2379"},
+		{"http://etcd-1", "etcd-1:2379"},
+		{"https://[::1]", "[::1]:2379"},
+		{"h:02379", "h:2379"},
+	} {
+		in := "clusters:\n  - {name: a, endpoints: ['" + pair[0] + "']}\n  - {name: b, endpoints: ['" + pair[1] + "']}\n"
+		_, err := router.ParseMap([]byte(in))
+		if !errors.Is(err, router.ErrInvalidMap) || !strings.Contains(err.Error(), "an endpoint belongs to one cluster") {
+			t.Errorf("%s and %s in two clusters: ParseMap = %v", pair[0], pair[1], err)
+		}
+	}
+}
+
+// endpointAddr is the fuzz test's own reading of a dialled endpoint: the
+// address it reaches, IPs in canonical form, names in lower case.
+func endpointAddr(t *testing.T, ep string) string {
+	if u, err := url.Parse(ep); err == nil && u.Host != "" {
+		ep = u.Host
+	}
+	host, port, err := net.SplitHostPort(ep)
+	if err != nil {
+		t.Fatalf("dialled endpoint %q has no port: %v", ep, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatalf("dialled endpoint %q: port %q", ep, port)
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		host = a.Unmap().String()
+	}
+	return strings.TrimSuffix(strings.ToLower(host), ".") + ":" + strconv.Itoa(p)
 }

@@ -54,7 +54,7 @@ func (d *decoder) strs(path string, v any) []string {
 		d.fail(path, "want a list of strings, got %s", kind(v))
 		return nil
 	}
-	out := make([]string, 0, len(l))
+	var out []string // nil when empty, as Encode leaves it out
 	for i, e := range l {
 		p := fmt.Sprintf("%s[%d]", path, i)
 		if s, ok := e.(string); ok {
@@ -72,13 +72,22 @@ func (d *decoder) top(v any) Map {
 		d.fail("clusters", "the map is empty")
 		return m
 	}
-	o, ok := d.object("(top)", v, "default", "clusters")
+	o, ok := d.object("(top)", v, "default", "clusters", "retired")
 	if !ok {
 		d.bad["clusters"] = true
 		return m
 	}
 	if v, ok := o["default"]; ok {
 		m.Default = d.str("default", v)
+	}
+	if v, ok := o["retired"]; ok {
+		if l, ok := v.([]any); ok {
+			for i, e := range l {
+				m.Retired = append(m.Retired, d.retired(fmt.Sprintf("retired[%d]", i), e))
+			}
+		} else {
+			d.fail("retired", "want a list, got %s", kind(v))
+		}
 	}
 	cs, ok := o["clusters"]
 	if !ok {
@@ -97,7 +106,7 @@ func (d *decoder) top(v any) Map {
 
 func (d *decoder) cluster(path string, v any) Cluster {
 	var c Cluster
-	o, ok := d.object(path, v, "name", "endpoints", "tls", "credentials", "epoch", "namespaces")
+	o, ok := d.object(path, v, "name", "endpoints", "tls", "credentials", "epoch", "namespaces", "id", "revision")
 	if !ok {
 		for _, f := range []string{"name", "endpoints"} {
 			d.bad[join(path, f)] = true
@@ -116,6 +125,12 @@ func (d *decoder) cluster(path string, v any) Cluster {
 	if v, ok := o["epoch"]; ok {
 		c.Epoch = d.epoch(join(path, "epoch"), v)
 	}
+	if v, ok := o["id"]; ok {
+		c.ID = d.str(join(path, "id"), v)
+	}
+	if v, ok := o["revision"]; ok {
+		c.Revision = d.revision(join(path, "revision"), v)
+	}
 	if v, ok := o["tls"]; ok {
 		p := join(path, "tls")
 		if t, ok := d.object(p, v, "ca", "cert", "key"); ok {
@@ -133,6 +148,40 @@ func (d *decoder) cluster(path string, v any) Cluster {
 		}
 	}
 	return c
+}
+
+func (d *decoder) retired(path string, v any) Retired {
+	var r Retired
+	o, ok := d.object(path, v, "namespace", "default", "cluster", "id", "epoch")
+	if !ok {
+		return r
+	}
+	d.fields(path, o, []string{"namespace", "cluster", "id"}, []*string{&r.Namespace, &r.Cluster, &r.ID})
+	if v, ok := o["default"]; ok {
+		b, isBool := v.(bool)
+		if !isBool {
+			d.fail(join(path, "default"), "want true or false, got %s", kind(v))
+		}
+		r.Default = b
+	}
+	if v, ok := o["epoch"]; ok {
+		r.Epoch = d.epoch(join(path, "epoch"), v)
+	}
+	return r
+}
+
+func (d *decoder) revision(path string, v any) int64 {
+	n, ok := v.(json.Number)
+	var i int64
+	var err error
+	if ok {
+		i, err = n.Int64()
+	}
+	if !ok || err != nil || i < 0 {
+		d.fail(path, "want a revision, an integer from 0, got %v", v)
+		return 0
+	}
+	return i
 }
 
 // fields reads string fields of o, in order, into dst.

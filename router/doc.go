@@ -27,14 +27,30 @@
 //     fails only the calls of its own namespaces.
 //   - Mutual exclusion and fencing inside one cluster are exactly those of
 //     packages mutex and election: the router only picks the client.
+//   - A cluster that pins its identity (Cluster.ID, Cluster.Revision) is
+//     the etcd cluster it says: a connection whose endpoints answer as
+//     another cluster, or below the pinned revision (rebuilt, restored),
+//     is refused with ErrIdentity when it opens, and so is every later
+//     response, unary or on a stream, before any lock or term is handed
+//     out from it.
 //   - Across a namespace's move to another cluster, tokens composed with
 //     Token (or Router.Token) keep increasing provided the map's epochs
-//     do (CheckMove verifies it): a holder that acquired on the old
-//     cluster is rejected by the resource's guard once a holder of the
-//     new cluster has written.
+//     do (CheckMove verifies it, telling clusters apart by their pinned
+//     identity and following retired namespaces, so a name repointed at
+//     a new cluster, or a namespace removed and re-added, needs a greater
+//     epoch): a holder that acquired on the old cluster is rejected by the
+//     resource's guard once a holder of the new cluster has written.
 //
 // What is not guaranteed:
 //
+//   - Catching every rebuilt or restored cluster. etcd derives the cluster
+//     ID from the peer URLs and --initial-cluster-token, so a cluster
+//     rebuilt or restored with the same ones has the same ID, and only its
+//     revision can tell: one that has gone beyond the pinned revision
+//     (pinned long ago, or restored from a snapshot taken after the pin)
+//     passes, and its tokens restart below the ones issued before. Rebuild
+//     with a fresh token, restore with a revision bump, and pin again now
+//     and then (docs/scaling.md).
 //   - Exclusion across clusters. During a move, a process still running
 //     with the old map can acquire on the old cluster while another holds
 //     on the new one. Drain first (docs/scaling.md): stop new
@@ -46,4 +62,8 @@
 //     reject the new holders and accept the old one; compose them.
 //   - Any ordering or transaction across namespaces on different
 //     clusters.
+//   - That an unpinned cluster is the one it was: its connection only holds
+//     to the first etcd cluster it meets. Pin the map (baton clusters pin).
+//   - That watch and keep-alive streams are checked: only unary responses
+//     are (every acquisition is a transaction).
 package router

@@ -27,6 +27,15 @@ var (
 	// then go backwards.
 	ErrEpochOrder = errors.New("router: epochs do not order the move")
 
+	// ErrIdentity is returned by Client and ClusterClient, and by every
+	// request of their clients, when the etcd cluster behind a cluster's
+	// endpoints is not the one the map pins (Cluster.ID), or is below the
+	// revision it had reached when pinned (rebuilt or restored): the
+	// cluster's name now leads elsewhere, and the tokens issued there
+	// would not order after those issued before. The map must pin the new
+	// cluster and raise its epoch (CheckMove).
+	ErrIdentity = errors.New("router: the etcd cluster is not the one the map pins")
+
 	// ErrTokenRange is returned by Token and (*Router).Token for a token
 	// that does not fit the 47 bits left beside the epoch, or that is not
 	// positive.

@@ -2,6 +2,7 @@ package router_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"time"
@@ -47,7 +48,7 @@ clusters:
 `))
 	fmt.Println(err)
 	// Output:
-	// router: invalid cluster map: clusters[1].endpoint: unknown field (known: [name endpoints tls credentials epoch namespaces])
+	// router: invalid cluster map: clusters[1].endpoint: unknown field (known: [name endpoints tls credentials epoch namespaces id revision])
 	// router: invalid cluster map: clusters[1].endpoints: at least one endpoint is needed
 	// router: invalid cluster map: clusters[1].namespaces[0]: namespace "payments" is also served by clusters[0] ("a"): a namespace is served by one cluster
 }
@@ -104,7 +105,7 @@ func ExampleCheckMove() {
 	after.Clusters[1].Epoch = 2
 	fmt.Println(router.CheckMove(before, after))
 	// Output:
-	// router: epochs do not order the move: namespace "jobs" moves from cluster "a" (epoch 1) to "b" (epoch 1): the new epoch must be greater
+	// router: epochs do not order the move: namespace "jobs" moves from cluster "a" (epoch 1) to cluster "b" (epoch 1): the new epoch must be greater than 1
 	// <nil>
 }
 
@@ -117,4 +118,35 @@ func ExampleToken() {
 	// Output:
 	// true
 	// 2 17
+}
+
+func ExampleIdentify() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Pin cluster a (what baton clusters pin writes in the map).
+	probe, err := router.New(router.Map{Clusters: []router.Cluster{{Name: "a", Endpoints: srvA.Endpoints()}}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer probe.Close()
+	cli, err := probe.ClusterClient(ctx, "a")
+	if err != nil {
+		log.Fatal(err)
+	}
+	id, err := router.Identify(ctx, cli)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// The name main, pinned to a, repointed at b's endpoints: refused
+	// before any client is handed out.
+	r, err := router.New(router.Map{Clusters: []router.Cluster{{Name: "main", Endpoints: srvB.Endpoints(),
+		ID: id.String(), Revision: id.Revision, Namespaces: []string{"payments"}}}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Close()
+	_, err = r.Client(ctx, "payments")
+	fmt.Println(errors.Is(err, router.ErrIdentity))
+	// Output: true
 }

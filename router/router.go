@@ -169,10 +169,18 @@ func (r *Router) route(ns string) (int, error) {
 // Cluster does, with ErrClosed after Close, with ctx's error when ctx ends
 // while another caller opens the same connection, and with the dial's
 // error (bounded by WithDialTimeout) when the connection cannot be opened;
-// a failed opening is tried again by the next call. Like clientv3.New, a
-// cluster without credentials is not contacted before the first request,
-// so an unreachable cluster shows in the requests, bounded by their
-// contexts, and never in the other clusters' clients.
+// a failed opening is tried again by the next call.
+//
+// A cluster that pins its identity (Cluster.ID) is asked who it is when
+// its connection opens, within WithDialTimeout, and the client is refused
+// with an error wrapping ErrIdentity when another etcd cluster answers, or
+// one below the pinned revision; every later response is checked too (see
+// Cluster.DialOptions), so no lock or term is ever handed out from the
+// wrong cluster. Otherwise, like clientv3.New, a cluster without
+// credentials is not contacted before the first request, so an unreachable
+// cluster shows in the requests, bounded by their contexts, and never in
+// the other clusters' clients; its client then holds to the first etcd
+// cluster it meets.
 func (r *Router) Client(ctx context.Context, ns string) (*clientv3.Client, error) {
 	i, err := r.route(ns)
 	if err != nil {
@@ -219,7 +227,7 @@ func (r *Router) open(ctx context.Context, i int) (*clientv3.Client, error) {
 		r.inflight.Add(1)
 		r.mu.Unlock()
 
-		cli, err := r.dial(r.m.Clusters[i])
+		cli, err := r.dial(ctx, r.m.Clusters[i])
 
 		r.mu.Lock()
 		close(c.dialing)
@@ -243,15 +251,16 @@ func (r *Router) open(ctx context.Context, i int) (*clientv3.Client, error) {
 
 // dial opens one cluster's client, reading its TLS files and password now
 // so that rotated files are picked up by the next opening.
-func (r *Router) dial(c Cluster) (*clientv3.Client, error) {
+func (r *Router) dial(ctx context.Context, c Cluster) (*clientv3.Client, error) {
 	if r.hookDial != nil {
 		r.hookDial(c.Name)
 	}
 	cfg := clientv3.Config{
-		Endpoints:   c.Endpoints,
+		Endpoints:   c.ClientEndpoints(),
 		DialTimeout: r.s.dialTimeout,
 		Logger:      r.s.logger,
 		Context:     r.ctx,
+		DialOptions: c.DialOptions(),
 	}
 	tlsCfg, err := clientTLS(c)
 	if err != nil {
@@ -274,7 +283,19 @@ func (r *Router) dial(c Cluster) (*clientv3.Client, error) {
 			cfg.Password = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
 		}
 	}
-	return clientv3.New(cfg)
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	vctx, cancel := context.WithTimeout(ctx, r.s.dialTimeout)
+	defer cancel()
+	stop := context.AfterFunc(r.ctx, cancel) // Close does not wait a whole timeout
+	defer stop()
+	if err := verifyPinned(vctx, cli, c); err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
+	return cli, nil
 }
 
 // clientTLS is nil for a cluster without TLS files and only plain

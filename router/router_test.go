@@ -396,6 +396,11 @@ func TestCheckMove(t *testing.T) {
 	c := func(name string, epoch uint16, ns ...string) router.Cluster {
 		return router.Cluster{Name: name, Endpoints: []string{name + ":1"}, Epoch: epoch, Namespaces: ns}
 	}
+	pin := func(c router.Cluster, id string) router.Cluster { c.ID = id; return c }
+	retire := func(m router.Map, ns, cluster string, epoch uint16) router.Map {
+		m.Retired = append(m.Retired, router.Retired{Namespace: ns, Default: ns == "", Cluster: cluster, Epoch: epoch})
+		return m
+	}
 	mk := func(dflt string, cs ...router.Cluster) router.Map { return router.Map{Default: dflt, Clusters: cs} }
 	for _, tt := range []struct {
 		name       string
@@ -404,16 +409,43 @@ func TestCheckMove(t *testing.T) {
 	}{
 		{"to a greater epoch", mk("", c("a", 1, "p"), c("b", 2)), mk("", c("a", 1), c("b", 2, "p")), ""},
 		{"to an equal epoch", mk("", c("a", 1, "p"), c("b", 1)), mk("", c("a", 1), c("b", 1, "p")),
-			`namespace "p" moves from cluster "a" (epoch 1) to "b" (epoch 1)`},
+			`namespace "p" moves from cluster "a" (epoch 1) to cluster "b" (epoch 1): the new epoch must be greater than 1`},
 		{"epoch goes down in place", mk("", c("a", 3, "p")), mk("", c("a", 2, "p")),
 			`namespace "p" stays on cluster "a" whose epoch goes down from 3 to 2`},
 		{"epoch goes up in place", mk("", c("a", 3, "p")), mk("", c("a", 4, "p")), ""},
 		{"out of the default", mk("a", c("a", 1), c("b", 1)), mk("a", c("a", 1), c("b", 1, "p")),
-			`namespace "p" moves from cluster "a" (epoch 1) to "b" (epoch 1)`},
+			`namespace "p" moves from cluster "a" (epoch 1) to cluster "b" (epoch 1)`},
 		{"into the default", mk("b", c("a", 1, "p"), c("b", 2)), mk("b", c("a", 1), c("b", 2)), ""},
 		{"default changes", mk("a", c("a", 1), c("b", 1)), mk("b", c("a", 1), c("b", 1)),
-			`the default moves from cluster "a" (epoch 1) to "b" (epoch 1)`},
+			`the default moves from cluster "a" (epoch 1) to cluster "b" (epoch 1)`},
 		{"new namespace", mk("", c("a", 1)), mk("", c("a", 1, "p")), ""},
+		// Identity: a name repointed at another etcd cluster is a move.
+		{"same name, new identity, same epoch", mk("", pin(c("a", 1, "p"), "a1")), mk("", pin(c("a", 1, "p"), "b2")),
+			`namespace "p" moves from cluster "a" (epoch 1, etcd cluster 00000000000000a1) to cluster "a" (epoch 1, etcd cluster 00000000000000b2) (the name "a" now means another etcd cluster): the new epoch must be greater than 1`},
+		{"same name, new identity, new epoch", mk("", pin(c("a", 1, "p"), "a1")), mk("", pin(c("a", 2, "p"), "b2")), ""},
+		{"pin dropped", mk("", pin(c("a", 1, "p"), "a1")), mk("", c("a", 1, "p")),
+			`namespace "p" stays on cluster "a", which no longer pins its identity (it pinned 00000000000000a1)`},
+		{"first pin", mk("", c("a", 1, "p")), mk("", pin(c("a", 1, "p"), "a1")), ""},
+		{"renamed, same identity", mk("", pin(c("a", 1, "p"), "a1")), mk("", pin(c("z", 1, "p"), "a1")), ""},
+		{"default repointed", mk("a", pin(c("a", 1), "a1")), mk("a", pin(c("a", 1), "b2")),
+			`the default moves from cluster "a" (epoch 1, etcd cluster 00000000000000a1) to cluster "a" (epoch 1, etcd cluster 00000000000000b2)`},
+		// History: removal must be recorded, and kept, and a re-added
+		// namespace is ordered after its record.
+		{"removed without a record", mk("", c("a", 3, "p"), c("b", 1, "q")), mk("", c("b", 1, "q")),
+			`namespace "p" is no longer served (it was on cluster "a" (epoch 3)): add it to the next map's retired list with cluster "a" and epoch 3`},
+		{"removed with a record", mk("", c("a", 3, "p"), c("b", 1, "q")), retire(mk("", c("b", 1, "q")), "p", "a", 3), ""},
+		{"record below the last epoch", mk("", c("a", 3, "p"), c("b", 1, "q")), retire(mk("", c("b", 1, "q")), "p", "a", 2),
+			`namespace "p" is retired from cluster "a" (epoch 2), below the epoch 3 of cluster "a" (epoch 3)`},
+		{"record dropped", retire(mk("", c("b", 1, "q")), "p", "a", 3), mk("", c("b", 1, "q")),
+			`namespace "p" was retired from cluster "a" (epoch 3), and the next map drops that record`},
+		{"re-added at a lower epoch", retire(mk("", c("b", 1, "q")), "p", "a", 3), mk("", c("b", 2, "q", "p")),
+			`namespace "p" moves from retired from cluster "a" (epoch 3) to cluster "b" (epoch 2): the new epoch must be greater than 3`},
+		{"re-added above", retire(mk("", c("b", 1, "q")), "p", "a", 3), mk("", c("b", 4, "q", "p")), ""},
+		{"default removed without a record", mk("a", c("a", 2)), mk("", c("a", 2)), `the default is no longer served`},
+		{"default re-added lower, and its namespaces", retire(mk("", c("a", 2)), "", "a", 5), mk("b", c("a", 2), c("b", 3, "p")),
+			`the default moves from retired from cluster "a" (epoch 5) to cluster "b" (epoch 3)`},
+		{"a namespace the retired default may have served", retire(mk("", c("a", 2)), "", "a", 5), mk("", c("a", 2), c("b", 3, "p")),
+			`namespace "p" moves from retired from cluster "a" (epoch 5) to cluster "b" (epoch 3)`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			err := router.CheckMove(tt.prev, tt.next)

@@ -292,8 +292,10 @@ func TestBadInputExitsAtOnceWithoutAServer(t *testing.T) {
 					t.Fatalf("exit %d, stderr %q; want %d mentioning %q", code, p.errOut(), cli.ExitUsage, c.msg)
 				}
 			}
-			if fastest > 100*time.Millisecond {
-				t.Errorf("took %v, want under 100ms", fastest)
+			// A run that dialled would take the 3s dial timeout; a third
+			// of it tells the two apart on a loaded 2-core machine too.
+			if fastest > time.Second {
+				t.Errorf("took %v, want well under the 3s dial timeout", fastest)
 			}
 		})
 	}

@@ -267,7 +267,7 @@ func (c *Config) agree(theirs core.Config, except ...string) error {
 // Session of the borrowed etcd session (whose session-wide settings, when
 // given here too, must agree with the first user's), or its own. own says
 // whether the primitive must close (or detach) it.
-func (c Config) NewSession(cli *clientv3.Client) (s *core.Session, own bool, err error) {
+func (c *Config) NewSession(cli *clientv3.Client) (s *core.Session, own bool, err error) {
 	switch {
 	case c.Shared != nil:
 		return c.Shared, false, nil
@@ -276,9 +276,17 @@ func (c Config) NewSession(cli *clientv3.Client) (s *core.Session, own bool, err
 		if created {
 			return s, true, nil
 		}
-		if err := c.agree(s.Settings(), "WithLogger", "WithRegisterer"); err != nil {
+		theirs := s.Settings()
+		if err := c.agree(theirs, "WithLogger", "WithRegisterer"); err != nil {
 			_ = s.Detach()
 			return nil, false, err
+		}
+		// The logger and the Registerer may be this primitive's own.
+		if _, ok := c.set["WithLogger"]; !ok {
+			c.Session.Logger = theirs.Logger
+		}
+		if _, ok := c.set["WithRegisterer"]; !ok {
+			c.Session.Registerer = theirs.Registerer
 		}
 		return s, true, nil
 	}
@@ -313,7 +321,7 @@ func Open[T any](cli *clientv3.Client, p Primitive, name string, opts []Option) 
 // OpenSession is Open that also returns the Owner's session, for a
 // primitive that keeps more keys on it.
 func OpenSession[T any](cli *clientv3.Client, p Primitive, name string, opts []Option) (*core.Owner[T], Config, string, *core.Session, error) {
-	if err := keys.ValidateName(core.KindNames[p.Kind]+" name", name); err != nil {
+	if err := keys.ValidateName(metrics.KindNames[p.Kind]+" name", name); err != nil {
 		return nil, Config{}, "", nil, err
 	}
 	cfg, err := Build(cli, opts)
@@ -321,13 +329,9 @@ func OpenSession[T any](cli *clientv3.Client, p Primitive, name string, opts []O
 		return nil, cfg, "", nil, err
 	}
 	if cfg.Candidate.Set != "" && p.Kind != core.Election {
-		return nil, cfg, "", nil, fmt.Errorf("%w: %s is an election option, not a %s one", errs.ErrInvalid, cfg.Candidate.Set, core.KindNames[p.Kind])
+		return nil, cfg, "", nil, fmt.Errorf("%w: %s is an election option, not a %s one", errs.ErrInvalid, cfg.Candidate.Set, metrics.KindNames[p.Kind])
 	}
 	value, err := cfg.HolderIdentity()
-	if err != nil {
-		return nil, cfg, "", nil, err
-	}
-	met, err := cfg.Metrics()
 	if err != nil {
 		return nil, cfg, "", nil, err
 	}
@@ -335,13 +339,19 @@ func OpenSession[T any](cli *clientv3.Client, p Primitive, name string, opts []O
 	if err != nil {
 		return nil, cfg, "", nil, err
 	}
+	met, err := cfg.Metrics()
+	if err != nil {
+		if own {
+			_ = closeOwn(sess)
+		}
+		return nil, cfg, "", nil, err
+	}
 	label := p.LabelPrefix + name
 	if cfg.MetricLabel != "" {
 		label = cfg.MetricLabel
 	}
-	rec := metrics.Recorder{Metrics: met, Logger: cfg.Session.Logger, Leader: p.Kind == core.Election,
-		Noun: [...]string{"lock", "term", "permit", "lock"}[p.Kind], Name: name, Namespace: cfg.Namespace, Label: label}
-	o := core.NewOwner[T](sess, core.OwnerConfig{Recorder: rec, Kind: p.Kind, Prefix: keys.Prefix(cfg.Namespace, p.Keys, name),
+	rec := metrics.Recorder{Metrics: met, Logger: cfg.Session.Logger, Kind: p.Kind, Name: name, Namespace: cfg.Namespace, Label: label}
+	o := core.NewOwner[T](sess, core.OwnerConfig{Recorder: rec, Prefix: keys.Prefix(cfg.Namespace, p.Keys, name),
 		NotHeld: p.NotHeld, Busy: p.Busy, Own: own})
 	return o, cfg, value, sess, nil
 }
@@ -353,4 +363,11 @@ func Session(s any) Option {
 		return Borrowed(cs)
 	}
 	return s.(Option)
+}
+
+func closeOwn(s *core.Session) error {
+	if s.IsBorrowed() {
+		return s.Detach()
+	}
+	return s.Close()
 }

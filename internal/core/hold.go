@@ -55,8 +55,8 @@ type Hold struct {
 
 func newHold(o owner, l *Lease, key string, rev, at int64, res *reservation, w *watch.Watcher[*Hold]) *Hold {
 	// Not a child of the lease's context (10,000 holds would each cost it a
-	// map entry): the lease ends its holds itself, with its cause.
-	ctx, cancel := context.WithCancelCause(context.WithoutCancel(l.Context()))
+	// map entry, and it carries no values): the lease ends its holds itself.
+	ctx, cancel := context.WithCancelCause(context.Background())
 	h := &Hold{o: o, l: l, key: key, rev: rev, at: at, acquired: time.Now(), ctx: ctx, cancel: cancel, res: res, watcher: w}
 	h.armed.Add(1)
 	h.ended.Add(1)
@@ -81,7 +81,7 @@ func (h *Hold) arm() {
 		}
 	}
 	l.holdsMu.Unlock()
-	h.res.setHold(h)
+	h.l.s.setHold(h.res, h)
 	h.armed.Done()
 }
 
@@ -140,7 +140,7 @@ func (h *Hold) afterLoss(cause error) {
 	case errors.Is(cause, errs.ErrReleased), errors.Is(cause, errs.ErrReplaced):
 		// Release, abandon or the new holder take care of it.
 	case errors.Is(cause, errs.ErrKeyDeleted), errors.Is(cause, errs.ErrLeaseExpired), !h.l.s.IsBorrowed():
-		h.res.free(h)
+		h.l.s.free(h.res, h)
 	default:
 		h.o.deleteKey(h.l, h.key, h.rev, h.res)
 	}
@@ -268,7 +268,7 @@ func (h *Hold) deleteGuarded(ctx context.Context) error {
 
 func (h *Hold) finish(result error) error {
 	h.finished, h.result = true, result
-	h.res.free(nil)
+	h.l.s.free(h.res, nil)
 	h.ended.Wait() // metrics and logs of the end are out when Release returns
 	return result
 }

@@ -31,25 +31,21 @@ var (
 	errOwnKeyGone = errors.New("own key gone while waiting")
 )
 
-// Kind is a primitive; KindNames names them in errors.
-type Kind uint8
+// Kind is a primitive (metrics.Kind).
+type Kind = metrics.Kind
 
 // The primitives.
 const (
-	Mutex Kind = iota
-	Election
-	Semaphore
-	RWMutex
+	Mutex     = metrics.Mutex
+	Election  = metrics.Election
+	Semaphore = metrics.Semaphore
+	RWMutex   = metrics.RWMutex
 )
-
-// KindNames names each Kind in errors.
-var KindNames = [...]string{"mutex", "election", "semaphore", "rwmutex"}
 
 // OwnerConfig configures an Owner; its Recorder names the primitive
 // (Name, Namespace, Label) and records it.
 type OwnerConfig struct {
 	metrics.Recorder
-	Kind   Kind
 	Prefix string
 	// NotHeld wraps a handle's loss; Busy a try that found another owner.
 	NotHeld, Busy error
@@ -124,10 +120,9 @@ func (o *Owner[T]) Client() *clientv3.Client { return o.sess.cli }
 func (o *Owner[T]) Acquire(ctx context.Context, req Request, wrap func(*Hold) T) (T, error) {
 	start := time.Now()
 	h, t, err := o.acquire(ctx, req, wrap)
-	result, fields := "acquired", []zap.Field(nil)
+	result := "acquired"
 	switch {
 	case err == nil:
-		fields = h.logFields()
 	case errors.Is(err, errBusy):
 		err, result = fmt.Errorf("%w: %q", o.cfg.Busy, o.cfg.Name), "locked"
 	case ctx.Err() != nil || errors.Is(err, errs.ErrClosed):
@@ -135,7 +130,7 @@ func (o *Owner[T]) Acquire(ctx context.Context, req Request, wrap func(*Hold) T)
 	default:
 		result = "error"
 	}
-	o.cfg.Acquired(result, time.Since(start), fields)
+	o.cfg.Acquired(result, time.Since(start), h.logFields)
 	return t, err
 }
 
@@ -201,7 +196,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 	fail := func(rev int64, err error) (*Hold, error) {
 		w.Unexpect(key)
 		if rev < 0 {
-			res.free(nil)
+			s.free(res, nil)
 		} else {
 			o.deleteKey(l, key, rev, res)
 		}
@@ -249,7 +244,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 		at, err = o.wait(ctx, l, key, rev, req.Policy, blockers, allowed, at)
 		if errors.Is(err, errOwnKeyGone) {
 			w.Unexpect(key)
-			res.free(nil)
+			s.free(res, nil)
 			return nil, o.lostReason(ctx, l)
 		}
 		if err != nil {
@@ -371,8 +366,7 @@ func (o *Owner[T]) readQueue(ctx context.Context, key string, rev int64, p Polic
 
 // waitGone is the one wait for deletions: it watches the blocker (or the
 // queue) from the current revision, which etcd serves at once, until at
-// most allowed blockers remain; not done means read again (at the revision
-// returned).
+// most allowed remain; not done means read again (at the revision returned).
 func (o *Owner[T]) waitGone(ctx context.Context, own string, prefix bool, blockers []*mvccpb.KeyValue, allowed int, read int64) (int64, bool, error) {
 	left := make(map[string]int64, len(blockers))
 	for _, kv := range blockers {
@@ -392,7 +386,15 @@ func (o *Owner[T]) waitGone(ctx context.Context, own string, prefix bool, blocke
 			break
 		}
 		if wr.Created && wr.Header.Revision > read {
-			return wr.Header.Revision, false, nil
+			if prefix {
+				return wr.Header.Revision, false, nil
+			}
+			// One key: read it (a serializable read at or after the watch's
+			// start will do) and keep this watch if it is still there.
+			at, gone, err := o.goneSince(ctx, blockers[0], wr.Header.Revision)
+			if err != nil || gone {
+				return at, gone, nil
+			}
 		}
 		at := int64(0)
 		for _, ev := range wr.Events {
@@ -414,6 +416,18 @@ func (o *Owner[T]) waitGone(ctx context.Context, own string, prefix bool, blocke
 		return 0, false, context.Cause(ctx)
 	}
 	return 0, false, retry.Sleep(ctx, 50*time.Millisecond)
+}
+
+// goneSince reads whether kv's key is gone at a revision from or later.
+func (o *Owner[T]) goneSince(ctx context.Context, kv *mvccpb.KeyValue, from int64) (int64, bool, error) {
+	g, err := o.sess.cli.Get(clientv3.WithRequireLeader(ctx), string(kv.Key), clientv3.WithKeysOnly(), clientv3.WithSerializable())
+	if err == nil && g.Header.Revision < from {
+		g, err = o.sess.cli.Get(clientv3.WithRequireLeader(ctx), string(kv.Key), clientv3.WithKeysOnly())
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	return g.Header.Revision, len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != kv.CreateRevision, nil
 }
 
 // lostReason says why our key vanished while waiting.
@@ -456,11 +470,11 @@ func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, r *reservation) {
 		if err != nil && retry.Permanent(err) {
 			s.cfg.Logger.Error("cannot delete a key of this process; it stays until its lease ends", zap.String("key", key), zap.Error(err))
 		}
-		r.free(nil) // deleted, refused for good, or gone with its lease
+		s.free(r, nil) // deleted, refused for good, or gone with its lease
 	}
 	if !s.goIn(&s.dels, run) {
 		if s.etcd == nil {
-			r.free(nil) // Close revokes the lease with its keys
+			s.free(r, nil) // Close revokes the lease with its keys
 			return
 		}
 		go run() // bounded by the caller's lease
@@ -500,23 +514,19 @@ func (o *Owner[T]) release(ctx context.Context, h *Hold) error {
 		defer cancel()
 	}
 	err := h.deleteGuarded(ctx)
-	if err == nil || errors.Is(err, o.cfg.NotHeld) {
-		o.forget(h)
+	if err == nil || errors.Is(err, o.cfg.NotHeld) { // no retry is due: forget h
+		o.mu.Lock()
+		o.held = slices.DeleteFunc(o.held, func(e held[T]) bool { return e.h == h })
+		o.mu.Unlock()
 	}
 	return err
-}
-
-func (o *Owner[T]) forget(h *Hold) {
-	o.mu.Lock()
-	o.held = slices.DeleteFunc(o.held, func(e held[T]) bool { return e.h == h })
-	o.mu.Unlock()
 }
 
 // started and ended are a hold's start and end in metrics and logs.
 func (o *Owner[T]) started(*Hold) { o.cfg.Started() }
 
 func (o *Owner[T]) ended(h *Hold, cause error, held time.Duration) {
-	o.cfg.Ended(cause, held, h.logFields())
+	o.cfg.Ended(cause, held, h.logFields)
 }
 
 // enter counts a call in flight whose ctx Close ends with errs.ErrClosed;
@@ -576,13 +586,16 @@ func (o *Owner[T]) goBG(fn func()) bool {
 
 // wrapErr names the primitive in an error; ErrClosed and busy stay bare.
 func (o *Owner[T]) wrapErr(err error) error {
-	if errors.Is(err, errs.ErrClosed) || o.isClosed() {
+	o.mu.Lock()
+	closed := o.closed
+	o.mu.Unlock()
+	switch {
+	case closed, errors.Is(err, errs.ErrClosed):
 		return errs.ErrClosed
-	}
-	if errors.Is(err, errBusy) {
+	case errors.Is(err, errBusy):
 		return err
 	}
-	return fmt.Errorf("%s %q: %w", KindNames[o.cfg.Kind], o.cfg.Name, err)
+	return fmt.Errorf("%s %q: %w", metrics.KindNames[o.cfg.Kind], o.cfg.Name, err)
 }
 
 // Held returns the handles held, oldest token first.
@@ -596,12 +609,6 @@ func (o *Owner[T]) Held() []T {
 		out[i] = p.t
 	}
 	return out
-}
-
-func (o *Owner[T]) isClosed() bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.closed
 }
 
 // Close ends calls in flight and holds (revoking its own granted lease, or

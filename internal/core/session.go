@@ -158,15 +158,6 @@ func (s *Session) Done() <-chan struct{} {
 	return s.ctx.Done()
 }
 
-func isDone(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
 func mergeDone(ctx context.Context, other <-chan struct{}) <-chan struct{} {
 	select {
 	case <-other:
@@ -289,7 +280,7 @@ func (s *Session) lease(ctx context.Context) (*Lease, error) {
 			s.mu.Unlock()
 			return l, nil
 		}
-		if s.etcdGone || (s.etcd != nil && isDone(s.etcd.Done())) {
+		if s.etcdGone || (s.etcd != nil && s.etcd.Ctx().Err() != nil) { // closed or orphaned
 			s.mu.Unlock()
 			return nil, errs.Lost(errs.ErrSessionClosed)
 		}
@@ -436,7 +427,6 @@ var errReserved = errors.New("key in use by another caller of this session")
 // reservation is one key claimed in this process, so two callers locking
 // one name through one lease never share its key.
 type reservation struct {
-	s     *Session
 	key   string        // "" once freed; guarded by s.mu
 	hold  *Hold         // the hold on the key, once there is one; guarded by s.mu
 	freed chan struct{} // made by the first waiter; guarded by s.mu
@@ -462,7 +452,7 @@ func (s *Session) reserve(ctx context.Context, key string, try, takeover bool) (
 				return nil, fmt.Errorf("%w: %d keys (held, waiting or being deleted) on this session, at most %d allowed (WithMaxHeld)",
 					errs.ErrTooManyHeld, max, max)
 			}
-			r := &reservation{s: s, key: key}
+			r := &reservation{key: key}
 			s.reserved[key] = r
 			s.mu.Unlock()
 			return r, nil
@@ -490,24 +480,24 @@ func (s *Session) reserve(ctx context.Context, key string, try, takeover bool) (
 	}
 }
 
-// setHold records h as the key's holder, for a takeover to find.
-func (r *reservation) setHold(h *Hold) {
-	r.s.mu.Lock()
+// setHold records h as r's holder, for a takeover to find.
+func (s *Session) setHold(r *reservation, h *Hold) {
+	s.mu.Lock()
 	if r.key != "" {
 		r.hold = h
 	}
-	r.s.mu.Unlock()
+	s.mu.Unlock()
 }
 
-// free ends the reservation if h (nil: whoever) still has it.
-func (r *reservation) free(h *Hold) {
-	r.s.mu.Lock()
-	defer r.s.mu.Unlock()
+// free ends the reservation r if h (nil: whoever) still has it.
+func (s *Session) free(r *reservation, h *Hold) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if r.key == "" || (h != nil && r.hold != h) {
 		return
 	}
-	if r.s.reserved[r.key] == r {
-		delete(r.s.reserved, r.key)
+	if s.reserved[r.key] == r {
+		delete(s.reserved, r.key)
 	}
 	r.key, r.hold = "", nil
 	if r.freed != nil {

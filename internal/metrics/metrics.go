@@ -227,27 +227,43 @@ func (m *Metrics) forget(ns, name string) {
 	m.ElectionLostTotal.DeletePartialMatch(labels)
 }
 
+// Kind is a primitive; an election's records a leader gauge and campaign
+// durations.
+type Kind uint8
+
+// The primitives, and their names and nouns in errors and logs.
+const (
+	Mutex Kind = iota
+	Election
+	Semaphore
+	RWMutex
+)
+
+var (
+	KindNames = [...]string{"mutex", "election", "semaphore", "rwmutex"}
+	nouns     = [...]string{"lock", "term", "permit", "lock"}
+)
+
 // Recorder records one primitive's acquisitions and holds in metrics and
 // logs, the same way for every primitive.
 type Recorder struct {
-	Metrics *Metrics
-	Logger  *zap.Logger
-	// Leader makes it an election's: a leader gauge, campaign durations.
-	Leader                       bool
-	Noun, Name, Namespace, Label string // Noun: "lock", "permit", "term"
+	Metrics                *Metrics
+	Logger                 *zap.Logger
+	Name, Namespace, Label string
+	Kind                   Kind
 }
 
 // Acquired records one acquiring call by result ("acquired", "locked",
-// "canceled", "error"); fields are the hold's when it succeeded.
-func (r *Recorder) Acquired(result string, d time.Duration, fields []zap.Field) {
+// "canceled", "error"); fields, called only to log, are the hold's.
+func (r *Recorder) Acquired(result string, d time.Duration, fields func() []zap.Field) {
 	switch {
-	case r.Leader && result == "acquired":
+	case r.Kind == Election && result == "acquired":
 		result = "leader"
-		r.Logger.Info("became leader", r.Fields(fields...)...)
+		r.Logger.Info("became leader", r.Fields(fields()...)...)
 	case result == "acquired" && r.Logger.Core().Enabled(zap.DebugLevel): // the fields cost even when dropped
-		r.Logger.Debug(r.Noun+" acquired", r.Fields(fields...)...)
+		r.Logger.Debug(nouns[r.Kind]+" acquired", r.Fields(fields()...)...)
 	}
-	if r.Leader {
+	if r.Kind == Election {
 		r.Metrics.ObserveCampaign(r.Namespace, r.Label, result, d)
 	} else {
 		r.Metrics.ObserveAcquire(r.Namespace, r.Label, result, d)
@@ -256,33 +272,33 @@ func (r *Recorder) Acquired(result string, d time.Duration, fields []zap.Field) 
 
 // Started records a hold's start.
 func (r *Recorder) Started() {
-	if r.Leader {
+	if r.Kind == Election {
 		r.Metrics.Leading(r.Namespace, r.Label, true, "")
 	}
 }
 
 // Ended records a hold's end: a release when cause is errs.ErrReleased,
 // else a loss with its reason.
-func (r *Recorder) Ended(cause error, held time.Duration, fields []zap.Field) {
+func (r *Recorder) Ended(cause error, held time.Duration, fields func() []zap.Field) {
 	reason := ""
 	if !errors.Is(cause, errs.ErrReleased) {
 		reason = errs.Reason(cause)
 	}
 	switch {
-	case r.Leader && reason == "":
+	case r.Kind == Election && reason == "":
 		r.Metrics.Leading(r.Namespace, r.Label, false, "")
-		r.Logger.Info("resigned", r.Fields(append(fields, zap.Duration("led", held))...)...)
-	case r.Leader:
+		r.Logger.Info("resigned", r.Fields(append(fields(), zap.Duration("led", held))...)...)
+	case r.Kind == Election:
 		r.Metrics.Leading(r.Namespace, r.Label, false, reason)
-		r.Logger.Warn("leadership lost", r.Fields(append(fields, zap.Duration("led", held), zap.Error(cause))...)...)
+		r.Logger.Warn("leadership lost", r.Fields(append(fields(), zap.Duration("led", held), zap.Error(cause))...)...)
 	case reason == "":
 		r.Metrics.HoldEnded(r.Namespace, r.Label, held, "")
 		if r.Logger.Core().Enabled(zap.DebugLevel) {
-			r.Logger.Debug(r.Noun+" released", r.Fields(fields...)...)
+			r.Logger.Debug(nouns[r.Kind]+" released", r.Fields(fields()...)...)
 		}
 	default:
 		r.Metrics.HoldEnded(r.Namespace, r.Label, held, reason)
-		r.Logger.Warn(r.Noun+" lost", r.Fields(append(fields, zap.Error(cause))...)...)
+		r.Logger.Warn(nouns[r.Kind]+" lost", r.Fields(append(fields(), zap.Error(cause))...)...)
 	}
 }
 

@@ -108,7 +108,7 @@ func (g *globals) forCluster(c router.Cluster) (*globals, error) {
 	cg := &globals{
 		io: g.io, namespace: g.namespace, output: g.output, ran: g.ran,
 		dialTimeout: g.dialTimeout, commandTimeout: g.commandTimeout,
-		endpoints: c.Endpoints,
+		endpoints: c.ClientEndpoints(), dialOptions: c.DialOptions(),
 	}
 	if c.TLS != nil {
 		cg.cacert, cg.cert, cg.key = c.TLS.CA, c.TLS.Cert, c.TLS.Key

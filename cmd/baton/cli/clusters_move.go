@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -16,7 +17,7 @@ func newClustersCmd(g *globals) *cobra.Command {
 		Use:   "clusters",
 		Short: "Work with cluster maps (--clusters)",
 	}
-	cmd.AddCommand(newClustersCheckMoveCmd(g))
+	cmd.AddCommand(newClustersCheckMoveCmd(g), newClustersPinCmd(g), newClustersCheckCmd(g))
 	return cmd
 }
 
@@ -33,24 +34,39 @@ type moveRow struct {
 
 // moveReport is check-move's output, for -o json.
 type moveReport struct {
-	OK       bool      `json:"ok"`
-	Rows     []moveRow `json:"namespaces"`
-	Problems []string  `json:"problems"`
+	OK         bool           `json:"ok"`
+	Rows       []moveRow      `json:"namespaces"`
+	Identities []liveIdentity `json:"identities,omitempty"`
+	Problems   []string       `json:"problems"`
 }
 
 func newClustersCheckMoveCmd(g *globals) *cobra.Command {
 	var from string
+	var offline bool
 	cmd := &cobra.Command{
 		Use:   "check-move NEXT_MAP [--from CURRENT_MAP]",
 		Short: "Check that a new cluster map keeps fencing tokens increasing",
 		Long: `Compare the cluster map in force (--from, or else --clusters / BATON_CLUSTERS)
-with NEXT_MAP, the map that is to replace it, as router.CheckMove does: every
-namespace that moves to another cluster must find there a greater epoch, and a
-cluster that keeps a namespace must not lower its epoch, so that the fencing
-tokens lock and elect hand out (epoch<<47 | revision) keep increasing across
-the move. Prints every namespace with the cluster and epoch before and after.
-Connects to nothing. Exit 0 when the move is safe, 1 with every offence when
-it is not, 64 when a map cannot be read.`,
+with NEXT_MAP, the map that is to replace it, so that the fencing tokens lock
+and elect hand out (epoch<<47 | revision) keep increasing across the switch:
+
+  - a namespace (or the default) that goes to another etcd cluster must find
+    there a greater epoch; clusters are told apart by their pinned identity
+    (id) when both maps pin one, else by name, so a name repointed at another
+    etcd cluster is a move;
+  - on the same cluster the epoch must not go down, and a pin must not be
+    dropped;
+  - a namespace NEXT_MAP stops serving must be kept under retired: with its
+    last cluster and epoch, and a retired one stays there until it is served
+    again, at a greater epoch than its record;
+  - then, unless --offline, every cluster of NEXT_MAP is connected to and
+    must answer as the etcd cluster it pins, at no lower revision (as
+    baton clusters check does).
+
+Prints every namespace with the cluster and epoch before and after. Exit 0
+when the move is safe, 1 with every offence when it is not (or a cluster is
+not the one pinned), 69 when a cluster cannot be reached, 64 when a map cannot
+be read.`,
 		Example: `  baton --clusters clusters.yaml clusters check-move clusters-next.yaml`,
 		Args:    args(1, 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
@@ -74,6 +90,26 @@ it is not, 64 when a map cannot be read.`,
 				for _, e := range unjoin(cerr) {
 					rep.Problems = append(rep.Problems, e.Error())
 				}
+				cerr = fmt.Errorf("the move would let fencing tokens go backwards: %w", cerr)
+			}
+			if !offline {
+				ids, err := g.identities(cmd.Context(), a[0], true)
+				if err != nil {
+					return err
+				}
+				rep.Identities = ids
+				if ierr := identityError(ids); ierr != nil {
+					for _, id := range ids {
+						if id.Problem != "" {
+							rep.Problems = append(rep.Problems, id.Problem)
+						}
+					}
+					if cerr == nil {
+						cerr = ierr
+					} else {
+						cerr = withCode(ExitError, errors.Join(cerr, ierr))
+					}
+				}
 			}
 			rep.OK = cerr == nil
 			out := cmd.OutOrStdout()
@@ -93,17 +129,20 @@ it is not, 64 when a map cannot be read.`,
 				if err := t.flush(); err != nil {
 					return err
 				}
+				if rep.Identities != nil {
+					if err := writeIdentities(cmd, rep.Identities); err != nil {
+						return err
+					}
+				}
 				if rep.OK {
 					fmt.Fprintln(out, "safe: every fencing token issued after the switch is greater than every token issued before it")
 				}
 			}
-			if cerr != nil {
-				return fmt.Errorf("the move would let fencing tokens go backwards: %w", cerr)
-			}
-			return nil
+			return cerr
 		},
 	}
 	cmd.Flags().StringVar(&from, "from", "", "the cluster map in force (default: --clusters or BATON_CLUSTERS)")
+	cmd.Flags().BoolVar(&offline, "offline", false, "compare the maps only; do not check NEXT_MAP's pins against the live clusters")
 	return cmd
 }
 

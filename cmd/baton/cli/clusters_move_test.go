@@ -39,18 +39,18 @@ clusters:
 	}
 
 	// payments a (1) -> b (2): safe.
-	code, out, errOut := runEnv(ctx, nil, "--clusters", before, "clusters", "check-move", mk("2"))
+	code, out, errOut := runEnv(ctx, nil, "--clusters", before, "clusters", "check-move", "--offline", mk("2"))
 	if code != ExitOK || !strings.Contains(out, "payments   a (epoch 1)  b (epoch 2)  moves") || !strings.Contains(out, "safe:") {
 		t.Fatalf("safe move: exit %d\n%s%s", code, out, errOut)
 	}
 	// payments a (1) -> b (1): refused, with the offence named.
-	code, out, errOut = runEnv(ctx, map[string]string{"BATON_CLUSTERS": before}, "clusters", "check-move", mk("1"))
+	code, out, errOut = runEnv(ctx, map[string]string{"BATON_CLUSTERS": before}, "clusters", "check-move", "--offline", mk("1"))
 	if code != ExitError || strings.Contains(out, "safe:") ||
-		!strings.Contains(errOut, `namespace "payments" moves from cluster "a" (epoch 1) to "b" (epoch 1)`) {
+		!strings.Contains(errOut, `namespace "payments" moves from cluster "a" (epoch 1) to cluster "b" (epoch 1)`) {
 		t.Fatalf("unsafe move: exit %d\n%s%s", code, out, errOut)
 	}
 	// The same in JSON, with --from.
-	code, out, _ = runEnv(ctx, nil, "-o", "json", "clusters", "check-move", "--from", before, mk("1"))
+	code, out, _ = runEnv(ctx, nil, "-o", "json", "clusters", "check-move", "--offline", "--from", before, mk("1"))
 	var rep moveReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != ExitError {
 		t.Fatalf("json: exit %d, %v: %s", code, err, out)
@@ -60,7 +60,7 @@ clusters:
 	}
 	// Bad use: no map in force, an unreadable or invalid map.
 	for _, args := range [][]string{
-		{"clusters", "check-move", mk("2")},
+		{"clusters", "check-move", "--offline", mk("2")},
 		{"clusters", "check-move", "--from", before, filepath.Join(t.TempDir(), "missing.yaml")},
 		{"clusters", "check-move", "--from", before, writeFile(t, "bad.yaml", "clusters: []\nextra: 1\n")},
 		{"clusters", "check-move", "--from", before},

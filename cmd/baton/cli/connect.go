@@ -3,19 +3,24 @@ package cli
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/rbac"
+	"github.com/batonhq/baton/router"
 )
 
 // client connects to etcd and checks, within --dial-timeout, that it
@@ -42,6 +47,7 @@ func (g *globals) client(ctx context.Context) (*clientv3.Client, error) {
 		Password:    password,
 		Logger:      zap.NewNop(),
 		Context:     ctx,
+		DialOptions: g.dialOptions,
 	})
 	if err != nil {
 		return nil, g.connectError(ctx, tlsCfg, err)
@@ -50,14 +56,68 @@ func (g *globals) client(ctx context.Context) (*clientv3.Client, error) {
 	defer cancel()
 	// Any key of the namespace will do: a user granted only the namespace
 	// may read it, and CountOnly returns no data.
-	if _, err := cli.Get(pctx, keys.NamespacePrefix(g.namespace), clientv3.WithCountOnly()); err != nil {
+	probe := keys.NamespacePrefix(g.namespace)
+	if _, err := cli.Get(pctx, probe, clientv3.WithCountOnly()); err != nil {
 		_ = cli.Close()
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		if isPermissionDenied(err) {
+			return nil, g.permissionDenied("etcd at "+strings.Join(g.endpoints, ","), "read permission on key "+safeQ(probe), err)
+		}
 		return nil, g.connectError(ctx, tlsCfg, err)
 	}
 	return cli, nil
+}
+
+// isPermissionDenied reports whether etcd authenticated the client and
+// then found that its user lacks a permission: the identity was accepted,
+// the rights were not.
+func isPermissionDenied(err error) bool {
+	return errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrGRPCPermissionDenied)
+}
+
+// permissionDenied says which user lacked which permission on which key,
+// and what to run, instead of blaming the credentials etcd accepted.
+func (g *globals) permissionDenied(what, lacks string, err error) error {
+	user, how := g.etcdUser()
+	if user == "" {
+		return withCode(ExitDenied, fmt.Errorf("%s: etcd refused %s: %w", what, g.who(), err))
+	}
+	return withCode(ExitDenied, fmt.Errorf("%s: etcd accepted %s, but user %s lacks %s (no role of the user grants it, or there is no such user): %w; "+
+		"see each user's grants with baton rbac show (as root), and grant them with baton rbac apply -f POLICY",
+		what, how, safeQ(user), lacks, err))
+}
+
+// etcdUser is the etcd user the client acts as, and how it authenticated:
+// --user's name, else the CN of the client certificate (etcd's
+// --client-cert-auth takes the user from it).
+func (g *globals) etcdUser() (user, how string) {
+	if name, _, _ := strings.Cut(g.user, ":"); name != "" {
+		return name, "the password of user " + safeQ(name)
+	}
+	if g.cert == "" {
+		return "", ""
+	}
+	data, err := os.ReadFile(g.cert)
+	if err != nil {
+		return "", ""
+	}
+	for {
+		var b *pem.Block
+		b, data = pem.Decode(data)
+		if b == nil {
+			return "", ""
+		}
+		if b.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil || c.Subject.CommonName == "" {
+			return "", ""
+		}
+		return c.Subject.CommonName, "the client certificate " + safeQ(g.cert) + " (CN " + safeQ(c.Subject.CommonName) + ")"
+	}
 }
 
 // who names the identity this client presents, for refusals.
@@ -73,6 +133,11 @@ func (g *globals) who() string {
 
 func (g *globals) connectError(ctx context.Context, tlsCfg *tls.Config, err error) error {
 	eps := strings.Join(g.endpoints, ",")
+	if errors.Is(err, router.ErrIdentity) {
+		// The map names another cluster than the one answering: a
+		// configuration error, which retrying does not mend.
+		return withCode(ExitDenied, fmt.Errorf("etcd at %s: %w", eps, err))
+	}
 	if isDenied(err) {
 		return withCode(ExitDenied, fmt.Errorf("etcd at %s refused %s: %w", eps, g.who(), err))
 	}

@@ -8,11 +8,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/embedetcd"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/router"
 )
@@ -68,7 +69,7 @@ func (d *devClusters) run(ctx context.Context, cmd *cobra.Command, dataDir, list
 		return net.JoinHostPort(host, strconv.Itoa(p+2*i)), nil
 	}
 	m := router.Map{Default: "dev-1"}
-	var servers []*etcdtest.Server
+	var servers []*embedetcd.Server
 	defer func() {
 		for _, s := range servers {
 			s.Stop()
@@ -84,16 +85,23 @@ func (d *devClusters) run(ctx context.Context, cmd *cobra.Command, dataDir, list
 		if err != nil {
 			return usageErrorf("--listen-peer %s: %v", listenPeer, err)
 		}
-		cfg := etcdtest.Config{Name: name, ClientAddr: client, PeerAddr: peer}
+		cfg := embedetcd.Config{Name: name, ClientAddr: client, PeerAddr: peer}
 		if dataDir != "" {
 			cfg.Dir = filepath.Join(dataDir, name)
 		}
-		srv, err := etcdtest.New(cfg)
+		srv, err := embedetcd.New(cfg)
 		if err != nil {
 			return fmt.Errorf("start cluster %s: %w", name, err)
 		}
 		servers = append(servers, srv)
-		m.Clusters = append(m.Clusters, router.Cluster{Name: name, Endpoints: srv.Endpoints()})
+		c := router.Cluster{Name: name, Endpoints: srv.Endpoints()}
+		// Pinned, so that the map refuses another cluster on these ports.
+		id, err := identify(ctx, srv)
+		if err != nil {
+			return fmt.Errorf("cluster %s: %w", name, err)
+		}
+		c.ID, c.Revision = id.String(), id.Revision
+		m.Clusters = append(m.Clusters, c)
 	}
 	for j, ns := range d.namespaces {
 		c := &m.Clusters[j%d.n]
@@ -131,4 +139,16 @@ func (d *devClusters) run(ctx context.Context, cmd *cobra.Command, dataDir, list
 	<-ctx.Done()
 	fmt.Fprintln(out, "stopping the clusters")
 	return nil
+}
+
+// identify asks a member just started who it is.
+func identify(ctx context.Context, srv *embedetcd.Server) (router.Identity, error) {
+	cli, err := srv.NewClient()
+	if err != nil {
+		return router.Identity{}, err
+	}
+	defer cli.Close()
+	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return router.Identify(ictx, cli)
 }

@@ -9,6 +9,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/batonhq/baton/router"
 )
 
 // Exit codes. 64, 69, 75, 77 and 78 follow sysexits.h; a child's own status,
@@ -34,8 +36,9 @@ const (
 	ExitRefused = 77
 	// ExitDenied: etcd refused this client: the TLS handshake failed (a
 	// certificate refused by either side), authentication failed (wrong
-	// password, unknown user), or permission was denied. Retrying does not
-	// help, unlike ExitUnavailable.
+	// password, unknown user), or permission was denied; or, with a
+	// cluster map, the etcd cluster that answers is not the one the map
+	// pins. Retrying does not help, unlike ExitUnavailable.
 	ExitDenied = 78
 	// ExitOwnershipLost: the lock or leadership may have been lost while
 	// held (its command, if any, was stopped), or elect --once lost it.
@@ -89,7 +92,7 @@ func exitCode(err error) int {
 	if isUnavailable(err) {
 		return ExitUnavailable
 	}
-	if isDenied(err) {
+	if isDenied(err) || errors.Is(err, router.ErrIdentity) {
 		return ExitDenied
 	}
 	return ExitError

@@ -11,9 +11,11 @@ import (
 	"github.com/spf13/pflag"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/router"
 )
 
 // Defaults of the global flags: they reach `baton dev` as it starts
@@ -51,6 +53,10 @@ type globals struct {
 	ran    bool  // PersistentPreRunE ran: later errors are not usage errors
 
 	cl *clusterState // --clusters (clusters.go)
+
+	// dialOptions, with a cluster map, make the client refuse an etcd
+	// cluster other than the one the map pins (router.Cluster.DialOptions).
+	dialOptions []grpc.DialOption
 }
 
 func newGlobals(io IO) *globals {
@@ -152,6 +158,12 @@ func (g *globals) failed(what string, err error) error {
 	}
 	if isUnavailable(err) {
 		return withCode(ExitUnavailable, fmt.Errorf("%s: etcd did not answer within %v: %w", what, g.commandTimeout, err))
+	}
+	if errors.Is(err, router.ErrIdentity) {
+		return withCode(ExitDenied, fmt.Errorf("%s: %w", what, err))
+	}
+	if isPermissionDenied(err) {
+		return g.permissionDenied(what, "the permission this needs on the keys of namespace "+safeQ(g.namespace)+" (prefix "+safeQ(keys.NamespacePrefix(g.namespace))+")", err)
 	}
 	if isDenied(err) {
 		return withCode(ExitDenied, fmt.Errorf("%s: etcd refused %s: %w", what, g.who(), err))

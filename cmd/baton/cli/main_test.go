@@ -23,6 +23,12 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == superviseCommand {
 		os.Exit(Main(context.Background(), os.Args[1:], StdIO()))
 	}
+	// The UI memory test runs baton in a process of its own, which writes
+	// its live heap to this file on SIGUSR1.
+	if path := os.Getenv(heapFileEnv); path != "" {
+		reportHeapOnSignal(path)
+		os.Exit(Main(context.Background(), os.Args[1:], StdIO()))
+	}
 	before := goleak.IgnoreCurrent()
 	var err error
 	srv, err = etcdtest.New(etcdtest.Config{})

@@ -34,8 +34,18 @@ func newUICmd(g *globals) *cobra.Command {
 		Long: `Serve a read-only web page of the namespace: every election (leader, value,
 token, leading since, candidates in order, each lease's TTL left) and lock
 (holder, token, held for, TTL left, waiters), a timeline of the holders of
-each, and the audit trail. The page is live: etcd watches push every change
-to it as server-sent events; it reconnects by itself.
+each, and the audit trail. Semaphores show their holders out of the limit and
+their waiters, read/write locks their readers or writer and their waiters.
+The page is live: etcd watches push every change to it as server-sent events;
+it reconnects by itself.
+
+Whether etcd answers is checked every second with a linearizable read that
+must answer within a second: when it does not, the page says "etcd
+unreachable since HH:MM:SS" and greys out what it can no longer vouch for,
+and when etcd answers again it reads everything afresh and is live again,
+without a reload. baton ui starts and serves the page even while etcd is
+unreachable (it connects when etcd answers); a refusal (TLS, authentication,
+permission) still ends it with its exit code.
 
 The page has no login of its own and shows fencing tokens. It listens on
 loopback by default; any other address needs --tls-cert and --tls-key, or
@@ -92,13 +102,21 @@ func runUI(cmd *cobra.Command, g *globals, o uiOptions) error {
 		}
 		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-	ctx, stop := interruptible(cmd.Context())
+	ictx, stop := interruptible(cmd.Context())
 	defer stop()
-	cli, err := g.client(ctx)
-	if err != nil {
-		return err
+	ctx, refused := context.WithCancel(ictx)
+	defer refused()
+	// An unreachable etcd is what the page is for: serve it anyway, and
+	// connect in the background. A refusal is final: exit with it.
+	cli, cerr := g.client(ctx)
+	if cerr != nil && exitCode(cerr) != ExitUnavailable {
+		return cerr
 	}
-	defer cli.Close()
+	if cerr != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "baton: %v; serving the page anyway, it connects when etcd answers\n", cerr)
+	} else {
+		defer cli.Close()
+	}
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
@@ -107,13 +125,23 @@ func runUI(cmd *cobra.Command, g *globals, o uiOptions) error {
 		ln = tls.NewListener(ln, tlsCfg)
 	}
 	st := newUIState(cli, g.namespace, g.io.Now)
+	st.connect = g.client
+	if cli == nil {
+		st.setReachable(false, cerr.Error())
+	}
 	host, _, _ := net.SplitHostPort(o.listen)
 	srv := &http.Server{Handler: uiHandler(st, loopbackHost(host) && tlsCfg == nil), ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
 
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); st.run(ctx) }()
+	var runErr error
+	go func() {
+		defer wg.Done()
+		if runErr = st.run(ctx); runErr != nil {
+			refused() // the page has shown why; exit with it
+		}
+	}()
 	go func() { defer wg.Done(); _ = srv.Serve(ln) }()
 	scheme := "http"
 	if tlsCfg != nil {
@@ -127,7 +155,7 @@ func runUI(cmd *cobra.Command, g *globals, o uiOptions) error {
 	cancel()
 	_ = srv.Close()
 	wg.Wait()
-	return nil // an interrupt is how the page is meant to stop
+	return runErr // nil on an interrupt, the way the page is meant to stop
 }
 
 // uiHandler serves the page, its assets, /state.json and /events. With

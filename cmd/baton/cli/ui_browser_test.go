@@ -331,6 +331,7 @@ func TestUIScreenshots(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.Navigate(url)); err != nil {
 		t.Fatal(err)
 	}
+	kindsScene(t, cli, ns) // a semaphore 2/2 with a waiter, a read/write lock with 2 readers and a writer waiting
 	first := lead("scheduler", "scheduler-7d9f-a")
 	queue("scheduler", "scheduler-7d9f-b")
 	queue("scheduler", "scheduler-7d9f-c")

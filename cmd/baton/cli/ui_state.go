@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/router"
 )
 
 // What `baton ui` shows is built from two watches (the namespace's keys
@@ -21,6 +24,15 @@ import (
 // TTLs are the only thing watches cannot tell: each holder's and waiter's
 // lease is read when its key appears and again every TTL/3 while a page
 // is open (the cadence at which a live holder renews).
+//
+// A watch says nothing while etcd is gone (the client retries it
+// silently), so the page's "live" rests on a probe: a linearizable read
+// with a short deadline every uiProbeEvery. It costs one ReadIndex round
+// trip to the leader and no write, and, unlike a watch progress request
+// that the member answers alone, fails when the member has no quorum
+// (BenchmarkUILivenessProbe compares the two). When a probe fails, the
+// page says since when etcd is unreachable and what it shows is greyed
+// out; when one succeeds again, both watches read afresh.
 
 // Bounds of what the UI keeps in memory.
 const (
@@ -30,12 +42,17 @@ const (
 	uiMinTTLRead  = time.Second
 	uiAuditShown  = 200
 	uiSpansPerObj = 50
+	uiProbeEvery  = time.Second
+	uiProbeWithin = time.Second
+	uiRetryEvery  = time.Second // connecting while etcd is down
 )
 
 // uiKey is one contender key as last seen.
 type uiKey struct {
+	key    string
 	kind   keys.Kind
 	name   string
+	tag    string // keys.TagRead or TagWrite for a read/write lock
 	lease  int64
 	create int64
 	value  string
@@ -52,8 +69,10 @@ type uiLease struct {
 
 // uiSpan is one holder's time at the head of a lock or election.
 type uiSpan struct {
-	Kind   string `json:"kind"`
-	Name   string `json:"name"`
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+	// Mode is "read" or "write" for a read/write lock, empty otherwise.
+	Mode   string `json:"mode,omitempty"`
 	Holder string `json:"holder"`
 	Token  int64  `json:"token"`
 	Lease  string `json:"lease"`
@@ -70,7 +89,13 @@ type uiSpan struct {
 
 // uiHolder is one key of a queue as served.
 type uiHolder struct {
-	Value      string     `json:"value"`
+	Value string `json:"value"`
+	// Mode is "read" or "write" for a read/write lock, empty otherwise.
+	Mode string `json:"mode,omitempty"`
+	// Holding is true for the keys that hold (the head of a lock or
+	// election, up to the limit of a semaphore, the writer or the first
+	// readers of a read/write lock), false for waiters.
+	Holding    bool       `json:"holding"`
 	Token      int64      `json:"token"`
 	Lease      string     `json:"lease"`
 	Since      *time.Time `json:"since,omitempty"`
@@ -80,11 +105,20 @@ type uiHolder struct {
 	TTLLeftMs int64 `json:"ttl_left_ms"`
 }
 
-// uiObject is one election or lock: its queue, the holder first.
+// uiObject is one election, lock, semaphore or read/write lock: its
+// queue in arrival order, the holders first.
 type uiObject struct {
 	Kind  string     `json:"kind"`
 	Name  string     `json:"name"`
 	Queue []uiHolder `json:"queue"`
+	// Holders and Waiters count the queue's keys that hold and wait.
+	Holders int `json:"holders"`
+	Waiters int `json:"waiters"`
+	// Limit is a semaphore's stored limit, 0 when unknown.
+	Limit int `json:"limit,omitempty"`
+	// Readers and Writer say who holds a read/write lock.
+	Readers int  `json:"readers,omitempty"`
+	Writer  bool `json:"writer,omitempty"`
 }
 
 // uiAudit is one audit record as served.
@@ -98,15 +132,21 @@ type uiAudit struct {
 
 // uiSnapshot is the whole page's data, sent on every change.
 type uiSnapshot struct {
-	Namespace string     `json:"namespace"`
-	Now       time.Time  `json:"now"`
-	Started   time.Time  `json:"started"`
-	Connected bool       `json:"connected"`
-	Problem   string     `json:"problem,omitempty"`
-	Revision  int64      `json:"revision"`
-	Objects   []uiObject `json:"objects"`
-	Spans     []*uiSpan  `json:"spans"`
-	Audit     []uiAudit  `json:"audit"`
+	Namespace string    `json:"namespace"`
+	Now       time.Time `json:"now"`
+	Started   time.Time `json:"started"`
+	Connected bool      `json:"connected"`
+	Problem   string    `json:"problem,omitempty"`
+	// Unreachable is true while etcd does not answer the probe; DownSince
+	// is when it stopped answering, and AsOf when it last answered: what
+	// the page shows is etcd's state as of then, not now.
+	Unreachable bool       `json:"unreachable"`
+	DownSince   *time.Time `json:"down_since,omitempty"`
+	AsOf        *time.Time `json:"as_of,omitempty"`
+	Revision    int64      `json:"revision"`
+	Objects     []uiObject `json:"objects"`
+	Spans       []*uiSpan  `json:"spans"`
+	Audit       []uiAudit  `json:"audit"`
 }
 
 // uiState is the model behind the page. Its methods are safe for
@@ -114,14 +154,16 @@ type uiSnapshot struct {
 type uiState struct {
 	ns      string
 	cli     *clientv3.Client
+	connect func(context.Context) (*clientv3.Client, error) // when cli is nil
 	now     func() time.Time
 	started time.Time
 
 	mu        sync.Mutex
 	keys      map[string]*uiKey
+	limits    map[string]int       // semaphore name → stored limit
 	held      map[string]time.Time // "<kind>/<escaped name>/<lease hex>" → since
 	leases    map[int64]*uiLease
-	heads     map[string]*uiSpan // open span per "<kind>/<name>"
+	heads     map[string]*uiSpan // open span per holding contender key
 	spans     []*uiSpan
 	audit     []uiAudit
 	rev       int64
@@ -130,12 +172,16 @@ type uiState struct {
 	changed   chan struct{}
 	viewers   int
 	leaseSlot chan struct{}
+	downSince time.Time     // zero while etcd answers the probe
+	asOf      time.Time     // last answer
+	resync    chan struct{} // closed when etcd answers again after an outage
 }
 
 func newUIState(cli *clientv3.Client, ns string, now func() time.Time) *uiState {
 	return &uiState{ns: ns, cli: cli, now: now, started: now(),
-		keys: map[string]*uiKey{}, held: map[string]time.Time{}, leases: map[int64]*uiLease{},
-		heads: map[string]*uiSpan{}, changed: make(chan struct{}), leaseSlot: make(chan struct{}, uiLeaseReads)}
+		keys: map[string]*uiKey{}, limits: map[string]int{}, held: map[string]time.Time{}, leases: map[int64]*uiLease{},
+		heads: map[string]*uiSpan{}, changed: make(chan struct{}), leaseSlot: make(chan struct{}, uiLeaseReads),
+		resync: make(chan struct{})}
 }
 
 func objID(kind keys.Kind, name string) string { return string(kind) + "/" + name }
@@ -153,14 +199,101 @@ func (s *uiState) Changed() <-chan struct{} {
 	return s.changed
 }
 
-// run keeps both watches going until ctx ends.
-func (s *uiState) run(ctx context.Context) {
+// run keeps both watches and the probe going until ctx ends; without a
+// client, it first connects, as often as uiRetryEvery, showing why it
+// cannot meanwhile. It returns a refusal (permission, authentication) that
+// retrying would not mend, after showing it.
+func (s *uiState) run(ctx context.Context) error {
 	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(1)
+	go func() { defer wg.Done(); s.refreshLeases(ctx) }()
+	for s.cli == nil {
+		cli, err := s.connect(ctx)
+		if ctx.Err() != nil {
+			if cli != nil {
+				_ = cli.Close()
+			}
+			return nil
+		}
+		if err != nil {
+			s.setReachable(false, err.Error())
+			if exitCode(err) != ExitUnavailable {
+				return err
+			}
+			sleepCtx(ctx, uiRetryEvery)
+			continue
+		}
+		s.mu.Lock()
+		s.cli = cli
+		s.mu.Unlock()
+		// Closed once the watches and the probe are done with it.
+		wg.Add(1)
+		go func() { defer wg.Done(); <-ctx.Done(); _ = cli.Close() }()
+	}
 	wg.Add(3)
+	go func() { defer wg.Done(); s.probe(ctx) }()
 	go func() { defer wg.Done(); s.follow(ctx, 0, keys.NamespacePrefix(s.ns), s.loadKeys, s.applyKeys) }()
 	go func() { defer wg.Done(); s.follow(ctx, 1, auditPrefix(s.ns), s.loadAudit, s.applyAudit) }()
-	go func() { defer wg.Done(); s.refreshLeases(ctx) }()
-	wg.Wait()
+	return nil
+}
+
+// probe asks etcd, with a linearizable read, whether it answers, every
+// uiProbeEvery, each within uiProbeWithin.
+func (s *uiState) probe(ctx context.Context) {
+	t := time.NewTicker(uiProbeEvery)
+	defer t.Stop()
+	for {
+		start := s.now()
+		pctx, cancel := context.WithTimeout(ctx, uiProbeWithin)
+		_, err := s.cli.Get(pctx, keys.NamespacePrefix(s.ns), clientv3.WithCountOnly())
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case errors.Is(err, router.ErrIdentity):
+			s.setReachableAt(false, err.Error(), start) // another cluster answers: nothing to vouch for
+		case err != nil && !isDenied(err):
+			s.setReachableAt(false, "", start)
+		default:
+			s.setReachableAt(true, "", start) // it answered, if only to refuse: the watches say what they cannot read
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *uiState) setReachable(ok bool, why string) { s.setReachableAt(ok, why, s.now()) }
+
+// setReachableAt records a probe's answer (ok) or its silence, started at
+// t; detail, when set, says why etcd cannot be used.
+func (s *uiState) setReachableAt(ok bool, detail string, t time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ok {
+		s.asOf = s.now()
+		if s.downSince.IsZero() {
+			return
+		}
+		s.downSince, s.problem = time.Time{}, ""
+		close(s.resync) // the watches may have missed anything: read again
+		s.resync = make(chan struct{})
+	} else {
+		if !s.downSince.IsZero() && (detail == "" || detail == s.problem) {
+			return
+		}
+		if s.downSince.IsZero() {
+			s.downSince = t
+		}
+		if detail != "" {
+			s.problem = detail
+		}
+	}
+	s.notify()
 }
 
 // follow reads prefix, then watches it from the next revision; on any
@@ -178,16 +311,28 @@ func (s *uiState) follow(ctx context.Context, which int, prefix string,
 		}
 		load(resp)
 		s.setWatching(which, true, "")
+		s.mu.Lock()
+		resync := s.resync
+		s.mu.Unlock()
 		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		wch := s.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithPrevKV(),
 			clientv3.WithRev(resp.Header.Revision+1))
-		for wr := range wch {
-			if err := wr.Err(); err != nil {
-				s.setWatching(which, false, "watch "+prefix+": "+err.Error())
-				break
-			}
-			if len(wr.Events) > 0 {
-				apply(wr.Events, wr.Header.Revision)
+	watch:
+		for {
+			select {
+			case <-resync:
+				break watch
+			case wr, ok := <-wch:
+				if !ok {
+					break watch
+				}
+				if err := wr.Err(); err != nil {
+					s.setWatching(which, false, "watch "+prefix+": "+err.Error())
+					break watch
+				}
+				if len(wr.Events) > 0 {
+					apply(wr.Events, wr.Header.Revision)
+				}
 			}
 		}
 		wcancel()
@@ -220,6 +365,7 @@ func (s *uiState) loadKeys(resp *clientv3.GetResponse) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.keys = map[string]*uiKey{}
+	s.limits = map[string]int{}
 	s.held = map[string]time.Time{}
 	for _, kv := range resp.Kvs {
 		s.put(kv)
@@ -239,11 +385,24 @@ func (s *uiState) put(kv *mvccpb.KeyValue) {
 		}
 		return
 	}
-	p, err := keys.Parse(s.ns, key)
-	if err != nil || (p.Kind != keys.Lock && p.Kind != keys.Election) {
+	if name, ok := limitKeyName(s.ns, key); ok {
+		if n, err := strconv.Atoi(string(kv.Value)); err == nil && n > 0 {
+			s.limits[name] = n
+		}
 		return
 	}
-	s.keys[key] = &uiKey{kind: p.Kind, name: p.Name, lease: p.Lease, create: kv.CreateRevision, value: string(kv.Value)}
+	p, tag, err := keys.ParseTagged(s.ns, key)
+	if err != nil {
+		return
+	}
+	switch {
+	case (p.Kind == keys.Lock || p.Kind == keys.Election) && tag == "":
+	case p.Kind == keys.Semaphore && tag == keys.TagPermit:
+	case p.Kind == keys.RWLock && (tag == keys.TagRead || tag == keys.TagWrite):
+	default:
+		return // not a contender key baton writes
+	}
+	s.keys[key] = &uiKey{key: key, kind: p.Kind, name: p.Name, tag: tag, lease: p.Lease, create: kv.CreateRevision, value: string(kv.Value)}
 	if _, ok := s.leases[p.Lease]; !ok {
 		s.leases[p.Lease] = &uiLease{}
 	}
@@ -270,6 +429,10 @@ func (s *uiState) applyKeys(evs []*clientv3.Event, rev int64) {
 				heldGone = true
 				continue
 			}
+			if name, ok := limitKeyName(s.ns, key); ok {
+				delete(s.limits, name)
+				continue
+			}
 			delete(s.keys, key)
 		}
 		s.transitions(heldGone, r, false)
@@ -278,22 +441,76 @@ func (s *uiState) applyKeys(evs []*clientv3.Event, rev int64) {
 	s.notify()
 }
 
-// transitions closes the span of every object whose head changed and
-// opens one for its new head; called with mu held.
-func (s *uiState) transitions(heldGone bool, rev int64, resumed bool) {
-	now := s.now()
-	heads := map[string]*uiKey{}
+// queues groups the contender keys by object, each in arrival order.
+func (s *uiState) queues() map[string][]*uiKey {
+	qs := map[string][]*uiKey{}
 	for _, k := range s.keys {
 		id := objID(k.kind, k.name)
-		if h, ok := heads[id]; !ok || k.create < h.create {
-			heads[id] = k
+		qs[id] = append(qs[id], k)
+	}
+	for _, q := range qs {
+		sort.Slice(q, func(i, j int) bool { return q[i].create < q[j].create })
+	}
+	return qs
+}
+
+// holders is how many of a queue's oldest keys hold, decided as the
+// libraries decide it: the head of a lock or election; a semaphore's
+// limit (every key while its limit is unknown); a read/write lock's writer
+// when it is the oldest, else the readers older than every writer.
+func (s *uiState) holders(q []*uiKey) int {
+	if len(q) == 0 {
+		return 0
+	}
+	switch q[0].kind {
+	case keys.Semaphore:
+		if l := s.limits[q[0].name]; l > 0 {
+			return min(l, len(q))
+		}
+		return len(q)
+	case keys.RWLock:
+		if q[0].tag == keys.TagWrite {
+			return 1
+		}
+		n := 0
+		for n < len(q) && q[n].tag == keys.TagRead {
+			n++
+		}
+		return n
+	}
+	return 1
+}
+
+func modeOf(tag string) string {
+	switch tag {
+	case keys.TagRead:
+		return "read"
+	case keys.TagWrite:
+		return "write"
+	}
+	return ""
+}
+
+func (s *uiState) heldSince(k *uiKey) (time.Time, bool) {
+	t, ok := s.held[string(k.kind)+"/"+keys.Escape(k.name)+"/"+leaseHex(k.lease)]
+	return t, ok
+}
+
+// transitions closes the span of every key that stopped holding and opens
+// one for every key that began; called with mu held.
+func (s *uiState) transitions(heldGone bool, rev int64, resumed bool) {
+	now := s.now()
+	holding := map[string]*uiKey{}
+	for _, q := range s.queues() {
+		for _, k := range q[:s.holders(q)] {
+			holding[k.key] = k
 		}
 	}
-	for id, sp := range s.heads {
-		h, ok := heads[id]
+	for key, sp := range s.heads {
+		h, ok := holding[key]
 		if ok && h.create == sp.Token {
 			sp.Holder = h.value // a Proclaim
-			if since, ok := s.held[string(h.kind)+"/"+keys.Escape(h.name)+"/"+leaseHex(h.lease)]; ok && !sp.StartKnown {
+			if since, ok := s.heldSince(h); ok && !sp.StartKnown {
 				sp.Start, sp.StartKnown = since, true // its record came after the UI started
 			}
 			continue
@@ -311,23 +528,46 @@ func (s *uiState) transitions(heldGone bool, rev int64, resumed bool) {
 		if a := s.auditAt(rev); a != nil {
 			sp.Cause = forcedCause(a)
 		}
-		delete(s.heads, id)
+		delete(s.heads, key)
 	}
-	for id, h := range heads {
-		if _, ok := s.heads[id]; ok {
-			continue
+	var opened []*uiKey
+	for key, h := range holding {
+		if _, ok := s.heads[key]; !ok {
+			opened = append(opened, h)
 		}
-		sp := &uiSpan{Kind: string(h.kind), Name: h.name, Holder: h.value, Token: h.create,
+	}
+	sort.Slice(opened, func(i, j int) bool { return opened[i].create < opened[j].create })
+	for _, h := range opened {
+		sp := &uiSpan{Kind: string(h.kind), Name: h.name, Mode: modeOf(h.tag), Holder: h.value, Token: h.create,
 			Lease: leaseHex(h.lease), Start: now, StartKnown: !resumed}
-		if since, ok := s.held[string(h.kind)+"/"+keys.Escape(h.name)+"/"+leaseHex(h.lease)]; ok && (resumed || since.Before(now)) {
+		if since, ok := s.heldSince(h); ok && (resumed || since.Before(now)) {
 			sp.Start, sp.StartKnown = since, true
 		}
-		s.heads[id] = sp
+		s.heads[h.key] = sp
 		s.spans = append(s.spans, sp)
 	}
-	if over := len(s.spans) - uiMaxSpans; over > 0 {
-		s.spans = append([]*uiSpan(nil), s.spans[over:]...)
+	s.pruneSpans()
+}
+
+// pruneSpans keeps at most uiSpansPerObj finished spans per object (the
+// page shows no more) and uiMaxSpans in all, the oldest going first.
+func (s *uiState) pruneSpans() {
+	if len(s.spans) <= uiMaxSpans+uiMaxSpans/8 {
+		return // prune in batches, not on every transition
 	}
+	per := map[string]int{}
+	kept := s.spans[:0:0]
+	for i := len(s.spans) - 1; i >= 0; i-- {
+		sp := s.spans[i]
+		id := sp.Kind + "/" + sp.Name
+		if sp.End != nil && (per[id] >= uiSpansPerObj || len(kept) >= uiMaxSpans) {
+			continue
+		}
+		per[id]++
+		kept = append(kept, sp)
+	}
+	slices.Reverse(kept)
+	s.spans = kept
 }
 
 func (s *uiState) auditAt(rev int64) *uiAudit {
@@ -419,20 +659,20 @@ func (s *uiState) refreshLeases(ctx context.Context) {
 		s.mu.Lock()
 		now := s.now()
 		var due []int64
-		if s.viewers > 0 {
-			live := map[int64]bool{}
-			for _, k := range s.keys {
-				live[k.lease] = true
-			}
-			for id, l := range s.leases {
-				switch {
-				case !live[id]:
-					delete(s.leases, id)
-				case l.reading || l.gone:
-				case l.granted == 0 || now.Sub(l.readAt) >= max(time.Duration(l.granted)*time.Second/3, uiMinTTLRead):
-					l.reading = true
-					due = append(due, id)
-				}
+		// Leases of keys gone are dropped whether or not a page is open;
+		// TTLs are read only while one is.
+		live := make(map[int64]bool, len(s.keys))
+		for _, k := range s.keys {
+			live[k.lease] = true
+		}
+		for id, l := range s.leases {
+			switch {
+			case !live[id]:
+				delete(s.leases, id)
+			case s.viewers == 0 || s.cli == nil || l.reading || l.gone:
+			case l.granted == 0 || now.Sub(l.readAt) >= max(time.Duration(l.granted)*time.Second/3, uiMinTTLRead):
+				l.reading = true
+				due = append(due, id)
 			}
 		}
 		s.mu.Unlock()
@@ -480,33 +720,50 @@ func (s *uiState) snapshot() uiSnapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	snap := uiSnapshot{Namespace: s.ns, Now: now, Started: s.started, Connected: s.watching[0] && s.watching[1],
-		Problem: s.problem, Revision: s.rev, Objects: []uiObject{}, Spans: []*uiSpan{}, Audit: []uiAudit{}}
-	objs := map[string]*uiObject{}
-	var order []*uiKey
-	for _, k := range s.keys {
-		order = append(order, k)
+	down := !s.downSince.IsZero() || s.cli == nil
+	snap := uiSnapshot{Namespace: s.ns, Now: now, Started: s.started, Connected: !down && s.watching[0] && s.watching[1],
+		Problem: s.problem, Revision: s.rev, Objects: []uiObject{}, Spans: []*uiSpan{}, Audit: []uiAudit{}, Unreachable: down}
+	if down {
+		since := s.downSince
+		if since.IsZero() {
+			since = s.started
+		}
+		snap.DownSince = &since
+		snap.Problem = "etcd unreachable since " + since.Format("15:04:05")
+		if s.problem != "" {
+			snap.Problem += ": " + s.problem
+		}
 	}
-	sort.Slice(order, func(i, j int) bool { return order[i].create < order[j].create })
-	for _, k := range order {
-		id := objID(k.kind, k.name)
-		o, ok := objs[id]
-		if !ok {
-			o = &uiObject{Kind: string(k.kind), Name: k.name, Queue: []uiHolder{}}
-			objs[id] = o
-		}
-		h := uiHolder{Value: k.value, Token: k.create, Lease: leaseHex(k.lease), TTLLeftMs: -1}
-		if since, ok := s.held[string(k.kind)+"/"+keys.Escape(k.name)+"/"+strconv.FormatInt(k.lease, 16)]; ok {
-			h.Since = &since
-		}
-		if l := s.leases[k.lease]; l != nil && (l.granted > 0 || l.gone) {
-			h.TTLSeconds = l.granted
-			h.TTLLeftMs = max(0, (time.Duration(l.left)*time.Second - now.Sub(l.readAt)).Milliseconds())
-		}
-		o.Queue = append(o.Queue, h)
+	if !s.asOf.IsZero() {
+		asOf := s.asOf
+		snap.AsOf = &asOf
 	}
-	for _, o := range objs {
-		snap.Objects = append(snap.Objects, *o)
+	for _, q := range s.queues() {
+		k0 := q[0]
+		n := s.holders(q)
+		o := uiObject{Kind: string(k0.kind), Name: k0.name, Queue: make([]uiHolder, 0, len(q)), Holders: n, Waiters: len(q) - n}
+		if k0.kind == keys.Semaphore {
+			o.Limit = s.limits[k0.name]
+		}
+		if k0.kind == keys.RWLock {
+			if k0.tag == keys.TagWrite {
+				o.Writer = true
+			} else {
+				o.Readers = n
+			}
+		}
+		for i, k := range q {
+			h := uiHolder{Value: k.value, Mode: modeOf(k.tag), Holding: i < n, Token: k.create, Lease: leaseHex(k.lease), TTLLeftMs: -1}
+			if since, ok := s.heldSince(k); ok {
+				h.Since = &since
+			}
+			if l := s.leases[k.lease]; l != nil && (l.granted > 0 || l.gone) {
+				h.TTLSeconds = l.granted
+				h.TTLLeftMs = max(0, (time.Duration(l.left)*time.Second - now.Sub(l.readAt)).Milliseconds())
+			}
+			o.Queue = append(o.Queue, h)
+		}
+		snap.Objects = append(snap.Objects, o)
 	}
 	sort.Slice(snap.Objects, func(i, j int) bool {
 		a, b := snap.Objects[i], snap.Objects[j]

@@ -9,21 +9,32 @@ let receivedAt = 0;   // browser time the snapshot arrived
 let windowSec = 600;
 let filter = "";
 
+// shown writes the control and format characters of a text (bidi
+// overrides and isolates, zero-width ones, line separators, escapes) as
+// \u202e, as the CLI does: a name or value from etcd cannot reorder or
+// hide the text around it. data-* attributes keep the raw text.
+function shown(text) {
+  return String(text).replace(/[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\p{Co}\p{Cn}\p{Cs}]/gu, (c) => {
+    const cp = c.codePointAt(0);
+    return cp > 0xffff ? "\\U" + cp.toString(16).padStart(8, "0") : "\\u" + cp.toString(16).padStart(4, "0");
+  });
+}
+
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (k === "class") e.className = v;
     else if (k.startsWith("data-")) e.dataset[k.slice(5)] = v;
-    else e.setAttribute(k, v);
+    else e.setAttribute(k, shown(v));
   }
-  for (const k of kids) e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+  for (const k of kids) e.append(k instanceof Node ? k : document.createTextNode(shown(k)));
   return e;
 }
 
 function svg(tag, attrs, text) {
   const e = document.createElementNS(SVG, tag);
-  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
-  if (text !== undefined) e.textContent = text;
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, shown(v));
+  if (text !== undefined) e.textContent = shown(text);
   return e;
 }
 
@@ -107,6 +118,57 @@ function renderObjects(kind, bodyId, emptyId, countId) {
   document.getElementById(countId).textContent = `(${objs.length})`;
 }
 
+function queueOf(list) {
+  if (list.length === 0) return unknown("none");
+  const ol = el("ol", { class: "queue" });
+  for (const c of list) {
+    const mode = c.mode ? `${c.mode} ` : "";
+    ol.append(el("li", {}, mode, el("span", { class: "value" }, c.value), " ", el("span", { class: "mono unknown" }, `#${c.token}`)));
+  }
+  return ol;
+}
+
+function renderSemaphores() {
+  const objs = snap.objects.filter((o) => o.kind === "semaphore");
+  const rows = [];
+  for (const o of objs) {
+    if (!matches(o.name)) continue;
+    const holding = o.queue.filter((c) => c.holding), waiting = o.queue.filter((c) => !c.holding);
+    const tr = el("tr", { "data-name": o.name, "data-holders": String(o.holders), "data-limit": String(o.limit || 0), "data-waiters": String(o.waiters) },
+      el("th", { scope: "row", class: "value name" }, o.name),
+      el("td", { class: "holders" }, `${o.holders}/${o.limit || "?"}`),
+      el("td", {}, queueOf(holding)),
+      el("td", { class: "waiters-count" }, String(o.waiters)),
+      el("td", { class: "waiters" }, queueOf(waiting)));
+    rows.push(tr);
+  }
+  document.getElementById("semaphores-body").replaceChildren(...rows);
+  document.getElementById("semaphores-empty").hidden = objs.length > 0;
+  document.getElementById("semaphores-count").textContent = `(${objs.length})`;
+}
+
+function renderRWLocks() {
+  const objs = snap.objects.filter((o) => o.kind === "rwlock");
+  const rows = [];
+  for (const o of objs) {
+    if (!matches(o.name)) continue;
+    const holding = o.queue.filter((c) => c.holding), waiting = o.queue.filter((c) => !c.holding);
+    const since = holding[0] && holding[0].since ? local(holding[0].since) : null;
+    const tr = el("tr", { "data-name": o.name, "data-readers": String(o.readers || 0), "data-writer": o.writer ? "1" : "0", "data-waiters": String(o.waiters) },
+      el("th", { scope: "row", class: "value name" }, o.name),
+      el("td", { class: "since" }, since ? dur(Date.now() - since) : unknown("unknown")),
+      el("td", { class: "readers" }, String(o.readers || 0)),
+      el("td", { class: "value writer" }, o.writer ? holding[0].value : "—"),
+      el("td", {}, queueOf(holding)),
+      el("td", { class: "waiters-count" }, String(o.waiters)),
+      el("td", { class: "waiters" }, queueOf(waiting)));
+    rows.push(tr);
+  }
+  document.getElementById("rwlocks-body").replaceChildren(...rows);
+  document.getElementById("rwlocks-empty").hidden = objs.length > 0;
+  document.getElementById("rwlocks-count").textContent = `(${objs.length})`;
+}
+
 function renderAudit() {
   const body = document.getElementById("audit-body");
   const rows = [];
@@ -140,7 +202,8 @@ function color(token) {
 function describe(sp) {
   const end = sp.end ? `until ${clock(local(sp.end))}, ${sp.cause}` : "holding now";
   const start = sp.start_known ? clock(local(sp.start)) : `before ${clock(local(sp.start))}`;
-  return `${sp.kind} ${sp.name}: ${sp.holder} (token ${sp.token}) from ${start}, ${end}`;
+  const mode = sp.mode ? ` (${sp.mode})` : "";
+  return `${sp.kind} ${sp.name}${mode}: ${sp.holder} (token ${sp.token}) from ${start}, ${end}`;
 }
 
 function renderTimeline() {
@@ -155,9 +218,25 @@ function renderTimeline() {
     if (!seen.has(id)) { seen.add(id); lanes.push(id); }
   }
   lanes.sort();
+  // Several holders at once (a semaphore, readers) stack in their lane.
+  const slot = new Map(), slots = new Map();
+  for (const id of lanes) {
+    const ends = [];
+    const mine = visible.filter((sp) => `${sp.kind}/${sp.name}` === id).sort((a, b) => local(a.start) - local(b.start));
+    for (const sp of mine) {
+      const s0 = local(sp.start), e0 = sp.end ? local(sp.end) : Infinity;
+      let i = ends.findIndex((e) => e <= s0);
+      if (i < 0) { i = ends.length; ends.push(e0); } else ends[i] = e0;
+      slot.set(sp, i);
+    }
+    slots.set(id, Math.max(ends.length, 1));
+  }
   const width = Math.max(chart.clientWidth || 900, 400);
   const labelW = 170, laneH = 26, top = 22, right = 12;
-  const height = top + Math.max(lanes.length, 1) * laneH + 6;
+  const laneTop = new Map();
+  let acc = top;
+  for (const id of lanes) { laneTop.set(id, acc); acc += laneH * Math.min(slots.get(id), 4) ; }
+  const height = Math.max(acc, top + laneH) + 6;
   chart.setAttribute("viewBox", `0 0 ${width} ${height}`);
   chart.setAttribute("height", String(height));
   const x = (t) => labelW + ((Math.max(t, from) - from) / (now - from)) * (width - labelW - right);
@@ -167,11 +246,12 @@ function renderTimeline() {
     kids.push(svg("line", { class: "tick", x1: x(t), x2: x(t), y1: top - 4, y2: height }));
     kids.push(svg("text", { class: "axis", x: x(t), y: 12, "text-anchor": i === 6 ? "end" : "middle" }, i === 6 ? "now" : clock(t)));
   }
-  lanes.forEach((id, i) => {
-    const y = top + i * laneH;
-    kids.push(svg("rect", { class: "lane", x: labelW, y: y + 2, width: width - labelW - right, height: laneH - 4 }));
+  const letter = { election: "E", lock: "L", semaphore: "S", rwlock: "RW" };
+  lanes.forEach((id) => {
+    const y = laneTop.get(id), h = laneH * Math.min(slots.get(id), 4);
+    kids.push(svg("rect", { class: "lane", x: labelW, y: y + 2, width: width - labelW - right, height: h - 4 }));
     const [kind, ...rest] = id.split("/");
-    const label = svg("text", { class: "label", x: 4, y: y + laneH / 2 + 4 }, `${kind === "election" ? "E" : "L"} ${rest.join("/")}`);
+    const label = svg("text", { class: "label", x: 4, y: y + laneH / 2 + 4 }, `${letter[kind] || kind} ${rest.join("/")}`);
     label.append(svg("title", {}, id));
     kids.push(label);
   });
@@ -179,19 +259,21 @@ function renderTimeline() {
     kids.push(svg("text", { class: "axis", x: labelW, y: top + 16 }, "No holder in this window."));
   }
   for (const sp of visible) {
-    const i = lanes.indexOf(`${sp.kind}/${sp.name}`);
-    const y = top + i * laneH;
+    const id = `${sp.kind}/${sp.name}`;
+    const n = Math.min(slots.get(id), 4);
+    const y = laneTop.get(id) + (slot.get(sp) % n) * laneH;
     const x1 = x(local(sp.start)), x2 = x(sp.end ? local(sp.end) : now);
     const forced = sp.cause && !sp.cause.startsWith("released") && !sp.cause.startsWith("lease") && !sp.cause.startsWith("ended");
     const r = svg("rect", { class: `span${forced ? " forced" : ""}`, x: x1, y: y + 4, width: Math.max(x2 - x1, 2), height: laneH - 8,
       fill: color(sp.token), tabindex: "0", role: "img", "aria-label": describe(sp) });
     r.dataset.name = sp.name;
     r.dataset.kind = sp.kind;
+    if (sp.mode) r.dataset.mode = sp.mode;
     r.dataset.holder = sp.holder;
     r.dataset.token = String(sp.token);
     if (sp.end) r.dataset.end = sp.cause;
     r.append(svg("title", {}, describe(sp)));
-    r.addEventListener("focus", () => { document.getElementById("span-detail").textContent = describe(sp); });
+    r.addEventListener("focus", () => { document.getElementById("span-detail").textContent = shown(describe(sp)); });
     kids.push(r);
     if (x2 - x1 > 60) {
       const t = svg("text", { class: "barlabel", x: x1 + 4, y: y + laneH / 2 + 4 }, sp.holder.length > 24 ? sp.holder.slice(0, 23) + "…" : sp.holder);
@@ -220,6 +302,7 @@ function renderTimeline() {
 function setStatus(state, text) {
   const s = document.getElementById("status");
   s.dataset.state = state;
+  text = shown(text);
   if (s.textContent !== text) s.textContent = text;
 }
 
@@ -227,10 +310,25 @@ function render() {
   if (!snap) return;
   document.getElementById("namespace").textContent = snap.namespace;
   document.title = `baton · ${snap.namespace}`;
-  if (snap.connected) setStatus("live", `Live · revision ${snap.revision}`);
-  else setStatus("problem", `etcd: ${snap.problem || "reconnecting"} (showing the last known state)`);
+  const note = document.getElementById("stale-note");
+  const main = document.querySelector("main");
+  if (snap.unreachable) {
+    const since = snap.down_since ? clock(local(snap.down_since)) : "?";
+    setStatus("down", `etcd unreachable since ${since}`);
+    const asOf = snap.as_of ? `as of ${clock(local(snap.as_of))}, when etcd last answered` : "from before etcd was reached";
+    note.textContent = shown(`etcd unreachable since ${since}: what is shown is ${asOf}, and cannot be vouched for now (${snap.problem}).`);
+    note.hidden = false;
+    main.classList.add("stale");
+  } else {
+    note.hidden = true;
+    main.classList.remove("stale");
+    if (snap.connected) setStatus("live", `Live · revision ${snap.revision}`);
+    else setStatus("problem", `etcd: ${snap.problem || "reconnecting"} (showing the last known state)`);
+  }
   renderObjects("election", "elections-body", "elections-empty", "elections-count");
   renderObjects("lock", "locks-body", "locks-empty", "locks-count");
+  renderSemaphores();
+  renderRWLocks();
   renderTimeline();
   renderAudit();
   drain();
@@ -245,7 +343,10 @@ function connect() {
     render();
   });
   // EventSource reconnects by itself (retry: 1000 from the server).
-  es.addEventListener("error", () => { setStatus("down", "Connection to baton ui lost; reconnecting…"); });
+  es.addEventListener("error", () => {
+    setStatus("down", "Connection to baton ui lost; reconnecting…");
+    document.querySelector("main").classList.add("stale");
+  });
 }
 
 document.addEventListener("DOMContentLoaded", () => {
