@@ -74,6 +74,9 @@ func (en *entry) rank() rank {
 // to end a term.
 const candidateKind = keys.Kind("candidate")
 
+// keyOf is the key en holds when it leads.
+func (e *Election) keyOf(en *entry) string { return keys.LeaseKey(e.Prefix(), int64(en.lease)) }
+
 func (e *Election) recordPrefix(s Strategy) string { return e.coord + s.String() + "/" }
 func (e *Election) endKey(lease clientv3.LeaseID) string {
 	return keys.LeaseKey(e.coord+"end/", int64(lease))
