@@ -135,3 +135,44 @@ baton_election_is_leader{name="jobs",namespace="baton"} 1
 	}
 	_ = tb.Resign(ctx)
 }
+
+// A Run whose key another Campaign through the same lease took over
+// returns ErrReplaced instead of taking it back: two candidacies on one
+// lease do not flap.
+func TestRunReplacedByACampaignOnItsLeaseReturns(t *testing.T) {
+	cli := client(t)
+	ctx := etcdtest.Context(t, 20*time.Second)
+	s, err := bsession.New(cli, bsession.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	e1 := newElection(t, cli, "run-replaced", election.WithSession(s))
+	e2 := newElection(t, cli, "run-replaced", election.WithSession(s))
+	leading := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- e1.Run(ctx, "a", func(ctx context.Context, _ *election.Term) error {
+			close(leading)
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	etcdtest.Within(t, leading, 10*time.Second, "leadership")
+	t2, err := e2.Campaign(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, election.ErrReplaced) {
+			t.Fatalf("Run = %v, want ErrReplaced", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after its key was taken over")
+	}
+	if l, err := e2.Leader(ctx); err != nil || l.Value != "b" || t2.Context().Err() != nil {
+		t.Fatalf("leader %+v, %v; term live: %v", l, err, t2.Context().Err() == nil)
+	}
+	_ = t2.Resign(ctx)
+}

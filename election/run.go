@@ -29,9 +29,11 @@ import (
 // Campaign errors that pass (etcd unreachable, no leader, a lost lease)
 // are retried with backoff (100 ms doubling to 5 s) and logged at Warn.
 // Errors that cannot pass are returned at once: ErrClosed, ErrInvalid,
-// and etcd's refusals (permission denied, authentication failed, invalid
-// request), and the end of an etcd session given to WithSession (or
-// wrapped by session.Wrap), which cannot be replaced: ErrSessionClosed.
+// etcd's refusals (permission denied, authentication failed, invalid
+// request), the end of an etcd session given to WithSession or wrapped by
+// session.Wrap (ErrSessionClosed: it cannot be replaced), and a loss to
+// another Campaign through the same lease (ErrReplaced: that one leads
+// now), after which Run does not campaign again.
 func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Context, t *Term) error) error {
 	if fn == nil {
 		return fmt.Errorf("%w: election.Run: fn must not be nil", ErrInvalid)
@@ -82,7 +84,11 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 			return ferr
 		}
 		// Lost, handed over or preempted: clean up what remains of the key,
-		// then campaign again.
+		// then campaign again, unless another Campaign through the same
+		// lease took the key over.
+		if cause := context.Cause(t.Context()); errors.Is(cause, ErrReplaced) {
+			return fmt.Errorf("%w: %w", ErrNotLeader, cause)
+		}
 		_ = t.Resign(ctx)
 		e.o.Logger().Info("campaigning again", zap.NamedError("cause", context.Cause(t.Context())), zap.NamedError("work", ferr), zap.String("name", e.Name()))
 	}

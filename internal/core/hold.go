@@ -127,6 +127,10 @@ func (h *Hold) gone() {
 // with the key's reservation.
 func (h *Hold) replaced() {
 	h.mu.Lock()
+	if h.finished { // released meanwhile
+		h.mu.Unlock()
+		return
+	}
 	h.finished, h.result = true, fmt.Errorf("%w: %w", h.o.config().NotHeld, errs.Lost(errs.ErrReplaced))
 	h.mu.Unlock()
 	h.cancel(errs.Lost(errs.ErrReplaced))

@@ -59,6 +59,9 @@ type Session struct {
 	wg     sync.WaitGroup // watchdog, grants, watches: Close waits for them
 	dels   sync.WaitGroup // background deletions: Close waits a bounded time
 
+	doneOnce sync.Once
+	done     <-chan struct{}
+
 	mu        sync.Mutex
 	closed    bool
 	etcdGone  bool // the caller's lease was found gone: never replaced
@@ -152,30 +155,23 @@ func (s *Session) IsBorrowed() bool { return s.etcd != nil }
 
 // Done is closed when the session is closed or its etcd session ended.
 func (s *Session) Done() <-chan struct{} {
-	if s.etcd != nil {
-		return mergeDone(s.ctx, s.etcd.Done())
+	if s.etcd == nil {
+		return s.ctx.Done()
 	}
-	return s.ctx.Done()
-}
-
-func mergeDone(ctx context.Context, other <-chan struct{}) <-chan struct{} {
-	select {
-	case <-other:
-		return other
-	default:
-	}
-	if ctx.Err() != nil {
-		return ctx.Done()
-	}
-	done := make(chan struct{})
-	go func() {
-		select {
-		case <-ctx.Done():
-		case <-other:
-		}
-		close(done)
-	}()
-	return done
+	s.doneOnce.Do(func() {
+		ctx, cancel := context.WithCancel(s.ctx)
+		stop := context.AfterFunc(s.etcd.Ctx(), cancel)
+		s.done = ctx.Done()
+		go func() { // the etcd session's lease may end without its Ctx
+			select {
+			case <-s.etcd.Done():
+			case <-ctx.Done():
+			}
+			stop()
+			cancel()
+		}()
+	})
+	return s.done
 }
 
 // LeaseID is the current lease, or clientv3.NoLease before the first grant.
