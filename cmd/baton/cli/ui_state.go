@@ -165,7 +165,7 @@ type uiState struct {
 
 	mu        sync.Mutex
 	keys      map[string]*uiKey
-	cands     map[string]*uiCand // election candidate records, by key
+	cands     map[string]*uiCand   // election candidate records, by key
 	limits    map[string]int       // semaphore name → stored limit
 	held      map[string]time.Time // "<kind>/<escaped name>/<lease hex>" → since
 	leases    map[int64]*uiLease
