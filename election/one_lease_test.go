@@ -106,7 +106,7 @@ func TestRunReturnsWhenItsWrappedEtcdSessionEnds(t *testing.T) {
 
 // The leader gauge of a label shared by two Elections stays 1 while one of
 // them still leads.
-func TestLeaderGaugeCountsTermsUnderASharedLabel(t *testing.T) {
+func TestLeaderGaugeStaysOneWhileATermUnderASharedLabelLeads(t *testing.T) {
 	cli := client(t)
 	ctx := etcdtest.Context(t, 20*time.Second)
 	reg := prometheus.NewRegistry()

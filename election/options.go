@@ -29,8 +29,9 @@ const DefaultTTL, MinTTL, DefaultMaxTTL = session.DefaultTTL, session.MinTTL, se
 //     1 to 64 bytes of letters, digits, '.', '_' and '-'. One namespace per
 //     team or service makes RBAC one prefix grant.
 //   - WithMetricLabel sets the value of the name label of the metrics
-//     (default: its name; the leader gauge then counts the terms held under it). Give many primitives one label to bound the series
-//     when names are unbounded; the series stay until the last of them is
+//     (default: its name; the leader gauge is then 1 while any term under
+//     it lasts). Give many primitives one label to bound the series when
+//     names are unbounded; the series stay until the last of them is
 //     closed.
 var WithTTL, WithMaxTTL, WithSafetyMargin, WithMaxHeld, WithLogger, WithRegisterer, WithNamespace, WithMetricLabel = session.WithTTL, session.WithMaxTTL, session.WithSafetyMargin, session.WithMaxHeld, session.WithLogger, session.WithRegisterer, config.Namespace, config.MetricLabel
 

@@ -79,6 +79,9 @@ func Wrap(cs *concurrency.Session, opts ...Option) (*Session, error) {
 // Apply makes s the session of the primitive being configured: a *Session
 // is an Option.
 func (s *Session) Apply(c *config.Config) {
+	if c == nil {
+		return
+	}
 	if s == nil {
 		config.Shared(nil).Apply(c)
 		return

@@ -83,7 +83,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"resource"}),
 	}
 	var err error
-	m.users = register(reg, &users{n: map[[2]string]int{}}, &err)
+	m.users = register(reg, &users{n: map[[2]string]int{}, leading: map[[2]string]int{}}, &err)
 	m.AcquireDuration = register(reg, m.AcquireDuration, &err)
 	m.AcquireTotal = register(reg, m.AcquireTotal, &err)
 	m.HoldDuration = register(reg, m.HoldDuration, &err)
@@ -151,17 +151,25 @@ func (m *Metrics) ObserveCampaign(ns, name, result string, d time.Duration) {
 }
 
 // Leading records a transition into or out of leadership; lostReason is
-// set when leadership was lost rather than resigned. The gauge counts the
-// terms held under one label, so it is 1 exactly while a lone election leads.
+// set when leadership was lost rather than resigned. The gauge is 1 while
+// any term under the label leads in this process.
 func (m *Metrics) Leading(ns, name string, leading bool, lostReason string) {
 	if m == nil {
 		return
 	}
-	v := -1.0
+	k := [2]string{ns, name}
+	m.users.mu.Lock()
 	if leading {
+		m.users.leading[k]++
+	} else if m.users.leading[k]--; m.users.leading[k] <= 0 {
+		delete(m.users.leading, k)
+	}
+	v := 0.0
+	if m.users.leading[k] > 0 {
 		v = 1
 	}
-	m.IsLeader.WithLabelValues(ns, name).Add(v)
+	m.IsLeader.WithLabelValues(ns, name).Set(v)
+	m.users.mu.Unlock()
 	m.Transitions.WithLabelValues(ns, name).Inc()
 	if lostReason != "" {
 		m.ElectionLostTotal.WithLabelValues(ns, name, lostReason).Inc()
@@ -176,12 +184,14 @@ func (m *Metrics) Rejected(resource string) {
 	m.FencingRejections.WithLabelValues(resource).Inc()
 }
 
-// users counts the open primitives per namespace and name label. It is
+// users counts the open primitives and the leading terms per namespace and
+// name label. It is
 // registered with the other collectors, so every Metrics built on one
 // Registerer finds the same one, with no state in this package.
 type users struct {
-	mu sync.Mutex
-	n  map[[2]string]int
+	mu      sync.Mutex
+	n       map[[2]string]int // open primitives
+	leading map[[2]string]int // terms leading
 }
 
 var usersDesc = prometheus.NewDesc("baton_internal_metric_users", "Never collected: identifies the users table.", nil, nil)
