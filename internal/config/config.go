@@ -42,6 +42,8 @@ type Config struct {
 	MetricLabel string
 	Identity    string
 	IdentitySet bool
+	// Candidate is an election candidate's coordination settings (coord.go).
+	Candidate Candidate
 }
 
 type opt struct {
@@ -331,27 +333,37 @@ type Primitive struct {
 // Open validates name and opts and returns the Owner of a new primitive,
 // with its configuration and the value its keys carry (WithIdentity's).
 func Open[T any](cli *clientv3.Client, p Primitive, name string, opts []Option) (*core.Owner[T], Config, string, error) {
+	o, cfg, value, _, err := OpenSession[T](cli, p, name, opts)
+	return o, cfg, value, err
+}
+
+// OpenSession is Open that also returns the Owner's session, for a
+// primitive that keeps more keys on it.
+func OpenSession[T any](cli *clientv3.Client, p Primitive, name string, opts []Option) (*core.Owner[T], Config, string, *core.Session, error) {
 	if err := keys.ValidateName(metrics.KindNames[p.Kind]+" name", name); err != nil {
-		return nil, Config{}, "", err
+		return nil, Config{}, "", nil, err
 	}
 	cfg, err := Build(cli, opts)
 	if err != nil {
-		return nil, cfg, "", err
+		return nil, cfg, "", nil, err
+	}
+	if cfg.Candidate.Set != "" && p.Kind != core.Election {
+		return nil, cfg, "", nil, fmt.Errorf("%w: %s is an election option, not a %s one", errs.ErrInvalid, cfg.Candidate.Set, metrics.KindNames[p.Kind])
 	}
 	value, err := cfg.HolderIdentity()
 	if err != nil {
-		return nil, cfg, "", err
+		return nil, cfg, "", nil, err
 	}
 	sess, own, err := cfg.NewSession(cli)
 	if err != nil {
-		return nil, cfg, "", err
+		return nil, cfg, "", nil, err
 	}
 	met, err := cfg.Metrics()
 	if err != nil {
 		if own {
 			_ = closeOwn(sess)
 		}
-		return nil, cfg, "", err
+		return nil, cfg, "", nil, err
 	}
 	label := p.LabelPrefix + name
 	if cfg.MetricLabel != "" {
@@ -360,7 +372,7 @@ func Open[T any](cli *clientv3.Client, p Primitive, name string, opts []Option) 
 	rec := metrics.Recorder{Metrics: met, Logger: cfg.Session.Logger, Kind: p.Kind, Name: name, Namespace: cfg.Namespace, Label: label}
 	o := core.NewOwner[T](sess, core.OwnerConfig{Recorder: rec, Prefix: keys.Prefix(cfg.Namespace, p.Keys, name),
 		NotHeld: p.NotHeld, Busy: p.Busy, Own: own})
-	return o, cfg, value, nil
+	return o, cfg, value, sess, nil
 }
 
 // Session is WithSession of every primitive: s is a *session.Session (an

@@ -287,6 +287,9 @@ func (h *Hold) finish(result error) error {
 	return result
 }
 
+// Abandon ends h as released but leaves its key, for a caller's hand-over.
+func Abandon(h *Hold) { h.abandon() }
+
 // abandon ends the hold without deleting the key: the lease's revoke will.
 func (h *Hold) abandon() {
 	h.mu.Lock()

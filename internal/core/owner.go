@@ -64,7 +64,8 @@ type Request struct {
 	Tag    string
 	Policy Policy // nil: the oldest key alone holds
 	Check  func(context.Context) error
-	Limit  int // a semaphore's, for its spans
+	Limit  int            // a semaphore's, for its spans
+	If     []clientv3.Cmp // more conditions of the put; failing with no key: the try's busy error
 
 	wait telemetry.Wait // the call's span, set by Acquire
 }
@@ -243,7 +244,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 	var resp *clientv3.TxnResponse
 	err = retry.Do(ctx, func(actx context.Context) (err error) {
 		resp, err = s.cli.Txn(clientv3.WithRequireLeader(actx)).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, req.If...)...).
 			Then(clientv3.OpPut(key, req.Value, clientv3.WithLease(l.ID())), queueRead(prefix, req.Policy, true)).
 			Else(clientv3.OpGet(key), queueRead(prefix, req.Policy, false)).
 			Commit()
@@ -260,6 +261,9 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 	}
 	rev, at := resp.Header.Revision, resp.Header.Revision
 	if !resp.Succeeded {
+		if len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
+			return fail(-1, errBusy) // req.If failed: nothing written
+		}
 		kv := resp.Responses[0].GetResponseRange().Kvs[0]
 		rev = kv.CreateRevision
 		if string(kv.Value) != req.Value { // an adopted key carries this caller's value
