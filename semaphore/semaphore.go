@@ -95,7 +95,7 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Permit, error) { return s.acq
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Permit, error) { return s.acquire(ctx, true) }
 
 func (s *Semaphore) acquire(ctx context.Context, try bool) (*Permit, error) {
-	req := core.Request{Value: s.value, Try: try, Tag: keys.TagPermit, Policy: s.policy, Check: s.checkLimit}
+	req := core.Request{Value: s.value, Try: try, Tag: keys.TagPermit, Policy: s.policy, Check: s.checkLimit, Limit: s.limit}
 	p, err := delay.Acquire(ctx, s.o, s.delay, req, func(h *core.Hold) *Permit { return &Permit{h, s.delay} })
 	if errors.Is(err, ErrNoPermit) {
 		err = fmt.Errorf("%w (limit %d)", err, s.limit)

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -239,9 +241,28 @@ func TestHostileTextIsPrintedQuotedByEveryCommand(t *testing.T) {
 }
 
 func TestBadInputExitsAtOnceWithoutAServer(t *testing.T) {
-	// No etcd listens here: anything that tried to connect would take the
-	// dial timeout.
-	none := []string{"--endpoints", "127.0.0.1:1", "--dial-timeout", "3s"}
+	// A listener that speaks no etcd and counts who connects: bad input
+	// must be refused before any dial, so it must see no connection.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dials atomic.Int64
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			dials.Add(1)
+			_ = c.Close()
+		}
+	}()
+	t.Cleanup(func() { _ = ln.Close(); <-accepted })
+	addr := ln.Addr().String()
+	none := []string{"--endpoints", addr, "--dial-timeout", "3s"}
 	cases := []struct {
 		name string
 		args []string
@@ -265,8 +286,8 @@ func TestBadInputExitsAtOnceWithoutAServer(t *testing.T) {
 		{"unknown subcommand", []string{"auth", "enabel"}, `unknown command "enabel"`},
 		{"command without dash", []string{"lock", "x", "sleep", "1"}, "baton lock x -- sleep 1"},
 		{"user with empty password", []string{"--user", "root:", "locks"}, "password after ':' is empty"},
-		{"password over plaintext", []string{"--user", "root", "--endpoints", "http://127.0.0.1:1", "locks"}, "plaintext"},
-		{"cacert with http", []string{"--cacert", "ca.crt", "--endpoints", "http://127.0.0.1:1", "locks"}, "plaintext"},
+		{"password over plaintext", []string{"--user", "root", "--endpoints", "http://" + addr, "locks"}, "plaintext"},
+		{"cacert with http", []string{"--cacert", "ca.crt", "--endpoints", "http://" + addr, "locks"}, "plaintext"},
 		{"bad BATON_ variable", []string{"locks"}, "BATON_DIAL_TIMEOUT"},
 	}
 	for _, c := range cases {
@@ -277,25 +298,16 @@ func TestBadInputExitsAtOnceWithoutAServer(t *testing.T) {
 				args = c.args // their own endpoints
 			}
 			if c.name == "bad BATON_ variable" {
-				env = []string{"BATON_DIAL_TIMEOUT=soon", "BATON_ENDPOINTS=127.0.0.1:1"}
+				env = []string{"BATON_DIAL_TIMEOUT=soon", "BATON_ENDPOINTS=" + addr}
 			}
-			// The fastest of three runs: the machine is shared, and a
-			// command that connected would take the 3s dial timeout every
-			// time.
-			fastest := time.Hour
-			for range 3 {
-				began := time.Now()
-				p := startWithInput(t, env, "", args...)
-				code := p.wait(10 * time.Second)
-				fastest = min(fastest, time.Since(began))
-				if code != cli.ExitUsage || !strings.Contains(p.errOut(), c.msg) {
-					t.Fatalf("exit %d, stderr %q; want %d mentioning %q", code, p.errOut(), cli.ExitUsage, c.msg)
-				}
+			before := dials.Load()
+			p := startWithInput(t, env, "", args...)
+			code := p.wait(10 * time.Second)
+			if code != cli.ExitUsage || !strings.Contains(p.errOut(), c.msg) {
+				t.Fatalf("exit %d, stderr %q; want %d mentioning %q", code, p.errOut(), cli.ExitUsage, c.msg)
 			}
-			// A run that dialled would take the 3s dial timeout; a third
-			// of it tells the two apart on a loaded 2-core machine too.
-			if fastest > time.Second {
-				t.Errorf("took %v, want well under the 3s dial timeout", fastest)
+			if n := dials.Load() - before; n != 0 {
+				t.Errorf("refused bad input only after %d connection(s) to %s; want none", n, addr)
 			}
 		})
 	}

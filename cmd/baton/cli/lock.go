@@ -12,9 +12,11 @@ import (
 
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/request"
+	"github.com/batonhq/baton/internal/telemetry"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/semaphore"
 )
@@ -33,6 +35,8 @@ type lockOptions struct {
 	delay   time.Duration
 	signal  string         // --release-signal (lock_request.go)
 	reqSig  syscall.Signal // its value
+	// tp records the library's spans (tracing.go).
+	tp trace.TracerProvider
 }
 
 // heldView is what lock prints once it holds the lock, and elect once it
@@ -114,7 +118,12 @@ Several names before "--" (baton lock A B -- CMD; baton lock A B -- holds
 them until interrupted) are taken at once, atomically, under one fencing
 token, whatever order other holders name them in: no deadlock. The
 command gets BATON_LOCK_NAMES and BATON_LOCK_KEYS, one per line, beside
-the first name and key. --limit and --shared take one NAME.`,
+the first name and key. --limit and --shared take one NAME.
+
+With OTEL_EXPORTER_OTLP_ENDPOINT set, the wait, the hold and the release
+are exported as OpenTelemetry spans (OTLP/gRPC), in the trace of baton's
+own TRACEPARENT if it has one; the command gets TRACEPARENT and
+TRACESTATE naming the hold, so its own spans are the hold's children.`,
 		Args: args(1, -1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			names, argv, err := lockNames(cmd, a)
@@ -154,7 +163,7 @@ the first name and key. --limit and --shared take one NAME.`,
 // runLock takes the lock, a semaphore permit or a read lock as the options
 // say, holds it until interrupted or runs the command under it, and
 // releases it.
-func runLock(cmd *cobra.Command, g *globals, o lockOptions, names []string, argv []string) error {
+func runLock(cmd *cobra.Command, g *globals, o lockOptions, names []string, argv []string) (err error) {
 	errOut := cmd.ErrOrStderr()
 	c, err := newChild(g, argv, o.grace, cmd)
 	if err != nil {
@@ -165,14 +174,19 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, names []string, argv
 		return err
 	}
 	defer ms.close()
+	tr := startTracing(cmd.Context(), g.io.Getenv, errOut)
+	defer tr.flush(errOut)
 	ictx, stop := interruptible(cmd.Context())
 	defer stop()
+	ictx, span := tr.startCommand(ictx, "baton lock", telemetry.LockName.String(strings.Join(names, ", ")), telemetry.LockNamespace.String(g.namespace))
+	defer func() { endCommand(span, err) }()
 	// The client outlives an interrupt: the release needs it.
 	cli, err := g.client(cmd.Context())
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
+	o.tp = tr.tp
 	var k *locker
 	if len(names) > 1 {
 		k, err = newSetLocker(cli, g, o, names, ms)
@@ -187,6 +201,9 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, names []string, argv
 	what := k.label()
 	st := newStatusWriter(errOut, g.json(), what, name)
 
+	span.SetAttributes(telemetry.LockPrimitive.String(k.primitive()))
+	// The library's wait, hold and release spans are the command span's
+	// children (ictx carries it).
 	l, err := acquireHold(ictx, g, cli, k, o, st)
 	if err != nil {
 		return err
@@ -196,7 +213,7 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, names []string, argv
 	st.acquired(heldView{Kind: string(k.kind), Name: name, Names: k.names, Key: l.Key(), Token: int64(l.Token()),
 		Lease: leaseHex(int64(l.Lease())), TTL: l.TTL(), Limit: k.limit, Shared: k.kind == keys.RWLock})
 	release := func() error {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), releaseTimeout)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ictx), releaseTimeout)
 		defer cancel()
 		return k.release(rctx, l)
 	}
@@ -225,7 +242,8 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, names []string, argv
 		_ = release()
 		return err
 	}
-	c.env = kindEnv(k, l, tok)
+	// The command's own spans are children of the hold.
+	c.env = append(kindEnv(k, l, tok), traceEnv(l.Context())...)
 	c.requests, c.reqSignal = requestsOf(l), o.reqSig
 	c.onRequest = func(r request.Request) { st.requested(r, fmt.Sprintf("passing %v to the command", o.reqSig)) }
 	if ierr := interruptedBeforeCommand(ictx, fmt.Sprintf("%s %q", what, name)); ierr != nil {
@@ -285,7 +303,8 @@ func lossCause(ctx context.Context, res childResult) any {
 
 // newMutexLocker takes NAME as a plain lock.
 func newMutexLocker(cli *clientv3.Client, g *globals, o lockOptions, name string, ms *metricsServer) (*locker, error) {
-	m, err := mutex.New(cli, name, mutex.WithTTL(o.ttl), mutex.WithNamespace(g.namespace), mutex.WithRegisterer(ms.registerer()), mutex.WithLockDelay(o.delay))
+	m, err := mutex.New(cli, name, mutex.WithTTL(o.ttl), mutex.WithNamespace(g.namespace), mutex.WithRegisterer(ms.registerer()),
+		mutex.WithTracerProvider(o.tp), mutex.WithLockDelay(o.delay))
 	if err != nil {
 		return nil, err
 	}

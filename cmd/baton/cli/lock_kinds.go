@@ -13,6 +13,7 @@ import (
 
 	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/telemetry"
 	"github.com/batonhq/baton/rwmutex"
 	"github.com/batonhq/baton/semaphore"
 )
@@ -122,7 +123,7 @@ type contendersReader func(ctx context.Context) (holders, waiters []kindContende
 func newKindLocker(cli *clientv3.Client, g *globals, o lockOptions, name string, ms *metricsServer) (*locker, contendersReader, error) {
 	if o.limit > 0 {
 		s, err := semaphore.New(cli, name, o.limit, semaphore.WithTTL(o.ttl), semaphore.WithNamespace(g.namespace),
-			semaphore.WithRegisterer(ms.registerer()), semaphore.WithLockDelay(o.delay))
+			semaphore.WithRegisterer(ms.registerer()), semaphore.WithTracerProvider(o.tp), semaphore.WithLockDelay(o.delay))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -160,7 +161,7 @@ func newKindLocker(cli *clientv3.Client, g *globals, o lockOptions, name string,
 		}, read, nil
 	}
 	rw, err := rwmutex.New(cli, name, rwmutex.WithTTL(o.ttl), rwmutex.WithNamespace(g.namespace),
-		rwmutex.WithRegisterer(ms.registerer()), rwmutex.WithLockDelay(o.delay))
+		rwmutex.WithRegisterer(ms.registerer()), rwmutex.WithTracerProvider(o.tp), rwmutex.WithLockDelay(o.delay))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -283,4 +284,15 @@ func heldWhat(v heldView) string {
 		return "holding a read lock of rwlock"
 	}
 	return "holding lock"
+}
+
+// primitive is the baton.lock.primitive of what k takes.
+func (k *locker) primitive() string {
+	switch k.kind {
+	case keys.Semaphore:
+		return telemetry.Semaphore
+	case keys.RWLock:
+		return telemetry.RWMutex
+	}
+	return telemetry.Mutex
 }

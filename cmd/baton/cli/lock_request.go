@@ -116,7 +116,7 @@ func validateRequest(cmd *cobra.Command, o forceOptions) error {
 	switch {
 	case o.force:
 		return usageErrorf("--request and --force exclude each other: a request asks, --force takes")
-	case o.key != "" || o.evenIfAlive || o.revokeLease:
+	case o.key != "" || o.evenIfAlive || o.revokeLease || o.to != "":
 		return usageErrorf("--request asks the holder of the lock: --holder-key, --even-if-alive and --revoke-lease go with --force")
 	case strings.TrimSpace(o.reason) == "":
 		return usageErrorf("--reason: say why, for the holder and the audit record")

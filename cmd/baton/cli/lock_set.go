@@ -51,7 +51,7 @@ func newSetLocker(cli *clientv3.Client, g *globals, o lockOptions, names []strin
 	if o.limit != 0 || o.shared {
 		return nil, errors.New("--limit and --shared take one NAME: a semaphore or a read/write lock is not part of a set")
 	}
-	s, err := mutex.NewSet(cli, names, mutex.WithTTL(o.ttl), mutex.WithNamespace(g.namespace), mutex.WithRegisterer(ms.registerer()), mutex.WithLockDelay(o.delay))
+	s, err := mutex.NewSet(cli, names, mutex.WithTTL(o.ttl), mutex.WithNamespace(g.namespace), mutex.WithRegisterer(ms.registerer()), mutex.WithLockDelay(o.delay), mutex.WithTracerProvider(o.tp))
 	if err != nil {
 		return nil, err
 	}
