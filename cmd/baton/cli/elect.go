@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/request"
 	"github.com/batonhq/baton/internal/telemetry"
 )
 
@@ -20,6 +22,9 @@ type electOptions struct {
 	once    bool
 	grace   time.Duration
 	metrics string
+	delay   time.Duration
+	signal  string         // --release-signal (lock_request.go)
+	reqSig  syscall.Signal // its value
 }
 
 func newElectCmd(g *globals) *cobra.Command {
@@ -54,6 +59,12 @@ TRACEPARENT and TRACESTATE naming the term's hold, as with baton lock.`,
 			if o.grace <= 0 {
 				return usageErrorf("--grace must be positive")
 			}
+			if err := validateLockDelay(o.delay); err != nil {
+				return err
+			}
+			if o.reqSig, err = parseSignal(o.signal); err != nil {
+				return err
+			}
 			return runElect(cmd, g, o, a[0], a[1], argv)
 		},
 	}
@@ -61,6 +72,8 @@ TRACEPARENT and TRACESTATE naming the term's hold, as with baton lock.`,
 	f.DurationVar(&o.ttl, "ttl", election.DefaultTTL, "lease TTL: whole seconds, at least 2s")
 	f.BoolVar(&o.once, "once", false, "exit with 79 when leadership is lost instead of campaigning again")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL")
+	addLockDelayFlag(f, &o.delay)
+	addReleaseSignalFlag(f, &o.signal)
 	addMetricsFlag(f, &o.metrics)
 	return cmd
 }
@@ -90,7 +103,7 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 	}
 	defer cli.Close()
 	e, err := election.New(cli, name, election.WithTTL(o.ttl), election.WithNamespace(g.namespace), election.WithRegisterer(ms.registerer()),
-		election.WithTracerProvider(tr.tp))
+		election.WithTracerProvider(tr.tp), election.WithLockDelay(o.delay))
 	if err != nil {
 		return withCode(ExitUsage, err)
 	}
@@ -114,6 +127,8 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 			select {
 			case <-t.Done():
 			case <-ictx.Done():
+			case r := <-t.ReleaseRequested():
+				st.requested(r, "resigning")
 			}
 		} else {
 			tok, err := g.childToken(t.Token())
@@ -128,6 +143,8 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 				"BATON_FENCING_TOKEN=" + tok.String(),
 				"BATON_ELECTION_VALUE=" + value,
 			}, traceEnv(t.Context())...) // the command's spans are children of the term
+			c.requests, c.reqSignal = t.ReleaseRequested(), o.reqSig
+			c.onRequest = func(r request.Request) { st.requested(r, fmt.Sprintf("passing %v to the command", o.reqSig)) }
 			if ierr := interruptedBeforeCommand(ictx, fmt.Sprintf("election %q", name)); ierr != nil {
 				endTerm()
 				untrack()
