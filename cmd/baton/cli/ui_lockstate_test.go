@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/batonhq/baton/integration/etcdtest"
 	"github.com/batonhq/baton/mutex"
 )
@@ -107,4 +109,46 @@ func TestUIStateShowsSetMembersLockDelayAndReleaseRequest(t *testing.T) {
 		o := objectOf(s, "lock", "d")
 		return o == nil || len(o.Delays) == 0
 	})
+}
+
+// TestUIInBrowserShowsSetDelayAndReleaseRequest: the page shows a set's
+// other members beside its holder, a release request's requester and
+// reason as text (markup and a bidi override in it are not applied), and
+// a running lock-delay counting down.
+func TestUIInBrowserShowsSetDelayAndReleaseRequest(t *testing.T) {
+	ns := fmt.Sprintf("ui-lockstate-b-%d", time.Now().UnixNano())
+	bctx := browser(t, 1280, 900)
+	url := serveUI(t, ns)
+	ctx := etcdtest.Context(t, 40*time.Second)
+	cli := srv.Client(t)
+	set, err := mutex.NewSet(cli, []string{"a", "b"}, mutex.WithNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	l, err := set.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Unlock(context.Background()) }()
+	const reason = "<img src=x onerror=alert(1)> \u202efdp.exe"
+	if err := mutex.RequestRelease(ctx, cli, "a", reason, mutex.WithNamespace(ns), mutex.WithIdentity("op <i>1</i>")); err != nil {
+		t.Fatal(err)
+	}
+	lockDelayScene(t, ns, "d", 4*time.Second)
+	if err := chromedp.Do(bctx, chromedp.Navigate(url)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, bctx, 5*time.Second, "set, request and delay", `(() => {
+		const a = document.querySelector('#locks-body tr[data-name="a"]'), d = document.querySelector('#locks-body tr[data-name="d"] .delay');
+		return !!a && !!a.querySelector(".set") && !!a.querySelector(".release") && !!d && /^lock-delay: [1-4]s of 4s left$/.test(d.textContent); })()`)
+	if got := evalJS[string](t, bctx, `document.querySelector('#locks-body tr[data-name="a"] .set').textContent`); got != "set with b" {
+		t.Errorf("a's set shows %q", got)
+	}
+	if got := evalJS[string](t, bctx, `document.querySelector('#locks-body tr[data-name="a"] .release').textContent`); got != `release requested by op <i>1</i>: <img src=x onerror=alert(1)> \u202efdp.exe` {
+		t.Errorf("the request shows as %q", got)
+	}
+	if n := evalJS[float64](t, bctx, `document.querySelectorAll("main img, main i").length`); n != 0 {
+		t.Errorf("the requester's markup became %v element(s)", n)
+	}
 }
