@@ -12,6 +12,28 @@
 // etcd's client/v3/concurrency, so concurrency.Election and `etcdctl
 // elect` interoperate with it.
 //
+// That is the default strategy, Oldest. With WithStrategy(Preferred) the
+// best candidate leads instead — by WithPriority, then the lowest
+// WithVersion (a rolling upgrade keeps the old version leading until no
+// replica runs it), then age — and leadership moves without a moment
+// without a leader: a better candidate asks the leader to end its term
+// (Term.EndRequested) and preempts it after its WithHandoverDeadline;
+// Resign and Term.Transfer hand over to a named or the best candidate in
+// one transaction. Under Preferred only the leader has a key in the
+// election's prefix; every candidate writes a record of its value and
+// attributes beside it (Candidates shows them), so etcd's observers still
+// see the leader and its plain value.
+//
+//	e, _ := election.New(cli, "scheduler", election.WithStrategy(election.Preferred),
+//		election.WithVersion(buildVersion))
+//	err = e.Run(ctx, hostname, func(ctx context.Context, t *election.Term) error {
+//		select {
+//		case <-ctx.Done(): // lost, or shutting down
+//		case <-t.EndRequested(): // a better candidate: Run hands over when this returns
+//		}
+//		return nil
+//	})
+//
 // # Guarantees
 //
 //   - At most one candidate's key is the oldest at any etcd revision, and
@@ -51,7 +73,21 @@
 //     WithSession (or wrapped by session.Wrap) has ended: it cannot be
 //     replaced.
 //   - After Close returns, no goroutine of the Election runs (Observe's
-//     included).
+//     and OnStoppedLeading callbacks included).
+//   - Under Preferred, etcd never shows two keys in the election's prefix:
+//     a leader's key is created only on an empty prefix, or by a hand-over
+//     in the transaction that deletes the only other key. A hand-over
+//     leaves no revision without a leader, and no third candidate can lead
+//     in between. Each new leader's token is a fresh CreateRevision,
+//     greater than every earlier leader's, also for a candidate that waited
+//     long.
+//   - Transfer to a candidate that is not live returns ErrNoCandidate and
+//     leaves the term untouched; Transfer and hand-overs end the old Term's
+//     Context (ErrTransferred, ErrReleased) before the successor's key is
+//     written.
+//   - Candidates of both strategies never lead together: an Oldest
+//     Campaign is refused once a Preferred record exists, and a Preferred
+//     candidate waits for the Oldest ones that were there first to leave.
 //
 // What is not guaranteed:
 //
@@ -62,4 +98,17 @@
 //     it may skip states that came and went.
 //   - Leadership while etcd has no quorum; Run waits and leads again once
 //     etcd recovers.
+//   - That a live-looking candidate works: one that crashed without its
+//     lease being revoked is taken for live until the lease expires, so a
+//     Transfer to it succeeds and a Preferred election may wait for it.
+//   - That a preempted leader stops before its successor starts: at the
+//     deadline its key is deleted first and the successor takes in a later
+//     transaction, and the old leader learns it from its watch (fencing
+//     covers the rest). The deadline runs on the requester's clock.
+//   - Transfer past the next candidate under Oldest (ErrNotNext), or
+//     EndRequested under Oldest: etcd's own Campaign never re-checks the
+//     queue, so baton never reorders it.
+//   - An etcd concurrency.Election or `etcdctl elect` campaigning on a
+//     Preferred election: never two leaders, but its key blocks hand-overs
+//     and takes, and it leads when the Preferred leader resigns.
 package election

@@ -25,3 +25,27 @@ var (
 	ErrKeyGone, ErrLeaseExpired, ErrKeyDeleted, ErrReplaced     = errs.ErrKeyGone, errs.ErrLeaseExpired, errs.ErrKeyDeleted, errs.ErrReplaced
 	ErrRenewalFailed, ErrValidityExpired, ErrSessionClosed      = errs.ErrRenewalFailed, errs.ErrValidityExpired, errs.ErrSessionClosed
 )
+
+var (
+	// ErrStrategy is wrapped (with ErrInvalid) by an Oldest Campaign on an
+	// election that Preferred candidates run, and by Transfer under
+	// Preferred when a key without a candidate record (an Oldest
+	// candidate's, an etcd concurrency.Election's) waits in the election's
+	// prefix.
+	ErrStrategy = errors.New("election: candidates disagree on the strategy")
+
+	// ErrNoCandidate is returned by Transfer when the target is not a
+	// live candidate of the election (it left, its lease ended, it never
+	// was one, or it is the caller); leadership stays with the caller.
+	ErrNoCandidate = errors.New("election: no such live candidate")
+
+	// ErrNotNext is returned by Transfer under Oldest when the target is
+	// a candidate but not the next in the queue: keys cannot be reordered
+	// without misleading etcd's own candidates. Leadership stays with the
+	// caller.
+	ErrNotNext = errors.New("election: not the next candidate in the queue")
+
+	// ErrTransferred is the cause of a Term's Context after Transfer (or
+	// Run's hand-over) passed leadership to another candidate.
+	ErrTransferred = errors.New("election: leadership transferred")
+)

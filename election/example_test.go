@@ -2,6 +2,7 @@ package election_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"time"
@@ -88,4 +89,81 @@ func ExampleElection_Observe() {
 	// no leader
 	// leader: host-b
 	// no leader
+}
+
+func ExampleTerm_Transfer() {
+	cli := connect()
+	defer cli.Close()
+	ctx := context.Background()
+
+	a, _ := election.New(cli, "ingest", election.WithStrategy(election.Preferred))
+	defer a.Close()
+	b, _ := election.New(cli, "ingest", election.WithStrategy(election.Preferred))
+	defer b.Close()
+
+	term, _ := a.Campaign(ctx, "host-a")
+	won := make(chan *election.Term)
+	go func() {
+		t, _ := b.Campaign(ctx, "host-b") // waits: host-a leads
+		won <- t
+	}()
+	var to string
+	for to == "" { // until host-b's record shows
+		time.Sleep(10 * time.Millisecond)
+		cands, _ := a.Candidates(ctx)
+		for _, c := range cands {
+			if c.Value == "host-b" {
+				to = c.Key
+			}
+		}
+	}
+	// One transaction: host-a's key goes, host-b's comes; nobody else can
+	// lead in between and the election is never without a leader.
+	if err := term.Transfer(ctx, to); err != nil {
+		log.Fatal(err)
+	}
+	next := <-won
+	fmt.Println("old term ended:", errors.Is(context.Cause(term.Context()), election.ErrTransferred))
+	fmt.Println("leader:", next.Value(), "token greater:", next.Token() > term.Token())
+	_ = next.Resign(ctx)
+	// Output:
+	// old term ended: true
+	// leader: host-b token greater: true
+}
+
+func ExampleWithStrategy() {
+	cli := connect()
+	defer cli.Close()
+	ctx := context.Background()
+
+	// A rolling upgrade: the v1 replica leads; a v2 replica joining waits,
+	// since the oldest version leads while versions are mixed.
+	v1, _ := election.New(cli, "scheduler-pool", election.WithStrategy(election.Preferred), election.WithVersion("v1.4.2"))
+	defer v1.Close()
+	v2, _ := election.New(cli, "scheduler-pool", election.WithStrategy(election.Preferred), election.WithVersion("v1.5.0"))
+	defer v2.Close()
+
+	term, _ := v1.Campaign(ctx, "replica-1")
+	won := make(chan *election.Term)
+	go func() {
+		t, _ := v2.Campaign(ctx, "replica-2")
+		won <- t
+	}()
+	for ; ; time.Sleep(10 * time.Millisecond) {
+		if cands, _ := v1.Candidates(ctx); len(cands) == 2 {
+			for _, c := range cands {
+				fmt.Println(c.Value, c.Version, c.Strategy, "leader:", c.Leader)
+			}
+			break
+		}
+	}
+	// Shutting down the v1 replica hands over to the best candidate left.
+	_ = term.Resign(ctx)
+	next := <-won
+	fmt.Println("leader:", next.Value())
+	_ = next.Resign(ctx)
+	// Output:
+	// replica-1 v1.4.2 preferred leader: true
+	// replica-2 v1.5.0 preferred leader: false
+	// leader: replica-2
 }

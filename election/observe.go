@@ -2,13 +2,11 @@ package election
 
 import (
 	"context"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/internal/core"
-	"github.com/batonhq/baton/internal/inspect"
 )
 
 // Leader is the state of an election as read from etcd. The zero Leader
@@ -28,18 +26,6 @@ type Leader struct {
 
 // IsZero reports whether l means "no leader".
 func (l Leader) IsZero() bool { return l.Key == "" }
-
-// Candidate is one entry of the queue.
-type Candidate struct {
-	Key   string
-	Value string
-	// Token is the key's CreateRevision: the fencing token it holds or
-	// will hold when it leads.
-	Token   fencing.Token
-	LeaseID clientv3.LeaseID
-	// TTL is the lease's time left when read; -1 if the lease is gone.
-	TTL time.Duration
-}
 
 // Leader returns the current leader, or ErrNoLeader.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
@@ -65,20 +51,6 @@ func (e *Election) readLeader(ctx context.Context) (Leader, error) {
 		l.Token, l.LeaseID = fencing.Token(kv.CreateRevision), clientv3.LeaseID(kv.Lease)
 	}
 	return l, nil
-}
-
-// Candidates returns the queue in order, the leader first, each with its
-// lease's time left.
-func (e *Election) Candidates(ctx context.Context) ([]Candidate, error) {
-	entries, _, err := inspect.Read(ctx, e.o.Client(), e.Prefix())
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Candidate, len(entries))
-	for i, en := range entries {
-		out[i] = Candidate{Key: en.Key, Value: en.Value, Token: fencing.Token(en.CreateRevision), LeaseID: en.Lease, TTL: en.TTL}
-	}
-	return out, nil
 }
 
 // Observe sends the current state first ("no leader" included), then every

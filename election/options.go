@@ -18,11 +18,13 @@ const DefaultTTL, MinTTL, DefaultMaxTTL = session.DefaultTTL, session.MinTTL, se
 
 // The options every primitive takes, one definition for all:
 //
-//   - WithTTL, WithMaxTTL, WithSafetyMargin, WithMaxHeld, WithLogger and
-//     WithRegisterer are package session's, which documents them: the
-//     lease's TTL (default 15 s; it bounds how long a crashed holder keeps
-//     others waiting, not how long one holds), its cap, the safety margin,
-//     the cap on keys held, the logger and the Registerer. They are
+//   - WithTTL, WithMaxTTL, WithSafetyMargin, WithMaxHeld, WithLogger,
+//     WithRegisterer and WithTracerProvider are package session's, which
+//     documents them: the lease's TTL (default 15 s; it bounds how long a
+//     crashed holder keeps others waiting, not how long one holds), its
+//     cap, the safety margin, the cap on keys held, the logger, the
+//     Registerer and the OpenTelemetry provider of the spans of every
+//     wait, hold and release (docs/telemetry.md). They are
 //     session-wide: given with WithSession they must agree with the
 //     session's.
 //   - WithNamespace sets the first segment of every key (default "baton"):
@@ -33,7 +35,7 @@ const DefaultTTL, MinTTL, DefaultMaxTTL = session.DefaultTTL, session.MinTTL, se
 //     it lasts). Give many primitives one label to bound the series when
 //     names are unbounded; the series stay until the last of them is
 //     closed.
-var WithTTL, WithMaxTTL, WithSafetyMargin, WithMaxHeld, WithLogger, WithRegisterer, WithNamespace, WithMetricLabel = session.WithTTL, session.WithMaxTTL, session.WithSafetyMargin, session.WithMaxHeld, session.WithLogger, session.WithRegisterer, config.Namespace, config.MetricLabel
+var WithTTL, WithMaxTTL, WithSafetyMargin, WithMaxHeld, WithLogger, WithRegisterer, WithTracerProvider, WithNamespace, WithMetricLabel = session.WithTTL, session.WithMaxTTL, session.WithSafetyMargin, session.WithMaxHeld, session.WithLogger, session.WithRegisterer, session.WithTracerProvider, config.Namespace, config.MetricLabel
 
 // WithSession makes the Election use s instead of creating its own lease: a
 // baton *session.Session or an etcd *concurrency.Session, shared with every
@@ -43,3 +45,12 @@ var WithTTL, WithMaxTTL, WithSafetyMargin, WithMaxHeld, WithLogger, WithRegister
 // A key of this election already on the lease is taken over, as etcd's
 // Campaign does (see Campaign).
 func WithSession[S *session.Session | *concurrency.Session](s S) Option { return config.Session(s) }
+
+// WithLockDelay(d) makes acquisitions wait out a lost holder: after a
+// holder of leadership is lost without releasing (its lease expired or was
+// revoked, its key deleted), an acquisition with a lock-delay returns no
+// sooner than the lost holder's d after etcd made the loss visible, timed
+// by etcd (a key on a lease of TTL d). After Resign there is no delay.
+// d is 0 (none) or whole seconds from 2s to 1h. docs/primitives.md says
+// what it costs and assumes.
+var WithLockDelay = config.LockDelay

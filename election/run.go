@@ -18,7 +18,11 @@ import (
 //     new lease if the old one is gone), so a singleton comes back by
 //     itself once etcd recovers;
 //   - if fn returns while still leader, Run resigns and returns fn's error
-//     (nil included);
+//     (nil included) — unless the leader was asked to end its term
+//     (Term.EndRequested) and fn returned nil: then Run hands over (to the
+//     candidate the request names, else the best one) and campaigns again;
+//   - after a hand-over (fn's own Transfer included) or a preemption Run
+//     campaigns again, so one process leads, follows and leads again;
 //   - when ctx ends, Run resigns, so the next candidate leads within a
 //     round trip instead of a TTL, and returns ctx.Err().
 //
@@ -62,22 +66,47 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 			rcancel()
 			return true, ctx.Err()
 		}
+		if t.Context().Err() == nil && ferr == nil && isClosed(t.EndRequested()) {
+			e.handOverRequested(ctx, t)
+			return false, nil
+		}
 		if t.Context().Err() == nil {
 			if rerr := t.Resign(ctx); rerr != nil && ferr == nil {
 				return true, rerr
 			}
 			return true, ferr
 		}
-		// Lost: clean up what remains of the key, then campaign again, unless
-		// another Campaign through the same lease took the key over.
+		// Lost, handed over or preempted: clean up what remains of the key,
+		// then campaign again, unless another Campaign through the same
+		// lease took the key over.
 		if cause := context.Cause(t.Context()); errors.Is(cause, ErrReplaced) {
 			return true, fmt.Errorf("%w: %w", ErrNotLeader, cause)
 		}
 		_ = t.Resign(ctx)
-		e.o.Logger().Info("campaigning again after loss", zap.NamedError("work", ferr), zap.String("name", e.Name()))
+		e.o.Logger().Info("campaigning again", zap.NamedError("cause", context.Cause(t.Context())), zap.NamedError("work", ferr), zap.String("name", e.Name()))
 		return false, nil
 	}
 	return retry.Loop(ctx, minBackoff, maxBackoff, term, func(err error, backoff time.Duration) {
 		e.o.Logger().Warn("campaign failed, retrying", zap.Error(err), zap.Duration("backoff", backoff), zap.String("name", e.Name()))
 	})
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// handOverRequested hands over as the end request asks: to its target,
+// else (or if the target is gone) to the best candidate.
+func (e *Election) handOverRequested(ctx context.Context, t *Term) {
+	if r, _ := t.EndRequest(); r.To != "" {
+		if err := t.Transfer(ctx, r.To); err == nil || t.Context().Err() != nil {
+			return
+		}
+	}
+	_ = t.Resign(ctx) // under Preferred a hand-over to the best candidate
 }

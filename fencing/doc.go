@@ -29,6 +29,12 @@
 //     for a missing or malformed one, before the handler runs.
 //   - Every rejection is counted in baton_fencing_rejections_total
 //     {resource} and logged at Warn with resource, token and highest.
+//   - Inside a trace, every check is an OpenTelemetry span ("fencing
+//     admit", "fencing write") of the caller's trace, with its outcome
+//     and the high-water mark (docs/telemetry.md), through
+//     WithTracerProvider or the global provider. Middleware continues the
+//     caller's trace from the request's headers, and Transport sends it,
+//     so a rejected zombie write shows in the zombie's trace.
 //
 // What is not guaranteed:
 //
@@ -41,6 +47,8 @@
 //     writes: check again in the write's own transaction.
 //   - Progress under heavy contention for one resource's mark: EtcdGuard
 //     gives up after MaxCASAttempts with ErrContended.
+//   - A span for a check made outside any trace: a check alone says
+//     nothing, and an untraced caller pays nothing for tracing.
 //   - That an equal token comes from the same holder: tokens identify
 //     acquisitions, so do not reuse one outside its holder.
 package fencing

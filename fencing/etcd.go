@@ -7,8 +7,10 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/telemetry"
 )
 
 // MaxCASAttempts bounds the compare-and-swap attempts of one EtcdGuard
@@ -25,6 +27,7 @@ type EtcdGuard struct {
 	cli    *clientv3.Client
 	prefix string
 	rej    rejecter
+	tr     trace.Tracer
 }
 
 var _ Guard = (*EtcdGuard)(nil)
@@ -37,7 +40,8 @@ type Holder interface {
 }
 
 // NewEtcdGuard returns a guard that keeps its marks through cli. It takes
-// WithNamespace, WithRegisterer and WithLogger, and does not contact etcd.
+// WithNamespace, WithRegisterer, WithLogger and WithTracerProvider, and
+// does not contact etcd.
 func NewEtcdGuard(cli *clientv3.Client, opts ...Option) (*EtcdGuard, error) {
 	const who = "NewEtcdGuard"
 	if cli == nil {
@@ -51,7 +55,7 @@ func NewEtcdGuard(cli *clientv3.Client, opts ...Option) (*EtcdGuard, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &EtcdGuard{cli: cli, prefix: keys.KindPrefix(c.namespace, keys.Fence), rej: rej}, nil
+	return &EtcdGuard{cli: cli, prefix: keys.KindPrefix(c.namespace, keys.Fence), rej: rej, tr: telemetry.Tracer(c.tp)}, nil
 }
 
 // Key is the etcd key holding resource's highest admitted token.
@@ -69,9 +73,12 @@ func (g *EtcdGuard) Highest(ctx context.Context, resource string) (Token, error)
 
 // Admit admits t for resource if it is at least the highest admitted so
 // far, raising the mark in etcd when t is higher. A rejection wraps
-// ErrStale (*StaleError); it is counted and logged.
+// ErrStale (*StaleError); it is counted and logged. Inside a trace, the
+// check is a span (docs/telemetry.md).
 func (g *EtcdGuard) Admit(ctx context.Context, resource string, t Token) error {
+	ctx, f := startCheck(ctx, g.tr, telemetry.SpanAdmit, guardEtcd, resource, t)
 	_, err := g.commit(ctx, resource, t, g.cli.Txn, nil)
+	endCheck(f, err, t)
 	return err
 }
 
@@ -85,14 +92,25 @@ func (g *EtcdGuard) Admit(ctx context.Context, resource string, t Token) error {
 // election.ErrNotLeader), applies nothing, and ends the holder's Context.
 // ops must not touch the fence key itself (etcd rejects a transaction that
 // writes one key twice): that returns an error wrapping ErrInvalid.
+//
+// Inside a trace (such as that of a hold's Context), the write is a span
+// (docs/telemetry.md): a rejected write shows in the trace that made it.
 func (g *EtcdGuard) Write(ctx context.Context, h Holder, resource string, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+	t := h.Token()
+	ctx, f := startCheck(ctx, g.tr, telemetry.SpanWrite, guardEtcd, resource, t)
+	resp, err := g.write(ctx, h, t, resource, ops)
+	endCheck(f, err, t)
+	return resp, err
+}
+
+func (g *EtcdGuard) write(ctx context.Context, h Holder, t Token, resource string, ops []clientv3.Op) (*clientv3.TxnResponse, error) {
 	key := g.Key(resource)
 	for i, op := range ops {
 		if touches(op, key) {
 			return nil, fmt.Errorf("%w: op %d touches the fence key %s", ErrInvalid, i, key)
 		}
 	}
-	resp, err := g.commit(ctx, resource, h.Token(), h.Txn, ops)
+	resp, err := g.commit(ctx, resource, t, h.Txn, ops)
 	if err != nil {
 		return nil, err
 	}

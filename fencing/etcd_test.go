@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
@@ -371,6 +372,18 @@ func TestOptionsAreValidated(t *testing.T) {
 			_, err := fencing.NewEtcdGuard(cli, fencing.WithLogger(nil))
 			return err
 		}, "WithLogger(nil)"},
+		{"etcd nil tracer provider", func() error {
+			_, err := fencing.NewEtcdGuard(cli, fencing.WithTracerProvider(nil))
+			return err
+		}, "WithTracerProvider(nil)"},
+		{"memory nil tracer provider", func() error {
+			_, err := fencing.NewMemoryGuardWith(fencing.WithTracerProvider(nil))
+			return err
+		}, "WithTracerProvider(nil)"},
+		{"sql tracer provider", func() error {
+			_, err := fencing.NewSQLGuard(fencing.SQLite, fencing.WithTracerProvider(noop.NewTracerProvider()))
+			return err
+		}, ""},
 		{"sql defaults", func() error { _, err := fencing.NewSQLGuard(fencing.Postgres); return err }, ""},
 		{"sql schema table", func() error {
 			_, err := fencing.NewSQLGuard(fencing.SQLite, fencing.WithTable("app.fence_marks"))

@@ -4,7 +4,10 @@ import (
 	"context"
 	"sync"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
+
+	"github.com/batonhq/baton/internal/telemetry"
 )
 
 // Guard is the check a protected resource runs before every write: it
@@ -22,18 +25,21 @@ type MemoryGuard struct {
 	mu      sync.Mutex
 	highest map[string]Token
 	rej     rejecter
+	tr      trace.Tracer
 }
 
 var _ Guard = (*MemoryGuard)(nil)
 
 // NewMemoryGuard returns an empty in-memory guard that neither counts nor
-// logs its rejections; NewMemoryGuardWith takes options for that.
+// logs its rejections, and traces its checks through the global provider;
+// NewMemoryGuardWith takes options for that.
 func NewMemoryGuard() *MemoryGuard {
-	return &MemoryGuard{highest: make(map[string]Token), rej: rejecter{log: zap.NewNop()}}
+	return &MemoryGuard{highest: make(map[string]Token), rej: rejecter{log: zap.NewNop()}, tr: telemetry.Tracer(nil)}
 }
 
 // NewMemoryGuardWith returns an empty in-memory guard that counts its
-// rejections on WithRegisterer and logs them to WithLogger. Options that do
+// rejections on WithRegisterer, logs them to WithLogger and traces its
+// checks through WithTracerProvider. Options that do
 // not apply to an in-memory guard (WithNamespace, WithTable) are rejected
 // with an error wrapping ErrInvalid.
 func NewMemoryGuardWith(opts ...Option) (*MemoryGuard, error) {
@@ -45,12 +51,20 @@ func NewMemoryGuardWith(opts ...Option) (*MemoryGuard, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &MemoryGuard{highest: make(map[string]Token), rej: r}, nil
+	return &MemoryGuard{highest: make(map[string]Token), rej: r, tr: telemetry.Tracer(c.tp)}, nil
 }
 
 // Admit admits t for resource if it is at least the highest admitted so
-// far, and records it as the new highest.
-func (g *MemoryGuard) Admit(_ context.Context, resource string, t Token) error {
+// far, and records it as the new highest. Inside a trace, the check is a
+// span (docs/telemetry.md).
+func (g *MemoryGuard) Admit(ctx context.Context, resource string, t Token) error {
+	_, f := startCheck(ctx, g.tr, telemetry.SpanAdmit, guardMemory, resource, t)
+	err := g.admit(resource, t)
+	endCheck(f, err, t)
+	return err
+}
+
+func (g *MemoryGuard) admit(resource string, t Token) error {
 	if t <= 0 {
 		return malformed(resource, t)
 	}

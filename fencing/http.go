@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Header is the HTTP request header that carries a fencing token, in
@@ -16,7 +19,10 @@ func SetHeader(req *http.Request, t Token) { req.Header.Set(Header, t.String()) 
 
 // Transport is an http.RoundTripper that sets the Fencing-Token header of
 // every request to Token(), e.g. a *mutex.Lock's Token method, leaving the
-// caller's request untouched as RoundTrippers must.
+// caller's request untouched as RoundTrippers must. When the request's
+// context carries a trace (such as a hold's Context) and the request no
+// trace headers, it adds them (W3C traceparent, or the application's
+// propagator), so that the resource's check joins the holder's trace.
 type Transport struct {
 	// Token returns the token to send; it must not be nil.
 	Token func() Token
@@ -28,6 +34,12 @@ type Transport struct {
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	r := req.Clone(req.Context())
 	SetHeader(r, t.Token())
+	if trace.SpanContextFromContext(r.Context()).IsValid() {
+		p := propagator()
+		if !hasAny(r.Header, p.Fields()) {
+			p.Inject(r.Context(), propagation.HeaderCarrier(r.Header))
+		}
+	}
 	base := t.Base
 	if base == nil {
 		base = http.DefaultTransport
@@ -55,13 +67,22 @@ type Rejection struct {
 //     unreachable): the write may be retried.
 //
 // The admitted token and resource are in the next handler's request
-// context (TokenFromContext). Admission orders requests, but a handler
+// context (TokenFromContext). So is the caller's trace context, read from
+// the request's headers (W3C traceparent, or the application's
+// propagator) unless the request's context already carries a span (from
+// tracing middleware of the application's): g's check, and so a rejected
+// zombie write, shows in the trace of the request that carried it. Admission orders requests, but a handler
 // still running when a newer token is admitted can complete its write; to
 // close that window, have the handler check the token again in the same
 // transaction as its write (SQLGuard.Admit, EtcdGuard.Write).
 func Middleware(g Guard, resource func(*http.Request) (string, error)) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !trace.SpanContextFromContext(r.Context()).IsValid() {
+				if ctx := propagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header)); trace.SpanContextFromContext(ctx).IsValid() {
+					r = r.WithContext(ctx)
+				}
+			}
 			name, err := resource(r)
 			if err != nil {
 				reject(w, http.StatusBadRequest, Rejection{Error: "resource: " + err.Error()})
@@ -93,6 +114,16 @@ func Middleware(g Guard, resource func(*http.Request) (string, error)) func(http
 			next.ServeHTTP(w, r.WithContext(ctx))
 		})
 	}
+}
+
+// hasAny reports whether h has any of the headers names.
+func hasAny(h http.Header, names []string) bool {
+	for _, n := range names {
+		if h.Get(n) != "" {
+			return true
+		}
+	}
+	return false
 }
 
 type admittedKey struct{}

@@ -5,6 +5,7 @@ import (
 	"regexp"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/keys"
@@ -15,8 +16,10 @@ import (
 type Option interface{ apply(*guardConfig) }
 
 type guardConfig struct {
-	reg prometheus.Registerer
-	log *zap.Logger
+	reg   prometheus.Registerer
+	log   *zap.Logger
+	tp    trace.TracerProvider
+	tpSet bool
 
 	namespace    string // EtcdGuard
 	namespaceSet bool
@@ -36,6 +39,13 @@ func WithRegisterer(reg prometheus.Registerer) Option {
 // WithLogger logs every rejection at Warn level with the fields resource,
 // token and highest; the default is silent.
 func WithLogger(l *zap.Logger) Option { return optionFunc(func(c *guardConfig) { c.log = l }) }
+
+// WithTracerProvider records a span for every check made inside a trace
+// (docs/telemetry.md) through tp; the default is the global provider,
+// which records nothing unless the application installs one.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(c *guardConfig) { c.tp, c.tpSet = tp, true })
+}
 
 // WithNamespace sets the namespace under which an EtcdGuard keeps its
 // high-water marks (default "baton"): 1 to 64 bytes of letters, digits,
@@ -70,6 +80,9 @@ func buildConfig(who string, opts []Option, allowNamespace, allowTable bool) (gu
 	}
 	if c.log == nil {
 		return c, fmt.Errorf("%w: %s: WithLogger(nil): use zap.NewNop() for silence", ErrInvalid, who)
+	}
+	if c.tpSet && c.tp == nil {
+		return c, fmt.Errorf("%w: %s: WithTracerProvider(nil): leave it out for the global provider", ErrInvalid, who)
 	}
 	if c.namespaceSet && !allowNamespace {
 		return c, fmt.Errorf("%w: %s does not take WithNamespace", ErrInvalid, who)

@@ -5,6 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/batonhq/baton/internal/telemetry"
 )
 
 // Dialect is the SQL flavour a SQLGuard speaks: its placeholders differ.
@@ -57,10 +61,11 @@ type SQLGuard struct {
 	table              string
 	upsert, selectHigh string
 	rej                rejecter
+	tr                 trace.Tracer
 }
 
-// NewSQLGuard returns a guard for d. It takes WithTable, WithRegisterer
-// and WithLogger, and does not touch the database.
+// NewSQLGuard returns a guard for d. It takes WithTable, WithRegisterer,
+// WithLogger and WithTracerProvider, and does not touch the database.
 func NewSQLGuard(d Dialect, opts ...Option) (*SQLGuard, error) {
 	const who = "NewSQLGuard"
 	if d != Postgres && d != SQLite {
@@ -80,7 +85,7 @@ func NewSQLGuard(d Dialect, opts ...Option) (*SQLGuard, error) {
 	}
 	t := c.table
 	return &SQLGuard{
-		dialect: d, table: t, rej: rej,
+		dialect: d, table: t, rej: rej, tr: telemetry.Tracer(c.tp),
 		upsert: "INSERT INTO " + t + " (resource, token) VALUES (" + p1 + ", " + p2 + ")" +
 			" ON CONFLICT (resource) DO UPDATE SET token = excluded.token" +
 			" WHERE " + t + ".token <= excluded.token RETURNING token",
@@ -124,7 +129,16 @@ func (g *SQLGuard) Migrate(ctx context.Context, db Execer) error {
 // With SQLite, begin tx as a write transaction (modernc.org/sqlite:
 // "_txlock=immediate" in the DSN), or concurrent transactions that read
 // first may fail with SQLITE_BUSY; that error is safe, not a stale write.
+//
+// Inside a trace, the check is a span (docs/telemetry.md).
 func (g *SQLGuard) Admit(ctx context.Context, tx *sql.Tx, resource string, t Token) error {
+	ctx, f := startCheck(ctx, g.tr, telemetry.SpanAdmit, guardSQL, resource, t)
+	err := g.admit(ctx, tx, resource, t)
+	endCheck(f, err, t)
+	return err
+}
+
+func (g *SQLGuard) admit(ctx context.Context, tx *sql.Tx, resource string, t Token) error {
 	if t <= 0 {
 		return malformed(resource, t)
 	}

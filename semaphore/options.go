@@ -18,11 +18,13 @@ const DefaultTTL, MinTTL, DefaultMaxTTL = session.DefaultTTL, session.MinTTL, se
 
 // The options every primitive takes, one definition for all:
 //
-//   - WithTTL, WithMaxTTL, WithSafetyMargin, WithMaxHeld, WithLogger and
-//     WithRegisterer are package session's, which documents them: the
-//     lease's TTL (default 15 s; it bounds how long a crashed holder keeps
-//     others waiting, not how long one holds), its cap, the safety margin,
-//     the cap on keys held, the logger and the Registerer. They are
+//   - WithTTL, WithMaxTTL, WithSafetyMargin, WithMaxHeld, WithLogger,
+//     WithRegisterer and WithTracerProvider are package session's, which
+//     documents them: the lease's TTL (default 15 s; it bounds how long a
+//     crashed holder keeps others waiting, not how long one holds), its
+//     cap, the safety margin, the cap on keys held, the logger, the
+//     Registerer and the OpenTelemetry provider of the spans of every
+//     wait, hold and release (docs/telemetry.md). They are
 //     session-wide: given with WithSession they must agree with the
 //     session's.
 //   - WithNamespace sets the first segment of every key (default "baton"):
@@ -36,9 +38,18 @@ const DefaultTTL, MinTTL, DefaultMaxTTL = session.DefaultTTL, session.MinTTL, se
 //     inspection calls, Observe and the baton CLI (default "host:pid"): 1
 //     to 256 bytes of UTF-8 without control characters. Name the replica
 //     or job, not a secret: anyone who may read the namespace sees it.
-var WithTTL, WithMaxTTL, WithSafetyMargin, WithMaxHeld, WithLogger, WithRegisterer, WithNamespace, WithMetricLabel, WithIdentity = session.WithTTL, session.WithMaxTTL, session.WithSafetyMargin, session.WithMaxHeld, session.WithLogger, session.WithRegisterer, config.Namespace, config.MetricLabel, config.Identity
+var WithTTL, WithMaxTTL, WithSafetyMargin, WithMaxHeld, WithLogger, WithRegisterer, WithTracerProvider, WithNamespace, WithMetricLabel, WithIdentity = session.WithTTL, session.WithMaxTTL, session.WithSafetyMargin, session.WithMaxHeld, session.WithLogger, session.WithRegisterer, session.WithTracerProvider, config.Namespace, config.MetricLabel, config.Identity
 
 // WithSession makes the Semaphore use s (a *session.Session or an etcd
 // *concurrency.Session) instead of creating its own lease, as
 // mutex.WithSession. The caller keeps ownership: Close does not close s.
 func WithSession[S *session.Session | *concurrency.Session](s S) Option { return config.Session(s) }
+
+// WithLockDelay(d) makes acquisitions wait out a lost holder: after a
+// holder of a permit is lost without releasing (its lease expired or was
+// revoked, its key deleted), an acquisition with a lock-delay returns no
+// sooner than the lost holder's d after etcd made the loss visible, timed
+// by etcd (a key on a lease of TTL d). After Release there is no delay.
+// d is 0 (none) or whole seconds from 2s to 1h. docs/primitives.md says
+// what it costs and assumes.
+var WithLockDelay = config.LockDelay

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/config"
@@ -163,3 +164,10 @@ func WithLogger(l *zap.Logger) Option { return config.Logger(l) }
 // WithRegisterer sets where metrics are registered (default: nowhere). Many
 // primitives may share one Registerer, and one metric label.
 func WithRegisterer(reg prometheus.Registerer) Option { return config.Registerer(reg) }
+
+// WithTracerProvider records an OpenTelemetry span for every wait, hold
+// and release of the session's primitives (docs/telemetry.md) through tp,
+// instead of the global provider, which records nothing until the
+// application installs one. A handle's Context carries its hold's span,
+// so work done under it is the hold's child.
+func WithTracerProvider(tp trace.TracerProvider) Option { return config.TracerProvider(tp) }

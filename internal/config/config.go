@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/core"
@@ -41,6 +42,10 @@ type Config struct {
 	MetricLabel string
 	Identity    string
 	IdentitySet bool
+	// LockDelay is WithLockDelay's: zero for none.
+	LockDelay time.Duration
+	// Candidate is an election candidate's coordination settings (coord.go).
+	Candidate Candidate
 }
 
 type opt struct {
@@ -98,6 +103,23 @@ func Registerer(r prometheus.Registerer) Option {
 	return sessionOpt("WithRegisterer", func(c *Config) string { c.Session.Registerer = r; return fmt.Sprintf("%p", r) })
 }
 
+// TracerProvider sets the provider of the spans of a session's primitives.
+func TracerProvider(tp trace.TracerProvider) Option {
+	return sessionOpt("WithTracerProvider", func(c *Config) string {
+		if tp == nil {
+			c.errs = append(c.errs, fmt.Errorf("%w: WithTracerProvider: provider must not be nil (leave the option out for the global one)", errs.ErrInvalid))
+		}
+		c.Session.TracerProvider = tp
+		return fmt.Sprintf("%p", tp)
+	})
+}
+
+// Untraced makes a session's primitives start no span at all: the
+// baseline against which benchmarks measure the default provider's cost.
+func Untraced() Option {
+	return sessionOpt("untraced", func(c *Config) string { c.Session.Untraced = true; return "" })
+}
+
 // Clock sets the watchdog's clock (tests).
 func Clock(clock core.Clock) Option {
 	return sessionOpt("WithClock", func(c *Config) string { c.Session.Clock = clock; return fmt.Sprintf("%v", clock) })
@@ -144,6 +166,29 @@ func MetricLabel(label string) Option {
 // Identity sets the value a mutex writes to its key.
 func Identity(id string) Option {
 	return plainOpt("WithIdentity", func(c *Config) { c.Identity, c.IdentitySet = id, true })
+}
+
+// Bounds of WithLockDelay: a delay is a lease's TTL, so whole seconds,
+// at least etcd's minimum lease TTL.
+const (
+	MinLockDelay = core.MinTTL
+	MaxLockDelay = time.Hour
+)
+
+// LockDelay sets the lock-delay: how long nobody acquires after a holder
+// is lost without releasing.
+func LockDelay(d time.Duration) Option {
+	return plainOpt("WithLockDelay", func(c *Config) {
+		switch {
+		case d < 0 || d > 0 && d < MinLockDelay:
+			c.errs = append(c.errs, fmt.Errorf("%w: WithLockDelay(%v): a delay must be 0 (none) or at least %v (etcd's minimum lease TTL)", errs.ErrInvalid, d, MinLockDelay))
+		case d > MaxLockDelay:
+			c.errs = append(c.errs, fmt.Errorf("%w: WithLockDelay(%v): at most %v", errs.ErrInvalid, d, MaxLockDelay))
+		case d%time.Second != 0:
+			c.errs = append(c.errs, fmt.Errorf("%w: WithLockDelay(%v): a whole number of seconds, as etcd leases are", errs.ErrInvalid, d))
+		}
+		c.LockDelay = d
+	})
 }
 
 // BuildSession validates the options of a session.
@@ -239,17 +284,18 @@ func (c *Config) adoptShared(cli *clientv3.Client) error {
 func (c *Config) agree(theirs core.Config, except ...string) error {
 	mine := c.Session
 	values := map[string][2]string{
-		"WithTTL":          {mine.TTL.String(), theirs.TTL.String()},
-		"WithMaxTTL":       {mine.MaxTTL.String(), theirs.MaxTTL.String()},
-		"WithSafetyMargin": {mine.Margin.String(), theirs.Margin.String()},
-		"WithMaxHeld":      {fmt.Sprint(mine.MaxHeld), fmt.Sprint(theirs.MaxHeld)},
-		"WithLogger":       {fmt.Sprintf("%p", mine.Logger), fmt.Sprintf("%p", theirs.Logger)},
-		"WithRegisterer":   {fmt.Sprintf("%p", mine.Registerer), fmt.Sprintf("%p", theirs.Registerer)},
-		"WithClock":        {fmt.Sprintf("%v", mine.Clock), fmt.Sprintf("%v", theirs.Clock)},
-		"WithHooks":        {fmt.Sprintf("%p", mine.Hooks), fmt.Sprintf("%p", theirs.Hooks)},
+		"WithTTL":            {mine.TTL.String(), theirs.TTL.String()},
+		"WithMaxTTL":         {mine.MaxTTL.String(), theirs.MaxTTL.String()},
+		"WithSafetyMargin":   {mine.Margin.String(), theirs.Margin.String()},
+		"WithMaxHeld":        {fmt.Sprint(mine.MaxHeld), fmt.Sprint(theirs.MaxHeld)},
+		"WithLogger":         {fmt.Sprintf("%p", mine.Logger), fmt.Sprintf("%p", theirs.Logger)},
+		"WithRegisterer":     {fmt.Sprintf("%p", mine.Registerer), fmt.Sprintf("%p", theirs.Registerer)},
+		"WithClock":          {fmt.Sprintf("%v", mine.Clock), fmt.Sprintf("%v", theirs.Clock)},
+		"WithHooks":          {fmt.Sprintf("%p", mine.Hooks), fmt.Sprintf("%p", theirs.Hooks)},
+		"WithTracerProvider": {fmt.Sprintf("%p", mine.TracerProvider), fmt.Sprintf("%p", theirs.TracerProvider)},
 	}
 	var out []error
-	for _, name := range []string{"WithTTL", "WithMaxTTL", "WithSafetyMargin", "WithMaxHeld", "WithLogger", "WithRegisterer", "WithClock", "WithHooks"} {
+	for _, name := range []string{"WithTTL", "WithMaxTTL", "WithSafetyMargin", "WithMaxHeld", "WithLogger", "WithRegisterer", "WithClock", "WithHooks", "WithTracerProvider"} {
 		if _, given := c.set[name]; !given || slices.Contains(except, name) {
 			continue
 		}
@@ -312,36 +358,83 @@ type Primitive struct {
 // Open validates name and opts and returns the Owner of a new primitive,
 // with its configuration and the value its keys carry (WithIdentity's).
 func Open[T any](cli *clientv3.Client, p Primitive, name string, opts []Option) (*core.Owner[T], Config, string, error) {
+	o, cfg, value, _, err := OpenSession[T](cli, p, name, opts)
+	return o, cfg, value, err
+}
+
+// OpenSession is Open that also returns the Owner's session, for a
+// primitive that keeps more keys on it.
+func OpenSession[T any](cli *clientv3.Client, p Primitive, name string, opts []Option) (*core.Owner[T], Config, string, *core.Session, error) {
 	if err := keys.ValidateName(metrics.KindNames[p.Kind]+" name", name); err != nil {
-		return nil, Config{}, "", err
+		return nil, Config{}, "", nil, err
 	}
-	cfg, err := Build(cli, opts)
+	cfg, value, err := prepare(cli, opts)
 	if err != nil {
-		return nil, cfg, "", err
+		return nil, cfg, "", nil, err
 	}
-	value, err := cfg.HolderIdentity()
-	if err != nil {
-		return nil, cfg, "", err
+	if cfg.Candidate.Set != "" && p.Kind != core.Election {
+		return nil, cfg, "", nil, fmt.Errorf("%w: %s is an election option, not a %s one", errs.ErrInvalid, cfg.Candidate.Set, metrics.KindNames[p.Kind])
 	}
 	sess, own, err := cfg.NewSession(cli)
 	if err != nil {
-		return nil, cfg, "", err
+		return nil, cfg, "", nil, err
 	}
 	met, err := cfg.Metrics()
 	if err != nil {
 		if own {
 			_ = closeOwn(sess)
 		}
-		return nil, cfg, "", err
+		return nil, cfg, "", nil, err
 	}
+	return newOwner[T](p, cfg, met, sess, own, name), cfg, value, sess, nil
+}
+
+// OpenAll is Open for several names on one session (mutex.Set's). The
+// Owners leave the session open: the caller closes (or detaches) it when
+// own. The names must have been validated.
+func OpenAll[T any](cli *clientv3.Client, p Primitive, names []string, opts []Option) (_ []*core.Owner[T], _ *core.Session, own bool, _ Config, value string, _ error) {
+	cfg, value, err := prepare(cli, opts)
+	if err != nil {
+		return nil, nil, false, cfg, "", err
+	}
+	if cfg.Candidate.Set != "" {
+		return nil, nil, false, cfg, "", fmt.Errorf("%w: %s is an election option, not a mutex one", errs.ErrInvalid, cfg.Candidate.Set)
+	}
+	sess, own, err := cfg.NewSession(cli)
+	if err != nil {
+		return nil, nil, false, cfg, "", err
+	}
+	met, err := cfg.Metrics()
+	if err != nil {
+		if own {
+			_ = closeOwn(sess)
+		}
+		return nil, nil, false, cfg, "", err
+	}
+	owners := make([]*core.Owner[T], len(names))
+	for i, name := range names {
+		owners[i] = newOwner[T](p, cfg, met, sess, false, name)
+	}
+	return owners, sess, own, cfg, value, nil
+}
+
+func prepare(cli *clientv3.Client, opts []Option) (Config, string, error) {
+	cfg, err := Build(cli, opts)
+	if err != nil {
+		return cfg, "", err
+	}
+	value, err := cfg.HolderIdentity()
+	return cfg, value, err
+}
+
+func newOwner[T any](p Primitive, cfg Config, met *metrics.Metrics, sess *core.Session, own bool, name string) *core.Owner[T] {
 	label := p.LabelPrefix + name
 	if cfg.MetricLabel != "" {
 		label = cfg.MetricLabel
 	}
 	rec := metrics.Recorder{Metrics: met, Logger: cfg.Session.Logger, Kind: p.Kind, Name: name, Namespace: cfg.Namespace, Label: label}
-	o := core.NewOwner[T](sess, core.OwnerConfig{Recorder: rec, Prefix: keys.Prefix(cfg.Namespace, p.Keys, name),
+	return core.NewOwner[T](sess, core.OwnerConfig{Recorder: rec, Prefix: keys.Prefix(cfg.Namespace, p.Keys, name),
 		NotHeld: p.NotHeld, Busy: p.Busy, Own: own})
-	return o, cfg, value, nil
 }
 
 // Session is WithSession of every primitive: s is a *session.Session (an

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -18,7 +19,9 @@ import (
 	"github.com/batonhq/baton/internal/errs"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/metrics"
+	"github.com/batonhq/baton/internal/planted"
 	"github.com/batonhq/baton/internal/retry"
+	"github.com/batonhq/baton/internal/telemetry"
 )
 
 const (
@@ -61,6 +64,11 @@ type Request struct {
 	Tag    string
 	Policy Policy // nil: the oldest key alone holds
 	Check  func(context.Context) error
+	Key    string         // a key the caller put already (mutex.Set's), else the lease's
+	Limit  int            // a semaphore's, for its spans
+	If     []clientv3.Cmp // more conditions of the put; failing with no key: the try's busy error
+
+	wait telemetry.Wait // the call's span, set by Acquire
 }
 
 // Policy decides when a key that is not exclusive (a permit, a read lock)
@@ -118,19 +126,42 @@ func (o *Owner[T]) Client() *clientv3.Client { return o.sess.cli }
 // (cfg.Busy for a try, errs.ErrClosed after Close) leaving no key behind.
 func (o *Owner[T]) Acquire(ctx context.Context, req Request, wrap func(*Hold) T) (T, error) {
 	start := time.Now()
+	ctx, req.wait = o.target(req).StartWait(ctx)
 	h, t, err := o.acquire(ctx, req, wrap)
-	result := "acquired"
+	result, outcome := "acquired", telemetry.Acquired
 	switch {
 	case err == nil:
 	case errors.Is(err, errBusy):
-		err, result = fmt.Errorf("%w: %q", o.cfg.Busy, o.cfg.Name), "locked"
+		err, result, outcome = fmt.Errorf("%w: %q", o.cfg.Busy, o.cfg.Name), "locked", telemetry.Busy
 	case ctx.Err() != nil || errors.Is(err, errs.ErrClosed):
-		result = "canceled"
+		result, outcome = "canceled", telemetry.Cancelled
+	case retry.Permanent(err):
+		result, outcome = "error", telemetry.Refused
+	case errors.Is(err, errs.ErrLost):
+		result, outcome = "error", telemetry.Lost
 	default:
-		result = "error"
+		result, outcome = "error", telemetry.Failed
 	}
-	o.cfg.Acquired(result, time.Since(start), h.logFields)
+	if err != nil {
+		req.wait.End(outcome, err) // an acquisition ended it as its hold began
+	}
+	o.cfg.Acquired(result, time.Since(start), h.logFields, req.wait.SpanContext())
 	return t, err
+}
+
+// target describes the primitive for the spans of req, built per call so
+// that an Owner keeps nothing for them (the tracer is the session's).
+func (o *Owner[T]) target(req Request) *telemetry.Target {
+	t := telemetry.TargetOf(o.sess.tracer, metrics.KindNames[o.cfg.Kind], o.cfg.Namespace, o.cfg.Name)
+	switch {
+	case o.cfg.Kind == metrics.Semaphore:
+		t = t.Limit(req.Limit)
+	case o.cfg.Kind == metrics.RWMutex && req.Tag == keys.TagRead:
+		t = t.Mode("read")
+	case o.cfg.Kind == metrics.RWMutex:
+		t = t.Mode("write")
+	}
+	return &t
 }
 
 func (o *Owner[T]) acquire(ctx context.Context, req Request, wrap func(*Hold) T) (*Hold, T, error) {
@@ -178,7 +209,7 @@ var seq atomic.Uint64 // makes each tagged key unique in this process
 // Policy, the queue's deletions), so a release wakes one mutex waiter.
 func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, error) {
 	s, prefix := o.sess, o.cfg.Prefix
-	key := keys.LeaseKey(prefix, int64(l.ID()))
+	key := cmp.Or(req.Key, keys.LeaseKey(prefix, int64(l.ID())))
 	if req.Tag != "" {
 		key = keys.TaggedKey(key, req.Tag, seq.Add(1))
 	}
@@ -202,12 +233,19 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 		return nil, err
 	}
 
+	var stale []*mvccpb.KeyValue
+	if planted.On("c") && o.cfg.Kind == Semaphore {
+		if r, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSerializable(),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)); err == nil {
+			stale = r.Kvs
+		}
+	}
 	// Put the key unless it exists: one that exists is ours (reserved here),
 	// a lost reply's or an earlier run's, so the put is safe to retry.
 	var resp *clientv3.TxnResponse
 	err = retry.Do(ctx, func(actx context.Context) (err error) {
 		resp, err = s.cli.Txn(clientv3.WithRequireLeader(actx)).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, req.If...)...).
 			Then(clientv3.OpPut(key, req.Value, clientv3.WithLease(l.ID())), queueRead(prefix, req.Policy, true)).
 			Else(clientv3.OpGet(key), queueRead(prefix, req.Policy, false)).
 			Commit()
@@ -224,6 +262,9 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 	}
 	rev, at := resp.Header.Revision, resp.Header.Revision
 	if !resp.Succeeded {
+		if len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
+			return fail(-1, errBusy) // req.If failed: nothing written
+		}
 		kv := resp.Responses[0].GetResponseRange().Kvs[0]
 		rev = kv.CreateRevision
 		if string(kv.Value) != req.Value { // an adopted key carries this caller's value
@@ -232,7 +273,14 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 			}
 		}
 	}
-	ok, blockers, allowed := mayHold(req.Policy, resp.Responses[1].GetResponseRange().Kvs, resp.Succeeded, key, rev)
+	read := resp.Responses[1].GetResponseRange().Kvs
+	if stale != nil {
+		read = stale
+	}
+	if req.wait.Recording() && resp.Succeeded {
+		req.wait.Enqueued(queuePosition(req.Policy, resp.Responses[1].GetResponseRange(), rev))
+	}
+	ok, blockers, allowed := mayHold(req.Policy, read, resp.Succeeded, key, rev)
 	if !ok {
 		if req.Try {
 			return fail(rev, errBusy)
@@ -250,9 +298,25 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 	if f := s.cfg.Hooks.AfterConfirm; f != nil {
 		f(key)
 	}
-	h := newHold(o, l, key, rev, at, res, w)
+	h := newHold(o, l, key, rev, at, res, w, req.wait)
 	w.Register(h)
 	return h, nil
+}
+
+// queuePosition is how many keys were ahead of ours, created at rev, in
+// the read of the transaction that put it: without a Policy that read is
+// limited, but its Count is the whole queue's, ours the newest.
+func queuePosition(p Policy, read *etcdserverpb.RangeResponse, rev int64) int {
+	if p == nil {
+		return max(int(read.GetCount())-1, 0)
+	}
+	n := 0
+	for _, kv := range read.GetKvs() {
+		if kv.CreateRevision < rev {
+			n++
+		}
+	}
+	return n
 }
 
 // queueRead is the enqueue's read: the queue for a Policy, else beside a put
@@ -512,12 +576,14 @@ func (o *Owner[T]) release(ctx context.Context, h *Hold) error {
 		ctx, cancel = context.WithTimeout(ctx, releaseTimeout)
 		defer cancel()
 	}
+	ctx, span := h.span().StartRelease(ctx)
 	err := h.deleteGuarded(ctx)
 	if err == nil || errors.Is(err, o.cfg.NotHeld) { // no retry is due: forget h
 		o.mu.Lock()
 		o.held = slices.DeleteFunc(o.held, func(e held[T]) bool { return e.h == h })
 		o.mu.Unlock()
 	}
+	span.End(err)
 	return err
 }
 
@@ -525,7 +591,13 @@ func (o *Owner[T]) release(ctx context.Context, h *Hold) error {
 func (o *Owner[T]) started(*Hold) { o.cfg.Started() }
 
 func (o *Owner[T]) ended(h *Hold, cause error, held time.Duration) {
-	o.cfg.Ended(cause, held, h.logFields)
+	span := h.span()
+	if errors.Is(cause, errs.ErrReleased) {
+		span.Released()
+	} else {
+		span.Lost(errs.Reason(cause), cause)
+	}
+	o.cfg.Ended(cause, held, h.logFields, span.SpanContext())
 }
 
 // enter counts a call in flight whose ctx Close ends with errs.ErrClosed;

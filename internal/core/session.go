@@ -13,12 +13,15 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/errs"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/lease"
+	"github.com/batonhq/baton/internal/planted"
 	"github.com/batonhq/baton/internal/retry"
+	"github.com/batonhq/baton/internal/telemetry"
 	"github.com/batonhq/baton/internal/watch"
 )
 
@@ -43,17 +46,22 @@ type Config struct {
 	Registerer prometheus.Registerer
 	Clock      lease.Clock
 	Hooks      *Hooks
+	// TracerProvider records the spans of every primitive on the session
+	// (nil: the global provider); Untraced starts none at all.
+	TracerProvider trace.TracerProvider
+	Untraced       bool
 }
 
 // Session is one etcd lease at a time (granted here, or a caller's etcd
 // session's), its validity watchdog, the key reservations of this process
 // and one deletion watch per namespace. Close ends it.
 type Session struct {
-	cli  *clientv3.Client
-	cfg  Config
-	etcd *concurrency.Session // the caller's lease, or nil: granted here
-	prev *Session             // cs's Session before this one, whose deletions may still run
-	lcfg *lease.Config
+	cli    *clientv3.Client
+	cfg    Config
+	tracer trace.Tracer         // nil: untraced
+	etcd   *concurrency.Session // the caller's lease, or nil: granted here
+	prev   *Session             // cs's Session before this one, whose deletions may still run
+	lcfg   *lease.Config
 
 	ctx    context.Context // ends with errs.ErrReleased when Close begins
 	cancel context.CancelCauseFunc
@@ -96,6 +104,9 @@ func newSession(cli *clientv3.Client, cs *concurrency.Session, cfg Config) *Sess
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	s := &Session{cli: cli, cfg: cfg, etcd: cs, ctx: ctx, cancel: cancel}
+	if !cfg.Untraced {
+		s.tracer = telemetry.Tracer(cfg.TracerProvider)
+	}
 	s.lcfg = &lease.Config{Client: cli, Clock: cfg.Clock, Logger: cfg.Logger, Granted: cs == nil,
 		OnRenewed: func() { call(s.cfg.Hooks.OnRenewed) }, OnFailure: s.renewalFailed}
 	if cs != nil {
@@ -214,9 +225,14 @@ func (s *Session) Close() error {
 	s.cancel(errs.ErrReleased)
 	var err error
 	if cur != nil {
-		cur.cancelHolds() // before the revoke lets the next holders in
+		if !planted.On("b") {
+			cur.cancelHolds() // before the revoke lets the next holders in
+		}
 		if s.etcd == nil {
 			err = cur.Revoke(context.Background(), revokeTimeout)
+		}
+		if planted.On("b") {
+			cur.cancelHolds()
 		}
 	}
 	s.wg.Wait()
@@ -261,6 +277,9 @@ func (s *Session) OnRenewalFailure(fn func()) (remove func()) {
 
 func (s *Session) renewalFailed() {
 	s.mu.Lock()
+	if l := s.cur; l != nil {
+		defer l.renewalFailed() // the spans of its holds, after the listeners
+	}
 	fns := make([]func(), 0, len(s.listeners))
 	for p := range s.listeners {
 		fns = append(fns, *p)
@@ -270,6 +289,9 @@ func (s *Session) renewalFailed() {
 		fn()
 	}
 }
+
+// Lease is lease, for callers that put keys themselves (mutex.Set).
+func (s *Session) Lease(ctx context.Context) (*Lease, error) { return s.lease(ctx) }
 
 // lease returns the live lease, granting one (or re-checking a caller's):
 // one grant for all callers, each waiting as long as its own ctx lives.
@@ -396,6 +418,15 @@ type Lease struct {
 	holds   map[*Hold]struct{}
 }
 
+// renewalFailed tells the recorded spans of l's holds.
+func (l *Lease) renewalFailed() {
+	l.holdsMu.Lock()
+	defer l.holdsMu.Unlock()
+	for h := range l.holds {
+		h.span().RenewalFailed(nil)
+	}
+}
+
 // cancelHolds ends every hold's context with the lease's cause in the
 // caller, so holders know before anything lets the next holder in.
 func (l *Lease) cancelHolds() {
@@ -410,6 +441,9 @@ func (l *Lease) cancelHolds() {
 // endHolds runs every hold's end once the lease ended; a hold whose key was
 // deleted first ends once the reason is told apart.
 func (l *Lease) endHolds() {
+	if planted.On("b") {
+		time.Sleep(2 * l.TTL()) // after the revoke had its chance
+	}
 	call(l.s.cfg.Hooks.EndingHolds)
 	l.holdsMu.Lock()
 	holds := make([]*Hold, 0, len(l.holds))
@@ -469,7 +503,9 @@ func (s *Session) reserve(ctx context.Context, key string, try, takeover bool) (
 		if old := busy.hold; takeover && old != nil {
 			busy.hold = nil
 			s.mu.Unlock()
-			old.replaced()
+			if !planted.On("e") {
+				old.replaced()
+			}
 			return busy, nil
 		}
 		if try {

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/errs"
+	"github.com/batonhq/baton/internal/planted"
 	"github.com/batonhq/baton/internal/retry"
 )
 
@@ -89,7 +90,9 @@ func (l *Lease) Lose(reason error) {
 	cause := errs.Lost(reason)
 	l.cancel(cause)
 	l.mu.Unlock()
-	l.onEnd()
+	if !planted.On("b") {
+		l.onEnd()
+	}
 	l.cfg.Logger.Warn("lease lost", l.Hex(), zap.Error(cause))
 }
 
@@ -155,11 +158,16 @@ func (l *Lease) Watchdog(stop context.Context) {
 		l.timer.Stop()
 	}
 	l.mu.Unlock()
-	l.onEnd() // the lease may have ended in another goroutine
+	if !planted.On("b") {
+		l.onEnd() // the lease may have ended in another goroutine
+	}
 	if l.cfg.Granted && !errors.Is(context.Cause(l.ctx), errs.ErrReleased) {
 		if err := l.Revoke(stop, 2*l.ttl); err != nil {
 			l.cfg.Logger.Warn("could not revoke a lost lease; it expires by itself", l.Hex(), zap.Error(err))
 		}
+	}
+	if planted.On("b") && !errors.Is(context.Cause(l.ctx), errs.ErrReleased) {
+		l.onEnd() // a released lease's holds: after the closer's revoke
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/errs"
@@ -116,19 +117,31 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C, errp *erro
 
 // ObserveAcquire records one Lock or TryLock call.
 func (m *Metrics) ObserveAcquire(ns, name, result string, d time.Duration) {
+	m.ObserveAcquireTraced(ns, name, result, d, trace.SpanContext{})
+}
+
+// ObserveAcquireTraced records one Lock or TryLock call whose wait span is
+// sc: a sampled one is the observation's exemplar.
+func (m *Metrics) ObserveAcquireTraced(ns, name, result string, d time.Duration, sc trace.SpanContext) {
 	if m == nil {
 		return
 	}
-	m.AcquireDuration.WithLabelValues(ns, name, result).Observe(d.Seconds())
+	observe(m.AcquireDuration.WithLabelValues(ns, name, result), d.Seconds(), sc)
 	m.AcquireTotal.WithLabelValues(ns, name, result).Inc()
 }
 
 // HoldEnded records the end of a hold; reason is empty for a release.
 func (m *Metrics) HoldEnded(ns, name string, held time.Duration, lostReason string) {
+	m.HoldEndedTraced(ns, name, held, lostReason, trace.SpanContext{})
+}
+
+// HoldEndedTraced records the end of a hold whose span is sc: a sampled
+// one is the observation's exemplar.
+func (m *Metrics) HoldEndedTraced(ns, name string, held time.Duration, lostReason string, sc trace.SpanContext) {
 	if m == nil {
 		return
 	}
-	m.HoldDuration.WithLabelValues(ns, name).Observe(held.Seconds())
+	observe(m.HoldDuration.WithLabelValues(ns, name), held.Seconds(), sc)
 	if lostReason != "" {
 		m.LostTotal.WithLabelValues(ns, name, lostReason).Inc()
 	}
@@ -144,10 +157,36 @@ func (m *Metrics) RenewalFailed(ns, name string) func() {
 
 // ObserveCampaign records one Campaign call.
 func (m *Metrics) ObserveCampaign(ns, name, result string, d time.Duration) {
+	m.ObserveCampaignTraced(ns, name, result, d, trace.SpanContext{})
+}
+
+// ObserveCampaignTraced records one Campaign call whose wait span is sc: a
+// sampled one is the observation's exemplar.
+func (m *Metrics) ObserveCampaignTraced(ns, name, result string, d time.Duration, sc trace.SpanContext) {
 	if m == nil {
 		return
 	}
-	m.CampaignDuration.WithLabelValues(ns, name, result).Observe(d.Seconds())
+	observe(m.CampaignDuration.WithLabelValues(ns, name, result), d.Seconds(), sc)
+}
+
+// Exemplar label names, as Grafana's Prometheus data source expects them
+// by default for a link to the trace.
+const (
+	ExemplarTraceID = "trace_id"
+	ExemplarSpanID  = "span_id"
+)
+
+// observe records v on o, with sc as its exemplar when sc is sampled: an
+// unsampled trace is stored nowhere, so it would be a dead link. Exemplars
+// are exposed in the OpenMetrics format only.
+func observe(o prometheus.Observer, v float64, sc trace.SpanContext) {
+	if sc.IsSampled() {
+		if eo, ok := o.(prometheus.ExemplarObserver); ok {
+			eo.ObserveWithExemplar(v, prometheus.Labels{ExemplarTraceID: sc.TraceID().String(), ExemplarSpanID: sc.SpanID().String()})
+			return
+		}
+	}
+	o.Observe(v)
 }
 
 // Leading records a transition into or out of leadership; lostReason is
@@ -264,8 +303,9 @@ type Recorder struct {
 }
 
 // Acquired records one acquiring call by result ("acquired", "locked",
-// "canceled", "error"); fields, called only to log, are the hold's.
-func (r *Recorder) Acquired(result string, d time.Duration, fields func() []zap.Field) {
+// "canceled", "error"); fields, called only to log, are the hold's; sc is
+// the call's span, the exemplar when sampled.
+func (r *Recorder) Acquired(result string, d time.Duration, fields func() []zap.Field, sc trace.SpanContext) {
 	switch {
 	case r.Kind == Election && result == "acquired":
 		result = "leader"
@@ -274,9 +314,9 @@ func (r *Recorder) Acquired(result string, d time.Duration, fields func() []zap.
 		r.Logger.Debug(nouns[r.Kind]+" acquired", r.Fields(fields()...)...)
 	}
 	if r.Kind == Election {
-		r.Metrics.ObserveCampaign(r.Namespace, r.Label, result, d)
+		r.Metrics.ObserveCampaignTraced(r.Namespace, r.Label, result, d, sc)
 	} else {
-		r.Metrics.ObserveAcquire(r.Namespace, r.Label, result, d)
+		r.Metrics.ObserveAcquireTraced(r.Namespace, r.Label, result, d, sc)
 	}
 }
 
@@ -288,8 +328,9 @@ func (r *Recorder) Started() {
 }
 
 // Ended records a hold's end: a release when cause is errs.ErrReleased,
-// else a loss with its reason.
-func (r *Recorder) Ended(cause error, held time.Duration, fields func() []zap.Field) {
+// else a loss with its reason; sc is the hold's span, the exemplar when
+// sampled.
+func (r *Recorder) Ended(cause error, held time.Duration, fields func() []zap.Field, sc trace.SpanContext) {
 	reason := ""
 	if !errors.Is(cause, errs.ErrReleased) {
 		reason = errs.Reason(cause)
@@ -302,12 +343,12 @@ func (r *Recorder) Ended(cause error, held time.Duration, fields func() []zap.Fi
 		r.Metrics.Leading(r.Namespace, r.Label, false, reason)
 		r.Logger.Warn("leadership lost", r.Fields(append(fields(), zap.Duration("led", held), zap.Error(cause))...)...)
 	case reason == "":
-		r.Metrics.HoldEnded(r.Namespace, r.Label, held, "")
+		r.Metrics.HoldEndedTraced(r.Namespace, r.Label, held, "", sc)
 		if r.Logger.Core().Enabled(zap.DebugLevel) {
 			r.Logger.Debug(nouns[r.Kind]+" released", r.Fields(fields()...)...)
 		}
 	default:
-		r.Metrics.HoldEnded(r.Namespace, r.Label, held, reason)
+		r.Metrics.HoldEndedTraced(r.Namespace, r.Label, held, reason, sc)
 		r.Logger.Warn(nouns[r.Kind]+" lost", r.Fields(append(fields(), zap.Error(cause))...)...)
 	}
 }

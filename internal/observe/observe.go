@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/batonhq/baton/internal/planted"
 	"github.com/batonhq/baton/internal/retry"
 )
 
@@ -106,7 +107,14 @@ func Loop(ctx context.Context, cli *clientv3.Client, prefix string, send func(He
 				if ev.Kv.ModRevision <= rev {
 					continue // already in the state read
 				}
-				if ev.Type == mvccpb.DELETE {
+				if ev.Type == mvccpb.DELETE && planted.On("d") {
+					if r, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithSerializable()); err == nil {
+						clear(q)
+						for _, kv := range r.Kvs {
+							q[string(kv.Key)] = kv
+						}
+					}
+				} else if ev.Type == mvccpb.DELETE {
 					delete(q, string(ev.Kv.Key))
 				} else {
 					q[string(ev.Kv.Key)] = ev.Kv

@@ -31,6 +31,7 @@ type auditRecord struct {
 	Kind        string    `json:"kind"`
 	Name        string    `json:"name"`
 	Key         string    `json:"key"`
+	To          string    `json:"to,omitempty"` // force-transfer: the new leader's key
 	Holder      string    `json:"holder"`
 	Token       int64     `json:"token"`
 	Lease       string    `json:"lease"`

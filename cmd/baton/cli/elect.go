@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/request"
+	"github.com/batonhq/baton/internal/telemetry"
 )
 
 type electOptions struct {
@@ -19,6 +22,9 @@ type electOptions struct {
 	once    bool
 	grace   time.Duration
 	metrics string
+	delay   time.Duration
+	signal  string         // --release-signal (lock_request.go)
+	reqSig  syscall.Signal // its value
 }
 
 func newElectCmd(g *globals) *cobra.Command {
@@ -39,7 +45,11 @@ goes on through etcd outages. On SIGINT, SIGTERM or SIGHUP baton stops the
 command and resigns, so the next candidate leads at once; a signal while
 campaigning exits with 128+N. When the command exits by itself baton
 resigns and exits with its status. On Linux the command is supervised as
-with baton lock: it never outlives a killed or frozen baton.`,
+with baton lock: it never outlives a killed or frozen baton.
+
+With OTEL_EXPORTER_OTLP_ENDPOINT set, each term's wait, hold and
+resignation are exported as OpenTelemetry spans, and the command gets
+TRACEPARENT and TRACESTATE naming the term's hold, as with baton lock.`,
 		Args: args(2, -1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			argv, err := splitCommand(cmd, a, 2)
@@ -49,6 +59,12 @@ with baton lock: it never outlives a killed or frozen baton.`,
 			if o.grace <= 0 {
 				return usageErrorf("--grace must be positive")
 			}
+			if err := validateLockDelay(o.delay); err != nil {
+				return err
+			}
+			if o.reqSig, err = parseSignal(o.signal); err != nil {
+				return err
+			}
 			return runElect(cmd, g, o, a[0], a[1], argv)
 		},
 	}
@@ -56,13 +72,15 @@ with baton lock: it never outlives a killed or frozen baton.`,
 	f.DurationVar(&o.ttl, "ttl", election.DefaultTTL, "lease TTL: whole seconds, at least 2s")
 	f.BoolVar(&o.once, "once", false, "exit with 79 when leadership is lost instead of campaigning again")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL")
+	addLockDelayFlag(f, &o.delay)
+	addReleaseSignalFlag(f, &o.signal)
 	addMetricsFlag(f, &o.metrics)
 	return cmd
 }
 
 // runElect campaigns, leads, and campaigns again after a loss, as
 // election.Run does, with a command restarted on each term.
-func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string, argv []string) error {
+func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string, argv []string) (err error) {
 	c, err := newChild(g, argv, o.grace, cmd)
 	if err != nil {
 		return err
@@ -72,14 +90,20 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 		return err
 	}
 	defer ms.close()
+	tr := startTracing(cmd.Context(), g.io.Getenv, cmd.ErrOrStderr())
+	defer tr.flush(cmd.ErrOrStderr())
 	ictx, stop := interruptible(cmd.Context())
 	defer stop()
+	ictx, span := tr.startCommand(ictx, "baton elect", telemetry.LockName.String(name),
+		telemetry.LockNamespace.String(g.namespace), telemetry.LockPrimitive.String(telemetry.Election))
+	defer func() { endCommand(span, err) }()
 	cli, err := g.client(cmd.Context())
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	e, err := election.New(cli, name, election.WithTTL(o.ttl), election.WithNamespace(g.namespace), election.WithRegisterer(ms.registerer()))
+	e, err := election.New(cli, name, election.WithTTL(o.ttl), election.WithNamespace(g.namespace), election.WithRegisterer(ms.registerer()),
+		election.WithTracerProvider(tr.tp), election.WithLockDelay(o.delay))
 	if err != nil {
 		return withCode(ExitUsage, err)
 	}
@@ -87,10 +111,13 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 	st := newStatusWriter(cmd.ErrOrStderr(), g.json(), string(keys.Election), name)
 
 	for {
+		// The library's spans of each term are the command span's
+		// children (ictx carries it).
 		t, err := campaign(ictx, g, cli, e, value, st)
 		if err != nil {
 			return err
 		}
+		endTerm := func() { resign(ictx, cmd, t) }
 		untrack := ms.track(t)
 		recordHeld(ictx, t.Txn, heldPut(g.namespace, keys.Election, name, t.Lease(), t.Acquired()))
 		st.acquired(heldView{Kind: string(keys.Election), Name: name, Value: value, Key: t.Key(), Token: int64(t.Token()),
@@ -100,28 +127,32 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 			select {
 			case <-t.Done():
 			case <-ictx.Done():
+			case r := <-t.ReleaseRequested():
+				st.requested(r, "resigning")
 			}
 		} else {
 			tok, err := g.childToken(t.Token())
 			if err != nil {
-				resign(cmd, t)
+				endTerm()
 				untrack()
 				return err
 			}
-			c.env = []string{
+			c.env = append([]string{
 				"BATON_LOCK_NAME=" + name,
 				"BATON_LOCK_KEY=" + t.Key(),
 				"BATON_FENCING_TOKEN=" + tok.String(),
 				"BATON_ELECTION_VALUE=" + value,
-			}
+			}, traceEnv(t.Context())...) // the command's spans are children of the term
+			c.requests, c.reqSignal = t.ReleaseRequested(), o.reqSig
+			c.onRequest = func(r request.Request) { st.requested(r, fmt.Sprintf("passing %v to the command", o.reqSig)) }
 			if ierr := interruptedBeforeCommand(ictx, fmt.Sprintf("election %q", name)); ierr != nil {
-				resign(cmd, t)
+				endTerm()
 				untrack()
 				st.released()
 				return ierr
 			}
 			if res, err = c.run(ictx, t); err != nil {
-				resign(cmd, t)
+				endTerm()
 				return err
 			}
 		}
@@ -129,7 +160,7 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 		if lost == nil && res.cause != "" {
 			lost = withCode(ExitOwnershipLost, fmt.Errorf("leadership of election %q: %s", name, lossCause(t.Context(), res)))
 		}
-		resign(cmd, t)
+		endTerm()
 		untrack()
 		if lost == nil {
 			st.released()
@@ -204,8 +235,10 @@ func electionQueue(cli *clientv3.Client, e *election.Election, value string) fun
 	}
 }
 
-func resign(cmd *cobra.Command, t *election.Term) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), releaseTimeout)
+// resign resigns t in ctx's trace, even after ctx ended, saying on stderr
+// when it fails.
+func resign(ctx context.Context, cmd *cobra.Command, t *election.Term) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	if err := t.Resign(rctx); err != nil && !errors.Is(err, election.ErrNotLeader) {
 		fmt.Fprintf(cmd.ErrOrStderr(), "baton: resign: %v (the lease expires within its TTL)\n", err)

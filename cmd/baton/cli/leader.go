@@ -120,10 +120,14 @@ type candidateJSON struct {
 	Position int    `json:"position"`
 	Leader   bool   `json:"leader"`
 	Value    string `json:"value"`
+	Priority int    `json:"priority"`
+	Version  string `json:"version"`
+	Strategy string `json:"strategy"`
 	Key      string `json:"key"`
 	Token    int64  `json:"token"`
 	Lease    string `json:"lease"`
 	TTLLeft  int64  `json:"ttl_left_seconds"`
+	Record   string `json:"record,omitempty"`
 }
 
 func writeCandidates(w io.Writer, asJSON bool, v candidatesView) error {
@@ -133,8 +137,9 @@ func writeCandidates(w io.Writer, asJSON bool, v candidatesView) error {
 			Candidates []candidateJSON `json:"candidates"`
 		}{Election: v.Election, Candidates: []candidateJSON{}}
 		for i, c := range v.Candidates {
-			out.Candidates = append(out.Candidates, candidateJSON{Position: i + 1, Leader: i == 0, Value: c.Value,
-				Key: c.Key, Token: int64(c.Token), Lease: leaseHex(int64(c.LeaseID)), TTLLeft: ttlSeconds(c.TTL)})
+			out.Candidates = append(out.Candidates, candidateJSON{Position: i + 1, Leader: c.Leader, Value: c.Value,
+				Priority: c.Priority, Version: c.Version, Strategy: c.Strategy.String(), Key: c.Key, Token: int64(c.Token),
+				Lease: leaseHex(int64(c.LeaseID)), TTLLeft: ttlSeconds(c.TTL), Record: c.Record})
 		}
 		return writeJSON(w, out)
 	}
@@ -142,13 +147,17 @@ func writeCandidates(w io.Writer, asJSON bool, v candidatesView) error {
 		_, err := fmt.Fprintf(w, "election %s has no candidates\n", safeQ(v.Election))
 		return err
 	}
-	t := newTable(w, "#", "ROLE", "VALUE", "TOKEN", "LEASE", "TTL LEFT", "KEY")
+	t := newTable(w, "#", "ROLE", "VALUE", "PRIORITY", "VERSION", "STRATEGY", "TOKEN", "LEASE", "TTL LEFT", "KEY")
 	for i, c := range v.Candidates {
-		role := "waiting"
-		if i == 0 {
+		role, token := "waiting", c.Token.String()
+		if c.Leader {
 			role = "leader"
 		}
-		t.row(strconv.Itoa(i+1), role, safe(dash(c.Value)), c.Token.String(), leaseHex(int64(c.LeaseID)), ttlText(c.TTL), safe(c.Key))
+		if c.Token == 0 {
+			token = "-" // a waiting Preferred candidate gets a fresh token when it leads
+		}
+		t.row(strconv.Itoa(i+1), role, safe(dash(c.Value)), strconv.Itoa(c.Priority), safe(dash(c.Version)), c.Strategy.String(),
+			token, leaseHex(int64(c.LeaseID)), ttlText(c.TTL), safe(c.Key))
 	}
 	return t.flush()
 }
@@ -156,8 +165,14 @@ func writeCandidates(w io.Writer, asJSON bool, v candidatesView) error {
 func newCandidatesCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "candidates NAME",
-		Short: "Show the queue of an election in order, the leader first",
-		Args:  args(1, 1),
+		Short: "Show the candidates of an election, the leader first: priority, version, strategy, token, TTL left",
+		Long: `Show the candidates of election NAME, the leader first. Under the oldest
+strategy (the default, etcd's) they are the queue in campaign order. Under
+the preferred strategy they are the leader, then the live candidates best
+first (priority, then the lowest version, then age); a waiting preferred
+candidate has no token yet ("-"): it gets a fresh one when it leads. The
+KEY column is what "baton resign NAME --to KEY" takes.`,
+		Args: args(1, 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			ctx := cmd.Context()
 			_, e, done, err := g.openElection(ctx, a[0])

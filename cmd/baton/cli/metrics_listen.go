@@ -55,7 +55,9 @@ func startMetrics(addr string, grace time.Duration) (*metricsServer, error) {
 	m := &metricsServer{reg: prometheus.NewRegistry(), hc: hc, addr: ln.Addr()}
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	// OpenMetrics when asked for: the only format with exemplars, the
+	// trace IDs of the waits and holds behind the histograms.
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	mux.Handle("GET /healthz", hc)
 	mux.HandleFunc("GET /leader", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -48,9 +48,15 @@ func TestOutputGolden(t *testing.T) {
 	info.Since = time.Time{}
 	unknownSince.Leader = &info
 	cands := candidatesView{Election: "scheduler", Candidates: []election.Candidate{
-		{Key: "/baton/v1/election/scheduler/694d7f1c2a3b0001", Value: "host-a", Token: 42, LeaseID: 0x694d7f1c2a3b0001, TTL: 9 * time.Second},
+		{Key: "/baton/v1/election/scheduler/694d7f1c2a3b0001", Value: "host-a", Token: 42, LeaseID: 0x694d7f1c2a3b0001, TTL: 9 * time.Second, Leader: true},
 		{Key: "/baton/v1/election/scheduler/694d7f1c2a3b0007", Value: "host-b", Token: 57, LeaseID: 0x694d7f1c2a3b0007, TTL: 14 * time.Second},
 		{Key: "/baton/v1/election/scheduler/694d7f1c2a3b0009", Value: "", Token: 60, LeaseID: 0x694d7f1c2a3b0009, TTL: -1},
+	}}
+	preferredCands := candidatesView{Election: "scheduler", Candidates: []election.Candidate{
+		{Key: "/baton/v1/election/scheduler/694d7f1c2a3b0001", Value: "host-a", Token: 42, LeaseID: 0x694d7f1c2a3b0001, TTL: 9 * time.Second,
+			Leader: true, Priority: 10, Version: "v1.4.2", Strategy: election.Preferred, Record: "/baton/v1/candidate/scheduler/preferred/694d7f1c2a3b0001"},
+		{Key: "/baton/v1/election/scheduler/694d7f1c2a3b0007", Value: "host-b\x1b[2J", LeaseID: 0x694d7f1c2a3b0007, TTL: 14 * time.Second,
+			Priority: 10, Version: "v1.5.0", Strategy: election.Preferred, Record: "/baton/v1/candidate/scheduler/preferred/694d7f1c2a3b0007"},
 	}}
 	locks := locksView{Namespace: "baton", Now: now, Locks: []lockRow{
 		{Name: "jobs/nightly", Holder: mutex.Contender{Key: "/baton/v1/lock/jobs%2Fnightly/694d7f1c2a3b0003", Token: 12,
@@ -92,6 +98,7 @@ func TestOutputGolden(t *testing.T) {
 			return writeLeader(b, j, leaderView{Election: "scheduler", Now: now})
 		}},
 		{"candidates", func(b *bytes.Buffer, j bool) error { return writeCandidates(b, j, cands) }},
+		{"candidates-preferred", func(b *bytes.Buffer, j bool) error { return writeCandidates(b, j, preferredCands) }},
 		{"candidates-none", func(b *bytes.Buffer, j bool) error {
 			return writeCandidates(b, j, candidatesView{Election: "scheduler"})
 		}},

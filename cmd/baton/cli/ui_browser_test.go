@@ -368,3 +368,36 @@ func TestUIScreenshots(t *testing.T) {
 	}
 	t.Logf("wrote %s (%d bytes)", out, len(png))
 }
+
+// A preferred election on the page: its strategy, the leader's priority and
+// version, a waiting candidate without a token; then the hand-over.
+func TestUIInBrowserShowsPreferredCandidates(t *testing.T) {
+	ctx := browser(t, 1280, 900)
+	ns := fmt.Sprintf("ui-pref-%d", time.Now().UnixNano())
+	url := serveUI(t, ns)
+	cli := srv.Client(t)
+	tctx := testContext(t)
+	opts := []election.Option{election.WithNamespace(ns), election.WithStrategy(election.Preferred)}
+	a, _ := election.New(cli, "pool", append(opts, election.WithPriority(3), election.WithVersion("v1.4.2"))...)
+	defer a.Close()
+	b, _ := election.New(cli, "pool", append(opts, election.WithVersion("v1.5.0"))...)
+	defer b.Close()
+	ta, err := a.Campaign(tctx, "host-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bctx, bcancel := context.WithCancel(tctx)
+	defer bcancel()
+	go func() { _, _ = b.Campaign(bctx, "host-b") }()
+	if _, err := chromedp.Run(ctx, chromedp.Navigate(url)); err != nil {
+		t.Fatal(err)
+	}
+	row := `[...document.querySelectorAll("#elections-body tr")].find(r => r.dataset.name === "pool")`
+	waitJS(t, ctx, 10*time.Second, "the preferred election", fmt.Sprintf(`(() => { const r = %s; return !!r &&
+		r.dataset.strategy === "preferred" && r.querySelector("th").textContent.includes("preferred") &&
+		r.querySelector(".leader").textContent === "host-a p3 v1.4.2" &&
+		r.querySelector(".waiters").textContent === "host-b p0 v1.5.0 #—"; })()`, row))
+	_ = ta.Resign(tctx) // hands over to host-b
+	waitJS(t, ctx, 10*time.Second, "host-b leading", fmt.Sprintf(`(() => { const r = %s; return !!r &&
+		r.querySelector(".leader").textContent === "host-b p0 v1.5.0"; })()`, row))
+}

@@ -103,6 +103,9 @@ type uiHolder struct {
 	// TTLLeftMs is the lease's TTL left at the snapshot's time, -1 when
 	// not yet known, 0 when the lease is gone.
 	TTLLeftMs int64 `json:"ttl_left_ms"`
+	// Priority and Version are an election candidate's (ui_candidates.go).
+	Priority int    `json:"priority,omitempty"`
+	Version  string `json:"version,omitempty"`
 }
 
 // uiObject is one election, lock, semaphore or read/write lock: its
@@ -119,6 +122,8 @@ type uiObject struct {
 	// Readers and Writer say who holds a read/write lock.
 	Readers int  `json:"readers,omitempty"`
 	Writer  bool `json:"writer,omitempty"`
+	// Strategy is an election's: "oldest" or "preferred".
+	Strategy string `json:"strategy,omitempty"`
 }
 
 // uiAudit is one audit record as served.
@@ -160,6 +165,7 @@ type uiState struct {
 
 	mu        sync.Mutex
 	keys      map[string]*uiKey
+	cands     map[string]*uiCand   // election candidate records, by key
 	limits    map[string]int       // semaphore name → stored limit
 	held      map[string]time.Time // "<kind>/<escaped name>/<lease hex>" → since
 	leases    map[int64]*uiLease
@@ -365,6 +371,7 @@ func (s *uiState) loadKeys(resp *clientv3.GetResponse) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.keys = map[string]*uiKey{}
+	s.cands = map[string]*uiCand{}
 	s.limits = map[string]int{}
 	s.held = map[string]time.Time{}
 	for _, kv := range resp.Kvs {
@@ -385,6 +392,9 @@ func (s *uiState) put(kv *mvccpb.KeyValue) {
 		}
 		return
 	}
+	if s.putCand(key, kv.Value, kv.CreateRevision) {
+		return
+	}
 	if name, ok := limitKeyName(s.ns, key); ok {
 		if n, err := strconv.Atoi(string(kv.Value)); err == nil && n > 0 {
 			s.limits[name] = n
@@ -397,6 +407,7 @@ func (s *uiState) put(kv *mvccpb.KeyValue) {
 	}
 	switch {
 	case (p.Kind == keys.Lock || p.Kind == keys.Election) && tag == "":
+	case p.Kind == keys.Lock && tag == keys.TagSet: // a mutex set's key holds like a plain one
 	case p.Kind == keys.Semaphore && tag == keys.TagPermit:
 	case p.Kind == keys.RWLock && (tag == keys.TagRead || tag == keys.TagWrite):
 	default:
@@ -431,6 +442,9 @@ func (s *uiState) applyKeys(evs []*clientv3.Event, rev int64) {
 			}
 			if name, ok := limitKeyName(s.ns, key); ok {
 				delete(s.limits, name)
+				continue
+			}
+			if s.deleteCand(key) {
 				continue
 			}
 			delete(s.keys, key)
@@ -665,6 +679,9 @@ func (s *uiState) refreshLeases(ctx context.Context) {
 		for _, k := range s.keys {
 			live[k.lease] = true
 		}
+		for _, c := range s.cands {
+			live[c.lease] = true
+		}
 		for id, l := range s.leases {
 			switch {
 			case !live[id]:
@@ -738,7 +755,8 @@ func (s *uiState) snapshot() uiSnapshot {
 		asOf := s.asOf
 		snap.AsOf = &asOf
 	}
-	for _, q := range s.queues() {
+	qs := s.queues()
+	for _, q := range qs {
 		k0 := q[0]
 		n := s.holders(q)
 		o := uiObject{Kind: string(k0.kind), Name: k0.name, Queue: make([]uiHolder, 0, len(q)), Holders: n, Waiters: len(q) - n}
@@ -753,16 +771,21 @@ func (s *uiState) snapshot() uiSnapshot {
 			}
 		}
 		for i, k := range q {
-			h := uiHolder{Value: k.value, Mode: modeOf(k.tag), Holding: i < n, Token: k.create, Lease: leaseHex(k.lease), TTLLeftMs: -1}
+			h := s.uiHolderOf(k.lease, now)
+			h.Value, h.Mode, h.Holding, h.Token = k.value, modeOf(k.tag), i < n, k.create
 			if since, ok := s.heldSince(k); ok {
 				h.Since = &since
 			}
-			if l := s.leases[k.lease]; l != nil && (l.granted > 0 || l.gone) {
-				h.TTLSeconds = l.granted
-				h.TTLLeftMs = max(0, (time.Duration(l.left)*time.Second - now.Sub(l.readAt)).Milliseconds())
-			}
 			o.Queue = append(o.Queue, h)
 		}
+		if k0.kind == keys.Election {
+			s.candidates(&o, q, func(lease int64) uiHolder { return s.uiHolderOf(lease, now) })
+		}
+		snap.Objects = append(snap.Objects, o)
+	}
+	for _, name := range s.candOnlyNames(qs) {
+		o := uiObject{Kind: string(keys.Election), Name: name, Queue: []uiHolder{}}
+		s.candidates(&o, nil, func(lease int64) uiHolder { return s.uiHolderOf(lease, now) })
 		snap.Objects = append(snap.Objects, o)
 	}
 	sort.Slice(snap.Objects, func(i, j int) bool {
@@ -789,4 +812,14 @@ func (s *uiState) snapshot() uiSnapshot {
 	from := max(0, len(s.audit)-uiAuditShown)
 	snap.Audit = append(snap.Audit, s.audit[from:]...)
 	return snap
+}
+
+// uiHolderOf is a queue entry with its lease's TTL; called with mu held.
+func (s *uiState) uiHolderOf(lease int64, now time.Time) uiHolder {
+	h := uiHolder{Lease: leaseHex(lease), TTLLeftMs: -1}
+	if l := s.leases[lease]; l != nil && (l.granted > 0 || l.gone) {
+		h.TTLSeconds = l.granted
+		h.TTLLeftMs = max(0, (time.Duration(l.left)*time.Second - now.Sub(l.readAt)).Milliseconds())
+	}
+	return h
 }

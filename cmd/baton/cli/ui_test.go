@@ -261,3 +261,39 @@ func TestUIEventsStreamSnapshotsOnChange(t *testing.T) {
 		}
 	}
 }
+
+// The page shows an election's strategy and each candidate's priority and
+// version; a preferred candidate that waits without a key is listed too.
+func TestUIStateShowsCandidateAttributes(t *testing.T) {
+	ns := fmt.Sprintf("ui-cands-%d", time.Now().UnixNano())
+	st := startUIState(t, ns)
+	waitSnapshot(t, st, "connected", func(s uiSnapshot) bool { return s.Connected })
+	cli := srv.Client(t)
+	ctx := testContext(t)
+	opts := []election.Option{election.WithNamespace(ns), election.WithStrategy(election.Preferred)}
+	a, _ := election.New(cli, "sched", append(opts, election.WithPriority(5), election.WithVersion("v1.4.2"))...)
+	defer a.Close()
+	b, _ := election.New(cli, "sched", append(opts, election.WithVersion("v1.5.0"))...)
+	defer b.Close()
+	ta, err := a.Campaign(ctx, "host-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bctx, bcancel := context.WithCancel(ctx)
+	defer bcancel()
+	go func() { _, _ = b.Campaign(bctx, "host-b") }()
+	s := waitSnapshot(t, st, "both candidates", func(s uiSnapshot) bool {
+		return len(s.Objects) == 1 && len(s.Objects[0].Queue) == 2
+	})
+	o := s.Objects[0]
+	l, w := o.Queue[0], o.Queue[1]
+	if o.Strategy != "preferred" || o.Holders != 1 || o.Waiters != 1 ||
+		!l.Holding || l.Value != "host-a" || l.Priority != 5 || l.Version != "v1.4.2" || l.Token != int64(ta.Token()) ||
+		w.Holding || w.Value != "host-b" || w.Priority != 0 || w.Version != "v1.5.0" || w.Token != 0 {
+		t.Fatalf("election %+v", o)
+	}
+	_ = ta.Resign(ctx) // hands over to host-b
+	waitSnapshot(t, st, "host-b leading", func(s uiSnapshot) bool {
+		return len(s.Objects) == 1 && len(s.Objects[0].Queue) == 1 && s.Objects[0].Queue[0].Holding && s.Objects[0].Queue[0].Value == "host-b"
+	})
+}

@@ -86,10 +86,17 @@ function drain() {
 
 function matches(name) { return filter === "" || name.toLowerCase().includes(filter); }
 
+// attrs is an election candidate's priority and version, when it has any.
+function attrs(c) {
+  if (!c.priority && !c.version) return "";
+  return el("span", { class: "mono attrs" }, ` p${c.priority || 0}${c.version ? " " + c.version : ""}`);
+}
+
 function queueList(rest) {
   if (rest.length === 0) return unknown("none");
   const ol = el("ol", { class: "queue" });
-  for (const c of rest) ol.append(el("li", {}, el("span", { class: "value" }, c.value), " ", el("span", { class: "mono unknown" }, `#${c.token}`)));
+  // A waiting candidate of a preferred election has no token until it leads.
+  for (const c of rest) ol.append(el("li", {}, el("span", { class: "value" }, c.value), attrs(c), " ", el("span", { class: "mono unknown" }, c.token ? `#${c.token}` : "#—")));
   return ol;
 }
 
@@ -99,17 +106,18 @@ function renderObjects(kind, bodyId, emptyId, countId) {
   const rows = [];
   for (const o of objs) {
     if (!matches(o.name)) continue;
-    const h = o.queue[0];
-    const since = h.since ? local(h.since) : null;
-    const tr = el("tr", { "data-name": o.name, "data-token": String(h.token) },
-      el("th", { scope: "row", class: "value name" }, o.name),
-      el("td", { class: "value leader" }, h.value),
-      el("td", { class: "mono token" }, String(h.token)),
+    // A preferred election may have candidates and no leader.
+    const h = o.queue[0], leads = h.holding || kind !== "election";
+    const since = leads && h.since ? local(h.since) : null;
+    const tr = el("tr", { "data-name": o.name, "data-token": leads ? String(h.token) : "", "data-strategy": o.strategy || "" },
+      el("th", { scope: "row", class: "value name" }, o.name, o.strategy === "preferred" ? el("span", { class: "strategy" }, " preferred") : ""),
+      el("td", { class: "value leader" }, leads ? h.value : unknown("no leader"), leads ? attrs(h) : ""),
+      el("td", { class: "mono token" }, leads ? String(h.token) : "—"),
       kind === "election"
-        ? el("td", { class: "since" }, since ? `${clock(since)} (${dur(Date.now() - since)})` : unknown("unknown"))
+        ? el("td", { class: "since" }, since ? `${clock(since)} (${dur(Date.now() - since)})` : unknown(leads ? "unknown" : "—"))
         : el("td", { class: "since" }, since ? dur(Date.now() - since) : unknown("unknown")),
-      ttlCell(h),
-      el("td", { class: "waiters" }, queueList(o.queue.slice(1))));
+      leads ? ttlCell(h) : el("td", {}, "—"),
+      el("td", { class: "waiters" }, queueList(leads ? o.queue.slice(1) : o.queue)));
     if (since) tr.dataset.since = String(since);
     rows.push(tr);
   }

@@ -1,0 +1,150 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/batonhq/baton/election"
+	"github.com/batonhq/baton/internal/keys"
+)
+
+// `baton resign NAME --to KEY` hands leadership to one candidate: without
+// --force it asks a preferred-strategy leader to do it (the leader's Term
+// is told and Run hands over at once); with --force --reason the operator
+// does it in one transaction with the audit record, after the checks of
+// resign --force.
+
+// Bounds of resign --to --deadline.
+const (
+	minRequestDeadline     = 2 * time.Second
+	maxRequestDeadline     = 10 * time.Minute
+	defaultRequestDeadline = 30 * time.Second
+)
+
+const actionForceTransfer = "force-transfer"
+
+func addResignToFlags(cmd *cobra.Command, o *forceOptions) {
+	f := cmd.Flags()
+	f.StringVar(&o.to, "to", "", "hand leadership to this candidate: its KEY as baton candidates shows it")
+	f.DurationVar(&o.deadline, "deadline", defaultRequestDeadline, "without --force: how long the leader has to hand over")
+}
+
+// validateResignTo checks --to and --deadline before connecting.
+func validateResignTo(ns, name string, o forceOptions) error {
+	if o.to == "" {
+		return nil
+	}
+	p, err := keys.Parse(ns, o.to)
+	switch {
+	case err != nil || p.Kind != keys.Election:
+		return usageErrorf("--to %s is not a candidate's key of an election of namespace %s (see baton candidates)", safe(o.to), safeQ(ns))
+	case p.Name != name:
+		return usageErrorf("--to %s belongs to election %s, not to %s", safe(o.to), safeQ(p.Name), safeQ(name))
+	case o.revokeLease:
+		return usageErrorf("--to and --revoke-lease cannot be combined: a hand-over deletes the leader's key only")
+	case o.deadline < minRequestDeadline || o.deadline > maxRequestDeadline:
+		return usageErrorf("--deadline %v: must be at least %v and at most %v", o.deadline, minRequestDeadline, maxRequestDeadline)
+	}
+	return nil
+}
+
+// runResignRequest asks the leader to hand over to o.to and waits until
+// leadership moved or the deadline passed.
+func runResignRequest(cmd *cobra.Command, g *globals, o forceOptions, name string) error {
+	ctx := cmd.Context()
+	out := cmd.OutOrStdout()
+	_, e, done, err := g.openElection(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer done()
+	osUser, host := whoAmI()
+	octx, cancel := g.opContext(ctx)
+	from, err := e.RequestEnd(octx, o.to, "baton resign by "+osUser+"@"+host, o.deadline)
+	cancel()
+	switch {
+	case errors.Is(err, election.ErrNoLeader):
+		return fmt.Errorf("election %s has no leader: nothing to hand over", safeQ(name))
+	case errors.Is(err, election.ErrStrategy):
+		return withCode(ExitRefused, fmt.Errorf("election %s uses the oldest strategy: its leader takes no requests; "+
+			"baton resign %s --to KEY --force --reason TEXT hands over to the next candidate", safeQ(name), safeArg(name)))
+	case errors.Is(err, election.ErrNoCandidate), errors.Is(err, election.ErrNotNext):
+		return fmt.Errorf("%s is not a live candidate of election %s: %s", safe(o.to), safeQ(name), safeMessage(err.Error()))
+	case err != nil:
+		return g.failed("ask the leader to hand over", err)
+	}
+	fmt.Fprintf(out, "asked leader %s (token %d, key %s) to hand over to %s within %v\n",
+		safe(dash(from.Value)), from.Token, safe(from.Key), safe(o.to), o.deadline)
+	wctx, wcancel := context.WithTimeout(ctx, o.deadline)
+	defer wcancel()
+	for l := range e.Observe(wctx) {
+		switch {
+		case l.Err != nil:
+			return g.failed("observe the election", l.Err)
+		case l.Key == from.Key && l.Token == from.Token:
+			continue
+		case l.IsZero():
+			continue // a preemption or a failed hand-over: wait for the next leader
+		case l.Key == o.to:
+			fmt.Fprintf(out, "%s leads (token %d, key %s)\n", safe(dash(l.Value)), l.Token, safe(l.Key))
+			return nil
+		default:
+			fmt.Fprintf(out, "leadership moved to %s (token %d, key %s), not to %s\n", safe(dash(l.Value)), l.Token, safe(l.Key), safe(o.to))
+			return withCode(ExitError, errors.New("leadership moved elsewhere"))
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	fmt.Fprintf(out, "the leader did not hand over within %v; the request expires with its lease\n", o.deadline)
+	return &exitError{code: ExitRefused, err: errors.New("not handed over in time"), silent: true}
+}
+
+// prepareForceTransfer checks the target before anything is watched.
+func prepareForceTransfer(ctx context.Context, g *globals, cli *clientv3.Client, name string, h holder, to string) (election.HandOver, error) {
+	e, err := election.New(cli, name, election.WithNamespace(g.namespace))
+	if err != nil {
+		return election.HandOver{}, withCode(ExitUsage, err)
+	}
+	defer e.Close()
+	octx, cancel := g.opContext(ctx)
+	defer cancel()
+	ho, err := e.PrepareHandOver(octx, to)
+	switch {
+	case errors.Is(err, election.ErrNoCandidate), errors.Is(err, election.ErrNotNext):
+		return ho, fmt.Errorf("%s: %s", safe(to), safeMessage(err.Error()))
+	case err != nil:
+		return ho, g.failed("prepare the hand-over", err)
+	case ho.From.Key != h.Key || int64(ho.From.Token) != h.Token:
+		return ho, fmt.Errorf("the leader changed meanwhile (now key %s): nothing was forced", safe(ho.From.Key))
+	}
+	return ho, nil
+}
+
+// transferHolderKey hands leadership over and writes the audit record in
+// one transaction, guarded by the leader and the target being the ones
+// shown.
+func transferHolderKey(cmd *cobra.Command, g *globals, cli *clientv3.Client, h holder, ho election.HandOver, rec auditRecord, akey string) error {
+	out := cmd.OutOrStdout()
+	rec.Action, rec.To, rec.Result = actionForceTransfer, ho.To.Key, "transferred"
+	octx, cancel := g.opContext(cmd.Context())
+	defer cancel()
+	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(akey), "=", 0)}, ho.If...)
+	ops := append(ho.Then, clientv3.OpDelete(heldKey(g.namespace, h.Kind, h.Name, h.Lease)), clientv3.OpPut(akey, mustJSON(rec)))
+	resp, err := cli.Txn(octx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return g.failed("hand over with the audit record", err)
+	}
+	if !resp.Succeeded {
+		fmt.Fprintf(out, "the leader or %s changed meanwhile: nothing was forced\n", safe(ho.To.Key))
+		return nil
+	}
+	fmt.Fprintf(out, "handed %s from key %s to %s (%s); recorded as %s\n",
+		h.what(), safe(h.Key), safe(ho.To.Key), safe(dash(ho.To.Value)), safe(akey))
+	return nil
+}

@@ -1,0 +1,179 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/retry"
+)
+
+// errNoOne is handOverBest finding no other live candidate.
+var errNoOne = errors.New("no other live candidate")
+
+// Transfer passes leadership to the candidate whose key is to, as
+// Candidates reports it (under Preferred its record key is accepted
+// too). The Context ends with ErrTransferred before the successor can
+// lead, and the successor's token is greater than this term's.
+//
+// Under Preferred one transaction deletes this leader's key and record
+// and writes the successor's key on the successor's lease, guarded by
+// this key being the only one in the election's prefix and the
+// successor's record still existing: no third candidate leads in between
+// and etcd never shows the election without a leader. The successor's
+// Campaign returns once its watch delivers the key (about a round trip).
+//
+// Under Oldest, to must be the next candidate in the queue (keys cannot
+// be reordered without misleading etcd's own candidates, whose Campaign
+// never re-checks the order): Transfer resigns once it has checked that,
+// and the next candidate leads as after any Resign. Otherwise it returns
+// an error wrapping ErrNotNext.
+//
+// If to is not a live candidate (it left, its lease ended, or it is this
+// term's) Transfer returns an error wrapping ErrNoCandidate and the term
+// goes on, untouched. If it leaves in the moment between that check and
+// the hand-over, the term has ended and Transfer resigns (under Preferred
+// the best remaining candidate takes over) and returns an error wrapping
+// ErrNoCandidate. After the term ended otherwise it returns an error
+// wrapping ErrNotLeader.
+func (t *Term) Transfer(ctx context.Context, to string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.ended(); err != nil {
+		return fmt.Errorf("transfer: %w", err)
+	}
+	st, err := t.e.readState(ctx)
+	if err != nil {
+		return fmt.Errorf("transfer: %w", err)
+	}
+	if t.e.strategy() == Oldest {
+		return t.transferNext(ctx, st, to)
+	}
+	var target *entry
+	for _, en := range st.recs[Preferred] {
+		if en.key == to || keys.LeaseKey(t.e.Prefix(), int64(en.lease)) == to {
+			target = en
+		}
+	}
+	if target == nil || target.lease == t.Lease() {
+		return fmt.Errorf("transfer to %s: %w", to, ErrNoCandidate)
+	}
+	err = t.handTo(ctx, target, ErrTransferred)
+	_ = core.Release(ctx, t.hold) // forgets the abandoned hold
+	t.dropRecord(ctx)
+	if err != nil {
+		return fmt.Errorf("transfer to %s: %w", to, err)
+	}
+	return nil
+}
+
+// ended is ErrNotLeader and the cause once the Context ended.
+func (t *Term) ended() error {
+	if t.ctx.Err() != nil {
+		return fmt.Errorf("%w: %w", ErrNotLeader, context.Cause(t.ctx))
+	}
+	return nil
+}
+
+// transferNext resigns in favour of the next candidate of the queue.
+func (t *Term) transferNext(ctx context.Context, st *state, to string) error {
+	i := slices.IndexFunc(st.keys, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == to })
+	switch {
+	case len(st.keys) == 0 || string(st.keys[0].Key) != t.Key() || st.keys[0].CreateRevision != int64(t.Token()):
+		return fmt.Errorf("transfer: %w: the election's first key is no longer this term's", ErrNotLeader)
+	case i <= 0:
+		return fmt.Errorf("transfer to %s: %w", to, ErrNoCandidate)
+	case i > 1:
+		return fmt.Errorf("transfer to %s: %w: %d candidate(s) wait ahead of it, first %s", to, ErrNotNext, i-1, st.keys[1].Key)
+	}
+	if f := t.e.hooks.beforeHandOver; f != nil {
+		f(to)
+	}
+	t.cancel(ErrTransferred)
+	err := core.Release(ctx, t.hold)
+	t.dropRecord(ctx)
+	return err
+}
+
+// handOverBest hands over to the best live candidate but this one;
+// errNoOne when there is none.
+func (t *Term) handOverBest(ctx context.Context, cause error) error {
+	st, err := t.e.readState(ctx)
+	if err != nil {
+		return err
+	}
+	for _, en := range st.ranked() {
+		if en.lease != t.Lease() {
+			return t.handTo(ctx, en, cause)
+		}
+	}
+	return errNoOne
+}
+
+// handTo ends the term with cause, then in one transaction deletes this
+// leader's key, its record and any request to end its term, and writes
+// the successor's key on its lease. On a failed condition it deletes its
+// own key and returns an error wrapping ErrNoCandidate (or ErrStrategy
+// when a key without a record waits).
+func (t *Term) handTo(ctx context.Context, to *entry, cause error) error {
+	if f := t.e.hooks.beforeHandOver; f != nil {
+		f(to.key)
+	}
+	t.cancel(cause)
+	core.Abandon(t.hold) // released: the transaction deletes the key
+	prefix, own, lease, token := t.e.Prefix(), t.Key(), t.Lease(), int64(t.Token())
+	next := keys.LeaseKey(prefix, int64(to.lease))
+	ops := []clientv3.Op{clientv3.OpDelete(own), clientv3.OpDelete(t.e.endKey(lease)),
+		clientv3.OpPut(next, to.Value, clientv3.WithLease(to.lease))}
+	if t.rec != nil {
+		ops = append(ops, clientv3.OpDelete(t.rec.Key()))
+	}
+	var resp *clientv3.TxnResponse
+	err := retry.Do(ctx, func(actx context.Context) (err error) {
+		resp, err = t.e.o.Client().Txn(clientv3.WithRequireLeader(actx)).
+			If(clientv3.Compare(clientv3.CreateRevision(prefix), "=", token).WithPrefix(), // this key alone
+				clientv3.Compare(clientv3.CreateRevision(to.key), "=", to.rev)).
+			Then(ops...).
+			Else(clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())).Commit()
+		return err
+	})
+	if err != nil {
+		t.deleteOwn(own, token)
+		return err
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	var others []string
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+		switch {
+		case string(kv.Key) == next && clientv3.LeaseID(kv.Lease) == to.lease && kv.CreateRevision > token:
+			return nil // an earlier attempt applied unheard
+		case string(kv.Key) != own:
+			others = append(others, string(kv.Key))
+		}
+	}
+	t.deleteOwn(own, token)
+	if len(others) > 0 {
+		return fmt.Errorf("%w: %w: keys without a preferred record wait in the election's prefix (%v); the term was resigned instead", ErrInvalid, ErrStrategy, others)
+	}
+	return fmt.Errorf("%w: %s left before the hand-over; the term was resigned instead", ErrNoCandidate, to.key)
+}
+
+// deleteOwn deletes this term's key, guarded by its CreateRevision, with
+// a fresh bounded context: its hold was abandoned.
+func (t *Term) deleteOwn(key string, token int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	_ = retry.Do(ctx, func(actx context.Context) error {
+		_, err := t.e.o.Client().Txn(clientv3.WithRequireLeader(actx)).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", token)).Then(clientv3.OpDelete(key)).Commit()
+		return err
+	})
+}

@@ -1,0 +1,372 @@
+package robustness
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/integration/history"
+)
+
+// The checks are judged on hand-made histories first: each must find the
+// violation planted in its history, and nothing in the clean one. A
+// checker that cannot fail proves nothing.
+
+const (
+	mutexPrefix = "/robust/v1/lock/m0/"
+	work        = workPrefix + "mutex/m0"
+)
+
+var m0 = NameInfo{Prim: "mutex", Name: "m0", Prefix: mutexPrefix, Work: work, Limit: 1, Observed: true, Fence: "/robust/v1/fence/mutex%2Fm0"}
+
+func put(rev int64, key string, create int64, value string) history.Event {
+	return history.Event{Rev: rev, Key: key, Create: create, Value: value}
+}
+
+func del(rev int64, key string, create int64) history.Event {
+	return history.Event{Rev: rev, Key: key, Create: create, Delete: true}
+}
+
+// seenEvery marks every revision of events as seen at rev×1 ms.
+func seenEvery(h *History) {
+	for _, e := range h.Events {
+		if n := len(h.Seen); n == 0 || h.Seen[n-1].Rev < e.Rev {
+			h.Seen = append(h.Seen, Observed{Rev: e.Rev, At: ms(e.Rev)})
+		}
+	}
+	h.End = h.Events[len(h.Events)-1].Rev + 1
+}
+
+func ms(n int64) int64 { return n * int64(time.Millisecond) }
+
+func run(h *History) *Report {
+	seenEvery(h)
+	return check(h, Config{TTL: 3 * time.Second})
+}
+
+func wantViolation(t *testing.T, rep *Report, check, substr string) {
+	t.Helper()
+	for _, v := range rep.Violations {
+		if v.Check == check && strings.Contains(v.Msg, substr) {
+			return
+		}
+	}
+	t.Errorf("no %s violation mentioning %q; got %+v", check, substr, rep.Violations)
+}
+
+func wantClean(t *testing.T, rep *Report) {
+	t.Helper()
+	if len(rep.Violations) > 0 {
+		t.Errorf("violations in a clean history: %+v", rep.Violations)
+	}
+}
+
+const ka, kb, kc = mutexPrefix + "a", mutexPrefix + "b", mutexPrefix + "c"
+
+// A clean mutex history: a holds and writes, releases; b, waiting, is
+// granted at the deletion and writes.
+func cleanMutex() *History {
+	return &History{Names: []NameInfo{m0}, Events: []history.Event{
+		put(2, ka, 2, ""), put(3, kb, 3, ""), put(4, work, 4, ka), del(5, ka, 2), put(6, work, 4, kb), del(7, kb, 3),
+	}}
+}
+
+func TestCleanHistoryHasNoViolation(t *testing.T) {
+	h := cleanMutex()
+	h.Holds = []*Hold{
+		{Prim: "mutex", Name: "m0", Client: "w0", Key: ka, Token: 2, Acquired: ms(2), Ended: ms(4) + 1, Cause: "baton: released"},
+		{Prim: "mutex", Name: "m0", Client: "w1", Key: kb, Token: 3, Acquired: ms(5) + 2, Ended: ms(7), Cause: "baton: released"},
+	}
+	rep := run(h)
+	wantClean(t, rep)
+	if rep.Writes != 2 || rep.Knows["none"]["told first"] != 1 {
+		t.Errorf("writes %d, knows %v; want 2 writes and 1 handover told first", rep.Writes, rep.Knows)
+	}
+}
+
+func TestExclusionCatchesAWriteByAWaiter(t *testing.T) {
+	h := cleanMutex()
+	h.Events = []history.Event{put(2, ka, 2, ""), put(3, kb, 3, ""), put(4, work, 4, kb), del(5, ka, 2)}
+	wantViolation(t, run(h), "exclusion", "wrote while not allowed to hold")
+}
+
+// Planted bug (a)'s trace: a stale release deletes the next incarnation of
+// its key by name; the release that ought to have been refused shows up as
+// a write by a key that no longer exists.
+func TestExclusionCatchesAWriteByADeletedKey(t *testing.T) {
+	h := cleanMutex()
+	h.Events = []history.Event{put(2, ka, 2, ""), del(3, ka, 2), put(4, work, 4, ka)}
+	wantViolation(t, run(h), "exclusion", "does not exist")
+}
+
+// Planted bug (c)'s trace: a semaphore counting holders from a stale read
+// lets a third holder act while two still hold.
+func TestExclusionCatchesASemaphoreOverItsLimit(t *testing.T) {
+	sp := "/robust/v1/semaphore/s0/"
+	sw := workPrefix + "semaphore/s0"
+	s0 := NameInfo{Prim: "semaphore", Name: "s0", Prefix: sp, Work: sw, Limit: 2}
+	h := &History{Names: []NameInfo{s0}, Events: []history.Event{
+		put(2, sp+"a", 2, ""), put(3, sp+"b", 3, ""), put(4, sp+"c", 4, ""),
+		put(5, sw, 5, sp+"a"), put(6, sw, 5, sp+"b"), put(7, sw, 5, sp+"c"),
+	}}
+	rep := run(h)
+	wantViolation(t, rep, "exclusion", "held together against the rule")
+	wantViolation(t, rep, "exclusion", "wrote while not allowed")
+}
+
+func TestExclusionCatchesAReaderWithAWriter(t *testing.T) {
+	rp := "/robust/v1/rwlock/rw0/"
+	rw := workPrefix + "rwmutex/rw0"
+	rw0 := NameInfo{Prim: "rwmutex", Name: "rw0", Prefix: rp, Work: rw, Limit: 1}
+	w, r := rp+"1.w1", rp+"2.r2"
+	h := &History{Names: []NameInfo{rw0}, Events: []history.Event{
+		put(2, w, 2, ""), put(3, r, 3, ""), put(4, rw, 4, w), put(5, rw, 4, r),
+	}}
+	wantViolation(t, run(h), "exclusion", "rw0")
+}
+
+func TestKnowsFirstCatchesAHolderToldLate(t *testing.T) {
+	h := cleanMutex()
+	h.Holds = []*Hold{
+		// a lost its lease (no release) and heard of it 10 ms after b's
+		// grant at rev 5 was seen.
+		{Prim: "mutex", Name: "m0", Client: "w0", Key: ka, Token: 2, Acquired: ms(2), Ended: ms(15), Cause: "baton: ownership lost: lease expired"},
+		{Prim: "mutex", Name: "m0", Client: "w1", Key: kb, Token: 3, Acquired: ms(6), Ended: ms(7), Cause: "baton: released"},
+	}
+	h.Faults = []Fault{{Kind: FaultBlackhole, Start: ms(1), End: ms(5)}}
+	rep := run(h)
+	wantViolation(t, rep, "knows-first", "was told 10ms after")
+	if rep.Knows[FaultBlackhole]["told late"] != 1 {
+		t.Errorf("knows %v, want one late handover counted under %s", rep.Knows, FaultBlackhole)
+	}
+}
+
+func TestKnowsFirstCatchesAHolderNeverTold(t *testing.T) {
+	h := cleanMutex()
+	h.Holds = []*Hold{{Prim: "mutex", Name: "m0", Client: "w0", Key: ka, Token: 2, Acquired: ms(2)}}
+	wantViolation(t, run(h), "knows-first", "was never told")
+}
+
+// Planted bug (b)'s trace: the holder is told after the revoke, i.e. after
+// the next holder's acquisition returned, though etcd's watch saw it later.
+func TestKnowsFirstUsesTheNewHoldersOwnReturn(t *testing.T) {
+	h := cleanMutex()
+	h.Holds = []*Hold{
+		{Prim: "mutex", Name: "m0", Client: "w0", Key: ka, Token: 2, Acquired: ms(2), Ended: ms(5) + 500, Cause: "baton: ownership lost: lease revoked"},
+		{Prim: "mutex", Name: "m0", Client: "w1", Key: kb, Token: 3, Acquired: ms(5) + 100, Ended: ms(7), Cause: "baton: released"},
+	}
+	h.Seen = []Observed{{Rev: 5, At: ms(9)}} // the log heard late
+	h.Events = cleanMutex().Events
+	h.End = 8
+	rep := check(h, Config{TTL: 3 * time.Second})
+	wantViolation(t, rep, "knows-first", "after the grant")
+}
+
+// In process, what counts is what was checked at the moment: a Context
+// found ended when the deletion arrived was told first, however late the
+// goroutine that timestamps its end ran; one found live was not.
+func TestKnowsFirstJudgesInProcessHoldsAtTheMoment(t *testing.T) {
+	h := cleanMutex()
+	a := &Hold{Prim: "mutex", Name: "m0", Client: "w0", Key: ka, Token: 2, Acquired: ms(2), Ended: ms(30), Cause: "baton: ownership lost", DeleteSeen: ms(5), Told: true}
+	h.Holds = []*Hold{a}
+	rep := run(h)
+	wantClean(t, rep)
+	a.Told, a.Ended = false, ms(4)
+	wantViolation(t, check(h, Config{TTL: 3 * time.Second}), "knows-first", "had not been told when its key's deletion (rev 5) was seen")
+	// With no waiter to let in, the same.
+	h.Events = []history.Event{put(2, ka, 2, ""), put(4, work, 4, ka), del(5, ka, 2)}
+	h.Seen, h.End = nil, 0
+	wantViolation(t, run(h), "knows-first", "had not been told when its key's deletion (rev 5) was seen")
+	h.Events = cleanMutex().Events
+	h.Seen, h.End = nil, 0
+	seenEvery(h)
+	b := &Hold{Prim: "mutex", Name: "m0", Client: "w1", Key: kb, Token: 3, Acquired: ms(6), Ended: ms(7), Cause: "baton: released"}
+	a.Told, a.Untold = true, []*Hold{b}
+	h.Holds = append(h.Holds, b)
+	wantViolation(t, check(h, Config{TTL: 3 * time.Second}), "knows-first", "w1 acquired (token 3, b) at 6ms while w0 (token 2, a) had not been told")
+}
+
+func TestKnowsFirstDoesNotJudgeOperatorsOrFrozenHolders(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		hold    Hold
+		faults  []Fault
+		outcome string
+	}{
+		{"operator", Hold{Ended: ms(20)}, []Fault{{Kind: FaultAdminDelete, Start: ms(4), End: ms(5), Revs: []int64{5}}}, "operator"},
+		{"frozen", Hold{Ended: ms(20), Frozen: true, Child: true}, nil, "frozen"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := cleanMutex()
+			a := tc.hold
+			a.Prim, a.Name, a.Client, a.Key, a.Token, a.Acquired, a.Cause = "mutex", "m0", "w0", ka, 2, ms(2), "baton: ownership lost"
+			h.Holds = []*Hold{&a}
+			h.Faults = tc.faults
+			rep := run(h)
+			wantClean(t, rep)
+			if rep.Knows[tc.outcome]["not promised"] != 1 {
+				t.Errorf("knows %v, want the handover counted as %s, not promised", rep.Knows, tc.outcome)
+			}
+		})
+	}
+}
+
+func TestObserveCatchesAStreamGoingBack(t *testing.T) {
+	h := cleanMutex()
+	h.States = []ObsState{
+		{Stream: 1, Prim: "mutex", Name: "m0", At: ms(5), Rev: 5, Key: kb, Token: 3},
+		{Stream: 1, Prim: "mutex", Name: "m0", At: ms(6), Rev: 4, Key: ka, Token: 2},
+	}
+	wantViolation(t, run(h), "observe", "went back in time")
+}
+
+// Planted bug (d)'s trace: a re-read on delete can report a state that
+// is not etcd's at the revision it names.
+func TestObserveCatchesAFalseState(t *testing.T) {
+	h := cleanMutex()
+	h.States = []ObsState{{Stream: 1, Prim: "mutex", Name: "m0", At: ms(5), Rev: 5, Key: ka, Token: 2}}
+	wantViolation(t, run(h), "observe", "but etcd had")
+	// The right key with another incarnation's token is false too.
+	h.States = []ObsState{{Stream: 1, Prim: "mutex", Name: "m0", At: ms(5), Rev: 5, Key: kb, Token: 2}}
+	wantViolation(t, check(h, Config{TTL: 3 * time.Second}), "observe", "but etcd had")
+}
+
+func TestObserveCatchesTheSameHolderTwice(t *testing.T) {
+	h := cleanMutex()
+	h.States = []ObsState{
+		{Stream: 1, Prim: "mutex", Name: "m0", At: ms(3), Rev: 3, Key: ka, Token: 2},
+		{Stream: 1, Prim: "mutex", Name: "m0", At: ms(4), Rev: 4, Key: ka, Token: 2},
+	}
+	wantViolation(t, run(h), "observe", "same holder twice")
+	// One key, a new incarnation (its lease locked again, the release
+	// skipped by a re-read): a new holder, not a repeat.
+	h.Events = []history.Event{put(2, ka, 2, ""), del(3, ka, 2), put(4, ka, 4, "")}
+	h.States = []ObsState{
+		{Stream: 1, Prim: "mutex", Name: "m0", At: ms(2), Rev: 2, Key: ka, Token: 2},
+		{Stream: 1, Prim: "mutex", Name: "m0", At: ms(4), Rev: 4, Key: ka, Token: 4},
+	}
+	h.Seen, h.End = nil, 0
+	wantClean(t, run(h))
+}
+
+func TestObserveCatchesAStreamThatDoesNotConverge(t *testing.T) {
+	h := cleanMutex()
+	h.States = []ObsState{{Stream: 1, Prim: "mutex", Name: "m0", At: ms(2), Rev: 2, Key: ka, Token: 2}}
+	h.StreamEnds = map[int]int64{1: ms(5) + int64(20*time.Second)}
+	h.Faults = []Fault{{Kind: FaultBlackhole, Start: ms(3), End: ms(6)}}
+	rep := run(h)
+	wantViolation(t, rep, "observe", "did not converge")
+	// The same stream, caught up after the fault: clean.
+	h.States = append(h.States, ObsState{Stream: 1, Prim: "mutex", Name: "m0", At: ms(9), Rev: 5, Key: kb, Token: 3})
+	wantClean(t, check(h, Config{TTL: 3 * time.Second}))
+}
+
+func TestRegisterCatchesAStaleTokenAdmitted(t *testing.T) {
+	h := cleanMutex()
+	h.Regs = []RegOp{
+		{Resource: "mutex/m0", Client: 0, Token: 5, Value: "x", Outcome: "accepted", Call: 10, Return: 20},
+		{Resource: "mutex/m0", Client: 1, Token: 3, Value: "y", Outcome: "accepted", Call: 30, Return: 40},
+	}
+	wantViolation(t, run(h), "register", "not linearizable")
+}
+
+func TestRegisterCatchesAStaleRead(t *testing.T) {
+	h := cleanMutex()
+	h.Regs = []RegOp{
+		{Resource: "mutex/m0", Client: 0, Token: 3, Value: "x", Outcome: "accepted", Call: 10, Return: 20},
+		{Resource: "mutex/m0", Client: 1, Token: 5, Value: "y", Outcome: "accepted", Call: 30, Return: 40},
+		{Resource: "mutex/m0", Client: 2, Read: true, Value: "x", Call: 50, Return: 60},
+	}
+	wantViolation(t, run(h), "register", "not linearizable")
+	// A failed write may or may not have applied; a lost one never does.
+	h.Regs = []RegOp{
+		{Resource: "mutex/m0", Client: 0, Token: 3, Value: "x", Outcome: "accepted", Call: 10, Return: 20},
+		{Resource: "mutex/m0", Client: 1, Token: 5, Value: "y", Outcome: "unknown", Call: 30},
+		{Resource: "mutex/m0", Client: 3, Token: 6, Value: "z", Outcome: "lost", Call: 31, Return: 35},
+		{Resource: "mutex/m0", Client: 2, Read: true, Value: "x", Call: 50, Return: 60},
+		{Resource: "mutex/m0", Client: 2, Read: true, Value: "y", Call: 70, Return: 80},
+	}
+	wantClean(t, check(h, Config{TTL: 3 * time.Second}))
+}
+
+func TestGuardCatchesARejectionOfTheHighest(t *testing.T) {
+	h := cleanMutex()
+	h.Admits = []RegOp{
+		{Resource: "mutex/m0", Client: 0, Token: 5, Outcome: "accepted", Call: 10, Return: 20},
+		{Resource: "mutex/m0", Client: 1, Token: 5, Outcome: "stale", Call: 30, Return: 40},
+	}
+	wantViolation(t, run(h), "guard", "not linearizable")
+}
+
+func TestFenceCatchesAMarkGoingDown(t *testing.T) {
+	h := cleanMutex()
+	h.Events = append(h.Events, put(8, m0.Fence, 8, "5"), put(9, m0.Fence, 8, "4"))
+	wantViolation(t, run(h), "fence", "went down at rev 9")
+}
+
+func TestEventLogCatchesAGap(t *testing.T) {
+	h := cleanMutex()
+	h.Events = append(h.Events[:3], h.Events[4:]...)
+	wantViolation(t, run(h), "event-log", "skipped revisions 5 to 5")
+}
+
+func TestReportLastLine(t *testing.T) {
+	h := cleanMutex()
+	h.Ops = []Op{{Kind: "mutex.Lock"}, {Kind: "mutex.Lock", Err: "x"}}
+	h.Faults = []Fault{{Kind: FaultBlackhole}, {Kind: FaultBlackhole}, {Kind: FaultMemberKill}}
+	h.Events = append(h.Events, put(8, work, 4, kc))
+	rep := run(h)
+	rep.Seed = 42
+	var b strings.Builder
+	rep.Print(&b)
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	want := "robustness: 2 operations, 3 faults (2 kinds), 5 histories checked, 1 violations, seed 42"
+	if got := lines[len(lines)-1]; got != want {
+		t.Errorf("last line %q, want %q", got, want)
+	}
+	if !strings.Contains(b.String(), "etcd rev 8") {
+		t.Errorf("no excerpt of the history around the violation:\n%s", b.String())
+	}
+}
+
+// Planted bug (e)'s trace: two Campaigns on one session return the same
+// key, and the second returns while the first still leads.
+func TestSharedKeysCatchesTwoHoldersOfOneKey(t *testing.T) {
+	h := cleanMutex()
+	first := &Hold{Prim: "mutex", Name: "m0", Client: "w1", Key: ka, Token: 2, Acquired: ms(2), Ended: ms(5), Cause: "baton: released"}
+	second := &Hold{Prim: "mutex", Name: "m0", Client: "w1", Key: ka, Token: 2, Acquired: ms(3), Ended: ms(5), Cause: "baton: released"}
+	first.Untold = []*Hold{second}
+	h.Holds = []*Hold{first, second}
+	rep := run(h)
+	wantViolation(t, rep, "shared-key", "two holders on one key")
+	if len(rep.Violations) != 1 {
+		t.Errorf("want the shared key reported once, got %+v", rep.Violations)
+	}
+	first.Untold = nil // the first had ended when the second returned: a takeover
+	wantClean(t, check(h, Config{TTL: 3 * time.Second}))
+}
+
+// A permit holder told late is a handover judged like a lock's.
+func TestKnowsFirstJudgesSemaphoreHandovers(t *testing.T) {
+	sp := "/robust/v1/semaphore/s0/"
+	s0 := NameInfo{Prim: "semaphore", Name: "s0", Prefix: sp, Work: workPrefix + "semaphore/s0", Limit: 2}
+	a, b, c := sp+"a", sp+"b", sp+"c"
+	h := &History{Names: []NameInfo{s0}, Events: []history.Event{
+		put(2, a, 2, ""), put(3, b, 3, ""), put(4, c, 4, ""), del(5, a, 2),
+	}, Holds: []*Hold{
+		{Prim: "semaphore", Name: "s0", Client: "w0", Key: a, Token: 2, Acquired: ms(2), Ended: ms(8), Cause: "baton: ownership lost"},
+		{Prim: "semaphore", Name: "s0", Client: "w2", Key: c, Token: 4, Acquired: ms(6), Ended: ms(9), Cause: "baton: released"},
+	}}
+	wantViolation(t, run(h), "knows-first", "semaphore s0: w0")
+}
+
+// A handle returned after its key's deletion was seen told its caller
+// first only if its Context had already ended on return.
+func TestKnowsFirstJudgesAHandleReturnedAfterItsKeyWent(t *testing.T) {
+	h := cleanMutex()
+	a := &Hold{Prim: "mutex", Name: "m0", Client: "w0", Key: ka, Token: 2, Acquired: ms(6), Ended: ms(6) + 500, Cause: "baton: ownership lost", DeadOnReturn: true}
+	h.Holds = []*Hold{a}
+	wantClean(t, run(h))
+	a.DeadOnReturn = false
+	wantViolation(t, check(h, Config{TTL: 3 * time.Second}), "knows-first", "was returned as a holder, not yet told")
+}

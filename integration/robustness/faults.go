@@ -1,0 +1,260 @@
+package robustness
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The fault kinds.
+const (
+	FaultMemberKill     = "member-kill"     // SIGKILL-like stop of one member, restart on its data
+	FaultQuorumLoss     = "quorum-loss"     // two of three members down, then both back
+	FaultLeaderTransfer = "leader-transfer" // Raft leadership moved to a follower
+	FaultBlackhole      = "blackhole"       // a client cut off from every member, connections open
+	FaultSlowLink       = "slow-link"       // a client's traffic delayed both ways
+	FaultCompact        = "compact-defrag"  // compaction then defragmentation of every member, under watches
+	FaultAdminDelete    = "admin-delete"    // an operator deletes a holder's key
+	FaultAdminRevoke    = "admin-revoke"    // an operator revokes a holder's lease
+	FaultFreeze         = "holder-freeze"   // a holder process stopped (SIGSTOP) past its TTL, then resumed
+)
+
+// FaultKinds lists the kinds a run injects; holder-freeze needs holder
+// processes.
+//
+// A member restarted from an older snapshot of its data is not among
+// them: it is not safe. A member that forgets Raft log entries and votes
+// it acknowledged breaks Raft's own assumptions (a committed write can be
+// lost, two leaders can be elected in one term), so what the checks
+// found would be etcd's broken durability, not the lock layer's.
+func FaultKinds(processes bool) []string {
+	k := []string{FaultMemberKill, FaultQuorumLoss, FaultLeaderTransfer, FaultBlackhole, FaultSlowLink,
+		FaultCompact, FaultAdminDelete, FaultAdminRevoke}
+	if processes {
+		k = append(k, FaultFreeze)
+	}
+	return k
+}
+
+func knownFault(k string) bool { return slices.Contains(FaultKinds(true), k) }
+
+type faulter struct {
+	r      *runner
+	events *eventLog
+	rng    *rand.Rand
+}
+
+func (f *faulter) sleep(ctx context.Context, minMs, spanMs int) {
+	pause(ctx, time.Duration(minMs+f.rng.IntN(spanMs))*time.Millisecond)
+}
+
+// loop injects one fault at a time until deadline: a quiet while, a
+// fault, its healing.
+func (f *faulter) loop(ctx context.Context, deadline time.Time) {
+	for {
+		f.sleep(ctx, 500, 2500)
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return
+		}
+		kind := f.r.cfg.Faults[f.rng.IntN(len(f.r.cfg.Faults))]
+		// The fault's own choices come from a generator of its own, so
+		// that what etcd's timing changes inside one fault (an early
+		// error, a wait) leaves the next faults as the seed made them.
+		inner := &faulter{r: f.r, events: f.events, rng: rand.New(rand.NewPCG(f.rng.Uint64(), f.rng.Uint64()))}
+		fctx, cancel := context.WithDeadline(ctx, deadline.Add(10*time.Second))
+		fl := Fault{Kind: kind, Start: now()}
+		detail, revs, err := inner.inject(fctx, kind)
+		cancel()
+		fl.End, fl.Detail, fl.Revs = now(), detail, revs
+		if err != nil {
+			fl.Detail += " (" + err.Error() + ")"
+		}
+		f.r.h.fault(fl)
+		fmt.Fprintf(f.r.log, "robustness: %8s %s %s\n", since(f.r.h.Start, fl.Start), kind, fl.Detail)
+	}
+}
+
+// inject runs one fault from start to healing; the healing always runs,
+// even when ctx ends.
+func (f *faulter) inject(ctx context.Context, kind string) (string, []int64, error) {
+	t := f.r.cfg.Target
+	ttl := f.r.cfg.TTL
+	n := len(t.Endpoints())
+	switch kind {
+	case FaultMemberKill:
+		i := f.rng.IntN(n)
+		if err := t.Kill(i); err != nil {
+			return "", nil, err
+		}
+		f.sleep(ctx, 300, 3000)
+		return fmt.Sprintf("member %d", i), nil, t.Restart(context.Background(), i)
+	case FaultQuorumLoss:
+		i := f.rng.IntN(n)
+		j := (i + 1 + f.rng.IntN(n-1)) % n
+		_ = t.Kill(i)
+		_ = t.Kill(j)
+		f.sleep(ctx, 500, int(ttl/time.Millisecond)+1000)
+		return fmt.Sprintf("members %d and %d", i, j), nil, t.Restart(context.Background(), i, j)
+	case FaultLeaderTransfer:
+		lead, ids, err := memberStatus(ctx, t)
+		if err != nil {
+			return "", nil, err
+		}
+		var to []int
+		for i, id := range ids {
+			if i != lead && id != 0 {
+				to = append(to, i)
+			}
+		}
+		if len(to) == 0 {
+			return "", nil, fmt.Errorf("no follower to move to")
+		}
+		j := to[f.rng.IntN(len(to))]
+		cli, err := newClient([]string{t.Endpoints()[lead]})
+		if err != nil {
+			return "", nil, err
+		}
+		defer cli.Close()
+		mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err = cli.MoveLeader(mctx, ids[j])
+		return fmt.Sprintf("member %d to %d", lead, j), nil, err
+	case FaultBlackhole, FaultSlowLink:
+		f.r.mu.Lock()
+		parts := append([]*partition(nil), f.r.parts...)
+		f.r.mu.Unlock()
+		if len(parts) == 0 {
+			return "no client", nil, nil
+		}
+		// A worker (the first clients are the workers'), and maybe one
+		// more client of any kind: an observer's, or another worker's.
+		chosen := []int{f.rng.IntN(min(f.r.cfg.Workers, len(parts)))}
+		if other := f.rng.IntN(len(parts)); f.rng.IntN(2) == 0 && other != chosen[0] {
+			chosen = append(chosen, other)
+		}
+		sort.Ints(chosen)
+		for _, c := range chosen {
+			if kind == FaultBlackhole {
+				parts[c].blackhole()
+			} else {
+				parts[c].delay(time.Duration(50+f.rng.IntN(350)) * time.Millisecond)
+			}
+		}
+		if kind == FaultBlackhole {
+			f.sleep(ctx, int(ttl/time.Millisecond)/2, int(2*ttl/time.Millisecond))
+		} else {
+			f.sleep(ctx, 1000, 5000)
+		}
+		for _, c := range chosen {
+			parts[c].restore()
+		}
+		return fmt.Sprintf("clients %v", chosen), nil, nil
+	case FaultCompact:
+		// Never past what the event log has received: its view stays
+		// complete.
+		rev := f.events.Progress()
+		if rev < 2 {
+			return "nothing to compact", nil, nil
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if _, err := f.r.admin.Compact(cctx, rev); err != nil {
+			return fmt.Sprintf("at %d", rev), nil, err
+		}
+		for i, ep := range t.Endpoints() {
+			if t.Running(i) {
+				if _, err := f.r.admin.Defragment(cctx, ep); err != nil {
+					return fmt.Sprintf("at %d", rev), nil, fmt.Errorf("defragment member %d: %w", i, err)
+				}
+			}
+		}
+		return fmt.Sprintf("at %d, defragmented", rev), nil, nil
+	case FaultAdminDelete, FaultAdminRevoke:
+		return f.admin(ctx, kind)
+	case FaultFreeze:
+		// Wait a little for a child that holds: they hold a fraction of
+		// the time.
+		c := f.r.holdingChild(f.rng)
+		for tries := 0; c == nil && tries < 60 && ctx.Err() == nil; tries++ {
+			pause(ctx, 50*time.Millisecond)
+			c = f.r.holdingChild(f.rng)
+		}
+		if c == nil {
+			return "no holder process", nil, nil
+		}
+		if err := c.freeze(); err != nil {
+			return "", nil, err
+		}
+		f.sleep(ctx, int(ttl/time.Millisecond)+500, 1500)
+		return fmt.Sprintf("child %d", c.id), nil, c.thaw()
+	}
+	return "", nil, fmt.Errorf("unknown fault %q", kind)
+}
+
+// admin deletes a holder's key, or revokes its lease, as an operator
+// would: the holder of a random name, found by a read.
+func (f *faulter) admin(ctx context.Context, kind string) (string, []int64, error) {
+	names := f.r.cfg.names
+	start := f.rng.IntN(len(names))
+	actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	for k := range names {
+		n := names[(start+k)%len(names)]
+		resp, err := f.r.admin.Get(actx, n.Prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		if err != nil {
+			return "", nil, err
+		}
+		for _, kv := range resp.Kvs {
+			if !isContender(n, string(kv.Key)) {
+				continue
+			}
+			key := string(kv.Key)
+			if kind == FaultAdminDelete {
+				tr, err := f.r.admin.Txn(actx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision)).
+					Then(clientv3.OpDelete(key)).Commit()
+				if err != nil {
+					return key, nil, err
+				}
+				return fmt.Sprintf("%s token %d", key, kv.CreateRevision), []int64{tr.Header.Revision}, nil
+			}
+			lr, err := f.r.admin.Revoke(actx, clientv3.LeaseID(kv.Lease))
+			if err != nil {
+				return fmt.Sprintf("lease %x of %s", kv.Lease, key), nil, err
+			}
+			return fmt.Sprintf("lease %x of %s", kv.Lease, key), []int64{lr.Header.Revision}, nil
+		}
+	}
+	return "no holder", nil, nil
+}
+
+// healAll undoes anything a fault cut short: partitions restored, members
+// restarted, frozen children resumed.
+func (f *faulter) healAll() {
+	f.r.mu.Lock()
+	parts := append([]*partition(nil), f.r.parts...)
+	children := append([]*child(nil), f.r.children...)
+	f.r.mu.Unlock()
+	for _, p := range parts {
+		p.restore()
+	}
+	for _, c := range children {
+		_ = c.thaw()
+	}
+	t := f.r.cfg.Target
+	var down []int
+	for i := range t.Endpoints() {
+		if !t.Running(i) {
+			down = append(down, i)
+		}
+	}
+	if len(down) > 0 {
+		if err := t.Restart(context.Background(), down...); err != nil {
+			fmt.Fprintf(f.r.log, "robustness: restart %v after the run: %v\n", down, err)
+		}
+	}
+}

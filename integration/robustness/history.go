@@ -1,0 +1,294 @@
+package robustness
+
+import (
+	"encoding/json"
+	"os"
+	"sort"
+	"sync"
+
+	"github.com/batonhq/baton/integration/history"
+)
+
+// Op is one call and its return, on the shared clock. Return is zero when
+// the call never returned (its process was killed or froze).
+type Op struct {
+	Client string // "w3" (in-process worker), "c1" (child), "o2" (observer)
+	Kind   string // "mutex.Lock", "election.Proclaim", …
+	Name   string // the primitive's name
+	Call   int64
+	Return int64
+	Err    string // empty on success
+	Key    string // the holder key the call acquired or released
+	Token  int64
+}
+
+// Fault is one injected fault, from its start to its end.
+type Fault struct {
+	Kind   string
+	Detail string
+	Start  int64
+	End    int64
+	// Revs are the revisions at which the fault itself deleted holder keys
+	// (an admin delete or revoke): a holder cannot be told before those.
+	Revs []int64
+}
+
+// Hold is one acquisition, from the handle's point of view.
+type Hold struct {
+	Prim   string // "mutex", "election", "rwmutex", "semaphore"
+	Name   string
+	Client string
+	Key    string
+	Token  int64
+	Shared bool // a read lock or a semaphore permit
+	// Acquired is when the acquiring call returned; Ended when the
+	// handle's Context ended (zero if it never did); Cause is why.
+	Acquired, Ended int64
+	Cause           string
+	// Child holds are in another process: their Context ends are not
+	// observed.
+	Child bool
+	// Frozen holds were in a process stopped (SIGSTOP) while they held:
+	// it could not be told anything; fencing alone protects its writes.
+	Frozen bool
+	// DeleteSeen is when the event log received the deletion of the
+	// hold's key; Told whether the hold's Context had ended by then,
+	// checked at that moment (in-process holds only): exact, where a
+	// timestamp taken by a goroutine woken by the end would be late.
+	DeleteSeen int64
+	Told       bool
+	// DeadOnReturn: the Context had already ended when the acquiring
+	// call returned it (its key went meanwhile): the caller never
+	// believed it held.
+	DeadOnReturn bool
+	// Untold lists the holds acquired in this process while this one's
+	// Context had not ended (conflicting holds of the same name only).
+	Untold []*Hold `json:"-"`
+
+	done <-chan struct{}
+}
+
+// ObsState is one state an Observe stream sent.
+type ObsState struct {
+	Stream     int
+	Prim, Name string
+	At         int64 // when it was received
+	Rev        int64
+	Key        string // the holder's key; empty for free / no leader
+	Token      int64  // the holder key's CreateRevision
+	Value      string // an election's value
+}
+
+// RegOp is one operation on a fenced register (the etcd guard's), or an
+// admission by an in-memory guard (Read false, Value empty).
+type RegOp struct {
+	Resource string
+	Client   int
+	Read     bool
+	Token    int64
+	Value    string
+	// Outcome of a write: "accepted", "stale" (rejected for its token),
+	// "lost" (rejected: the holder no longer held), "unknown" (failed).
+	Outcome      string
+	Call, Return int64
+}
+
+// Observed is when the event watch delivered a revision.
+type Observed struct {
+	Rev int64
+	At  int64
+}
+
+// History is everything a run recorded. Its methods are safe for
+// concurrent use; the checks read it after the run.
+type History struct {
+	mu     sync.Mutex
+	index  map[incarnation]*Hold     // in-process holds by key incarnation
+	live   map[string]map[*Hold]bool // in-process holds not known ended, by name
+	Start  int64
+	Ops    []Op
+	Faults []Fault
+	Holds  []*Hold
+	States []ObsState
+	Regs   []RegOp
+	Admits []RegOp
+	// Events is etcd's history of every key from revision 1; Seen is
+	// when the watch delivered each revision.
+	Events []history.Event
+	Seen   []Observed
+	// End is the revision of the marker that closed Events: everything
+	// before it is in Events.
+	End int64
+	// StreamEnds is when each Observe stream ended; Settled is when the
+	// traffic had stopped and the cluster was healthy again.
+	StreamEnds map[int]int64
+	Settled    int64
+	// Names are the primitives' names and prefixes, with their rules.
+	Names []NameInfo
+}
+
+// NameInfo describes one primitive instance of the run.
+type NameInfo struct {
+	Prim, Name string
+	Prefix     string // contender keys live under it
+	Work       string // fenced evidence writes go to this key
+	Limit      int    // semaphore limit; 1 for exclusive primitives
+	Observed   bool   // has Observe streams
+	Fence      string // the etcd guard's key for the name's register
+}
+
+func (h *History) op(o Op) {
+	h.mu.Lock()
+	h.Ops = append(h.Ops, o)
+	h.mu.Unlock()
+}
+
+func (h *History) fault(f Fault) {
+	h.mu.Lock()
+	h.Faults = append(h.Faults, f)
+	h.mu.Unlock()
+}
+
+func (h *History) hold(x *Hold) {
+	h.mu.Lock()
+	h.Holds = append(h.Holds, x)
+	h.mu.Unlock()
+}
+
+// acquired records an in-process hold whose Context is done, first
+// noting every live conflicting hold of the same name that has not been
+// told yet: the next holder is already acting.
+func (h *History) acquired(x *Hold, n NameInfo, done <-chan struct{}) {
+	x.done = done
+	x.DeadOnReturn = closed(done)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.index == nil {
+		h.index = make(map[incarnation]*Hold)
+		h.live = make(map[string]map[*Hold]bool)
+	}
+	h.Holds = append(h.Holds, x)
+	h.index[incarnation{x.Key, x.Token}] = x
+	k := x.Prim + "/" + x.Name
+	if h.live[k] == nil {
+		h.live[k] = make(map[*Hold]bool)
+	}
+	for p := range h.live[k] {
+		if x.DeadOnReturn {
+			break // it never held
+		}
+		if closed(p.done) {
+			delete(h.live[k], p)
+			continue
+		}
+		if !mayShare(n, p.Key, x.Key) && !(n.Prim == "semaphore") {
+			p.Untold = append(p.Untold, x)
+		}
+	}
+	h.live[k][x] = true
+}
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// deleteSeen is the event log's report of a deleted key incarnation: if
+// an in-process hold owned it, whether its Context had ended.
+func (h *History) deleteSeen(key string, create, at int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if x := h.index[incarnation{key, create}]; x != nil && x.DeleteSeen == 0 {
+		x.DeleteSeen, x.Told = at, closed(x.done)
+	}
+}
+
+// ended records the end of a hold's Context.
+func (h *History) ended(x *Hold, at int64, cause string) {
+	h.mu.Lock()
+	x.Ended, x.Cause = at, cause
+	h.mu.Unlock()
+}
+
+func (h *History) state(s ObsState) {
+	h.mu.Lock()
+	h.States = append(h.States, s)
+	h.mu.Unlock()
+}
+
+func (h *History) reg(r RegOp) {
+	h.mu.Lock()
+	h.Regs = append(h.Regs, r)
+	h.mu.Unlock()
+}
+
+func (h *History) admit(r RegOp) {
+	h.mu.Lock()
+	h.Admits = append(h.Admits, r)
+	h.mu.Unlock()
+}
+
+// seenAt is when revision rev was first delivered by the event watch; ok
+// is false when no watch delivered it.
+func (h *History) seenAt(rev int64) (int64, bool) {
+	i := sort.Search(len(h.Seen), func(i int) bool { return h.Seen[i].Rev >= rev })
+	if i < len(h.Seen) && h.Seen[i].Rev == rev {
+		return h.Seen[i].At, true
+	}
+	return 0, false
+}
+
+// activeFaults lists the kinds of fault in progress at t, or ended less
+// than grace before it.
+func (h *History) activeFaults(t, grace int64) []string {
+	var out []string
+	for _, f := range h.Faults {
+		if f.Start <= t && (f.End == 0 || t <= f.End+grace) {
+			out = append(out, f.Kind)
+		}
+	}
+	sort.Strings(out)
+	return dedup(out)
+}
+
+func dedup(s []string) []string {
+	out := s[:0]
+	for i, x := range s {
+		if i == 0 || x != s[i-1] {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func (h *History) streamEnded(id int, at int64) {
+	h.mu.Lock()
+	if h.StreamEnds == nil {
+		h.StreamEnds = make(map[int]int64)
+	}
+	h.StreamEnds[id] = at
+	h.mu.Unlock()
+}
+
+// streamEnd is when stream id ended; the run's end if never recorded.
+func (h *History) streamEnd(id int) int64 {
+	if at, ok := h.StreamEnds[id]; ok {
+		return at
+	}
+	return 1<<63 - 1
+}
+
+// save writes the history as JSON.
+func (h *History) save(path string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}

@@ -1,0 +1,87 @@
+package robustness
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/batonhq/baton/election"
+	"github.com/batonhq/baton/mutex"
+)
+
+// observer follows one name with Observe on its own proxied client,
+// recording every state, and starts a new stream now and then.
+type observer struct {
+	r    *runner
+	n    NameInfo
+	id   int
+	cli  *clientv3.Client
+	part *partition
+}
+
+func (r *runner) newObserver(n NameInfo, id int) (*observer, error) {
+	part, eps, err := newPartition(r.cfg.Target.Endpoints())
+	if err != nil {
+		return nil, err
+	}
+	cli, err := newClient(eps)
+	if err != nil {
+		part.close()
+		return nil, err
+	}
+	r.mu.Lock()
+	r.parts = append(r.parts, part)
+	r.mu.Unlock()
+	return &observer{r: r, n: n, id: id, cli: cli, part: part}, nil
+}
+
+func (o *observer) client() string { return fmt.Sprintf("o%d", o.id) }
+
+// run observes until ctx ends; each stream lasts a random while, so that
+// fresh streams start in the middle of faults too.
+func (o *observer) run(ctx context.Context, rng *rand.Rand) {
+	defer o.cli.Close()
+	for stream := o.id * 1000; ctx.Err() == nil; stream++ {
+		sctx, cancel := context.WithTimeout(ctx, time.Duration(3000+rng.IntN(12000))*time.Millisecond)
+		o.stream(sctx, stream)
+		cancel()
+	}
+}
+
+func (o *observer) stream(ctx context.Context, stream int) {
+	start := now()
+	var err error
+	switch o.n.Prim {
+	case "mutex":
+		var m *mutex.Mutex
+		if m, err = mutex.New(o.cli, o.n.Name, mutex.WithNamespace(o.r.cfg.Namespace)); err != nil {
+			break
+		}
+		defer m.Close()
+		for s := range m.Observe(ctx) {
+			if s.Err != nil {
+				err = s.Err
+				break
+			}
+			o.r.h.state(ObsState{Stream: stream, Prim: o.n.Prim, Name: o.n.Name, At: now(), Rev: s.Revision, Key: s.Key, Token: int64(s.Token)})
+		}
+	case "election":
+		var e *election.Election
+		if e, err = election.New(o.cli, o.n.Name, election.WithNamespace(o.r.cfg.Namespace)); err != nil {
+			break
+		}
+		defer e.Close()
+		for s := range e.Observe(ctx) {
+			if s.Err != nil {
+				err = s.Err
+				break
+			}
+			o.r.h.state(ObsState{Stream: stream, Prim: o.n.Prim, Name: o.n.Name, At: now(), Rev: s.Revision, Key: s.Key, Token: int64(s.Token), Value: s.Value})
+		}
+	}
+	o.r.h.streamEnded(stream, now())
+	o.r.h.op(Op{Client: o.client(), Kind: o.n.Prim + ".Observe", Name: o.n.Name, Call: start, Return: now(), Err: errString(err)})
+}

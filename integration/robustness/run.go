@@ -1,0 +1,419 @@
+package robustness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os/exec"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/batonhq/baton/election"
+	"github.com/batonhq/baton/fencing"
+	"github.com/batonhq/baton/mutex"
+	"github.com/batonhq/baton/rwmutex"
+	"github.com/batonhq/baton/semaphore"
+)
+
+// Config is one run.
+type Config struct {
+	Target Target
+	// Seed decides every random choice; zero picks one from the clock.
+	Seed uint64
+	// Duration of the traffic; the checks come after. Default 30 s.
+	Duration time.Duration
+	// Workers in this process, each on its own client, default 4;
+	// Observers per observed name, default 1.
+	Workers, Observers int
+	// Children are holder processes (this program run again through
+	// ChildCmd); zero for none. ChildCmd returns the command that runs a
+	// child of the given role (see ChildMain).
+	Children int
+	ChildCmd func(role string) *exec.Cmd
+	// Baton is the path of a built `baton` CLI; when set, one more child
+	// takes locks through `baton lock NAME -- <child>`.
+	Baton string
+	// TTL of every lease, default 3 s.
+	TTL time.Duration
+	// Namespace of every primitive, default "robust".
+	Namespace string
+	// Faults are the kinds to inject, default every kind the run supports
+	// (FaultKinds).
+	Faults []string
+	// Log receives progress lines; default none.
+	Log io.Writer
+	// HistoryFile, when set, receives the whole history as JSON.
+	HistoryFile string
+
+	names []NameInfo
+}
+
+// runner is one run in progress.
+type runner struct {
+	cfg   Config
+	h     *History
+	mem   *fencing.MemoryGuard
+	log   io.Writer
+	admin *clientv3.Client
+
+	mu       sync.Mutex
+	parts    []*partition // every proxied client's, for network faults
+	children []*child
+}
+
+const (
+	workPrefix     = "/robustness/work/"
+	registerPrefix = "/robustness/register/"
+)
+
+// Run drives traffic and faults for cfg.Duration, then closes everything
+// and checks the history. The error is for a run that could not be made
+// (no cluster, no client); what the checks find is in the Report.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if cfg.Seed == 0 {
+		cfg.Seed = uint64(time.Now().UnixNano())
+	}
+	if cfg.Duration <= 0 {
+		cfg.Duration = 30 * time.Second
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 4
+	}
+	if cfg.Observers <= 0 {
+		cfg.Observers = 1
+	}
+	if cfg.TTL <= 0 {
+		cfg.TTL = 3 * time.Second
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = "robust"
+	}
+	if cfg.Log == nil {
+		cfg.Log = io.Discard
+	}
+	if cfg.Children > 0 && cfg.ChildCmd == nil {
+		return nil, errors.New("robustness: Children set without ChildCmd")
+	}
+	if len(cfg.Faults) == 0 {
+		cfg.Faults = FaultKinds(cfg.Children > 0 || cfg.Baton != "")
+	}
+	for _, k := range cfg.Faults {
+		if !knownFault(k) {
+			return nil, fmt.Errorf("robustness: unknown fault kind %q (known: %v)", k, FaultKinds(true))
+		}
+	}
+	h := &History{Start: now()}
+	admin, err := newClient(cfg.Target.Endpoints())
+	if err != nil {
+		return nil, err
+	}
+	defer admin.Close()
+	watchCli, err := newClient(cfg.Target.Endpoints())
+	if err != nil {
+		return nil, err
+	}
+	defer watchCli.Close()
+	if cfg.names, err = describeNames(admin, cfg.Namespace); err != nil {
+		return nil, err
+	}
+	h.Names = cfg.names
+	r := &runner{cfg: cfg, h: h, mem: fencing.NewMemoryGuard(), log: cfg.Log, admin: admin}
+	fmt.Fprintf(r.log, "robustness: seed %d, %v of traffic, %d workers, %d children, faults %v\n",
+		cfg.Seed, cfg.Duration, cfg.Workers, cfg.Children, cfg.Faults)
+	events := startEventLog(watchCli, h)
+	closeEvents := func() { events.cancel(); <-events.done }
+
+	traffic, stopTraffic := context.WithCancel(ctx)
+	defer stopTraffic()
+	var wg sync.WaitGroup
+	var workers []*worker
+	for i := 0; i < cfg.Workers; i++ {
+		w, err := r.newWorker(i)
+		if err != nil {
+			stopTraffic()
+			wg.Wait()
+			r.closeWorkers(workers)
+			closeEvents()
+			return nil, err
+		}
+		workers = append(workers, w)
+		for lane := 0; lane < 2; lane++ {
+			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(100*i+lane+1)))
+			wg.Add(1)
+			go func() { defer wg.Done(); w.lane(traffic, rng, lane) }()
+		}
+	}
+	var obsWG sync.WaitGroup
+	obsCtx, stopObservers := context.WithCancel(context.Background())
+	defer stopObservers()
+	stream := 0
+	for _, n := range cfg.names {
+		if !n.Observed {
+			continue
+		}
+		for j := 0; j < cfg.Observers; j++ {
+			o, err := r.newObserver(n, len(r.parts))
+			if err != nil {
+				stopTraffic()
+				wg.Wait()
+				r.closeWorkers(workers)
+				closeEvents()
+				return nil, err
+			}
+			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(10000+stream)))
+			stream += 1000
+			obsWG.Add(1)
+			go func() { defer obsWG.Done(); o.run(obsCtx, rng) }()
+		}
+	}
+	for i := 0; i < cfg.Children; i++ {
+		r.startChild(traffic, i, "")
+	}
+	if cfg.Baton != "" {
+		r.startChild(traffic, cfg.Children, cfg.Baton)
+	}
+
+	// Faults until the traffic's end, each healed before the next.
+	f := &faulter{r: r, events: events, rng: rand.New(rand.NewPCG(cfg.Seed, 0xfa))}
+	deadline := time.Now().Add(cfg.Duration)
+	f.loop(traffic, deadline)
+	stopTraffic()
+	f.healAll()
+	fmt.Fprintf(r.log, "robustness: traffic stopped after %v, closing\n", time.Duration(now()-h.Start).Round(time.Second))
+	wg.Wait()
+	r.stopChildren()
+	r.closeWorkers(workers)
+	if err := r.waitHealthy(ctx); err != nil {
+		fmt.Fprintf(r.log, "robustness: cluster not healthy after the run: %v\n", err)
+	}
+	// Observers run until the state has settled, so that convergence
+	// after the last fault can be judged.
+	h.Settled = now()
+	pause(ctx, 2*time.Second)
+	stopObservers()
+	obsWG.Wait()
+	leftover := r.waitNoKeys(ctx)
+	ferr := events.finish(ctx, h)
+	r.closeParts()
+	rep := check(h, cfg)
+	rep.Seed = cfg.Seed
+	if ferr != nil {
+		rep.add("event-log", ferr.Error(), 0)
+	}
+	if leftover != "" {
+		rep.add("leftover", leftover, 0)
+	}
+	rep.Histories++ // the leftover-key check
+	if cfg.HistoryFile != "" {
+		if err := h.save(cfg.HistoryFile); err != nil {
+			fmt.Fprintf(r.log, "robustness: history not saved: %v\n", err)
+		}
+	}
+	return rep, nil
+}
+
+// describeNames builds the run's primitives: two mutexes and two
+// elections (observed), a semaphore of limit 2, a read/write lock.
+func describeNames(cli *clientv3.Client, ns string) ([]NameInfo, error) {
+	var out []NameInfo
+	add := func(prim, name string, limit int, observed bool, prefix string) {
+		out = append(out, NameInfo{Prim: prim, Name: name, Prefix: prefix, Limit: limit, Observed: observed,
+			Work: workPrefix + prim + "/" + name})
+	}
+	for _, name := range []string{"m0", "m1"} {
+		m, err := mutex.New(cli, name, mutex.WithNamespace(ns))
+		if err != nil {
+			return nil, err
+		}
+		add("mutex", name, 1, true, m.Prefix())
+		_ = m.Close()
+	}
+	for _, name := range []string{"e0", "e1"} {
+		e, err := election.New(cli, name, election.WithNamespace(ns))
+		if err != nil {
+			return nil, err
+		}
+		add("election", name, 1, true, e.Prefix())
+		_ = e.Close()
+	}
+	s, err := semaphore.New(cli, "s0", 2, semaphore.WithNamespace(ns))
+	if err != nil {
+		return nil, err
+	}
+	add("semaphore", "s0", 2, false, s.Prefix())
+	_ = s.Close()
+	rw, err := rwmutex.New(cli, "rw0", rwmutex.WithNamespace(ns))
+	if err != nil {
+		return nil, err
+	}
+	add("rwmutex", "rw0", 1, false, rw.Prefix())
+	_ = rw.Close()
+	g, err := fencing.NewEtcdGuard(cli, fencing.WithNamespace(ns))
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].Fence = g.Key(resource(out[i]))
+	}
+	return out, nil
+}
+
+func (r *runner) newWorker(i int) (*worker, error) {
+	part, eps, err := newPartition(r.cfg.Target.Endpoints())
+	if err != nil {
+		return nil, err
+	}
+	cli, err := newClient(eps)
+	if err != nil {
+		part.close()
+		return nil, err
+	}
+	guard, err := fencing.NewEtcdGuard(cli, fencing.WithNamespace(r.cfg.Namespace))
+	if err != nil {
+		_ = cli.Close()
+		part.close()
+		return nil, err
+	}
+	r.mu.Lock()
+	r.parts = append(r.parts, part)
+	r.mu.Unlock()
+	return &worker{r: r, id: i, cli: cli, part: part, guard: guard, objects: make(map[string]closer)}, nil
+}
+
+func (r *runner) closeWorkers(ws []*worker) {
+	for _, w := range ws {
+		w.closeSession(false)
+		_ = w.cli.Close()
+	}
+}
+
+func (r *runner) closeParts() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.parts {
+		p.close()
+	}
+	r.parts = nil
+}
+
+func registerKey(n NameInfo) string { return registerPrefix + n.Prim + "/" + n.Name }
+func resource(n NameInfo) string    { return n.Prim + "/" + n.Name }
+
+// evidence is a holder's fenced write of its own key to the name's work
+// key: committed only while the key exists with the holder's token.
+func (r *runner) evidence(client string, n NameInfo, h handle) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	start := now()
+	resp, err := h.Txn(ctx).Then(clientv3.OpPut(n.Work, h.Key())).Commit()
+	if err == nil && !resp.Succeeded {
+		err = errors.New("not held")
+	}
+	r.h.op(Op{Client: client, Kind: n.Prim + ".Txn", Name: n.Name, Call: start, Return: now(), Err: errString(err), Key: h.Key(), Token: int64(h.Token())})
+}
+
+// guarded writes the name's register through the etcd guard, with the
+// evidence write in the same transaction.
+func (r *runner) guarded(id int, client string, g *fencing.EtcdGuard, n NameInfo, h handle, value string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	start := now()
+	_, err := g.Write(ctx, h, resource(n), clientv3.OpPut(registerKey(n), value), clientv3.OpPut(n.Work, h.Key()))
+	ret := now()
+	op := RegOp{Resource: resource(n), Client: id, Token: int64(h.Token()), Value: value, Call: start, Return: ret}
+	switch {
+	case err == nil:
+		op.Outcome = "accepted"
+	case errors.Is(err, fencing.ErrStale):
+		op.Outcome = "stale"
+	case isLoss(err):
+		op.Outcome = "lost"
+	default:
+		op.Outcome, op.Return = "unknown", 0
+	}
+	r.h.reg(op)
+	r.h.op(Op{Client: client, Kind: "fencing.EtcdGuard.Write", Name: n.Name, Call: start, Return: ret, Err: errString(err), Key: h.Key(), Token: int64(h.Token())})
+}
+
+// admitMemory asks the shared in-memory guard to admit the holder's token.
+func (r *runner) admitMemory(id int, n NameInfo, h handle) {
+	start := now()
+	err := r.mem.Admit(context.Background(), resource(n), h.Token())
+	op := RegOp{Resource: resource(n), Client: id, Token: int64(h.Token()), Outcome: "accepted", Call: start, Return: now()}
+	if err != nil {
+		op.Outcome = "stale"
+		if !errors.Is(err, fencing.ErrStale) {
+			op.Outcome, op.Return = "unknown", 0
+		}
+	}
+	r.h.admit(op)
+}
+
+func (r *runner) readRegister(id int, cli *clientv3.Client, n NameInfo) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	start := now()
+	resp, err := cli.Get(ctx, registerKey(n))
+	ret := now()
+	if err != nil {
+		return // a failed read has no effect
+	}
+	op := RegOp{Resource: resource(n), Client: id, Read: true, Call: start, Return: ret}
+	if len(resp.Kvs) > 0 {
+		op.Value = string(resp.Kvs[0].Value)
+	}
+	r.h.reg(op)
+}
+
+// waitHealthy waits until every member runs and a write succeeds.
+func (r *runner) waitHealthy(ctx context.Context) error {
+	deadline := time.Now().Add(30 * time.Second)
+	var err error
+	for time.Now().Before(deadline) {
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err = r.admin.Put(wctx, "/robustness/healthy", "")
+		cancel()
+		if err == nil {
+			return nil
+		}
+		pause(ctx, 200*time.Millisecond)
+	}
+	return err
+}
+
+// waitNoKeys waits, up to twice the TTL and more, for every contender key
+// to go (a lease whose owner closed while cut off expires by itself), and
+// describes what is left.
+func (r *runner) waitNoKeys(ctx context.Context) string {
+	deadline := time.Now().Add(2*r.cfg.TTL + 10*time.Second)
+	var left []string
+	for {
+		left = left[:0]
+		for _, n := range r.cfg.names {
+			gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			resp, err := r.admin.Get(gctx, n.Prefix, clientv3.WithPrefix())
+			cancel()
+			if err != nil {
+				left = append(left, fmt.Sprintf("%s: %v", n.Prefix, err))
+				continue
+			}
+			for _, kv := range resp.Kvs {
+				if isContender(n, string(kv.Key)) {
+					left = append(left, fmt.Sprintf("%s (lease %x, token %d)", kv.Key, kv.Lease, kv.CreateRevision))
+				}
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		pause(ctx, 250*time.Millisecond)
+	}
+	if len(left) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d keys left after every process closed: %v", len(left), left)
+}

@@ -1,0 +1,151 @@
+package robustness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/batonhq/baton/integration/cluster"
+	"github.com/batonhq/baton/integration/netproxy"
+)
+
+// Target is the etcd cluster a run drives: embedded members
+// (integration/cluster) or real server processes (integration/compat).
+type Target interface {
+	// Endpoints are the members' client URLs, in a fixed order.
+	Endpoints() []string
+	// Kill stops member i as a crash would; Restart starts the given
+	// members again on their data, together (one alone cannot serve
+	// without a quorum), and waits until they serve.
+	Kill(i int) error
+	Restart(ctx context.Context, members ...int) error
+	Running(i int) bool
+}
+
+// Embedded is a Target of embedded members.
+type Embedded struct{ C *cluster.Cluster }
+
+// Endpoints implements Target.
+func (e Embedded) Endpoints() []string { return e.C.Endpoints() }
+
+// Kill implements Target.
+func (e Embedded) Kill(i int) error { e.C.Member(i).Kill(); return nil }
+
+// Running implements Target.
+func (e Embedded) Running(i int) bool { return e.C.Member(i).Running() }
+
+// Restart implements Target.
+func (e Embedded) Restart(_ context.Context, members ...int) error {
+	var ms []*cluster.Member
+	for _, i := range members {
+		if !e.C.Member(i).Running() {
+			ms = append(ms, e.C.Member(i))
+		}
+	}
+	return e.C.Restart(ms...)
+}
+
+func newClient(endpoints []string) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+}
+
+func hostPort(endpoint string) string {
+	if i := strings.Index(endpoint, "://"); i >= 0 {
+		return endpoint[i+3:]
+	}
+	return endpoint
+}
+
+// partition is one client's proxies, one per member, so the client can be
+// cut off from the whole cluster or slowed down.
+type partition struct{ proxies []*netproxy.Proxy }
+
+func newPartition(endpoints []string) (*partition, []string, error) {
+	p := &partition{}
+	var eps []string
+	for _, ep := range endpoints {
+		x, err := netproxy.New(hostPort(ep))
+		if err != nil {
+			p.close()
+			return nil, nil, err
+		}
+		p.proxies = append(p.proxies, x)
+		eps = append(eps, x.Endpoint())
+	}
+	return p, eps, nil
+}
+
+func (p *partition) blackhole() {
+	for _, x := range p.proxies {
+		x.Blackhole()
+	}
+}
+
+func (p *partition) delay(d time.Duration) {
+	for _, x := range p.proxies {
+		x.SetDelay(d)
+	}
+}
+
+func (p *partition) restore() {
+	for _, x := range p.proxies {
+		x.SetDelay(0)
+		x.Restore()
+	}
+}
+
+func (p *partition) close() {
+	for _, x := range p.proxies {
+		x.Restore()
+		_ = x.Close()
+	}
+}
+
+// memberStatus finds the leader's index and every member's Raft ID, asking
+// each running member.
+func memberStatus(ctx context.Context, t Target) (leader int, ids []uint64, err error) {
+	eps := t.Endpoints()
+	ids = make([]uint64, len(eps))
+	leader = -1
+	var leaderID uint64
+	for i, ep := range eps {
+		if !t.Running(i) {
+			continue
+		}
+		cli, cerr := newClient([]string{ep})
+		if cerr != nil {
+			err = cerr
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, serr := cli.Status(sctx, ep)
+		cancel()
+		_ = cli.Close()
+		if serr != nil {
+			err = serr
+			continue
+		}
+		ids[i] = st.Header.MemberId
+		if st.Leader != 0 {
+			leaderID = st.Leader
+		}
+	}
+	for i, id := range ids {
+		if id != 0 && id == leaderID {
+			return i, ids, nil
+		}
+	}
+	if err == nil {
+		err = errors.New("no leader among the running members")
+	}
+	return -1, ids, fmt.Errorf("member status: %w", err)
+}

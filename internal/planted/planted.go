@@ -1,0 +1,23 @@
+// Package planted switches on deliberate bugs in the core, one at a time,
+// for the robustness suite to prove that its checks find each
+// (integration/robustness, "make robustness-planted"). Only a build with
+// the robustness_planted tag has them; in every other build On is a
+// constant false and the bugs' code is compiled out.
+//
+// The bugs, by name:
+//
+//	a  a release deletes its key without the CreateRevision guard (no effect
+//	   to find today: a session reserves each key until its holder's
+//	   release is done, so no newer incarnation of the key exists for an
+//	   unguarded delete to hit; the guard is defence in depth)
+//	b  a holder is told after the revoke that lets the next one in, not before
+//	c  a semaphore counts the holders ahead from a stale read
+//	d  Observe re-reads on a deletion and sends that read as the deletion's state
+//	e  a second Campaign on one session takes the first's key without ending its term
+package planted
+
+// Env names the bug that On switches on, in a robustness_planted build.
+const Env = "BATON_PLANTED_BUG"
+
+// Names are the bugs On knows, a letter each.
+const Names = "abcde"
