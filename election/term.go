@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/telemetry"
 )
 
 type hold = core.Hold
@@ -85,6 +86,7 @@ func (t *Term) requested(r EndRequest) {
 	t.endOnce.Do(func() {
 		t.endReq.Store(&r)
 		close(t.endCh)
+		telemetry.HoldFrom(t.hold.Context()).Preempted(r.By)
 	})
 }
 
