@@ -11,6 +11,7 @@ import (
 
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/delay"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/metrics"
 )
@@ -21,7 +22,8 @@ import (
 // Election is safe for concurrent use.
 type Election struct {
 	o     *core.Owner[*Term]
-	recs  *recordOwner // candidate records; nil under Oldest without attributes
+	delay *delay.Config // nil: no WithLockDelay
+	recs  *recordOwner  // candidate records; nil under Oldest without attributes
 	cand  config.Candidate
 	coord string // the prefix of records and end requests
 	hooks hooks
@@ -50,7 +52,8 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Election, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Election{o: o, cand: cfg.Candidate, coord: keys.Prefix(cfg.Namespace, candidateKind, name)}
+	e := &Election{o: o, cand: cfg.Candidate, coord: keys.Prefix(cfg.Namespace, candidateKind, name),
+		delay: delay.New(cli, cfg.Namespace, keys.Election, name, o.Prefix(), cfg.LockDelay)}
 	if e.cand.Deadline == 0 {
 		e.cand.Deadline = config.DefaultDeadline
 	}
@@ -112,7 +115,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	// Refused while Preferred candidates run the election: a key in its
 	// prefix would break their hand-overs.
 	noPreferred := clientv3.Compare(clientv3.CreateRevision(e.recordPrefix(Preferred)), "=", 0).WithPrefix()
-	t, err := e.o.Acquire(ctx, core.Request{Value: value, If: []clientv3.Cmp{noPreferred}}, e.wrap(value, rec))
+	t, err := delay.Acquire(ctx, e.o, e.delay, core.Request{Value: value, If: []clientv3.Cmp{noPreferred}}, e.wrap(value, rec))
 	if errors.Is(err, errNotChosen) {
 		err = fmt.Errorf("%w: %w: election %q is run by candidates of the preferred strategy; this one campaigns with oldest",
 			ErrInvalid, ErrStrategy, e.Name())

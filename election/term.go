@@ -8,7 +8,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/delay"
+	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/request"
 	"github.com/batonhq/baton/internal/telemetry"
 )
 
@@ -37,6 +42,7 @@ type Term struct {
 	endOnce sync.Once
 	endCh   chan struct{}
 	endReq  atomic.Pointer[EndRequest]
+	rr      request.Lazy // ReleaseRequested's watch
 }
 
 // EndRequest is a request that the leader end its term.
@@ -124,6 +130,7 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 // wrapping ErrNotLeader and the cause. Calling it again returns the same
 // result.
 func (t *Term) Resign(ctx context.Context) error {
+	defer t.rr.Stop()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.e.strategy() == Preferred && t.IsLeader() {
@@ -140,9 +147,37 @@ func (t *Term) Resign(ctx context.Context) error {
 		}
 	}
 	t.cancel(ErrReleased)
-	err := core.Release(ctx, t.hold)
+	err := delay.Release(ctx, t.e.delay, t.hold, ErrNotLeader) // with its lock-delay record
 	t.dropRecord(ctx)
 	return err
+}
+
+// ReleaseRequested returns a channel that receives the requests made to
+// this leader to step down (RequestRelease, `baton resign NAME
+// --request`) while it leads; the leader decides. The first call starts a
+// watch, which ends with the Term's Context; Resign waits for it. It holds
+// one request (later ones are dropped while it is full) and is never
+// closed: select on Done as well.
+func (t *Term) ReleaseRequested() <-chan ReleaseRequest {
+	return t.rr.Chan(t.Context(), t.e.o.Client(), []string{t.Key()}, int64(t.Token()))
+}
+
+// ReleaseRequest is a request to a leader to step down, made by
+// RequestRelease or `baton resign NAME --request`: the same type as
+// mutex.ReleaseRequest. Its fields: Reason (untrusted text: escape it to
+// print it), By (who asked), At (when, on the requester's clock), Key and
+// Token (the leader's it was made to), Audit (its audit record's key).
+type ReleaseRequest = request.Request
+
+// RequestRelease asks the current leader of election name to step down:
+// its Term receives it on ReleaseRequested and decides. It is for that
+// leader only (a later one never sees it), and is written with an audit
+// record in one transaction guarded by the leader's key; only operators
+// may write the audit trail (package rbac), so for anyone else etcd
+// refuses and nothing is written. It returns an error wrapping
+// ErrNotLeader when nobody leads, and ErrInvalid for a bad name or reason.
+func RequestRelease(ctx context.Context, cli *clientv3.Client, name, reason string, opts ...Option) error {
+	return request.Ask(ctx, cli, keys.Election, "election", name, reason, opts, ErrNotLeader)
 }
 
 // dropRecord deletes the candidate's record, once the leader's key is

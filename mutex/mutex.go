@@ -7,6 +7,7 @@ import (
 
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/delay"
 	"github.com/batonhq/baton/internal/keys"
 )
 
@@ -16,17 +17,18 @@ import (
 type Mutex struct {
 	o     *core.Owner[*Lock]
 	value string
+	delay *delay.Config // nil: no WithLockDelay
 }
 
 // New returns a Mutex for name in the configured namespace. It does not
 // contact etcd: the lease is granted by the first Lock or TryLock. Invalid
 // names and options are rejected with an error wrapping ErrInvalid.
 func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
-	o, _, value, err := config.Open[*Lock](cli, config.Primitive{Kind: core.Mutex, Keys: keys.Lock, NotHeld: ErrNotHeld, Busy: ErrLocked}, name, opts)
+	o, cfg, value, err := config.Open[*Lock](cli, primitive(), name, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Mutex{o: o, value: value}, nil
+	return &Mutex{o: o, value: value, delay: delay.New(cli, cfg.Namespace, keys.Lock, name, o.Prefix(), cfg.LockDelay)}, nil
 }
 
 // Name returns the lock's name.
@@ -52,7 +54,18 @@ func (m *Mutex) Lock(ctx context.Context) (*Lock, error) { return m.lock(ctx, fa
 func (m *Mutex) TryLock(ctx context.Context) (*Lock, error) { return m.lock(ctx, true) }
 
 func (m *Mutex) lock(ctx context.Context, try bool) (*Lock, error) {
-	return m.o.Acquire(ctx, core.Request{Value: m.value, Try: try}, func(h *core.Hold) *Lock { return &Lock{h} })
+	return delay.Acquire(ctx, m.o, m.delay, core.Request{Value: m.value, Try: try}, func(h *core.Hold) *Lock {
+		if m.delay != nil {
+			return &Lock{hold: h, set: &setLock{delay: m.delay}, m: m}
+		}
+		return &Lock{hold: h, m: m}
+	})
+}
+
+func newLock(h *core.Hold) *Lock { return &Lock{hold: h} }
+
+func primitive() config.Primitive {
+	return config.Primitive{Kind: core.Mutex, Keys: keys.Lock, NotHeld: ErrNotHeld, Busy: ErrLocked}
 }
 
 // Held returns the locks this Mutex holds, in acquisition order: every

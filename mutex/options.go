@@ -48,3 +48,12 @@ var WithTTL, WithMaxTTL, WithSafetyMargin, WithMaxHeld, WithLogger, WithRegister
 // lost etcd session is not replaced (Lock then fails with an error
 // wrapping ErrLost and ErrSessionClosed).
 func WithSession[S *session.Session | *concurrency.Session](s S) Option { return config.Session(s) }
+
+// WithLockDelay(d) makes acquisitions wait out a lost holder: after a
+// holder of the lock is lost without releasing (its lease expired or was
+// revoked, its key deleted), an acquisition with a lock-delay returns no
+// sooner than the lost holder's d after etcd made the loss visible, timed
+// by etcd (a key on a lease of TTL d). After Unlock there is no delay.
+// d is 0 (none) or whole seconds from 2s to 1h. docs/primitives.md says
+// what it costs and assumes.
+var WithLockDelay = config.LockDelay

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/delay"
 )
 
 type hold = core.Hold
@@ -18,6 +19,7 @@ type hold = core.Hold
 type Lock struct {
 	*hold
 	shared bool
+	delay  *delay.Config
 }
 
 // Shared reports whether this is a read lock.
@@ -28,4 +30,6 @@ func (l *Lock) Shared() bool { return l.shared }
 // fresh context bounded to 5 s is used. After a loss it returns an error
 // wrapping ErrNotHeld and the cause. Once it reached etcd, calling it
 // again returns the same result.
-func (l *Lock) Unlock(ctx context.Context) error { return core.Release(ctx, l.hold) }
+func (l *Lock) Unlock(ctx context.Context) error {
+	return delay.Release(ctx, l.delay, l.hold, ErrNotHeld)
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/delay"
 	"github.com/batonhq/baton/internal/keys"
 )
 
@@ -19,6 +20,7 @@ type RWMutex struct {
 	o       *core.Owner[*Lock]
 	value   string
 	readers core.Policy
+	delay   *delay.Config // nil: no WithLockDelay
 }
 
 // IsReader reports whether a key of an RWMutex is a reader's.
@@ -48,11 +50,11 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*RWMutex, error) {
 
 func newRWMutex(cli *clientv3.Client, name string, readers core.Policy, opts []Option) (*RWMutex, error) {
 	p := config.Primitive{Kind: core.RWMutex, Keys: keys.RWLock, LabelPrefix: "rwmutex:", NotHeld: ErrNotHeld, Busy: ErrLocked}
-	o, _, value, err := config.Open[*Lock](cli, p, name, opts)
+	o, cfg, value, err := config.Open[*Lock](cli, p, name, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &RWMutex{o: o, value: value, readers: readers}, nil
+	return &RWMutex{o: o, value: value, readers: readers, delay: delay.New(cli, cfg.Namespace, keys.RWLock, name, o.Prefix(), cfg.LockDelay)}, nil
 }
 
 // Name returns the lock's name.
@@ -91,7 +93,7 @@ func (rw *RWMutex) lock(ctx context.Context, shared, try bool) (*Lock, error) {
 	if shared {
 		req.Tag, req.Policy = keys.TagRead, rw.readers
 	}
-	return rw.o.Acquire(ctx, req, func(h *core.Hold) *Lock { return &Lock{h, shared} })
+	return delay.Acquire(ctx, rw.o, rw.delay, req, func(h *core.Hold) *Lock { return &Lock{h, shared, rw.delay} })
 }
 
 // Held returns the locks this RWMutex holds, read locks first, each kind

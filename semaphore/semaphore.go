@@ -12,6 +12,7 @@ import (
 
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/delay"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/retry"
 )
@@ -29,7 +30,8 @@ type Semaphore struct {
 	limitKey string
 	value    string
 	policy   core.Policy
-	checked  atomic.Bool // the stored limit was found equal to ours
+	delay    *delay.Config // nil: no WithLockDelay
+	checked  atomic.Bool   // the stored limit was found equal to ours
 }
 
 // fifo lets a key hold while fewer than limit keys older than it remain:
@@ -61,7 +63,8 @@ func newSemaphore(cli *clientv3.Client, name string, limit int, policy core.Poli
 	if err != nil {
 		return nil, err
 	}
-	return &Semaphore{o: o, limit: limit, limitKey: keys.LimitKey(cfg.Namespace, name), value: value, policy: policy}, nil
+	return &Semaphore{o: o, limit: limit, limitKey: keys.LimitKey(cfg.Namespace, name), value: value, policy: policy,
+		delay: delay.New(cli, cfg.Namespace, keys.Semaphore, name, o.Prefix(), cfg.LockDelay)}, nil
 }
 
 // Name returns the semaphore's name.
@@ -93,7 +96,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*Permit, error) { return s.
 
 func (s *Semaphore) acquire(ctx context.Context, try bool) (*Permit, error) {
 	req := core.Request{Value: s.value, Try: try, Tag: keys.TagPermit, Policy: s.policy, Check: s.checkLimit, Limit: s.limit}
-	p, err := s.o.Acquire(ctx, req, func(h *core.Hold) *Permit { return &Permit{h} })
+	p, err := delay.Acquire(ctx, s.o, s.delay, req, func(h *core.Hold) *Permit { return &Permit{h, s.delay} })
 	if errors.Is(err, ErrNoPermit) {
 		err = fmt.Errorf("%w (limit %d)", err, s.limit)
 	}

@@ -40,6 +40,7 @@ const (
 	ttlEnv       = "BATON_CHAOS_TTL"
 	resourceEnv  = "BATON_CHAOS_RESOURCE" // the HTTP resource's URL
 	registerEnv  = "BATON_CHAOS_REGISTER" // the etcd register's key and fence resource
+	lockDelayEnv = "BATON_CHAOS_LOCK_DELAY"
 )
 
 // owner is what a *mutex.Lock and an *election.Term have in common.
@@ -78,7 +79,8 @@ func runChild(role string) error {
 	var release func()
 	switch role {
 	case "lock":
-		m, err := mutex.New(cli, name, mutex.WithTTL(ttl))
+		d, _ := time.ParseDuration(os.Getenv(lockDelayEnv)) // unset: none
+		m, err := mutex.New(cli, name, mutex.WithTTL(ttl), mutex.WithLockDelay(d))
 		if err != nil {
 			return err
 		}

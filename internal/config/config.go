@@ -42,6 +42,8 @@ type Config struct {
 	MetricLabel string
 	Identity    string
 	IdentitySet bool
+	// LockDelay is WithLockDelay's: zero for none.
+	LockDelay time.Duration
 	// Candidate is an election candidate's coordination settings (coord.go).
 	Candidate Candidate
 }
@@ -164,6 +166,29 @@ func MetricLabel(label string) Option {
 // Identity sets the value a mutex writes to its key.
 func Identity(id string) Option {
 	return plainOpt("WithIdentity", func(c *Config) { c.Identity, c.IdentitySet = id, true })
+}
+
+// Bounds of WithLockDelay: a delay is a lease's TTL, so whole seconds,
+// at least etcd's minimum lease TTL.
+const (
+	MinLockDelay = core.MinTTL
+	MaxLockDelay = time.Hour
+)
+
+// LockDelay sets the lock-delay: how long nobody acquires after a holder
+// is lost without releasing.
+func LockDelay(d time.Duration) Option {
+	return plainOpt("WithLockDelay", func(c *Config) {
+		switch {
+		case d < 0 || d > 0 && d < MinLockDelay:
+			c.errs = append(c.errs, fmt.Errorf("%w: WithLockDelay(%v): a delay must be 0 (none) or at least %v (etcd's minimum lease TTL)", errs.ErrInvalid, d, MinLockDelay))
+		case d > MaxLockDelay:
+			c.errs = append(c.errs, fmt.Errorf("%w: WithLockDelay(%v): at most %v", errs.ErrInvalid, d, MaxLockDelay))
+		case d%time.Second != 0:
+			c.errs = append(c.errs, fmt.Errorf("%w: WithLockDelay(%v): a whole number of seconds, as etcd leases are", errs.ErrInvalid, d))
+		}
+		c.LockDelay = d
+	})
 }
 
 // BuildSession validates the options of a session.
@@ -343,16 +368,12 @@ func OpenSession[T any](cli *clientv3.Client, p Primitive, name string, opts []O
 	if err := keys.ValidateName(metrics.KindNames[p.Kind]+" name", name); err != nil {
 		return nil, Config{}, "", nil, err
 	}
-	cfg, err := Build(cli, opts)
+	cfg, value, err := prepare(cli, opts)
 	if err != nil {
 		return nil, cfg, "", nil, err
 	}
 	if cfg.Candidate.Set != "" && p.Kind != core.Election {
 		return nil, cfg, "", nil, fmt.Errorf("%w: %s is an election option, not a %s one", errs.ErrInvalid, cfg.Candidate.Set, metrics.KindNames[p.Kind])
-	}
-	value, err := cfg.HolderIdentity()
-	if err != nil {
-		return nil, cfg, "", nil, err
 	}
 	sess, own, err := cfg.NewSession(cli)
 	if err != nil {
@@ -365,14 +386,55 @@ func OpenSession[T any](cli *clientv3.Client, p Primitive, name string, opts []O
 		}
 		return nil, cfg, "", nil, err
 	}
+	return newOwner[T](p, cfg, met, sess, own, name), cfg, value, sess, nil
+}
+
+// OpenAll is Open for several names on one session (mutex.Set's). The
+// Owners leave the session open: the caller closes (or detaches) it when
+// own. The names must have been validated.
+func OpenAll[T any](cli *clientv3.Client, p Primitive, names []string, opts []Option) (_ []*core.Owner[T], _ *core.Session, own bool, _ Config, value string, _ error) {
+	cfg, value, err := prepare(cli, opts)
+	if err != nil {
+		return nil, nil, false, cfg, "", err
+	}
+	if cfg.Candidate.Set != "" {
+		return nil, nil, false, cfg, "", fmt.Errorf("%w: %s is an election option, not a mutex one", errs.ErrInvalid, cfg.Candidate.Set)
+	}
+	sess, own, err := cfg.NewSession(cli)
+	if err != nil {
+		return nil, nil, false, cfg, "", err
+	}
+	met, err := cfg.Metrics()
+	if err != nil {
+		if own {
+			_ = closeOwn(sess)
+		}
+		return nil, nil, false, cfg, "", err
+	}
+	owners := make([]*core.Owner[T], len(names))
+	for i, name := range names {
+		owners[i] = newOwner[T](p, cfg, met, sess, false, name)
+	}
+	return owners, sess, own, cfg, value, nil
+}
+
+func prepare(cli *clientv3.Client, opts []Option) (Config, string, error) {
+	cfg, err := Build(cli, opts)
+	if err != nil {
+		return cfg, "", err
+	}
+	value, err := cfg.HolderIdentity()
+	return cfg, value, err
+}
+
+func newOwner[T any](p Primitive, cfg Config, met *metrics.Metrics, sess *core.Session, own bool, name string) *core.Owner[T] {
 	label := p.LabelPrefix + name
 	if cfg.MetricLabel != "" {
 		label = cfg.MetricLabel
 	}
 	rec := metrics.Recorder{Metrics: met, Logger: cfg.Session.Logger, Kind: p.Kind, Name: name, Namespace: cfg.Namespace, Label: label}
-	o := core.NewOwner[T](sess, core.OwnerConfig{Recorder: rec, Prefix: keys.Prefix(cfg.Namespace, p.Keys, name),
+	return core.NewOwner[T](sess, core.OwnerConfig{Recorder: rec, Prefix: keys.Prefix(cfg.Namespace, p.Keys, name),
 		NotHeld: p.NotHeld, Busy: p.Busy, Own: own})
-	return o, cfg, value, sess, nil
 }
 
 // Session is WithSession of every primitive: s is a *session.Session (an

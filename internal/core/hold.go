@@ -200,6 +200,11 @@ func (h *Hold) Txn(ctx context.Context) clientv3.Txn { return &guardedTxn{h: h, 
 // Release releases h: see Owner.release.
 func Release(ctx context.Context, h *Hold) error { return h.o.release(ctx, h) }
 
+// Releasing ends h as released before the caller deletes its key with others'
+// in one txn (mutex.Set); Released finishes it then, without a round trip.
+func Releasing(h *Hold) { h.mu.Lock(); h.endReleased(); h.mu.Unlock() }
+func Released(h *Hold)  { h.mu.Lock(); h.finish(nil); h.mu.Unlock() }
+
 // Put writes value to h's key under its lease, guarded by ownership
 // (Proclaim), retried through connection resets while ctx lives.
 func Put(ctx context.Context, h *Hold, value string) error {

@@ -64,6 +64,7 @@ type Request struct {
 	Tag    string
 	Policy Policy // nil: the oldest key alone holds
 	Check  func(context.Context) error
+	Key    string         // a key the caller put already (mutex.Set's), else the lease's
 	Limit  int            // a semaphore's, for its spans
 	If     []clientv3.Cmp // more conditions of the put; failing with no key: the try's busy error
 
@@ -208,7 +209,7 @@ var seq atomic.Uint64 // makes each tagged key unique in this process
 // Policy, the queue's deletions), so a release wakes one mutex waiter.
 func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, error) {
 	s, prefix := o.sess, o.cfg.Prefix
-	key := keys.LeaseKey(prefix, int64(l.ID()))
+	key := cmp.Or(req.Key, keys.LeaseKey(prefix, int64(l.ID())))
 	if req.Tag != "" {
 		key = keys.TaggedKey(key, req.Tag, seq.Add(1))
 	}

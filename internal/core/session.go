@@ -282,6 +282,9 @@ func (s *Session) renewalFailed() {
 	}
 }
 
+// Lease is lease, for callers that put keys themselves (mutex.Set).
+func (s *Session) Lease(ctx context.Context) (*Lease, error) { return s.lease(ctx) }
+
 // lease returns the live lease, granting one (or re-checking a caller's):
 // one grant for all callers, each waiting as long as its own ctx lives.
 func (s *Session) lease(ctx context.Context) (*Lease, error) {

@@ -40,6 +40,9 @@ const (
 	// RWLock keys are tagged TagRead or TagWrite.
 	RWLock Kind = "rwlock"
 	Audit  Kind = "audit"
+	// Delay keys hold the lock-delay state of one lock, semaphore, read/write
+	// lock or election: /<ns>/v1/delay/<kind>/<escaped name>/...
+	Delay Kind = "delay"
 )
 
 // ErrInvalid is wrapped by every validation error of this package.
@@ -164,7 +167,8 @@ type Parsed struct {
 }
 
 // Parse takes apart a contender key of namespace ns. It fails for keys that
-// are not of the form LeaseKey(Prefix(ns, kind, name), lease).
+// are not of the form LeaseKey(Prefix(ns, kind, name), lease), or for a
+// lock, a mutex set's TaggedKey of one (tag TagSet).
 func Parse(ns, key string) (Parsed, error) {
 	rest, ok := strings.CutPrefix(key, NamespacePrefix(ns))
 	if !ok {
@@ -181,8 +185,15 @@ func Parse(ns, key string) (Parsed, error) {
 	if err := ValidateName("name", name); err != nil {
 		return Parsed{}, err
 	}
-	lease, err := strconv.ParseInt(parts[2], 16, 64)
-	if err != nil || lease <= 0 || strconv.FormatInt(lease, 16) != parts[2] {
+	seg := parts[2]
+	if base, n, ok := strings.Cut(seg, "."+TagSet); ok && Kind(parts[0]) == Lock {
+		// A mutex set's key: TaggedKey(lease key, TagSet, n).
+		if v, err := strconv.ParseUint(n, 10, 64); err == nil && strconv.FormatUint(v, 10) == n {
+			seg = base
+		}
+	}
+	lease, err := strconv.ParseInt(seg, 16, 64)
+	if err != nil || lease <= 0 || strconv.FormatInt(lease, 16) != seg {
 		return Parsed{}, fmt.Errorf("%w: key %q does not end in a lease ID", ErrInvalid, key)
 	}
 	return Parsed{Kind: Kind(parts[0]), Name: name, Lease: lease}, nil

@@ -11,6 +11,9 @@ const (
 	TagPermit = "p"
 	TagRead   = "r"
 	TagWrite  = "w"
+	// TagSet marks the keys of a mutex set: one per name, all put in one
+	// transaction, so they share one CreateRevision.
+	TagSet = "s"
 )
 
 // TaggedKey is the key of one acquisition on a lease that may hold several

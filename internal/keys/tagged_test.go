@@ -27,3 +27,21 @@ func TestTaggedKeysParseAndTellTheirTag(t *testing.T) {
 		t.Fatalf("LimitKey = %q", got)
 	}
 }
+
+func TestParseTakesAMutexSetKey(t *testing.T) {
+	key := TaggedKey(LeaseKey(Prefix("ns", Lock, "a/b"), 0x1f), TagSet, 42)
+	p, err := Parse("ns", key)
+	if err != nil || p.Kind != Lock || p.Name != "a/b" || p.Lease != 0x1f {
+		t.Fatalf("Parse(%q) = %+v %v", key, p, err)
+	}
+	for _, bad := range []string{
+		TaggedKey(LeaseKey(Prefix("ns", Election, "a"), 0x1f), TagSet, 42), // only locks have sets
+		LeaseKey(Prefix("ns", Lock, "a"), 0x1f) + ".s",
+		LeaseKey(Prefix("ns", Lock, "a"), 0x1f) + ".s01",
+		LeaseKey(Prefix("ns", Lock, "a"), 0x1f) + ".p1",
+	} {
+		if _, err := Parse("ns", bad); err == nil {
+			t.Errorf("Parse(%q) accepted", bad)
+		}
+	}
+}

@@ -8,7 +8,10 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"syscall"
 	"time"
+
+	"github.com/batonhq/baton/internal/request"
 )
 
 // Exit statuses of a command that could not be run, as shells have them.
@@ -27,6 +30,12 @@ type child struct {
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
+	// requests are the release requests to the holder: the first is
+	// passed to the command as reqSignal (then SIGKILL after the grace),
+	// and told to onRequest.
+	requests  <-chan request.Request
+	reqSignal syscall.Signal
+	onRequest func(request.Request)
 }
 
 // hold is what a child runs under: a *mutex.Lock or an *election.Term.
@@ -52,6 +61,8 @@ type childResult struct {
 	// cause is why the supervisor stopped the command by itself (its
 	// validity deadline passed, baton died), empty otherwise.
 	cause string
+	// requested: a release request was passed to the command.
+	requested bool
 }
 
 // testHookBeforeCommand, when set, runs once the hold is taken, before

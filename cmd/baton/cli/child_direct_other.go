@@ -79,6 +79,14 @@ func (c child) run(ctx context.Context, h hold) (childResult, error) {
 			owned = nil
 			res.lost = true
 			stop()
+		case r := <-c.requests:
+			c.requests, res.requested = nil, true
+			c.onRequest(r)
+			_ = cmd.Process.Signal(c.reqSignal)
+			if killTimer == nil {
+				killTimer = time.NewTimer(c.grace)
+				kill = killTimer.C
+			}
 		case <-kill:
 			kill = nil
 			res.killed = true

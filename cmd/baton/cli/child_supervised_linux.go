@@ -132,6 +132,14 @@ func (c child) run(ctx context.Context, h hold) (childResult, error) {
 			ctxDone = nil
 			res.interrupted = true
 			stop()
+		case r := <-c.requests:
+			c.requests = nil
+			if !stopped {
+				stopped, res.requested = true, true
+				c.onRequest(r)
+				_ = writeControl(ctlW, fmt.Sprintf("stop %d", c.reqSignal))
+				unresponsive = time.After(c.grace + supervisorSlack)
+			}
 		}
 	}
 }

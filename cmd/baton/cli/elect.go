@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,6 +15,7 @@ import (
 	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/request"
 	"github.com/batonhq/baton/internal/telemetry"
 )
 
@@ -22,6 +24,9 @@ type electOptions struct {
 	once    bool
 	grace   time.Duration
 	metrics string
+	delay   time.Duration
+	signal  string         // --release-signal (lock_request.go)
+	reqSig  syscall.Signal // its value
 
 	// The candidate's attributes and the election's strategy.
 	priority int
@@ -103,6 +108,12 @@ TRACEPARENT and TRACESTATE naming the term's hold, as with baton lock.`,
 			if o.grace <= 0 {
 				return usageErrorf("--grace must be positive")
 			}
+			if err := validateLockDelay(o.delay); err != nil {
+				return err
+			}
+			if o.reqSig, err = parseSignal(o.signal); err != nil {
+				return err
+			}
 			copts, err := o.candidateOptions(cmd.Flags())
 			if err != nil {
 				return err
@@ -118,6 +129,8 @@ TRACEPARENT and TRACESTATE naming the term's hold, as with baton lock.`,
 	f.StringVar(&o.version, "version", "", "the candidate's version (letters, digits, '.', '_', '+', '-'; at most 64 bytes): under preferred the lowest leads among equal priorities")
 	f.StringVar(&o.strategy, "strategy", "oldest", "how the election picks its leader: oldest (etcd's, the default) or preferred (every candidate must agree)")
 	f.DurationVar(&o.deadline, "handover-deadline", config.DefaultDeadline, "under preferred: how long a leader this candidate outranks has to hand over before it is preempted")
+	addLockDelayFlag(f, &o.delay)
+	addReleaseSignalFlag(f, &o.signal)
 	addMetricsFlag(f, &o.metrics)
 	return cmd
 }
@@ -147,7 +160,7 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 	}
 	defer cli.Close()
 	e, err := election.New(cli, name, append([]election.Option{election.WithTTL(o.ttl), election.WithNamespace(g.namespace),
-		election.WithRegisterer(ms.registerer()), election.WithTracerProvider(tr.tp)}, copts...)...)
+		election.WithRegisterer(ms.registerer()), election.WithTracerProvider(tr.tp), election.WithLockDelay(o.delay)}, copts...)...)
 	if err != nil {
 		return withCode(ExitUsage, err)
 	}
@@ -171,6 +184,8 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 			select {
 			case <-t.Done():
 			case <-ictx.Done():
+			case r := <-t.ReleaseRequested():
+				st.requested(r, "resigning")
 			}
 		} else {
 			tok, err := g.childToken(t.Token())
@@ -185,6 +200,8 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 				"BATON_FENCING_TOKEN=" + tok.String(),
 				"BATON_ELECTION_VALUE=" + value,
 			}, traceEnv(t.Context())...) // the command's spans are children of the term
+			c.requests, c.reqSignal = t.ReleaseRequested(), o.reqSig
+			c.onRequest = func(r request.Request) { st.requested(r, fmt.Sprintf("passing %v to the command", o.reqSig)) }
 			if ierr := interruptedBeforeCommand(ictx, fmt.Sprintf("election %q", name)); ierr != nil {
 				endTerm()
 				untrack()

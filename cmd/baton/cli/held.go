@@ -50,10 +50,10 @@ func heldPut(ns string, kind keys.Kind, name string, lease clientv3.LeaseID, t t
 // recordHeld writes the acquisition record through the holder's fenced
 // transaction. It is informational: a failure is not an error of the
 // hold, and a lost hold writes nothing.
-func recordHeld(ctx context.Context, txn func(context.Context) clientv3.Txn, op clientv3.Op) {
+func recordHeld(ctx context.Context, txn func(context.Context) clientv3.Txn, ops ...clientv3.Op) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	_, _ = txn(ctx).Then(op).Commit()
+	_, _ = txn(ctx).Then(ops...).Commit()
 }
 
 // readHeld maps "<escaped name>/<lease hex>" to the acquisition time for

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/request"
 	"github.com/batonhq/baton/internal/telemetry"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/semaphore"
@@ -30,6 +32,9 @@ type lockOptions struct {
 	metrics string
 	limit   int  // --limit: a semaphore permit (lock_kinds.go)
 	shared  bool // --shared: a read lock (lock_kinds.go)
+	delay   time.Duration
+	signal  string         // --release-signal (lock_request.go)
+	reqSig  syscall.Signal // its value
 	// tp records the library's spans (tracing.go).
 	tp trace.TracerProvider
 }
@@ -41,6 +46,7 @@ type heldView struct {
 	Event string        `json:"event,omitempty"`
 	Kind  string        `json:"kind"`
 	Name  string        `json:"name"`
+	Names []string      `json:"names,omitempty"` // a set's (baton lock A B --)
 	Value string        `json:"value,omitempty"`
 	Key   string        `json:"key"`
 	Token int64         `json:"token"`
@@ -80,7 +86,7 @@ func splitCommand(cmd *cobra.Command, a []string, fixed int) ([]string, error) {
 func newLockCmd(g *globals) *cobra.Command {
 	var o lockOptions
 	cmd := &cobra.Command{
-		Use:   "lock NAME [-- CMD ARGS...]",
+		Use:   "lock NAME... [-- CMD ARGS...]",
 		Short: "Hold a lock until interrupted, or run a command under it",
 		Long: `Acquire the lock NAME. Without a command, hold it until SIGINT, SIGTERM or
 SIGHUP, then release it. With a command, run it with BATON_LOCK_NAME,
@@ -108,13 +114,19 @@ a plain baton lock NAME neither waits for nor blocks --limit or --shared
 holders of NAME. The command also gets BATON_LOCK_KIND (semaphore or
 rwlock-read) and, for a semaphore, BATON_SEMAPHORE_LIMIT.
 
+Several names before "--" (baton lock A B -- CMD; baton lock A B -- holds
+them until interrupted) are taken at once, atomically, under one fencing
+token, whatever order other holders name them in: no deadlock. The
+command gets BATON_LOCK_NAMES and BATON_LOCK_KEYS, one per line, beside
+the first name and key. --limit and --shared take one NAME.
+
 With OTEL_EXPORTER_OTLP_ENDPOINT set, the wait, the hold and the release
 are exported as OpenTelemetry spans (OTLP/gRPC), in the trace of baton's
 own TRACEPARENT if it has one; the command gets TRACEPARENT and
 TRACESTATE naming the hold, so its own spans are the hold's children.`,
 		Args: args(1, -1),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			argv, err := splitCommand(cmd, a, 1)
+			names, argv, err := lockNames(cmd, a)
 			if err != nil {
 				return err
 			}
@@ -127,7 +139,13 @@ TRACESTATE naming the hold, so its own spans are the hold's children.`,
 			if err := validateKindFlags(cmd, o); err != nil {
 				return err
 			}
-			return runLock(cmd, g, o, a[0], argv)
+			if err := validateLockDelay(o.delay); err != nil {
+				return err
+			}
+			if o.reqSig, err = parseSignal(o.signal); err != nil {
+				return err
+			}
+			return runLock(cmd, g, o, names, argv)
 		},
 	}
 	f := cmd.Flags()
@@ -137,13 +155,15 @@ TRACESTATE naming the hold, so its own spans are the hold's children.`,
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL")
 	addMetricsFlag(f, &o.metrics)
 	addKindFlags(f, &o)
+	addLockDelayFlag(f, &o.delay)
+	addReleaseSignalFlag(f, &o.signal)
 	return cmd
 }
 
 // runLock takes the lock, a semaphore permit or a read lock as the options
 // say, holds it until interrupted or runs the command under it, and
 // releases it.
-func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []string) (err error) {
+func runLock(cmd *cobra.Command, g *globals, o lockOptions, names []string, argv []string) (err error) {
 	errOut := cmd.ErrOrStderr()
 	c, err := newChild(g, argv, o.grace, cmd)
 	if err != nil {
@@ -158,7 +178,7 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 	defer tr.flush(errOut)
 	ictx, stop := interruptible(cmd.Context())
 	defer stop()
-	ictx, span := tr.startCommand(ictx, "baton lock", telemetry.LockName.String(name), telemetry.LockNamespace.String(g.namespace))
+	ictx, span := tr.startCommand(ictx, "baton lock", telemetry.LockName.String(strings.Join(names, ", ")), telemetry.LockNamespace.String(g.namespace))
 	defer func() { endCommand(span, err) }()
 	// The client outlives an interrupt: the release needs it.
 	cli, err := g.client(cmd.Context())
@@ -167,10 +187,16 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 	}
 	defer cli.Close()
 	o.tp = tr.tp
-	k, err := newLocker(cli, g, o, name, ms)
+	var k *locker
+	if len(names) > 1 {
+		k, err = newSetLocker(cli, g, o, names, ms)
+	} else {
+		k, err = newLocker(cli, g, o, names[0], ms)
+	}
 	if err != nil {
 		return withCode(ExitUsage, err)
 	}
+	name := k.name
 	defer closeBounded(k.close)
 	what := k.label()
 	st := newStatusWriter(errOut, g.json(), what, name)
@@ -183,8 +209,8 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 		return err
 	}
 	defer ms.track(l)()
-	recordHeld(ictx, l.Txn, heldPut(g.namespace, k.kind, name, l.Lease(), l.Acquired()))
-	st.acquired(heldView{Kind: string(k.kind), Name: name, Key: l.Key(), Token: int64(l.Token()),
+	recordHeld(ictx, l.Txn, heldPuts(k, l)...)
+	st.acquired(heldView{Kind: string(k.kind), Name: name, Names: k.names, Key: l.Key(), Token: int64(l.Token()),
 		Lease: leaseHex(int64(l.Lease())), TTL: l.TTL(), Limit: k.limit, Shared: k.kind == keys.RWLock})
 	release := func() error {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ictx), releaseTimeout)
@@ -196,6 +222,8 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 		select {
 		case <-l.Done():
 		case <-ictx.Done():
+		case r := <-requestsOf(l):
+			st.requested(r, "releasing")
 		}
 		if err := lostError(l.Context(), what, name); err != nil {
 			_ = release()
@@ -216,6 +244,8 @@ func runLock(cmd *cobra.Command, g *globals, o lockOptions, name string, argv []
 	}
 	// The command's own spans are children of the hold.
 	c.env = append(kindEnv(k, l, tok), traceEnv(l.Context())...)
+	c.requests, c.reqSignal = requestsOf(l), o.reqSig
+	c.onRequest = func(r request.Request) { st.requested(r, fmt.Sprintf("passing %v to the command", o.reqSig)) }
 	if ierr := interruptedBeforeCommand(ictx, fmt.Sprintf("%s %q", what, name)); ierr != nil {
 		if err := release(); err == nil {
 			st.released()
@@ -274,7 +304,7 @@ func lossCause(ctx context.Context, res childResult) any {
 // newMutexLocker takes NAME as a plain lock.
 func newMutexLocker(cli *clientv3.Client, g *globals, o lockOptions, name string, ms *metricsServer) (*locker, error) {
 	m, err := mutex.New(cli, name, mutex.WithTTL(o.ttl), mutex.WithNamespace(g.namespace), mutex.WithRegisterer(ms.registerer()),
-		mutex.WithTracerProvider(o.tp))
+		mutex.WithTracerProvider(o.tp), mutex.WithLockDelay(o.delay))
 	if err != nil {
 		return nil, err
 	}

@@ -50,6 +50,7 @@ type lockHold interface {
 type locker struct {
 	kind    keys.Kind // keys.Lock, keys.Semaphore or keys.RWLock
 	name    string
+	names   []string // a set's (lock_set.go), else nil
 	ns      string
 	prefix  string
 	limit   int // semaphore only
@@ -122,7 +123,7 @@ type contendersReader func(ctx context.Context) (holders, waiters []kindContende
 func newKindLocker(cli *clientv3.Client, g *globals, o lockOptions, name string, ms *metricsServer) (*locker, contendersReader, error) {
 	if o.limit > 0 {
 		s, err := semaphore.New(cli, name, o.limit, semaphore.WithTTL(o.ttl), semaphore.WithNamespace(g.namespace),
-			semaphore.WithRegisterer(ms.registerer()), semaphore.WithTracerProvider(o.tp))
+			semaphore.WithRegisterer(ms.registerer()), semaphore.WithTracerProvider(o.tp), semaphore.WithLockDelay(o.delay))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -160,7 +161,7 @@ func newKindLocker(cli *clientv3.Client, g *globals, o lockOptions, name string,
 		}, read, nil
 	}
 	rw, err := rwmutex.New(cli, name, rwmutex.WithTTL(o.ttl), rwmutex.WithNamespace(g.namespace),
-		rwmutex.WithRegisterer(ms.registerer()), rwmutex.WithTracerProvider(o.tp))
+		rwmutex.WithRegisterer(ms.registerer()), rwmutex.WithTracerProvider(o.tp), rwmutex.WithLockDelay(o.delay))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -207,6 +208,7 @@ func kindEnv(k *locker, l lockHold, tok fencing.Token) []string {
 		"BATON_LOCK_KEY=" + l.Key(),
 		"BATON_FENCING_TOKEN=" + tok.String(),
 	}
+	env = append(env, setEnv(k, l)...)
 	switch k.kind {
 	case keys.Semaphore:
 		return append(env, "BATON_LOCK_KIND=semaphore", "BATON_SEMAPHORE_LIMIT="+strconv.Itoa(k.limit))

@@ -29,6 +29,9 @@ type lockRow struct {
 	Waiters int
 	Holders int // how many hold the same lock (0: one)
 	Limit   int // a semaphore's stored limit (0: none or unknown)
+	// Set names every lock its holder took with it in one transaction
+	// (baton lock A B --, mutex.NewSet), this one included; nil otherwise.
+	Set []string
 }
 
 type locksView struct {
@@ -51,6 +54,7 @@ type lockJSON struct {
 	HeldSince *time.Time `json:"held_since"`
 	HeldFor   *float64   `json:"held_for_seconds"`
 	Waiters   int        `json:"waiters"`
+	Set       []string   `json:"set,omitempty"`
 }
 
 func writeLocks(w io.Writer, asJSON bool, v locksView) error {
@@ -64,7 +68,7 @@ func writeLocks(w io.Writer, asJSON bool, v locksView) error {
 			out.Locks = append(out.Locks, lockJSON{Name: l.Name, Kind: rowKind(l), Holders: max(l.Holders, 1), Limit: l.Limit,
 				Holder: l.Holder.Identity, Key: l.Holder.Key,
 				Token: int64(l.Holder.Token), Lease: leaseHex(int64(l.Holder.Lease)), TTLLeft: ttlSeconds(l.Holder.TTL),
-				HeldSince: since(l.Since), HeldFor: sinceSeconds(v.Now, l.Since), Waiters: l.Waiters})
+				HeldSince: since(l.Since), HeldFor: sinceSeconds(v.Now, l.Since), Waiters: l.Waiters, Set: l.Set})
 		}
 		return writeJSON(w, out)
 	}
@@ -84,6 +88,9 @@ func writeLocks(w io.Writer, asJSON bool, v locksView) error {
 			ageText(v.Now, l.Since), strconv.Itoa(l.Waiters), safe(l.Holder.Key))
 	}
 	if err := t.flush(); err != nil {
+		return err
+	}
+	if err := writeSets(w, v.Locks); err != nil {
 		return err
 	}
 	if len(objects) == len(v.Locks) {
@@ -184,6 +191,7 @@ func listLocks(ctx context.Context, cli *clientv3.Client, ns, prefix string) ([]
 	if err := fillTTLs(ctx, cli, rows); err != nil {
 		return nil, err
 	}
+	setMembers(rows)
 	// By name, then kind; a lock's holders stay in token order.
 	sort.SliceStable(rows, func(i, j int) bool {
 		if rows[i].Name != rows[j].Name {

@@ -38,6 +38,9 @@ type event struct {
 	TTL   int64  `json:"ttl_seconds,omitempty"`
 	// unreachable, lost: why.
 	Error string `json:"error,omitempty"`
+	// release-requested: why, and who asked.
+	Reason string `json:"reason,omitempty"`
+	By     string `json:"by,omitempty"`
 }
 
 // statusWriter prints the events of one lock or election; it is safe for

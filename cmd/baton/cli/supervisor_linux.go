@@ -187,6 +187,10 @@ func supervise(o superviseOptions, argv []string, ctl io.Reader, started func(pi
 				s.stop(causeParent)
 			case m == "stop":
 				s.stop(causeStop)
+			case strings.HasPrefix(m, "stop "): // a release request: its signal first
+				if n, err := strconv.Atoi(strings.TrimPrefix(m, "stop ")); err == nil && n > 0 && n < 65 {
+					s.stopWith(causeRequest, syscall.Signal(n))
+				}
 			case strings.HasPrefix(m, "deadline "):
 				ns, err := strconv.ParseInt(strings.TrimPrefix(m, "deadline "), 10, 64)
 				if err == nil && !s.stopping {
@@ -221,12 +225,15 @@ func supervise(o superviseOptions, argv []string, ctl io.Reader, started func(pi
 
 // stop sends SIGTERM to everything and arms SIGKILL after the grace. The
 // first cause is kept; an empty cause is the command's own exit.
-func (s *supervisor) stop(cause string) {
+func (s *supervisor) stop(cause string) { s.stopWith(cause, syscall.SIGTERM) }
+
+// stopWith is stop with sig first instead of SIGTERM.
+func (s *supervisor) stopWith(cause string, sig syscall.Signal) {
 	if s.stopping {
 		return
 	}
 	s.stopping, s.cause = true, cause
-	s.signalAll(syscall.SIGTERM)
+	s.signalAll(sig)
 	s.killTimer = time.NewTimer(s.grace)
 	s.killC = s.killTimer.C
 }

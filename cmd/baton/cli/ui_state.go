@@ -407,6 +407,7 @@ func (s *uiState) put(kv *mvccpb.KeyValue) {
 	}
 	switch {
 	case (p.Kind == keys.Lock || p.Kind == keys.Election) && tag == "":
+	case p.Kind == keys.Lock && tag == keys.TagSet: // a mutex set's key holds like a plain one
 	case p.Kind == keys.Semaphore && tag == keys.TagPermit:
 	case p.Kind == keys.RWLock && (tag == keys.TagRead || tag == keys.TagWrite):
 	default:

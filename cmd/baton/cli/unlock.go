@@ -23,6 +23,7 @@ type forceOptions struct {
 	revokeLease bool
 	watch       time.Duration // 0: a third of the granted TTL plus a second
 	key         string        // unlock --holder-key: one holder's key (unlock_kinds.go)
+	request     bool          // unlock --request: ask the holder (lock_request.go)
 	to          string        // resign --to: the candidate to hand over to (resign_to.go)
 	deadline    time.Duration // resign --to without --force: the leader's time to hand over
 }
@@ -69,13 +70,28 @@ A semaphore's permit or a read/write lock's holder is named by its key,
 as baton locks shows it: --holder-key KEY deletes exactly that one key (one
 permit, or one reader), with the same checks and audit record.
 
+--request --reason TEXT instead asks the holder to let go, and forces
+nothing: a program using package mutex sees it on its Lock's
+ReleaseRequested, and baton lock passes it to its command as a signal
+(--release-signal, SIGTERM by default) and releases once the command has
+exited. The request is for that holder only (a later holder never sees
+it), and is written with an audit record, which takes the operators
+access level (exit 78 without it; nothing is written).
+
 Elections have their own command: baton resign NAME --force.`,
 		Example: `  baton unlock nightly-report --force --reason "host db-7 died, INC-4411"
   baton unlock nightly-report --force --reason "stuck, INC-4412" --even-if-alive
   baton unlock bulk-0007 --force --reason "whole session wedged" --revoke-lease
+  baton unlock nightly-report --request --reason "deploy in 5 minutes, INC-4414"
   baton unlock exports --holder-key /baton/v1/semaphore/exports/694d7f1c2a3b0011.p1 --force --reason "worker w-1 hung"`,
 		Args: args(1, 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
+			if o.request {
+				if err := validateRequest(cmd, o); err != nil {
+					return err
+				}
+				return runRequest(cmd, g, keys.Lock, a[0], o.reason)
+			}
 			if err := validateForce(cmd, o); err != nil {
 				return err
 			}
@@ -87,6 +103,7 @@ Elections have their own command: baton resign NAME --force.`,
 	}
 	forceFlags(cmd, &o, "lock")
 	addForceKeyFlag(cmd, &o)
+	cmd.Flags().BoolVar(&o.request, "request", false, "instead of forcing: ask the holder to let go (baton lock passes it to its command as --release-signal); audited")
 	return cmd
 }
 
@@ -108,12 +125,22 @@ until KEY leads, and exits 77 if the leader did not hand over within
 --deadline. With --force --reason, after the same checks as above, baton
 hands over itself: one transaction deletes the leader's key and writes
 KEY's on KEY's lease (under the oldest strategy KEY must be the next in
-the queue, and the leader's key is deleted), with the audit record.`,
+the queue, and the leader's key is deleted), with the audit record.
+
+--request --reason TEXT instead asks the leader to step down, as baton
+unlock --request asks a holder: a Term sees it on ReleaseRequested, baton
+elect passes it to its command as --release-signal.`,
 		Example: `  baton resign scheduler --force --reason "leader on host-3 hung, INC-4413"
   baton resign scheduler --to /baton/v1/election/scheduler/694d7f1c2a3b0007
   baton resign scheduler --to /baton/v1/election/scheduler/694d7f1c2a3b0007 --force --reason "drain host-3" --even-if-alive`,
 		Args: args(1, 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
+			if o.request {
+				if err := validateRequest(cmd, o); err != nil {
+					return err
+				}
+				return runRequest(cmd, g, keys.Election, a[0], o.reason)
+			}
 			if err := validateResignTo(g.namespace, a[0], o); err != nil {
 				return err
 			}
@@ -128,6 +155,7 @@ the queue, and the leader's key is deleted), with the audit record.`,
 	}
 	forceFlags(cmd, &o, "leader")
 	addResignToFlags(cmd, &o)
+	cmd.Flags().BoolVar(&o.request, "request", false, "instead of forcing: ask the leader to step down (baton elect passes it to its command as --release-signal); audited")
 	return cmd
 }
 

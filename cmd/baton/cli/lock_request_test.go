@@ -1,0 +1,164 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/rbac"
+)
+
+// TestUnlockRequestStopsTheCommandAndReleases: baton lock NAME -- sleep
+// 1000 gets a release request; its command gets SIGTERM, baton releases
+// the lock and exits with the command's status (143); the audit trail
+// shows the request.
+func TestUnlockRequestStopsTheCommandAndReleases(t *testing.T) {
+	ctx := etcdtest.Context(t, 60*time.Second)
+	const ns = "clirequest"
+	var out, errOut syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- runTo(ctx, ns, &out, &errOut, "lock", "report", "--", "sleep", "1000") }()
+	waitFor(t, func() bool { return strings.Contains(errOut.String(), "token") })
+	code, rout, rerr := run(ctx, t, ns, "unlock", "report", "--request", "--reason", "deploy at 10:00, INC-1")
+	if code != ExitOK || !strings.Contains(rout, "asked the holder of lock \"report\"") {
+		t.Fatalf("unlock --request: exit %d: %s%s", code, rout, rerr)
+	}
+	select {
+	case code := <-done:
+		if code != 128+15 {
+			t.Fatalf("baton lock exited %d, want 143 (the command's SIGTERM): %s", code, errOut.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("baton lock did not end after the request: %s", errOut.String())
+	}
+	if s := errOut.String(); !strings.Contains(s, "release of lock \"report\" requested by") || !strings.Contains(s, "deploy at 10:00, INC-1") ||
+		!strings.Contains(s, "passing terminated to the command") || !strings.Contains(s, "released lock \"report\"") {
+		t.Fatalf("status lines:\n%s", s)
+	}
+	cli := srv.Client(t)
+	if g, _ := cli.Get(ctx, "/"+ns+"/v1/lock/report/", clientv3.WithPrefix(), clientv3.WithCountOnly()); g.Count != 0 {
+		t.Fatal("the lock was not released")
+	}
+	g, err := cli.Get(ctx, rbac.AuditPrefix(ns), clientv3.WithPrefix())
+	if err != nil || len(g.Kvs) != 1 || !strings.Contains(string(g.Kvs[0].Value), `"action":"request-release"`) {
+		t.Fatalf("audit trail: %v %v", g, err)
+	}
+	if code, aout, _ := run(ctx, t, ns, "audit"); code != ExitOK || !strings.Contains(aout, "request-release") {
+		t.Fatalf("baton audit does not show the request (exit %d):\n%s", code, aout)
+	}
+	// Nobody holds now: refused, nothing written.
+	if code, _, rerr := run(ctx, t, ns, "unlock", "report", "--request", "--reason", "again"); code != ExitError || !strings.Contains(rerr, "nobody holds it") {
+		t.Fatalf("request with no holder: exit %d: %s", code, rerr)
+	}
+}
+
+// TestUnlockRequestWithoutACommandReleases: a bare baton lock releases on
+// a request and exits 0; --release-signal picks another signal.
+func TestUnlockRequestWithoutACommandReleases(t *testing.T) {
+	ctx := etcdtest.Context(t, 60*time.Second)
+	const ns = "clirequest2"
+	var out, errOut syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- runTo(ctx, ns, &out, &errOut, "lock", "bare") }()
+	waitFor(t, func() bool { return strings.Contains(errOut.String(), "token") })
+	if code, _, rerr := run(ctx, t, ns, "unlock", "bare", "--request", "--reason", "r"); code != ExitOK {
+		t.Fatalf("exit %d: %s", code, rerr)
+	}
+	if code := <-done; code != ExitOK {
+		t.Fatalf("bare lock exited %d: %s", code, errOut.String())
+	}
+	errOut = syncBuffer{}
+	go func() {
+		done <- runTo(ctx, ns, &out, &errOut, "lock", "--release-signal", "USR1", "sig", "--", "sh", "-c", `trap 'exit 7' USR1; while :; do sleep 0.05; done`)
+	}()
+	waitFor(t, func() bool { return strings.Contains(errOut.String(), "token") })
+	time.Sleep(200 * time.Millisecond) // the trap is set
+	if code, _, rerr := run(ctx, t, ns, "unlock", "sig", "--request", "--reason", "r"); code != ExitOK {
+		t.Fatalf("exit %d: %s", code, rerr)
+	}
+	if code := <-done; code != 7 {
+		t.Fatalf("the command's USR1 trap should exit 7; baton lock exited %d: %s", code, errOut.String())
+	}
+}
+
+func TestUnlockRequestUsageErrors(t *testing.T) {
+	ctx := etcdtest.Context(t, 10*time.Second)
+	for _, args := range [][]string{
+		{"unlock", "x", "--request"},
+		{"unlock", "x", "--request", "--force", "--reason", "r"},
+		{"unlock", "x", "--request", "--reason", "r", "--revoke-lease"},
+		{"lock", "x", "--release-signal", "NOPE", "--", "true"},
+		{"lock", "x", "--release-signal", "99", "--", "true"},
+		{"lock", "x", "--lock-delay", "1500ms", "--", "true"},
+	} {
+		if code, _, errOut := run(ctx, t, "clirequest3", args...); code != ExitUsage {
+			t.Errorf("%v: exit %d (%s); want %d", args, code, errOut, ExitUsage)
+		}
+	}
+}
+
+// TestUnlockRequestRefusedWithoutTheRight: a contender may lock but not
+// ask for a release (the request's audit record takes the operators
+// access level): exit 78 and nothing written; an operator may.
+func TestUnlockRequestRefusedWithoutTheRight(t *testing.T) {
+	as := startSecureDev(t, "worker,oncall,root", "namespaces:\n  - name: jobs\n    contenders: [worker]\n    operators: [oncall]\n")
+	held := make(chan struct{})
+	go func() {
+		defer close(held)
+		_, _, _ = as("worker", "--namespace", "jobs", "lock", "nightly", "--", "sleep", "30")
+	}()
+	waitFor(t, func() bool {
+		code, out, _ := as("oncall", "--namespace", "jobs", "locks")
+		return code == ExitOK && strings.Contains(out, "nightly")
+	})
+	code, _, errOut := as("worker", "--namespace", "jobs", "unlock", "nightly", "--request", "--reason", "mine now")
+	if code != ExitDenied || !strings.Contains(errOut, "permission denied") {
+		t.Fatalf("a contender's request: exit %d, want %d: %s", code, ExitDenied, errOut)
+	}
+	select {
+	case <-held:
+		t.Fatal("the worker's command ended after a refused request")
+	case <-time.After(500 * time.Millisecond):
+	}
+	code, out, _ := as("oncall", "--namespace", "jobs", "-o", "json", "audit")
+	if code != ExitOK || strings.Contains(out, "request-release") {
+		t.Fatalf("the refused request left an audit record (exit %d): %s", code, out)
+	}
+	code, rout, errOut := as("oncall", "--namespace", "jobs", "unlock", "nightly", "--request", "--reason", "maintenance")
+	if code != ExitOK || !strings.Contains(rout, "asked the holder") {
+		t.Fatalf("an operator's request: exit %d: %s%s", code, rout, errOut)
+	}
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the worker's lock did not end after the operator's request")
+	}
+}
+
+// TestResignRequestStopsTheLeadersCommand: baton elect's command gets the
+// request to step down as SIGTERM, and baton resigns.
+func TestResignRequestStopsTheLeadersCommand(t *testing.T) {
+	ctx := etcdtest.Context(t, 60*time.Second)
+	const ns = "clirequest4"
+	var out, errOut syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- runTo(ctx, ns, &out, &errOut, "elect", "sched", "host-a", "--", "sleep", "1000") }()
+	waitFor(t, func() bool { return strings.Contains(errOut.String(), "token") })
+	if code, rout, rerr := run(ctx, t, ns, "resign", "sched", "--request", "--reason", "move to host-b"); code != ExitOK {
+		t.Fatalf("resign --request: exit %d: %s%s", code, rout, rerr)
+	}
+	select {
+	case code := <-done:
+		if code != 143 || !strings.Contains(errOut.String(), "move to host-b") {
+			t.Fatalf("elect exited %d: %s", code, errOut.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("elect did not end: %s", errOut.String())
+	}
+	if code, lout, _ := run(ctx, t, ns, "leader", "sched"); code == ExitOK && strings.Contains(lout, "host-a") {
+		t.Fatalf("host-a still leads: %s", lout)
+	}
+}
