@@ -13,6 +13,7 @@ import (
 
 	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/mutex"
 )
 
 func spanAttr(s sdktrace.ReadOnlySpan, k attribute.Key) attribute.Value {
@@ -145,4 +146,43 @@ func TestTracedEndRequestIsAnEventOnTheHold(t *testing.T) {
 	if !found {
 		t.Errorf("no baton.hold.preempted event on the hold: %v", holds[0].Events())
 	}
+}
+
+// A release request to a leader that watches for them is a
+// baton.release.requested event on its hold, naming who asked.
+func TestTracedReleaseRequestIsAnEventOnTheHold(t *testing.T) {
+	rec, traced := tracedRecorder(t)
+	cli := client(t)
+	ctx := etcdtest.Context(t, 30*time.Second)
+	const name = "traced-release-request"
+	a := newElection(t, cli, name, traced)
+	ta, err := a.Campaign(ctx, "A")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := ta.ReleaseRequested()
+	if err := election.RequestRelease(ctx, client(t), name, "deploy", mutex.WithIdentity("ops-1")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-reqs:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request never arrived")
+	}
+	if err := ta.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	holds := spansNamed(rec, "election hold")
+	if len(holds) != 1 {
+		t.Fatalf("%d hold spans; want 1", len(holds))
+	}
+	for _, ev := range holds[0].Events() {
+		if ev.Name == "baton.release.requested" {
+			if len(ev.Attributes) != 1 || ev.Attributes[0].Key != "baton.release.requester" || !strings.Contains(ev.Attributes[0].Value.AsString(), "ops-1") {
+				t.Errorf("the event's attributes %v; want the requester ops-1", ev.Attributes)
+			}
+			return
+		}
+	}
+	t.Errorf("no baton.release.requested event on the hold: %v", holds[0].Events())
 }
