@@ -40,58 +40,55 @@ func (e *Election) Run(ctx context.Context, value string, fn func(ctx context.Co
 	}
 	const resignTimeout = 5 * time.Second
 	const minBackoff, maxBackoff = 100 * time.Millisecond, 5 * time.Second
-	backoff := minBackoff
-	for {
+	term := func(ctx context.Context) (stop bool, err error) {
 		t, err := e.Campaign(ctx, value)
 		if err != nil {
 			switch {
 			case ctx.Err() != nil:
-				return ctx.Err()
+				return true, ctx.Err()
 			case errors.Is(err, ErrClosed), errors.Is(err, ErrInvalid), retry.Permanent(err):
-				return err
+				return true, err
 			case errors.Is(err, ErrSessionClosed):
-				return err // a caller's etcd session that ended is never replaced
+				return true, err // a caller's etcd session that ended is never replaced
 			}
-			e.o.Logger().Warn("campaign failed, retrying", zap.Error(err), zap.Duration("backoff", backoff), zap.String("name", e.Name()))
-			if retry.Sleep(ctx, backoff) != nil {
-				return ctx.Err()
-			}
-			backoff = min(backoff*2, maxBackoff)
-			continue
+			return false, err
 		}
-		backoff = minBackoff
 
 		work, cancel := context.WithCancelCause(t.Context())
-		stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+		stopWork := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
 		ferr := fn(work, t)
-		stop()
+		stopWork()
 		cancel(nil)
 
 		if ctx.Err() != nil {
 			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout)
 			_ = t.Resign(rctx) // a failed resign only delays the next leader by a TTL
 			rcancel()
-			return ctx.Err()
+			return true, ctx.Err()
 		}
 		if t.Context().Err() == nil && ferr == nil && isClosed(t.EndRequested()) {
 			e.handOverRequested(ctx, t)
-			continue
+			return false, nil
 		}
 		if t.Context().Err() == nil {
 			if rerr := t.Resign(ctx); rerr != nil && ferr == nil {
-				return rerr
+				return true, rerr
 			}
-			return ferr
+			return true, ferr
 		}
 		// Lost, handed over or preempted: clean up what remains of the key,
 		// then campaign again, unless another Campaign through the same
 		// lease took the key over.
 		if cause := context.Cause(t.Context()); errors.Is(cause, ErrReplaced) {
-			return fmt.Errorf("%w: %w", ErrNotLeader, cause)
+			return true, fmt.Errorf("%w: %w", ErrNotLeader, cause)
 		}
 		_ = t.Resign(ctx)
 		e.o.Logger().Info("campaigning again", zap.NamedError("cause", context.Cause(t.Context())), zap.NamedError("work", ferr), zap.String("name", e.Name()))
+		return false, nil
 	}
+	return retry.Loop(ctx, minBackoff, maxBackoff, term, func(err error, backoff time.Duration) {
+		e.o.Logger().Warn("campaign failed, retrying", zap.Error(err), zap.Duration("backoff", backoff), zap.String("name", e.Name()))
+	})
 }
 
 func isClosed(ch <-chan struct{}) bool {

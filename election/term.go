@@ -14,6 +14,7 @@ import (
 	"github.com/batonhq/baton/internal/delay"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/request"
+	"github.com/batonhq/baton/internal/telemetry"
 )
 
 type hold = core.Hold
@@ -91,6 +92,7 @@ func (t *Term) requested(r EndRequest) {
 	t.endOnce.Do(func() {
 		t.endReq.Store(&r)
 		close(t.endCh)
+		telemetry.HoldFrom(t.hold.Context()).Preempted(r.By)
 	})
 }
 

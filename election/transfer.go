@@ -12,6 +12,7 @@ import (
 	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/retry"
+	"github.com/batonhq/baton/internal/telemetry"
 )
 
 // errNoOne is handOverBest finding no other live candidate.
@@ -42,9 +43,12 @@ var errNoOne = errors.New("no other live candidate")
 // the best remaining candidate takes over) and returns an error wrapping
 // ErrNoCandidate. After the term ended otherwise it returns an error
 // wrapping ErrNotLeader.
-func (t *Term) Transfer(ctx context.Context, to string) error {
+func (t *Term) Transfer(ctx context.Context, to string) (err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	ctx, op := telemetry.HoldFrom(t.hold.Context()).StartTransfer(ctx, int64(t.Token()), to)
+	var successor int64 // the new leader's token
+	defer func() { op.EndTransfer(transferOutcome(err), successor, err) }()
 	if err := t.ended(); err != nil {
 		return fmt.Errorf("transfer: %w", err)
 	}
@@ -53,7 +57,8 @@ func (t *Term) Transfer(ctx context.Context, to string) error {
 		return fmt.Errorf("transfer: %w", err)
 	}
 	if t.e.strategy() == Oldest {
-		return t.transferNext(ctx, st, to)
+		successor, err = t.transferNext(ctx, st, to)
+		return err
 	}
 	var target *entry
 	for _, en := range st.recs[Preferred] {
@@ -64,13 +69,28 @@ func (t *Term) Transfer(ctx context.Context, to string) error {
 	if target == nil || target.lease == t.Lease() {
 		return fmt.Errorf("transfer to %s: %w", to, ErrNoCandidate)
 	}
-	err = t.handTo(ctx, target, ErrTransferred)
+	successor, err = t.handTo(ctx, target, ErrTransferred)
 	_ = core.Release(ctx, t.hold) // forgets the abandoned hold
 	t.dropRecord(ctx)
 	if err != nil {
 		return fmt.Errorf("transfer to %s: %w", to, err)
 	}
 	return nil
+}
+
+// transferOutcome is the transfer span's outcome of Transfer's error.
+func transferOutcome(err error) string {
+	switch {
+	case err == nil:
+		return telemetry.TransferDone
+	case errors.Is(err, ErrNoCandidate):
+		return telemetry.TransferNoCandidate
+	case errors.Is(err, ErrNotNext):
+		return telemetry.TransferNotNext
+	case errors.Is(err, ErrNotLeader):
+		return telemetry.TransferNotLeader
+	}
+	return telemetry.TransferFailed
 }
 
 // ended is ErrNotLeader and the cause once the Context ended.
@@ -81,24 +101,29 @@ func (t *Term) ended() error {
 	return nil
 }
 
-// transferNext resigns in favour of the next candidate of the queue.
-func (t *Term) transferNext(ctx context.Context, st *state, to string) error {
+// transferNext resigns in favour of the next candidate of the queue and
+// returns its token.
+func (t *Term) transferNext(ctx context.Context, st *state, to string) (int64, error) {
 	i := slices.IndexFunc(st.keys, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == to })
 	switch {
 	case len(st.keys) == 0 || string(st.keys[0].Key) != t.Key() || st.keys[0].CreateRevision != int64(t.Token()):
-		return fmt.Errorf("transfer: %w: the election's first key is no longer this term's", ErrNotLeader)
+		return 0, fmt.Errorf("transfer: %w: the election's first key is no longer this term's", ErrNotLeader)
 	case i <= 0:
-		return fmt.Errorf("transfer to %s: %w", to, ErrNoCandidate)
+		return 0, fmt.Errorf("transfer to %s: %w", to, ErrNoCandidate)
 	case i > 1:
-		return fmt.Errorf("transfer to %s: %w: %d candidate(s) wait ahead of it, first %s", to, ErrNotNext, i-1, st.keys[1].Key)
+		return 0, fmt.Errorf("transfer to %s: %w: %d candidate(s) wait ahead of it, first %s", to, ErrNotNext, i-1, st.keys[1].Key)
 	}
 	if f := t.e.hooks.beforeHandOver; f != nil {
 		f(to)
 	}
 	t.cancel(ErrTransferred)
+	telemetry.HoldFrom(t.hold.Context()).TransferredTo(to)
 	err := core.Release(ctx, t.hold)
 	t.dropRecord(ctx)
-	return err
+	if err != nil {
+		return 0, err
+	}
+	return st.keys[1].CreateRevision, nil
 }
 
 // handOverBest hands over to the best live candidate but this one;
@@ -110,7 +135,8 @@ func (t *Term) handOverBest(ctx context.Context, cause error) error {
 	}
 	for _, en := range st.ranked() {
 		if en.lease != t.Lease() {
-			return t.handTo(ctx, en, cause)
+			_, err := t.handTo(ctx, en, cause)
+			return err
 		}
 	}
 	return errNoOne
@@ -118,17 +144,20 @@ func (t *Term) handOverBest(ctx context.Context, cause error) error {
 
 // handTo ends the term with cause, then in one transaction deletes this
 // leader's key, its record and any request to end its term, and writes
-// the successor's key on its lease. On a failed condition it deletes its
-// own key and returns an error wrapping ErrNoCandidate (or ErrStrategy
-// when a key without a record waits).
-func (t *Term) handTo(ctx context.Context, to *entry, cause error) error {
+// the successor's key on its lease; it returns the successor's token. On
+// a failed condition it deletes its own key and returns an error wrapping
+// ErrNoCandidate (or ErrStrategy when a key without a record waits).
+func (t *Term) handTo(ctx context.Context, to *entry, cause error) (int64, error) {
 	if f := t.e.hooks.beforeHandOver; f != nil {
 		f(to.key)
 	}
 	t.cancel(cause)
-	core.Abandon(t.hold) // released: the transaction deletes the key
 	prefix, own, lease, token := t.e.Prefix(), t.Key(), t.Lease(), int64(t.Token())
 	next := keys.LeaseKey(prefix, int64(to.lease))
+	if errors.Is(cause, ErrTransferred) { // the transfer's span says whether the successor got it
+		telemetry.HoldFrom(t.hold.Context()).TransferredTo(next)
+	}
+	core.Abandon(t.hold) // released: the transaction deletes the key
 	ops := []clientv3.Op{clientv3.OpDelete(own), clientv3.OpDelete(t.e.endKey(lease)),
 		clientv3.OpPut(next, to.Value, clientv3.WithLease(to.lease))}
 	if t.rec != nil {
@@ -145,25 +174,25 @@ func (t *Term) handTo(ctx context.Context, to *entry, cause error) error {
 	})
 	if err != nil {
 		t.deleteOwn(own, token)
-		return err
+		return 0, err
 	}
 	if resp.Succeeded {
-		return nil
+		return resp.Header.Revision, nil
 	}
 	var others []string
 	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
 		switch {
 		case string(kv.Key) == next && clientv3.LeaseID(kv.Lease) == to.lease && kv.CreateRevision > token:
-			return nil // an earlier attempt applied unheard
+			return kv.CreateRevision, nil // an earlier attempt applied unheard
 		case string(kv.Key) != own:
 			others = append(others, string(kv.Key))
 		}
 	}
 	t.deleteOwn(own, token)
 	if len(others) > 0 {
-		return fmt.Errorf("%w: %w: keys without a preferred record wait in the election's prefix (%v); the term was resigned instead", ErrInvalid, ErrStrategy, others)
+		return 0, fmt.Errorf("%w: %w: keys without a preferred record wait in the election's prefix (%v); the term was resigned instead", ErrInvalid, ErrStrategy, others)
 	}
-	return fmt.Errorf("%w: %s left before the hand-over; the term was resigned instead", ErrNoCandidate, to.key)
+	return 0, fmt.Errorf("%w: %s left before the hand-over; the term was resigned instead", ErrNoCandidate, to.key)
 }
 
 // deleteOwn deletes this term's key, guarded by its CreateRevision, with

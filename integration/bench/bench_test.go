@@ -240,6 +240,10 @@ func TestRunSmall(t *testing.T) {
 	rep, err := Run(ctx, srv.Server, Config{
 		Runs: 1, Duration: 300 * time.Millisecond, Trials: 5, Settle: time.Millisecond,
 		CrashTrials: 1, Held: 200, HeldWindow: time.Second, Waiters: 20,
+		// A TTL a starved CI process cannot outlast: with the default 3 s the
+		// etcd session itself ended under load ~22 (no renewal reply within
+		// its TTL) and baton rightly failed Lock with ErrSessionClosed.
+		HeldTTL: 15 * time.Second,
 	}, &progress)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())

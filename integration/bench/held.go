@@ -96,7 +96,7 @@ func HoldMany(ctx context.Context, endpoint string, impl Impl, via string, n int
 				}
 				h, err := m.Lock(ctx)
 				if err != nil {
-					errs <- err
+					errs <- sessionEnded(err, sess, ttl)
 					return
 				}
 				mus[i], helds[i] = m, h
@@ -142,6 +142,18 @@ feed:
 		LockSeconds:       lockTime.Seconds(),
 		Requests:          counts,
 	}, nil
+}
+
+// sessionEnded says so in err when the etcd session itself ended: its
+// client closes it when no renewal reply came within the TTL, which a
+// starved process (CI under heavy load) can see with a short TTL.
+func sessionEnded(err error, sess *concurrency.Session, ttl time.Duration) error {
+	select {
+	case <-sess.Done():
+		return fmt.Errorf("%w (the etcd session of TTL %v itself ended)", err, ttl)
+	default:
+		return err
+	}
 }
 
 // liveHeap returns the heap in use after a full collection, and the

@@ -47,18 +47,27 @@ func Priority(p int) Option {
 // letters, digits, '.', '_', '+' and '-'.
 func Version(v string) Option {
 	return candidateOpt("WithVersion", func(c *Candidate) error {
-		if v == "" || len(v) > MaxVersionBytes {
-			return fmt.Errorf("WithVersion(%q): must be 1 to %d bytes", v, MaxVersionBytes)
-		}
-		for i := 0; i < len(v); i++ {
-			ch := v[i]
-			if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '.' || ch == '_' || ch == '+' || ch == '-') {
-				return fmt.Errorf("WithVersion(%q): byte %d is %q; allowed: letters, digits, '.', '_', '+', '-'", v, i, ch)
-			}
+		if err := ValidateVersion(v); err != nil {
+			return fmt.Errorf("WithVersion(%q): %w", v, err)
 		}
 		c.Version = v
 		return nil
 	})
+}
+
+// ValidateVersion checks a candidate's version as Version does, for a
+// caller (the CLI) that checks its input before it has a client.
+func ValidateVersion(v string) error {
+	if v == "" || len(v) > MaxVersionBytes {
+		return fmt.Errorf("must be 1 to %d bytes", MaxVersionBytes)
+	}
+	for i := 0; i < len(v); i++ {
+		ch := v[i]
+		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '.' || ch == '_' || ch == '+' || ch == '-') {
+			return fmt.Errorf("byte %d is %q; allowed: letters, digits, '.', '_', '+', '-'", i, ch)
+		}
+	}
+	return nil
 }
 
 // Strategy sets how the election picks its leader; names[s] must exist.

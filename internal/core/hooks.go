@@ -13,13 +13,14 @@ type (
 // Hooks are pause points that tests use to force an interleaving at an
 // exact step. Production code leaves them nil.
 type Hooks struct {
-	AfterConfirm func(key string) // between the confirming read and the registration for deletion news
-	BeforeArm    func(key string) // after the hold is made, before it is armed
-	BeforeReread func()           // after the namespace watch broke, before its re-read
-	InClose      func()           // in an Owner's Close, before it waits for the calls in flight
-	Deleted      func(key string) // in the namespace watch, for every deletion
-	OnRenewed    func()           // after each acknowledged renewal
-	EndingHolds  func()           // once a lease ended, before its holds' end hooks run
+	AfterConfirm  func(key string) // between the confirming read and the registration for deletion news
+	BeforeArm     func(key string) // after the hold is made, before it is armed
+	BeforeReread  func()           // after the namespace watch broke, before its re-read
+	InClose       func()           // in an Owner's Close, before it waits for the calls in flight
+	Deleted       func(key string) // in the namespace watch, for every deletion
+	OnRenewed     func()           // after each acknowledged renewal
+	EndingHolds   func()           // once a lease ended, before its holds' end hooks run
+	BeforeCleanup func(key string) // in a background deletion of a key, before its first attempt
 }
 
 func call(f func()) {

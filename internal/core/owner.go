@@ -522,6 +522,9 @@ func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, r *reservation) {
 	done := make(chan struct{})
 	run := func() {
 		defer close(done)
+		if f := s.cfg.Hooks.BeforeCleanup; f != nil {
+			f(key)
+		}
 		unknown := rev == 0
 		err := retry.Do(stop, func(ctx context.Context) error { return deleteOnce(ctx, s.cli, l.ID(), key, &rev) })
 		if err == nil && unknown && rev == 0 && retry.Sleep(stop, retry.AttemptTimeout) == nil {

@@ -60,6 +60,7 @@ type Session struct {
 	cfg    Config
 	tracer trace.Tracer         // nil: untraced
 	etcd   *concurrency.Session // the caller's lease, or nil: granted here
+	prev   *Session             // cs's Session before this one, whose deletions may still run
 	lcfg   *lease.Config
 
 	ctx    context.Context // ends with errs.ErrReleased when Close begins
@@ -118,8 +119,9 @@ func newSession(cli *clientv3.Client, cs *concurrency.Session, cfg Config) *Sess
 // says why): an entry lives from the first Attach to the last Detach.
 var attached = struct {
 	sync.Mutex
-	m map[*concurrency.Session]*Session
-}{m: make(map[*concurrency.Session]*Session)}
+	m        map[*concurrency.Session]*Session
+	draining map[*concurrency.Session]*Session // detached, with keys still being deleted
+}{m: make(map[*concurrency.Session]*Session), draining: make(map[*concurrency.Session]*Session)}
 
 // Attach returns the Session of cs, made with cfg by the first caller; the
 // caller must Detach it. created says whether cfg was used.
@@ -134,6 +136,8 @@ func Attach(cs *concurrency.Session, cfg Config) (s *Session, created bool) {
 	}
 	s = newSession(cs.Client(), cs, cfg)
 	s.users = 1
+	s.prev = attached.draining[cs] // its keys are reserved until deleted
+	delete(attached.draining, cs)
 	attached.m[cs] = s
 	return s, true
 }
@@ -144,9 +148,13 @@ func (s *Session) Detach() error {
 	s.mu.Lock()
 	s.users--
 	last := s.users == 0
+	pending := len(s.reserved) > 0
 	s.mu.Unlock()
 	if last && attached.m[s.etcd] == s {
 		delete(attached.m, s.etcd)
+		if pending {
+			attached.draining[s.etcd] = s
+		}
 	}
 	attached.Unlock()
 	if last {
@@ -466,6 +474,11 @@ type reservation struct {
 // caller has it (errReserved with try). With takeover, a key whose holder
 // is armed is taken from it at once: that hold ends with errs.ErrReplaced.
 func (s *Session) reserve(ctx context.Context, key string, try, takeover bool) (*reservation, error) {
+	for p := s.prev; p != nil; p = p.prev {
+		if err := p.waitFreed(ctx, key); err != nil {
+			return nil, err
+		}
+	}
 	for {
 		s.mu.Lock()
 		if s.closed {
@@ -512,6 +525,27 @@ func (s *Session) reserve(ctx context.Context, key string, try, takeover bool) (
 	}
 }
 
+// waitFreed waits until key is not reserved here.
+func (s *Session) waitFreed(ctx context.Context, key string) error {
+	s.mu.Lock()
+	r := s.reserved[key]
+	if r == nil {
+		s.mu.Unlock()
+		return nil
+	}
+	if r.freed == nil {
+		r.freed = make(chan struct{})
+	}
+	freed := r.freed
+	s.mu.Unlock()
+	select {
+	case <-freed:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
 // setHold records h as r's holder, for a takeover to find.
 func (s *Session) setHold(r *reservation, h *Hold) {
 	s.mu.Lock()
@@ -524,8 +558,8 @@ func (s *Session) setHold(r *reservation, h *Hold) {
 // free ends the reservation r if h (nil: whoever) still has it.
 func (s *Session) free(r *reservation, h *Hold) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if r.key == "" || (h != nil && r.hold != h) {
+		s.mu.Unlock()
 		return
 	}
 	if s.reserved[r.key] == r {
@@ -534,6 +568,15 @@ func (s *Session) free(r *reservation, h *Hold) {
 	r.key, r.hold = "", nil
 	if r.freed != nil {
 		close(r.freed)
+	}
+	drained := s.closed && s.etcd != nil && len(s.reserved) == 0
+	s.mu.Unlock()
+	if drained {
+		attached.Lock()
+		if attached.draining[s.etcd] == s {
+			delete(attached.draining, s.etcd)
+		}
+		attached.Unlock()
 	}
 }
 

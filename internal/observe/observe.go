@@ -4,6 +4,7 @@ package observe
 
 import (
 	"context"
+	"errors"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -77,18 +78,29 @@ func Loop(ctx context.Context, cli *clientv3.Client, prefix string, send func(He
 		return resp.Header.Revision, emit(head(resp.Header.Revision))
 	}
 	rev, ok := read()
-	for ok && ctx.Err() == nil {
+	if !ok {
+		return
+	}
+	reread := false
+	_ = retry.Loop(ctx, retry.Backoff(0), retry.Backoff(0), func(ctx context.Context) (bool, error) {
+		if reread {
+			if rev, ok = read(); !ok {
+				return true, nil
+			}
+		}
+		reread = true
 		// Watch from the current revision, which etcd serves at once (a past
 		// one waits up to 100 ms in its unsynced set); read again if it
 		// moved on since the read.
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		defer cancel()
 		for wr := range cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify()) {
 			if wr.Err() != nil {
 				break
 			}
 			if wr.Created && wr.Header.Revision > rev {
 				if rev, ok = read(); !ok {
-					break
+					return true, nil
 				}
 			}
 			for i, ev := range wr.Events {
@@ -111,19 +123,13 @@ func Loop(ctx context.Context, cli *clientv3.Client, prefix string, send func(He
 				if i+1 < len(wr.Events) && wr.Events[i+1].Kv.ModRevision == ev.Kv.ModRevision {
 					continue
 				}
-				if ok = emit(head(ev.Kv.ModRevision)); !ok {
-					break
+				if !emit(head(ev.Kv.ModRevision)) {
+					return true, nil
 				}
 			}
-			if !ok {
-				break
-			}
 		}
-		cancel()
-		if ok && ctx.Err() == nil {
-			if retry.Sleep(ctx, retry.Backoff(0)) == nil {
-				rev, ok = read()
-			}
-		}
-	}
+		return false, errWatchBroke // read again after a pause
+	}, nil)
 }
+
+var errWatchBroke = errors.New("watch broke")

@@ -29,6 +29,7 @@ import (
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/retry"
+	"github.com/batonhq/baton/internal/telemetry"
 	"github.com/batonhq/baton/rbac"
 )
 
@@ -150,6 +151,7 @@ func Watch(ctx context.Context, cli *clientv3.Client, reqKeys []string, out chan
 		if json.Unmarshal(v, &r) != nil {
 			return
 		}
+		telemetry.HoldFrom(ctx).ReleaseRequested(r.By) // ctx is the holder's: it carries the hold span
 		select {
 		case out <- r:
 		default:

@@ -118,3 +118,31 @@ func Sleep(ctx context.Context, d time.Duration) error {
 		return context.Cause(ctx)
 	}
 }
+
+// Loop calls op until op says stop or ctx ends, for work that goes on
+// until its caller stops it (a campaign, a watch). After op fails
+// (err != nil) it pauses before the next call: first, doubling up to
+// most; after op succeeds it calls again at once and the pause starts over.
+// failed, if set, is told of each failure and the pause that follows. Loop
+// returns op's error when op stops, else ctx's error.
+func Loop(ctx context.Context, first, most time.Duration, op func(ctx context.Context) (stop bool, err error), failed func(err error, pause time.Duration)) error {
+	pause := first
+	for ctx.Err() == nil {
+		stop, err := op(ctx)
+		switch {
+		case stop:
+			return err
+		case err == nil:
+			pause = first
+			continue
+		}
+		if failed != nil {
+			failed(err, pause)
+		}
+		if Sleep(ctx, pause) != nil {
+			break
+		}
+		pause = min(pause*2, most)
+	}
+	return ctx.Err()
+}

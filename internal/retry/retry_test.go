@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -75,3 +76,34 @@ func TestDoRetriesTransientErrorsUntilCtxEnds(t *testing.T) {
 		t.Errorf("Backoff(30) = %v", got)
 	}
 }
+
+func TestLoopPausesDoubleAfterFailuresAndStartOverAfterSuccess(t *testing.T) {
+	results := []error{errTransientForLoop, errTransientForLoop, errTransientForLoop, nil, errTransientForLoop}
+	var pauses []time.Duration
+	calls := 0
+	err := Loop(context.Background(), time.Millisecond, 3*time.Millisecond, func(context.Context) (bool, error) {
+		calls++
+		if calls > len(results) {
+			return true, errStopForLoop
+		}
+		return false, results[calls-1]
+	}, func(_ error, p time.Duration) { pauses = append(pauses, p) })
+	if !errors.Is(err, errStopForLoop) {
+		t.Fatalf("Loop returned %v, want the stopping call's error", err)
+	}
+	want := []time.Duration{time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond, time.Millisecond}
+	if !slices.Equal(pauses, want) {
+		t.Fatalf("pauses %v, want %v", pauses, want)
+	}
+}
+
+func TestLoopReturnsWhenContextEndsDuringAPause(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	err := Loop(ctx, time.Hour, time.Hour, func(context.Context) (bool, error) { return false, errTransientForLoop },
+		func(error, time.Duration) { cancel() })
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Loop returned %v, want context.Canceled", err)
+	}
+}
+
+var errTransientForLoop, errStopForLoop = errors.New("transient"), errors.New("stop")

@@ -131,3 +131,36 @@ func (o Op) End(err error) {
 	}
 	o.span.End()
 }
+
+// StartTransfer starts the span of a hand-over of the hold (whose token is
+// token) to candidate, as a child of ctx's span linked to the hold; none
+// when the hold is not recorded. End it with EndTransfer.
+func (h Hold) StartTransfer(ctx context.Context, token int64, candidate string) (context.Context, Op) {
+	if h.t == nil {
+		return ctx, Op{}
+	}
+	ctx, op := h.t.StartOp(ctx, "election transfer", h)
+	if op.span.IsRecording() {
+		op.span.SetAttributes(FencingToken.Int64(token), ElectionCandidate.String(candidate))
+	}
+	return ctx, op
+}
+
+// EndTransfer ends a transfer's span with its outcome (a Transfer*
+// value) and, when it succeeded, the successor's token; any outcome but
+// TransferDone marks it failed with err.
+func (o Op) EndTransfer(outcome string, successor int64, err error) {
+	if o.span == nil {
+		return
+	}
+	if o.span.IsRecording() {
+		o.span.SetAttributes(TransferOutcome.String(outcome))
+		if successor > 0 {
+			o.span.SetAttributes(SuccessorToken.Int64(successor))
+		}
+	}
+	if outcome == TransferDone {
+		err = nil
+	}
+	o.End(err)
+}

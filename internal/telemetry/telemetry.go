@@ -36,6 +36,8 @@ const (
 	LossCause         = attribute.Key("baton.loss.cause")
 	ReleaseRequester  = attribute.Key("baton.release.requester")
 	ElectionCandidate = attribute.Key("baton.election.candidate")
+	SuccessorToken    = attribute.Key("baton.election.successor_token")
+	TransferOutcome   = attribute.Key("baton.transfer.outcome")
 	FencingToken      = attribute.Key("baton.fencing.token")
 	FencingResource   = attribute.Key("baton.fencing.resource")
 	FencingGuard      = attribute.Key("baton.fencing.guard")
@@ -67,6 +69,15 @@ const (
 	Released    = "released"
 	HoldLost    = "lost"
 	Transferred = "transferred"
+)
+
+// Outcomes of a transfer: values of baton.transfer.outcome.
+const (
+	TransferDone        = "transferred"
+	TransferNoCandidate = "no_candidate" // the target is not a live candidate, or left before the hand-over
+	TransferNotNext     = "not_next"     // under oldest, others wait ahead of the target
+	TransferNotLeader   = "not_leader"   // the term had already ended
+	TransferFailed      = "error"
 )
 
 // Outcomes of a fencing check: values of baton.fencing.outcome.

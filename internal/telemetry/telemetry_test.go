@@ -305,3 +305,36 @@ func BenchmarkSpanCycle(b *testing.B) {
 		})
 	}
 }
+
+func TestTransferSpanCarriesTokensAndOutcome(t *testing.T) {
+	rec, tp := recorder(t)
+	tg := telemetry.NewTarget(tp, telemetry.Election, "team", "sched")
+	_, w := tg.StartWait(context.Background())
+	_, h := w.Acquired(context.Background(), 42, 0x1f, "/team/v1/election/sched/1f", 15)
+	_, bad := h.StartTransfer(context.Background(), 42, "/team/v1/election/sched/99")
+	bad.EndTransfer(telemetry.TransferNoCandidate, 0, errors.New("not a live candidate"))
+	_, op := h.StartTransfer(context.Background(), 42, "/team/v1/election/sched/2a")
+	h.TransferredTo("/team/v1/election/sched/2a")
+	op.EndTransfer(telemetry.TransferDone, 57, nil)
+	var transfers []sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if s.Name() == "election transfer" {
+			transfers = append(transfers, s)
+		}
+	}
+	if len(transfers) != 2 {
+		t.Fatalf("%d transfer spans, want 2", len(transfers))
+	}
+	b, g := attrs(transfers[0]), attrs(transfers[1])
+	if b[telemetry.TransferOutcome].AsString() != "no_candidate" || transfers[0].Status().Code != codes.Error || b[telemetry.SuccessorToken].Type() != attribute.INVALID {
+		t.Errorf("failed transfer: %v, status %v", transfers[0].Attributes(), transfers[0].Status())
+	}
+	if g[telemetry.TransferOutcome].AsString() != "transferred" || g[telemetry.FencingToken].AsInt64() != 42 ||
+		g[telemetry.SuccessorToken].AsInt64() != 57 || g[telemetry.ElectionCandidate].AsString() != "/team/v1/election/sched/2a" ||
+		transfers[1].Status().Code == codes.Error || g[telemetry.LockPrimitive].AsString() != "election" {
+		t.Errorf("transfer: %v, status %v", transfers[1].Attributes(), transfers[1].Status())
+	}
+	// Untraced: no span, no panic.
+	_, none := telemetry.Hold{}.StartTransfer(context.Background(), 1, "x")
+	none.EndTransfer(telemetry.TransferDone, 2, nil)
+}

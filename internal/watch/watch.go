@@ -4,6 +4,7 @@ package watch
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -160,7 +161,11 @@ func (w *Watcher[H]) start(from int64) {
 // one waits up to 100 ms in its unsynced set), reading once to cover any
 // gap since from; after a broken stream it reads what is held and resumes.
 func (w *Watcher[H]) loop(ctx context.Context, from int64) {
-	for ctx.Err() == nil {
+	failed := false // the last re-read failed: stop first if idle
+	_ = retry.Loop(ctx, rereadPause, rereadPause, func(ctx context.Context) (bool, error) {
+		if failed && w.stopIfIdle() {
+			return true, nil
+		}
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		for wr := range w.c.Client.Watch(wctx, w.prefix, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify()) {
 			if wr.Err() != nil {
@@ -179,19 +184,22 @@ func (w *Watcher[H]) loop(ctx context.Context, from int64) {
 		}
 		cancel()
 		if ctx.Err() != nil || w.stopIfIdle() {
-			return
+			return true, nil
 		}
 		call(w.c.BeforeReread)
 		rev, ok := w.reread(ctx)
-		if !ok {
-			if retry.Sleep(ctx, 100*time.Millisecond) != nil || w.stopIfIdle() {
-				return
-			}
-			continue
+		if failed = !ok; failed {
+			return false, errReread
 		}
 		from = rev + 1
-	}
+		return false, nil
+	}, nil)
 }
+
+// rereadPause spaces the re-reads of a namespace while they fail.
+const rereadPause = 100 * time.Millisecond
+
+var errReread = errors.New("namespace re-read failed")
 
 // deleted ends the hold of key in this goroutine, if the key was created
 // before the deletion.

@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/election"
+	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/request"
 	"github.com/batonhq/baton/internal/telemetry"
@@ -25,6 +27,45 @@ type electOptions struct {
 	delay   time.Duration
 	signal  string         // --release-signal (lock_request.go)
 	reqSig  syscall.Signal // its value
+
+	// The candidate's attributes and the election's strategy.
+	priority int
+	version  string
+	strategy string
+	deadline time.Duration
+}
+
+// candidateOptions checks --priority, --version, --strategy and
+// --handover-deadline before any connection, with the library's bounds,
+// and returns them as the election's options.
+func (o electOptions) candidateOptions(f *pflag.FlagSet) ([]election.Option, error) {
+	var opts []election.Option
+	switch o.strategy {
+	case "oldest":
+	case "preferred":
+		opts = append(opts, election.WithStrategy(election.Preferred))
+	default:
+		return nil, usageErrorf("--strategy %s: must be oldest or preferred", safeQ(o.strategy))
+	}
+	if f.Changed("priority") {
+		opts = append(opts, election.WithPriority(o.priority))
+	}
+	if f.Changed("version") {
+		if err := config.ValidateVersion(o.version); err != nil {
+			return nil, usageErrorf("--version %s: %v", safeQ(o.version), err)
+		}
+		opts = append(opts, election.WithVersion(o.version))
+	}
+	if f.Changed("handover-deadline") {
+		if o.deadline < config.MinDeadline || o.deadline > config.MaxDeadline {
+			return nil, usageErrorf("--handover-deadline %v: must be at least %v and at most %v", o.deadline, config.MinDeadline, config.MaxDeadline)
+		}
+		if o.strategy != "preferred" {
+			return nil, usageErrorf("--handover-deadline is for --strategy preferred: under oldest nobody is asked to end a term")
+		}
+		opts = append(opts, election.WithHandoverDeadline(o.deadline))
+	}
+	return opts, nil
 }
 
 func newElectCmd(g *globals) *cobra.Command {
@@ -47,6 +88,14 @@ campaigning exits with 128+N. When the command exits by itself baton
 resigns and exits with its status. On Linux the command is supervised as
 with baton lock: it never outlives a killed or frozen baton.
 
+--priority and --version are what the candidate says about itself: every
+observer sees them (baton candidates, baton observe, baton ui), and under
+--strategy preferred the best candidate leads (highest priority, then
+lowest version, then age), asking a leader it outranks to end its term
+and preempting it after --handover-deadline. Every candidate of an
+election must use the same strategy. A term that ends that way ends as a
+loss (79 with --once).
+
 With OTEL_EXPORTER_OTLP_ENDPOINT set, each term's wait, hold and
 resignation are exported as OpenTelemetry spans, and the command gets
 TRACEPARENT and TRACESTATE naming the term's hold, as with baton lock.`,
@@ -65,13 +114,21 @@ TRACEPARENT and TRACESTATE naming the term's hold, as with baton lock.`,
 			if o.reqSig, err = parseSignal(o.signal); err != nil {
 				return err
 			}
-			return runElect(cmd, g, o, a[0], a[1], argv)
+			copts, err := o.candidateOptions(cmd.Flags())
+			if err != nil {
+				return err
+			}
+			return runElect(cmd, g, o, a[0], a[1], argv, copts)
 		},
 	}
 	f := cmd.Flags()
 	f.DurationVar(&o.ttl, "ttl", election.DefaultTTL, "lease TTL: whole seconds, at least 2s")
 	f.BoolVar(&o.once, "once", false, "exit with 79 when leadership is lost instead of campaigning again")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "after SIGTERM, how long the command has before SIGKILL")
+	f.IntVar(&o.priority, "priority", 0, "the candidate's priority: under --strategy preferred a higher one leads")
+	f.StringVar(&o.version, "version", "", "the candidate's version (letters, digits, '.', '_', '+', '-'; at most 64 bytes): under preferred the lowest leads among equal priorities")
+	f.StringVar(&o.strategy, "strategy", "oldest", "how the election picks its leader: oldest (etcd's, the default) or preferred (every candidate must agree)")
+	f.DurationVar(&o.deadline, "handover-deadline", config.DefaultDeadline, "under preferred: how long a leader this candidate outranks has to hand over before it is preempted")
 	addLockDelayFlag(f, &o.delay)
 	addReleaseSignalFlag(f, &o.signal)
 	addMetricsFlag(f, &o.metrics)
@@ -80,7 +137,7 @@ TRACEPARENT and TRACESTATE naming the term's hold, as with baton lock.`,
 
 // runElect campaigns, leads, and campaigns again after a loss, as
 // election.Run does, with a command restarted on each term.
-func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string, argv []string) (err error) {
+func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string, argv []string, copts []election.Option) (err error) {
 	c, err := newChild(g, argv, o.grace, cmd)
 	if err != nil {
 		return err
@@ -102,8 +159,8 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 		return err
 	}
 	defer cli.Close()
-	e, err := election.New(cli, name, election.WithTTL(o.ttl), election.WithNamespace(g.namespace), election.WithRegisterer(ms.registerer()),
-		election.WithTracerProvider(tr.tp), election.WithLockDelay(o.delay))
+	e, err := election.New(cli, name, append([]election.Option{election.WithTTL(o.ttl), election.WithNamespace(g.namespace),
+		election.WithRegisterer(ms.registerer()), election.WithTracerProvider(tr.tp), election.WithLockDelay(o.delay)}, copts...)...)
 	if err != nil {
 		return withCode(ExitUsage, err)
 	}

@@ -27,6 +27,9 @@ type observeJSON struct {
 	Key      string    `json:"key,omitempty"`
 	Token    int64     `json:"token,omitempty"`
 	Lease    string    `json:"lease,omitempty"`
+	Priority int       `json:"priority,omitempty"`
+	Version  string    `json:"version,omitempty"`
+	Strategy string    `json:"strategy,omitempty"`
 	Revision int64     `json:"revision"`
 }
 
@@ -36,6 +39,7 @@ func writeObserveEvent(w io.Writer, asJSON bool, ev observeEvent) error {
 		out := observeJSON{Time: ev.Time.UTC(), Election: ev.Election, Leader: !l.IsZero(), Revision: l.Revision}
 		if !l.IsZero() {
 			out.Value, out.Key, out.Token, out.Lease = l.Value, l.Key, int64(l.Token), leaseHex(int64(l.LeaseID))
+			out.Priority, out.Version, out.Strategy = l.Priority, l.Version, l.Strategy.String()
 		}
 		return writeJSONLine(w, out)
 	}
@@ -44,8 +48,8 @@ func writeObserveEvent(w io.Writer, asJSON bool, ev observeEvent) error {
 		_, err := fmt.Fprintf(w, "%s  %s: no leader  (revision %d)\n", ts, safe(ev.Election), l.Revision)
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%s  %s: leader %s  token %d  lease %s  key %s  (revision %d)\n",
-		ts, safe(ev.Election), safeQ(l.Value), l.Token, leaseHex(int64(l.LeaseID)), safe(l.Key), l.Revision)
+	_, err := fmt.Fprintf(w, "%s  %s: leader %s  token %d  lease %s  key %s  priority %d  version %s  strategy %s  (revision %d)\n",
+		ts, safe(ev.Election), safeQ(l.Value), l.Token, leaseHex(int64(l.LeaseID)), safe(l.Key), l.Priority, safe(dash(l.Version)), l.Strategy, l.Revision)
 	return err
 }
 

@@ -82,6 +82,9 @@ func TestOutputGolden(t *testing.T) {
 		{Time: t0, Election: "scheduler", Leader: election.Leader{Revision: 7}},
 		{Time: t0.Add(1500 * time.Millisecond), Election: "scheduler", Leader: election.Leader{
 			Key: "/baton/v1/election/scheduler/694d7f1c2a3b0001", Value: "host-a", Token: 42, LeaseID: 0x694d7f1c2a3b0001, Revision: 42}},
+		{Time: t0.Add(3 * time.Second), Election: "scheduler", Leader: election.Leader{
+			Key: "/baton/v1/election/scheduler/694d7f1c2a3b0002", Value: "host-b", Token: 57, LeaseID: 0x694d7f1c2a3b0002, Revision: 57,
+			Priority: 5, Version: "v1.10", Strategy: election.Preferred}},
 	}
 	held := heldView{Kind: "lock", Name: "jobs/nightly", Key: "/baton/v1/lock/jobs%2Fnightly/694d7f1c2a3b0003",
 		Token: 12, Lease: "694d7f1c2a3b0003", TTL: 15 * time.Second}
