@@ -17,6 +17,7 @@ import (
 
 	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/request"
 	"github.com/batonhq/baton/mutex"
 )
 
@@ -32,12 +33,15 @@ type lockRow struct {
 	// Set names every lock its holder took with it in one transaction
 	// (baton lock A B --, mutex.NewSet), this one included; nil otherwise.
 	Set []string
+	// Release is the release request pending to the holder, if any.
+	Release *request.Request
 }
 
 type locksView struct {
 	Namespace string
 	Prefix    string
 	Locks     []lockRow
+	Delays    []delayRow // running lock-delays
 	Now       time.Time
 }
 
@@ -55,20 +59,23 @@ type lockJSON struct {
 	HeldFor   *float64   `json:"held_for_seconds"`
 	Waiters   int        `json:"waiters"`
 	Set       []string   `json:"set,omitempty"`
+	// Release is the release request pending to this holder.
+	Release *releaseJSON `json:"release_request,omitempty"`
 }
 
 func writeLocks(w io.Writer, asJSON bool, v locksView) error {
 	if asJSON {
 		out := struct {
-			Namespace string     `json:"namespace"`
-			Count     int        `json:"count"`
-			Locks     []lockJSON `json:"locks"`
-		}{Namespace: v.Namespace, Count: len(v.Locks), Locks: []lockJSON{}}
+			Namespace string      `json:"namespace"`
+			Count     int         `json:"count"`
+			Locks     []lockJSON  `json:"locks"`
+			Delays    []delayJSON `json:"lock_delays"`
+		}{Namespace: v.Namespace, Count: len(v.Locks), Locks: []lockJSON{}, Delays: delaysJSON(v.Delays)}
 		for _, l := range v.Locks {
 			out.Locks = append(out.Locks, lockJSON{Name: l.Name, Kind: rowKind(l), Holders: max(l.Holders, 1), Limit: l.Limit,
 				Holder: l.Holder.Identity, Key: l.Holder.Key,
 				Token: int64(l.Holder.Token), Lease: leaseHex(int64(l.Holder.Lease)), TTLLeft: ttlSeconds(l.Holder.TTL),
-				HeldSince: since(l.Since), HeldFor: sinceSeconds(v.Now, l.Since), Waiters: l.Waiters, Set: l.Set})
+				HeldSince: since(l.Since), HeldFor: sinceSeconds(v.Now, l.Since), Waiters: l.Waiters, Set: l.Set, Release: releaseOf(l.Release)})
 		}
 		return writeJSON(w, out)
 	}
@@ -77,8 +84,10 @@ func writeLocks(w io.Writer, asJSON bool, v locksView) error {
 		if v.Prefix != "" {
 			what += " under " + safeQ(v.Prefix)
 		}
-		_, err := fmt.Fprintln(w, what)
-		return err
+		if _, err := fmt.Fprintln(w, what); err != nil {
+			return err
+		}
+		return writeLockState(w, nil, v.Delays)
 	}
 	t := newTable(w, "NAME", "KIND", "HOLDERS", "HOLDER", "TOKEN", "TTL LEFT", "HELD FOR", "WAITERS", "KEY")
 	objects := make(map[[2]string]bool)
@@ -91,6 +100,9 @@ func writeLocks(w io.Writer, asJSON bool, v locksView) error {
 		return err
 	}
 	if err := writeSets(w, v.Locks); err != nil {
+		return err
+	}
+	if err := writeLockState(w, v.Locks, v.Delays); err != nil {
 		return err
 	}
 	if len(objects) == len(v.Locks) {
@@ -117,7 +129,12 @@ name under two kinds names two objects that never wait for each other.
 
 "held for" is known only for holders that recorded when they acquired
 (baton lock does); for others it shows "unknown": etcd itself keeps no
-acquisition time.`,
+acquisition time.
+
+Below the table: each lock-delay running (after a holder was lost without
+releasing, the time left on etcd's clock before anyone with a lock-delay
+acquires) and each release request pending to a holder (who asked, when,
+and why, as they wrote it).`,
 		Args: args(0, 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			prefix := ""
@@ -148,7 +165,14 @@ acquisition time.`,
 			for i := range rows {
 				rows[i].Since = heldLookup(held[heldKindOf(rows[i])], rows[i].Name, rows[i].Holder.Lease)
 			}
-			return writeLocks(cmd.OutOrStdout(), g.json(), locksView{Namespace: g.namespace, Prefix: prefix, Locks: rows, Now: g.io.Now()})
+			if err := fillReleases(octx, cli, g.namespace, rows); err != nil {
+				return g.failed("read release requests", err)
+			}
+			delays, err := listDelays(octx, cli, g.namespace, prefix)
+			if err != nil {
+				return g.failed("read lock-delays", err)
+			}
+			return writeLocks(cmd.OutOrStdout(), g.json(), locksView{Namespace: g.namespace, Prefix: prefix, Locks: rows, Delays: delays, Now: g.io.Now()})
 		},
 	}
 }

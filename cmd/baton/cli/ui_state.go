@@ -106,6 +106,11 @@ type uiHolder struct {
 	// Priority and Version are an election candidate's (ui_candidates.go).
 	Priority int    `json:"priority,omitempty"`
 	Version  string `json:"version,omitempty"`
+	// Set names the other locks a mutex set's key was taken with, under
+	// the same token (ui_lockstate.go).
+	Set []string `json:"set,omitempty"`
+	// Release is a release request pending to this holder.
+	Release *uiRelease `json:"release,omitempty"`
 }
 
 // uiObject is one election, lock, semaphore or read/write lock: its
@@ -124,6 +129,8 @@ type uiObject struct {
 	Writer  bool `json:"writer,omitempty"`
 	// Strategy is an election's: "oldest" or "preferred".
 	Strategy string `json:"strategy,omitempty"`
+	// Delays are the lock-delays running on it (lost holders' delays).
+	Delays []uiDelay `json:"delays,omitempty"`
 }
 
 // uiAudit is one audit record as served.
@@ -165,9 +172,11 @@ type uiState struct {
 
 	mu        sync.Mutex
 	keys      map[string]*uiKey
-	cands     map[string]*uiCand   // election candidate records, by key
-	limits    map[string]int       // semaphore name → stored limit
-	held      map[string]time.Time // "<kind>/<escaped name>/<lease hex>" → since
+	cands     map[string]*uiCand       // election candidate records, by key
+	delays    map[string]*uiDelayRec   // running lock-delays, by marker key
+	releases  map[string]*uiReleaseRec // pending release requests, by key
+	limits    map[string]int           // semaphore name → stored limit
+	held      map[string]time.Time     // "<kind>/<escaped name>/<lease hex>" → since
 	leases    map[int64]*uiLease
 	heads     map[string]*uiSpan // open span per holding contender key
 	spans     []*uiSpan
@@ -372,6 +381,8 @@ func (s *uiState) loadKeys(resp *clientv3.GetResponse) {
 	defer s.mu.Unlock()
 	s.keys = map[string]*uiKey{}
 	s.cands = map[string]*uiCand{}
+	s.delays = map[string]*uiDelayRec{}
+	s.releases = map[string]*uiReleaseRec{}
 	s.limits = map[string]int{}
 	s.held = map[string]time.Time{}
 	for _, kv := range resp.Kvs {
@@ -392,7 +403,7 @@ func (s *uiState) put(kv *mvccpb.KeyValue) {
 		}
 		return
 	}
-	if s.putCand(key, kv.Value, kv.CreateRevision) {
+	if s.putCand(key, kv.Value, kv.CreateRevision) || s.putLockState(key, kv.Value, kv.Lease) {
 		return
 	}
 	if name, ok := limitKeyName(s.ns, key); ok {
@@ -444,7 +455,7 @@ func (s *uiState) applyKeys(evs []*clientv3.Event, rev int64) {
 				delete(s.limits, name)
 				continue
 			}
-			if s.deleteCand(key) {
+			if s.deleteCand(key) || s.deleteLockState(key) {
 				continue
 			}
 			delete(s.keys, key)
@@ -682,6 +693,9 @@ func (s *uiState) refreshLeases(ctx context.Context) {
 		for _, c := range s.cands {
 			live[c.lease] = true
 		}
+		for _, d := range s.delays {
+			live[d.lease] = true
+		}
 		for id, l := range s.leases {
 			switch {
 			case !live[id]:
@@ -756,6 +770,8 @@ func (s *uiState) snapshot() uiSnapshot {
 		snap.AsOf = &asOf
 	}
 	qs := s.queues()
+	sets := s.setMembersByToken()
+	ttl := func(lease int64) int64 { return s.uiHolderOf(lease, now).TTLLeftMs }
 	for _, q := range qs {
 		k0 := q[0]
 		n := s.holders(q)
@@ -781,11 +797,20 @@ func (s *uiState) snapshot() uiSnapshot {
 		if k0.kind == keys.Election {
 			s.candidates(&o, q, func(lease int64) uiHolder { return s.uiHolderOf(lease, now) })
 		}
+		s.addLockState(&o, q, sets, ttl)
 		snap.Objects = append(snap.Objects, o)
 	}
 	for _, name := range s.candOnlyNames(qs) {
 		o := uiObject{Kind: string(keys.Election), Name: name, Queue: []uiHolder{}}
 		s.candidates(&o, nil, func(lease int64) uiHolder { return s.uiHolderOf(lease, now) })
+		s.addLockState(&o, nil, sets, ttl)
+		snap.Objects = append(snap.Objects, o)
+	}
+	for _, o := range s.delayOnlyObjects(qs) {
+		if o.Kind == string(keys.Election) {
+			o.Strategy = "oldest"
+		}
+		s.addLockState(&o, nil, sets, ttl)
 		snap.Objects = append(snap.Objects, o)
 	}
 	sort.Slice(snap.Objects, func(i, j int) bool {

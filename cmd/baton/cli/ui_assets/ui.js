@@ -82,6 +82,10 @@ function drain() {
     if (label.textContent !== text) label.textContent = text;
     m.setAttribute("aria-label", `TTL left ${text}`);
   }
+  for (const d of document.querySelectorAll(".delay[data-until]")) {
+    const text = `lock-delay: ${(Math.max(0, Number(d.dataset.until) - now) / 1000).toFixed(0)}s of ${dur(Number(d.dataset.delay))} left`;
+    if (d.textContent !== text) d.textContent = text;
+  }
 }
 
 function matches(name) { return filter === "" || name.toLowerCase().includes(filter); }
@@ -92,11 +96,36 @@ function attrs(c) {
   return el("span", { class: "mono attrs" }, ` p${c.priority || 0}${c.version ? " " + c.version : ""}`);
 }
 
+// notes are a queue entry's mutex set (the other names under its token)
+// and the release request pending to it (who asked, and why: their text).
+function notes(c) {
+  const out = [];
+  if (c.set && c.set.length) out.push(" ", el("span", { class: "set", "data-set": c.set.join("\n") }, `set with ${c.set.join(", ")}`));
+  if (c.release) {
+    out.push(" ", el("span", { class: "release", "data-by": c.release.by, "data-reason": c.release.reason },
+      "release requested by ", el("span", { class: "value" }, c.release.by), ": ", el("span", { class: "value" }, c.release.reason)));
+  }
+  return out;
+}
+
+// delayNote is an object's running lock-delays, counted down by drain.
+function delayNote(o) {
+  if (!o.delays || o.delays.length === 0) return "";
+  const wrap = el("span", { class: "delays" });
+  for (const d of o.delays) {
+    const e = el("span", { class: "delay", "data-token": String(d.token), "data-delay": String(d.delay_ms) },
+      d.left_ms < 0 ? `lock-delay ${dur(d.delay_ms)} (reading time left…)` : "");
+    if (d.left_ms >= 0) e.dataset.until = String(receivedAt + d.left_ms);
+    wrap.append(" ", e);
+  }
+  return wrap;
+}
+
 function queueList(rest) {
   if (rest.length === 0) return unknown("none");
   const ol = el("ol", { class: "queue" });
   // A waiting candidate of a preferred election has no token until it leads.
-  for (const c of rest) ol.append(el("li", {}, el("span", { class: "value" }, c.value), attrs(c), " ", el("span", { class: "mono unknown" }, c.token ? `#${c.token}` : "#—")));
+  for (const c of rest) ol.append(el("li", {}, el("span", { class: "value" }, c.value), attrs(c), " ", el("span", { class: "mono unknown" }, c.token ? `#${c.token}` : "#—"), ...notes(c)));
   return ol;
 }
 
@@ -107,11 +136,12 @@ function renderObjects(kind, bodyId, emptyId, countId) {
   for (const o of objs) {
     if (!matches(o.name)) continue;
     // A preferred election may have candidates and no leader.
-    const h = o.queue[0], leads = h.holding || kind !== "election";
+    // A lock-delay may run on a name nobody holds or waits for.
+    const h = o.queue[0] || {}, leads = o.queue.length > 0 && (h.holding || kind !== "election");
     const since = leads && h.since ? local(h.since) : null;
     const tr = el("tr", { "data-name": o.name, "data-token": leads ? String(h.token) : "", "data-strategy": o.strategy || "" },
-      el("th", { scope: "row", class: "value name" }, o.name, o.strategy === "preferred" ? el("span", { class: "strategy" }, " preferred") : ""),
-      el("td", { class: "value leader" }, leads ? h.value : unknown("no leader"), leads ? attrs(h) : ""),
+      el("th", { scope: "row", class: "value name" }, o.name, o.strategy === "preferred" ? el("span", { class: "strategy" }, " preferred") : "", delayNote(o)),
+      el("td", { class: "value leader" }, leads ? h.value : unknown(kind === "election" ? "no leader" : "nobody"), leads ? attrs(h) : "", ...(leads ? notes(h) : [])),
       el("td", { class: "mono token" }, leads ? String(h.token) : "—"),
       kind === "election"
         ? el("td", { class: "since" }, since ? `${clock(since)} (${dur(Date.now() - since)})` : unknown(leads ? "unknown" : "—"))
@@ -131,7 +161,7 @@ function queueOf(list) {
   const ol = el("ol", { class: "queue" });
   for (const c of list) {
     const mode = c.mode ? `${c.mode} ` : "";
-    ol.append(el("li", {}, mode, el("span", { class: "value" }, c.value), " ", el("span", { class: "mono unknown" }, `#${c.token}`)));
+    ol.append(el("li", {}, mode, el("span", { class: "value" }, c.value), " ", el("span", { class: "mono unknown" }, `#${c.token}`), ...notes(c)));
   }
   return ol;
 }
@@ -143,7 +173,7 @@ function renderSemaphores() {
     if (!matches(o.name)) continue;
     const holding = o.queue.filter((c) => c.holding), waiting = o.queue.filter((c) => !c.holding);
     const tr = el("tr", { "data-name": o.name, "data-holders": String(o.holders), "data-limit": String(o.limit || 0), "data-waiters": String(o.waiters) },
-      el("th", { scope: "row", class: "value name" }, o.name),
+      el("th", { scope: "row", class: "value name" }, o.name, delayNote(o)),
       el("td", { class: "holders" }, `${o.holders}/${o.limit || "?"}`),
       el("td", {}, queueOf(holding)),
       el("td", { class: "waiters-count" }, String(o.waiters)),
@@ -163,7 +193,7 @@ function renderRWLocks() {
     const holding = o.queue.filter((c) => c.holding), waiting = o.queue.filter((c) => !c.holding);
     const since = holding[0] && holding[0].since ? local(holding[0].since) : null;
     const tr = el("tr", { "data-name": o.name, "data-readers": String(o.readers || 0), "data-writer": o.writer ? "1" : "0", "data-waiters": String(o.waiters) },
-      el("th", { scope: "row", class: "value name" }, o.name),
+      el("th", { scope: "row", class: "value name" }, o.name, delayNote(o)),
       el("td", { class: "since" }, since ? dur(Date.now() - since) : unknown("unknown")),
       el("td", { class: "readers" }, String(o.readers || 0)),
       el("td", { class: "value writer" }, o.writer ? holding[0].value : "—"),
