@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -71,11 +73,14 @@ func TestUnlockRequestWithoutACommandReleases(t *testing.T) {
 		t.Fatalf("bare lock exited %d: %s", code, errOut.String())
 	}
 	errOut = syncBuffer{}
+	ready := filepath.Join(t.TempDir(), "trap-set")
 	go func() {
-		done <- runTo(ctx, ns, &out, &errOut, "lock", "--release-signal", "USR1", "sig", "--", "sh", "-c", `trap 'exit 7' USR1; while :; do sleep 0.05; done`)
+		done <- runTo(ctx, ns, &out, &errOut, "lock", "--release-signal", "USR1", "sig", "--", "sh", "-c",
+			`trap 'exit 7' USR1; : > "$1"; while :; do sleep 0.05; done`, "sh", ready)
 	}()
-	waitFor(t, func() bool { return strings.Contains(errOut.String(), "token") })
-	time.Sleep(200 * time.Millisecond) // the trap is set
+	// The command says when its trap is set; a request before that would
+	// kill the shell with the signal's default action.
+	waitFor(t, func() bool { _, err := os.Stat(ready); return err == nil })
 	if code, _, rerr := run(ctx, t, ns, "unlock", "sig", "--request", "--reason", "r"); code != ExitOK {
 		t.Fatalf("exit %d: %s", code, rerr)
 	}
