@@ -226,13 +226,13 @@ func (s *Session) Close() error {
 	var err error
 	if cur != nil {
 		if !planted.On("b") {
-			cur.cancelHolds() // before the revoke lets the next holders in
+			cur.cancelHolds(context.Cause(cur.Context())) // before the revoke lets the next holders in
 		}
 		if s.etcd == nil {
 			err = cur.Revoke(context.Background(), revokeTimeout)
 		}
 		if planted.On("b") {
-			cur.cancelHolds()
+			cur.cancelHolds(context.Cause(cur.Context()))
 		}
 	}
 	s.wg.Wait()
@@ -429,8 +429,7 @@ func (l *Lease) renewalFailed() {
 
 // cancelHolds ends every hold's context with the lease's cause in the
 // caller, so holders know before anything lets the next holder in.
-func (l *Lease) cancelHolds() {
-	cause := context.Cause(l.Context())
+func (l *Lease) cancelHolds(cause error) {
 	l.holdsMu.Lock()
 	defer l.holdsMu.Unlock()
 	for h := range l.holds {

@@ -42,7 +42,7 @@ type Lease struct {
 	margin time.Duration
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	onEnd  func() // tells the holders, before anything lets the next one in
+	onEnd  func(cause error) // tells the holders, before anything lets the next one in
 
 	mu       sync.Mutex
 	deadline time.Time
@@ -51,7 +51,7 @@ type Lease struct {
 
 // New returns the lease id of the granted ttl, valid until sent + ttl −
 // margin; onEnd runs where the lease ends, before any revoke.
-func New(parent context.Context, cfg *Config, id clientv3.LeaseID, ttl, margin time.Duration, sent time.Time, onEnd func()) *Lease {
+func New(parent context.Context, cfg *Config, id clientv3.LeaseID, ttl, margin time.Duration, sent time.Time, onEnd func(cause error)) *Lease {
 	ctx, cancel := context.WithCancelCause(parent)
 	l := &Lease{cfg: cfg, id: id, ttl: ttl, margin: margin, ctx: ctx, cancel: cancel, onEnd: onEnd}
 	l.extend(sent, ttl)
@@ -91,7 +91,7 @@ func (l *Lease) Lose(reason error) {
 	l.cancel(cause)
 	l.mu.Unlock()
 	if !planted.On("b") {
-		l.onEnd()
+		l.onEnd(context.Cause(l.ctx))
 	}
 	l.cfg.Logger.Warn("lease lost", l.Hex(), zap.Error(cause))
 }
@@ -159,7 +159,7 @@ func (l *Lease) Watchdog(stop context.Context) {
 	}
 	l.mu.Unlock()
 	if !planted.On("b") {
-		l.onEnd() // the lease may have ended in another goroutine
+		l.onEnd(context.Cause(l.ctx)) // the lease may have ended in another goroutine
 	}
 	if l.cfg.Granted && !errors.Is(context.Cause(l.ctx), errs.ErrReleased) {
 		if err := l.Revoke(stop, 2*l.ttl); err != nil {
@@ -167,7 +167,7 @@ func (l *Lease) Watchdog(stop context.Context) {
 		}
 	}
 	if planted.On("b") && !errors.Is(context.Cause(l.ctx), errs.ErrReleased) {
-		l.onEnd() // a released lease's holds: after the closer's revoke
+		l.onEnd(context.Cause(l.ctx)) // a released lease's holds: after the closer's revoke
 	}
 }
 
