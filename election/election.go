@@ -52,6 +52,12 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Election, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.LockDelay > 0 && Strategy(cfg.Candidate.Strategy) == Preferred {
+		// A preferred election's hand-overs and preemptions do not go
+		// through the lock-delay record: refuse rather than ignore it.
+		_ = o.Close()
+		return nil, fmt.Errorf("%w: WithLockDelay(%v) with WithStrategy(Preferred): a preferred election is not lock-delayed", ErrInvalid, cfg.LockDelay)
+	}
 	e := &Election{o: o, cand: cfg.Candidate, coord: keys.Prefix(cfg.Namespace, candidateKind, name),
 		delay: delay.New(cli, cfg.Namespace, keys.Election, name, o.Prefix(), cfg.LockDelay)}
 	if e.cand.Deadline == 0 {
