@@ -77,7 +77,7 @@ func (l *Lock) Done() <-chan struct{} { return l.Context().Done() }
 // per name for a Set's.
 func (l *Lock) Txn(ctx context.Context) clientv3.Txn {
 	if l.set != nil && l.set.locks != nil {
-		return &setTxn{s: l.set, ctx: ctx}
+		return l.set.txn(ctx)
 	}
 	return l.hold.Txn(ctx)
 }

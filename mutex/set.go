@@ -15,6 +15,7 @@ import (
 	"github.com/batonhq/baton/internal/delay"
 	"github.com/batonhq/baton/internal/errs"
 	"github.com/batonhq/baton/internal/group"
+	"github.com/batonhq/baton/internal/guard"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/retry"
 )
@@ -388,44 +389,23 @@ func (s *setLock) unlock(ctx context.Context) error {
 	return err
 }
 
-// setTxn is a transaction guarded by every key of a set lock.
-type setTxn struct {
-	s                *setLock
-	ctx              context.Context
-	cmps             []clientv3.Cmp
-	thenOps, elseOps []clientv3.Op
-}
-
-func (t *setTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.cmps = append(t.cmps, cs...); return t }
-func (t *setTxn) Then(ops ...clientv3.Op) clientv3.Txn {
-	t.thenOps = append(t.thenOps, ops...)
-	return t
-}
-func (t *setTxn) Else(ops ...clientv3.Op) clientv3.Txn {
-	t.elseOps = append(t.elseOps, ops...)
-	return t
-}
-
-// Commit fails with ErrNotHeld, and ends the Context, when any key is gone.
-func (t *setTxn) Commit() (*clientv3.TxnResponse, error) {
-	s := t.s
-	if s.ctx.Err() != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNotHeld, context.Cause(s.ctx))
-	}
-	resp, err := s.cli.Txn(t.ctx).If(s.compares()...).Then(clientv3.OpTxn(t.cmps, t.thenOps, t.elseOps)).Commit()
-	if err != nil {
-		return nil, err
-	}
-	if !resp.Succeeded {
-		// Each member's own guarded (empty) transaction ends the ones lost.
-		var wg sync.WaitGroup
-		for _, m := range s.locks {
-			wg.Add(1)
-			go func() { defer wg.Done(); _, _ = m.hold.Txn(t.ctx).Commit() }()
-		}
-		wg.Wait()
-		return nil, fmt.Errorf("%w: fenced transaction rejected: %w", ErrNotHeld, context.Cause(s.ctx))
-	}
-	inner := resp.Responses[0].GetResponseTxn()
-	return &clientv3.TxnResponse{Header: resp.Header, Succeeded: inner.Succeeded, Responses: inner.Responses}, nil
+// txn is a transaction guarded by every key of the set lock.
+func (s *setLock) txn(ctx context.Context) clientv3.Txn {
+	return &guard.Txn{Ctx: ctx, KV: s.cli, Guard: s.compares,
+		Check: func() error {
+			if s.ctx.Err() != nil {
+				return fmt.Errorf("%w: %w", ErrNotHeld, context.Cause(s.ctx))
+			}
+			return nil
+		},
+		Rejected: func() error {
+			// Each member's own guarded (empty) transaction ends the ones lost.
+			var wg sync.WaitGroup
+			for _, m := range s.locks {
+				wg.Add(1)
+				go func() { defer wg.Done(); _, _ = m.hold.Txn(ctx).Commit() }()
+			}
+			wg.Wait()
+			return fmt.Errorf("%w: fenced transaction rejected: %w", ErrNotHeld, context.Cause(s.ctx))
+		}}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/internal/errs"
+	"github.com/batonhq/baton/internal/guard"
 	"github.com/batonhq/baton/internal/planted"
 	"github.com/batonhq/baton/internal/retry"
 	"github.com/batonhq/baton/internal/telemetry"
@@ -195,7 +196,23 @@ func (h *Hold) IsOwner() clientv3.Cmp {
 // gone, Commit returns an error wrapping the package's ErrNotHeld (or
 // ErrNotLeader), applies nothing, and ends the Context. Commit is not
 // retried: the caller's operations may not be safe to apply twice.
-func (h *Hold) Txn(ctx context.Context) clientv3.Txn { return &guardedTxn{h: h, ctx: ctx} }
+func (h *Hold) Txn(ctx context.Context) clientv3.Txn {
+	notHeld := h.o.config().NotHeld
+	return &guard.Txn{Ctx: ctx, KV: h.l.s.cli, Guard: func() []clientv3.Cmp { return []clientv3.Cmp{h.IsOwner()} },
+		Check: func() error {
+			if err := h.lostErr(); err != nil {
+				return err
+			}
+			if h.ctx.Err() != nil {
+				return fmt.Errorf("%w: %w", notHeld, errs.ErrReleased)
+			}
+			return nil
+		},
+		Rejected: func() error { // the key is gone: end the hold
+			h.gone()
+			return fmt.Errorf("%w: fenced transaction rejected: %w", notHeld, context.Cause(h.ctx))
+		}}
+}
 
 // Release releases h: see Owner.release.
 func Release(ctx context.Context, h *Hold) error { return h.o.release(ctx, h) }
@@ -311,45 +328,4 @@ func (h *Hold) span() telemetry.Hold { return telemetry.HoldFrom(h.ctx) }
 
 func (h *Hold) logFields() []zap.Field {
 	return []zap.Field{zap.String("key", h.key), zap.Int64("token", h.rev), h.l.Hex()}
-}
-
-// guardedTxn nests the caller's transaction inside one that compares the
-// holder's key, so the caller's Else still means "your comparison failed".
-type guardedTxn struct {
-	h                *Hold
-	ctx              context.Context
-	cmps             []clientv3.Cmp
-	thenOps, elseOps []clientv3.Op
-}
-
-func (t *guardedTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.cmps = append(t.cmps, cs...); return t }
-func (t *guardedTxn) Then(ops ...clientv3.Op) clientv3.Txn {
-	t.thenOps = append(t.thenOps, ops...)
-	return t
-}
-func (t *guardedTxn) Else(ops ...clientv3.Op) clientv3.Txn {
-	t.elseOps = append(t.elseOps, ops...)
-	return t
-}
-
-// Commit fails with NotHeld, and ends the hold, when the key is gone.
-func (t *guardedTxn) Commit() (*clientv3.TxnResponse, error) {
-	h := t.h
-	notHeld := h.o.config().NotHeld
-	if err := h.lostErr(); err != nil {
-		return nil, err
-	}
-	if h.ctx.Err() != nil {
-		return nil, fmt.Errorf("%w: %w", notHeld, errs.ErrReleased)
-	}
-	resp, err := h.l.s.cli.Txn(t.ctx).If(h.IsOwner()).Then(clientv3.OpTxn(t.cmps, t.thenOps, t.elseOps)).Commit()
-	if err != nil {
-		return nil, err
-	}
-	if !resp.Succeeded {
-		h.gone()
-		return nil, fmt.Errorf("%w: fenced transaction rejected: %w", notHeld, context.Cause(h.ctx))
-	}
-	inner := resp.Responses[0].GetResponseTxn()
-	return &clientv3.TxnResponse{Header: resp.Header, Succeeded: inner.Succeeded, Responses: inner.Responses}, nil
 }

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -20,6 +19,7 @@ import (
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/metrics"
 	"github.com/batonhq/baton/internal/planted"
+	"github.com/batonhq/baton/internal/queue"
 	"github.com/batonhq/baton/internal/retry"
 	"github.com/batonhq/baton/internal/telemetry"
 )
@@ -31,7 +31,7 @@ const (
 
 var (
 	errBusy       = errors.New("held by another contender") // a try found another owner
-	errOwnKeyGone = errors.New("own key gone while waiting")
+	errOwnKeyGone = queue.ErrOwnKeyGone
 )
 
 // Kind is a primitive (metrics.Kind).
@@ -71,13 +71,8 @@ type Request struct {
 	wait telemetry.Wait // the call's span, set by Acquire
 }
 
-// Policy decides when a key that is not exclusive (a permit, a read lock)
-// may hold. Older keys only ever go, so a key that may hold keeps that right.
-type Policy interface {
-	// Blockers returns those of older (the keys created before own, oldest
-	// first) that keep own from holding while more than allowed remain.
-	Blockers(own string, older []*mvccpb.KeyValue) (blockers []*mvccpb.KeyValue, allowed int)
-}
+// Policy decides when a non-exclusive key may hold (queue.Policy).
+type Policy = queue.Policy
 
 // Owner is one primitive on a session: its handles (T), its calls in
 // flight, and Close, after which no goroutine of it runs.
@@ -126,7 +121,7 @@ func (o *Owner[T]) Client() *clientv3.Client { return o.sess.cli }
 // (cfg.Busy for a try, errs.ErrClosed after Close) leaving no key behind.
 func (o *Owner[T]) Acquire(ctx context.Context, req Request, wrap func(*Hold) T) (T, error) {
 	start := time.Now()
-	ctx, req.wait = o.target(req).StartWait(ctx)
+	ctx, req.wait = telemetry.For(o.sess.tracer, metrics.KindNames[o.cfg.Kind], o.cfg.Namespace, o.cfg.Name, req.Limit, req.Tag == keys.TagRead).StartWait(ctx)
 	h, t, err := o.acquire(ctx, req, wrap)
 	result, outcome := "acquired", telemetry.Acquired
 	switch {
@@ -147,21 +142,6 @@ func (o *Owner[T]) Acquire(ctx context.Context, req Request, wrap func(*Hold) T)
 	}
 	o.cfg.Acquired(result, time.Since(start), h.logFields, req.wait.SpanContext())
 	return t, err
-}
-
-// target describes the primitive for the spans of req, built per call so
-// that an Owner keeps nothing for them (the tracer is the session's).
-func (o *Owner[T]) target(req Request) *telemetry.Target {
-	t := telemetry.TargetOf(o.sess.tracer, metrics.KindNames[o.cfg.Kind], o.cfg.Namespace, o.cfg.Name)
-	switch {
-	case o.cfg.Kind == metrics.Semaphore:
-		t = t.Limit(req.Limit)
-	case o.cfg.Kind == metrics.RWMutex && req.Tag == keys.TagRead:
-		t = t.Mode("read")
-	case o.cfg.Kind == metrics.RWMutex:
-		t = t.Mode("write")
-	}
-	return &t
 }
 
 func (o *Owner[T]) acquire(ctx context.Context, req Request, wrap func(*Hold) T) (*Hold, T, error) {
@@ -246,8 +226,8 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 	err = retry.Do(ctx, func(actx context.Context) (err error) {
 		resp, err = s.cli.Txn(clientv3.WithRequireLeader(actx)).
 			If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, req.If...)...).
-			Then(clientv3.OpPut(key, req.Value, clientv3.WithLease(l.ID())), queueRead(prefix, req.Policy, true)).
-			Else(clientv3.OpGet(key), queueRead(prefix, req.Policy, false)).
+			Then(clientv3.OpPut(key, req.Value, clientv3.WithLease(l.ID())), queue.Read(prefix, req.Policy, true)).
+			Else(clientv3.OpGet(key), queue.Read(prefix, req.Policy, false)).
 			Commit()
 		return err
 	})
@@ -278,9 +258,9 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 		read = stale
 	}
 	if req.wait.Recording() && resp.Succeeded {
-		req.wait.Enqueued(queuePosition(req.Policy, resp.Responses[1].GetResponseRange(), rev))
+		req.wait.Enqueued(queue.Position(req.Policy, resp.Responses[1].GetResponseRange(), rev))
 	}
-	ok, blockers, allowed := mayHold(req.Policy, read, resp.Succeeded, key, rev)
+	ok, blockers, allowed := queue.MayHold(req.Policy, read, resp.Succeeded, key, rev)
 	if !ok {
 		if req.Try {
 			return fail(rev, errBusy)
@@ -301,51 +281,6 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 	h := newHold(o, l, key, rev, at, res, w, req.wait)
 	w.Register(h)
 	return h, nil
-}
-
-// queuePosition is how many keys were ahead of ours, created at rev, in
-// the read of the transaction that put it: without a Policy that read is
-// limited, but its Count is the whole queue's, ours the newest.
-func queuePosition(p Policy, read *etcdserverpb.RangeResponse, rev int64) int {
-	if p == nil {
-		return max(int(read.GetCount())-1, 0)
-	}
-	n := 0
-	for _, kv := range read.GetKvs() {
-		if kv.CreateRevision < rev {
-			n++
-		}
-	}
-	return n
-}
-
-// queueRead is the enqueue's read: the queue for a Policy, else beside a put
-// the two newest keys (ours and the one a waiter watches), else the oldest.
-func queueRead(prefix string, p Policy, put bool) clientv3.Op {
-	switch {
-	case p != nil:
-		return clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
-	case put:
-		return clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))
-	}
-	return clientv3.OpGet(prefix, clientv3.WithFirstCreate()...)
-}
-
-// mayHold tells from the enqueue's read whether key, created at rev, holds;
-// if not, it returns what blocks it when the read tells (nil: read again).
-func mayHold(p Policy, read []*mvccpb.KeyValue, put bool, key string, rev int64) (bool, []*mvccpb.KeyValue, int) {
-	switch {
-	case p != nil:
-		older := slices.DeleteFunc(slices.Clone(read), func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision >= rev })
-		b, allowed := p.Blockers(key, older)
-		return len(b) <= allowed, b, allowed
-	case len(read) == 0 || read[0].CreateRevision != rev:
-		return false, nil, 0 // not the read expected: wait reads again
-	case !put || len(read) == 1:
-		return true, nil, 0
-	}
-	return false, read[1:2], 0
 }
 
 // adopt writes value to our existing key, guarded by its CreateRevision.
@@ -392,7 +327,7 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, key string, rev int64, p 
 				return read, nil
 			}
 		}
-		at, done, err := o.waitGone(ctx, key, p != nil, blockers, allowed, read)
+		at, done, err := queue.WaitGone(ctx, o.sess.cli, o.cfg.Prefix, key, p != nil, blockers, allowed, read)
 		switch {
 		case err != nil:
 			return 0, err
@@ -422,72 +357,6 @@ func (o *Owner[T]) readQueue(ctx context.Context, key string, rev int64, p Polic
 		return err
 	})
 	return resp, failure(ctx, err)
-}
-
-// waitGone is the one wait for deletions: it watches the blocker (or the
-// queue) from the current revision, which etcd serves at once, until at
-// most allowed remain; not done means read again (at the revision returned).
-func (o *Owner[T]) waitGone(ctx context.Context, own string, prefix bool, blockers []*mvccpb.KeyValue, allowed int, read int64) (int64, bool, error) {
-	left := make(map[string]int64, len(blockers))
-	for _, kv := range blockers {
-		left[string(kv.Key)] = kv.CreateRevision
-	}
-	watch, opts := string(blockers[0].Key), []clientv3.OpOption{clientv3.WithFilterPut(), clientv3.WithCreatedNotify()}
-	if prefix {
-		watch, opts = o.cfg.Prefix, append(opts, clientv3.WithPrefix())
-	}
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	for wr := range o.sess.cli.Watch(wctx, watch, opts...) {
-		if err := wr.Err(); err != nil {
-			if retry.Permanent(err) {
-				return 0, false, err
-			}
-			break
-		}
-		if wr.Created && wr.Header.Revision > read {
-			if prefix {
-				return wr.Header.Revision, false, nil
-			}
-			// One key: read it (a serializable read at or after the watch's
-			// start will do) and keep this watch if it is still there.
-			at, gone, err := o.goneSince(ctx, blockers[0], wr.Header.Revision)
-			if err != nil || gone {
-				return at, gone, nil
-			}
-		}
-		at := int64(0)
-		for _, ev := range wr.Events {
-			k := string(ev.Kv.Key)
-			if ev.Type != mvccpb.DELETE || (k == own && ev.Kv.ModRevision <= read) {
-				continue
-			}
-			if k == own {
-				return 0, false, errOwnKeyGone
-			}
-			delete(left, k)
-			at = max(at, ev.Kv.ModRevision)
-		}
-		if at > 0 && len(left) <= allowed {
-			return at, true, nil
-		}
-	}
-	if ctx.Err() != nil {
-		return 0, false, context.Cause(ctx)
-	}
-	return 0, false, retry.Sleep(ctx, 50*time.Millisecond)
-}
-
-// goneSince reads whether kv's key is gone at a revision from or later.
-func (o *Owner[T]) goneSince(ctx context.Context, kv *mvccpb.KeyValue, from int64) (int64, bool, error) {
-	g, err := o.sess.cli.Get(clientv3.WithRequireLeader(ctx), string(kv.Key), clientv3.WithKeysOnly(), clientv3.WithSerializable())
-	if err == nil && g.Header.Revision < from {
-		g, err = o.sess.cli.Get(clientv3.WithRequireLeader(ctx), string(kv.Key), clientv3.WithKeysOnly())
-	}
-	if err != nil {
-		return 0, false, err
-	}
-	return g.Header.Revision, len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != kv.CreateRevision, nil
 }
 
 // lostReason says why our key vanished while waiting.
@@ -526,9 +395,9 @@ func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, r *reservation) {
 			f(key)
 		}
 		unknown := rev == 0
-		err := retry.Do(stop, func(ctx context.Context) error { return deleteOnce(ctx, s.cli, l.ID(), key, &rev) })
+		err := retry.Do(stop, func(ctx context.Context) error { return queue.DeleteOnce(ctx, s.cli, l.ID(), key, &rev) })
 		if err == nil && unknown && rev == 0 && retry.Sleep(stop, retry.AttemptTimeout) == nil {
-			err = retry.Do(stop, func(ctx context.Context) error { return deleteOnce(ctx, s.cli, l.ID(), key, &rev) })
+			err = retry.Do(stop, func(ctx context.Context) error { return queue.DeleteOnce(ctx, s.cli, l.ID(), key, &rev) })
 		}
 		if err != nil && retry.Permanent(err) {
 			s.cfg.Logger.Error("cannot delete a key of this process; it stays until its lease ends", zap.String("key", key), zap.Error(err))
@@ -548,21 +417,6 @@ func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, r *reservation) {
 	case <-done:
 	case <-t.C:
 	}
-}
-
-// deleteOnce deletes key if its CreateRevision is *rev (0: read it first).
-func deleteOnce(ctx context.Context, cli *clientv3.Client, lease clientv3.LeaseID, key string, rev *int64) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*retry.AttemptTimeout)
-	defer cancel()
-	if *rev == 0 {
-		g, err := cli.Get(clientv3.WithRequireLeader(ctx), key)
-		if err != nil || len(g.Kvs) == 0 || clientv3.LeaseID(g.Kvs[0].Lease) != lease {
-			return err
-		}
-		*rev = g.Kvs[0].CreateRevision
-	}
-	_, err := cli.Txn(clientv3.WithRequireLeader(ctx)).If(clientv3.Compare(clientv3.CreateRevision(key), "=", *rev)).Then(clientv3.OpDelete(key)).Commit()
-	return err
 }
 
 // release is a handle's Unlock, Resign or Release, with a fresh bounded

@@ -61,3 +61,19 @@ func (t *Target) names() (wait, hold, release string) {
 	}
 	return t.primitive + " wait", t.primitive + " hold", t.primitive + " release"
 }
+
+// For is the Target of one call on primitive ns/name, built per call so
+// that an owner keeps nothing for it: a semaphore's carries its limit, a
+// read/write lock's its mode.
+func For(tr trace.Tracer, primitive, ns, name string, limit int, read bool) *Target {
+	t := TargetOf(tr, primitive, ns, name)
+	switch {
+	case primitive == Semaphore:
+		t = t.Limit(limit)
+	case primitive == RWMutex && read:
+		t = t.Mode("read")
+	case primitive == RWMutex:
+		t = t.Mode("write")
+	}
+	return &t
+}

@@ -1,0 +1,153 @@
+// Package queue is the etcd side of one queue of keys under a prefix, the
+// oldest holding: its reads, the wait for deletions, a guarded delete.
+package queue
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/batonhq/baton/internal/retry"
+)
+
+// ErrOwnKeyGone is returned when the waiter's own key was deleted.
+var ErrOwnKeyGone = errors.New("own key gone while waiting")
+
+// Policy decides when a key that is not exclusive (a permit, a read lock)
+// may hold. Older keys only ever go, so a key that may hold keeps that right.
+type Policy interface {
+	// Blockers returns those of older (the keys created before own, oldest
+	// first) that keep own from holding while more than allowed remain.
+	Blockers(own string, older []*mvccpb.KeyValue) (blockers []*mvccpb.KeyValue, allowed int)
+}
+
+// Position is how many keys were ahead of ours, created at rev, in
+// the read of the transaction that put it: without a Policy that read is
+// limited, but its Count is the whole queue's, ours the newest.
+func Position(p Policy, read *etcdserverpb.RangeResponse, rev int64) int {
+	if p == nil {
+		return max(int(read.GetCount())-1, 0)
+	}
+	n := 0
+	for _, kv := range read.GetKvs() {
+		if kv.CreateRevision < rev {
+			n++
+		}
+	}
+	return n
+}
+
+// Read is the enqueue's read: the queue for a Policy, else beside a put
+// the two newest keys (ours and the one a waiter watches), else the oldest.
+func Read(prefix string, p Policy, put bool) clientv3.Op {
+	switch {
+	case p != nil:
+		return clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	case put:
+		return clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))
+	}
+	return clientv3.OpGet(prefix, clientv3.WithFirstCreate()...)
+}
+
+// MayHold tells from the enqueue's read whether key, created at rev, holds;
+// if not, it returns what blocks it when the read tells (nil: read again).
+func MayHold(p Policy, read []*mvccpb.KeyValue, put bool, key string, rev int64) (bool, []*mvccpb.KeyValue, int) {
+	switch {
+	case p != nil:
+		older := slices.DeleteFunc(slices.Clone(read), func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision >= rev })
+		b, allowed := p.Blockers(key, older)
+		return len(b) <= allowed, b, allowed
+	case len(read) == 0 || read[0].CreateRevision != rev:
+		return false, nil, 0 // not the read expected: wait reads again
+	case !put || len(read) == 1:
+		return true, nil, 0
+	}
+	return false, read[1:2], 0
+}
+
+// WaitGone is the one wait for deletions: it watches the blocker (or the
+// queue) from the current revision, which etcd serves at once, until at
+// most allowed remain; not done means read again (at the revision returned).
+func WaitGone(ctx context.Context, cli *clientv3.Client, queue, own string, prefix bool, blockers []*mvccpb.KeyValue, allowed int, read int64) (int64, bool, error) {
+	left := make(map[string]int64, len(blockers))
+	for _, kv := range blockers {
+		left[string(kv.Key)] = kv.CreateRevision
+	}
+	watch, opts := string(blockers[0].Key), []clientv3.OpOption{clientv3.WithFilterPut(), clientv3.WithCreatedNotify()}
+	if prefix {
+		watch, opts = queue, append(opts, clientv3.WithPrefix())
+	}
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for wr := range cli.Watch(wctx, watch, opts...) {
+		if err := wr.Err(); err != nil {
+			if retry.Permanent(err) {
+				return 0, false, err
+			}
+			break
+		}
+		if wr.Created && wr.Header.Revision > read {
+			if prefix {
+				return wr.Header.Revision, false, nil
+			}
+			// One key: read it (a serializable read at or after the watch's
+			// start will do) and keep this watch if it is still there.
+			at, gone, err := goneSince(ctx, cli, blockers[0], wr.Header.Revision)
+			if err != nil || gone {
+				return at, gone, nil
+			}
+		}
+		at := int64(0)
+		for _, ev := range wr.Events {
+			k := string(ev.Kv.Key)
+			if ev.Type != mvccpb.DELETE || (k == own && ev.Kv.ModRevision <= read) {
+				continue
+			}
+			if k == own {
+				return 0, false, ErrOwnKeyGone
+			}
+			delete(left, k)
+			at = max(at, ev.Kv.ModRevision)
+		}
+		if at > 0 && len(left) <= allowed {
+			return at, true, nil
+		}
+	}
+	if ctx.Err() != nil {
+		return 0, false, context.Cause(ctx)
+	}
+	return 0, false, retry.Sleep(ctx, 50*time.Millisecond)
+}
+
+// goneSince reads whether kv's key is gone at a revision from or later.
+func goneSince(ctx context.Context, cli *clientv3.Client, kv *mvccpb.KeyValue, from int64) (int64, bool, error) {
+	g, err := cli.Get(clientv3.WithRequireLeader(ctx), string(kv.Key), clientv3.WithKeysOnly(), clientv3.WithSerializable())
+	if err == nil && g.Header.Revision < from {
+		g, err = cli.Get(clientv3.WithRequireLeader(ctx), string(kv.Key), clientv3.WithKeysOnly())
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	return g.Header.Revision, len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != kv.CreateRevision, nil
+}
+
+// DeleteOnce deletes key if its CreateRevision is *rev (0: read it first).
+func DeleteOnce(ctx context.Context, cli *clientv3.Client, lease clientv3.LeaseID, key string, rev *int64) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*retry.AttemptTimeout)
+	defer cancel()
+	if *rev == 0 {
+		g, err := cli.Get(clientv3.WithRequireLeader(ctx), key)
+		if err != nil || len(g.Kvs) == 0 || clientv3.LeaseID(g.Kvs[0].Lease) != lease {
+			return err
+		}
+		*rev = g.Kvs[0].CreateRevision
+	}
+	_, err := cli.Txn(clientv3.WithRequireLeader(ctx)).If(clientv3.Compare(clientv3.CreateRevision(key), "=", *rev)).Then(clientv3.OpDelete(key)).Commit()
+	return err
+}
