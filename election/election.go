@@ -226,7 +226,7 @@ func (e *Election) Close() error {
 	e.mu.Lock()
 	e.closed = true
 	e.mu.Unlock()
-	err := e.o.Close()
+	err := delay.Close(e.delay, e.o, (*Term).Resign)
 	if e.recs != nil {
 		err = errors.Join(err, e.recs.Close())
 	}

@@ -82,4 +82,4 @@ func (m *Mutex) Held() []*Lock { return m.o.Held() }
 // under the same label, waits for every goroutine the Mutex started, and
 // is idempotent. It returns within a few seconds even when etcd is
 // unreachable.
-func (m *Mutex) Close() error { return m.o.Close() }
+func (m *Mutex) Close() error { return delay.Close(m.delay, m.o, (*Lock).Unlock) }

@@ -119,4 +119,4 @@ func (rw *RWMutex) Held() []*Lock {
 // deletes the RWMutex's metric series unless another open RWMutex records
 // under the same label, waits for every goroutine it started, and is
 // idempotent.
-func (rw *RWMutex) Close() error { return rw.o.Close() }
+func (rw *RWMutex) Close() error { return delay.Close(rw.delay, rw.o, (*Lock).Unlock) }

@@ -143,4 +143,4 @@ func (s *Semaphore) Held() []*Permit { return s.o.Held() }
 // open). It deletes the Semaphore's metric series unless another open
 // Semaphore records under the same label, waits for every goroutine it
 // started, and is idempotent. The stored limit stays.
-func (s *Semaphore) Close() error { return s.o.Close() }
+func (s *Semaphore) Close() error { return delay.Close(s.delay, s.o, (*Permit).Release) }
