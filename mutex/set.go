@@ -17,13 +17,15 @@ import (
 	"github.com/batonhq/baton/internal/group"
 	"github.com/batonhq/baton/internal/guard"
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/queue"
 	"github.com/batonhq/baton/internal/retry"
 )
 
 // MaxSetNames is the most names one Set locks. Its keys are put in one etcd
-// transaction, and etcd refuses a transaction with more operations than its
-// --max-txn-ops flag allows: 128 by default.
-const MaxSetNames = 128
+// transaction, with one condition per key and one for the lease's fence,
+// and etcd refuses a transaction with more operations or conditions than
+// its --max-txn-ops flag allows: 128 by default.
+const MaxSetNames = 127
 
 // Set locks several names at once, under one fencing token. Lock puts one
 // key in each name's queue in a single etcd transaction, so every key has
@@ -140,7 +142,7 @@ func (s *Set) attempt(ctx context.Context, try bool) (*Lock, error) {
 	}
 	tag := rand.Uint64()
 	ks := make([]string, len(s.owners))
-	cmps := make([]clientv3.Cmp, len(ks))
+	cmps := make([]clientv3.Cmp, len(ks), len(ks)+1)
 	puts := make([]clientv3.Op, len(ks))
 	for i, o := range s.owners {
 		ks[i] = keys.TaggedKey(keys.LeaseKey(o.Prefix(), int64(l.ID())), keys.TagSet, tag)
@@ -149,9 +151,16 @@ func (s *Set) attempt(ctx context.Context, try bool) (*Lock, error) {
 	}
 	// One transaction puts every key: they share one CreateRevision. A
 	// retry after a lost reply finds them (the tag is this call's alone).
+	// The lease's fence voids the puts once a cleanup raised it (queue.Fence).
 	var resp *clientv3.TxnResponse
+	fkey := queue.FenceKey(s.owners[0].Prefix(), l.ID())
 	err = retry.Do(ctx, func(actx context.Context) (err error) {
-		resp, err = cli.Txn(clientv3.WithRequireLeader(actx)).If(cmps...).Then(puts...).Else(clientv3.OpGet(ks[0])).Commit()
+		fence, v := l.Fence.Cmp(fkey)
+		resp, err = cli.Txn(clientv3.WithRequireLeader(actx)).If(append(cmps, fence)...).Then(puts...).Else(clientv3.OpGet(ks[0]), queue.FenceGet(fkey)).Commit()
+		if err == nil && !resp.Succeeded && len(resp.Responses[0].GetResponseRange().Kvs) == 0 &&
+			l.Fence.Moved(fkey, v, resp.Responses[1].GetResponseRange().Kvs) {
+			return retry.ErrAgain
+		}
 		return err
 	})
 	switch {
@@ -161,7 +170,7 @@ func (s *Set) attempt(ctx context.Context, try bool) (*Lock, error) {
 		l.Lose(errs.ErrLeaseExpired)
 		return nil, errMoved
 	case err != nil:
-		s.cleanup(ks, true) // the put may have applied unheard
+		s.cleanup(ks, l) // the put may have applied unheard
 		return nil, s.wrap(failure(ctx, err))
 	}
 	rev := resp.Header.Revision
@@ -227,7 +236,7 @@ func (s *Set) attempt(ctx context.Context, try bool) (*Lock, error) {
 		go func() { defer wg2.Done(); _ = delay.Release(context.WithoutCancel(ctx), d, lk.hold, ErrNotHeld) }()
 	}
 	wg2.Wait()
-	s.cleanup(left, false)
+	s.cleanup(left, nil)
 	return nil, err
 }
 
@@ -252,10 +261,11 @@ func (s *Set) afterDelays(ctx context.Context, locks []*Lock) error {
 
 // cleanup deletes keys of a failed attempt that no acquisition took over.
 // The keys are this attempt's alone, so a plain delete is safe. After an
-// unheard put (late) it deletes again a while later, as the put may land
-// after the first delete; a cleanup etcd does not answer goes on in the
-// background until the lease ends or the Set is closed.
-func (s *Set) cleanup(ks []string, late bool) {
+// unheard put (unheard is its lease) it raises the lease's fence first, so
+// that the put cannot land after the delete. A cleanup etcd does not
+// answer goes on in the background until the lease ends or the Set is
+// closed.
+func (s *Set) cleanup(ks []string, unheard *core.Lease) {
 	if len(ks) == 0 {
 		return
 	}
@@ -265,6 +275,11 @@ func (s *Set) cleanup(ks []string, late bool) {
 	}
 	del := func(ctx context.Context) error {
 		return retry.Do(ctx, func(actx context.Context) error {
+			if unheard != nil {
+				if err := unheard.Fence.Raise(actx, s.sess.Client(), unheard.ID(), queue.FenceKey(s.owners[0].Prefix(), unheard.ID())); err != nil {
+					return err
+				}
+			}
 			_, err := s.sess.Client().Txn(clientv3.WithRequireLeader(actx)).Then(dels...).Commit()
 			return err
 		})
@@ -272,7 +287,7 @@ func (s *Set) cleanup(ks []string, late bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), retry.AttemptTimeout)
 	err := del(ctx)
 	cancel()
-	if err == nil && !late {
+	if err == nil || retry.Permanent(err) || errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return
 	}
 	s.mu.Lock()
@@ -285,9 +300,7 @@ func (s *Set) cleanup(ks []string, late bool) {
 		defer s.calls.Done()
 		ctx, cancel := context.WithTimeout(s.closing, 10*retry.AttemptTimeout)
 		defer cancel()
-		if retry.Sleep(ctx, retry.AttemptTimeout) == nil {
-			_ = del(ctx)
-		}
+		_ = del(ctx)
 	}()
 }
 

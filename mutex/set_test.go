@@ -32,7 +32,7 @@ func TestNewSetRefusesBadNames(t *testing.T) {
 		{"exactly the limit", many[:mutex.MaxSetNames], nil, ""},
 		{"empty", nil, nil, "must not be empty"},
 		{"duplicate", []string{"a", "b", "a"}, nil, `name "a" given twice (names[0] and names[2])`},
-		{"over the limit", many, nil, "129 names, at most 128"},
+		{"over the limit", many, nil, "128 names, at most 127"},
 		{"empty name", []string{"a", ""}, nil, "names[1]"},
 		{"control character", []string{"a\x00"}, nil, "control character"},
 		{"bad option", []string{"a"}, []mutex.Option{mutex.WithTTL(time.Second)}, "at least 2s"},
@@ -57,6 +57,36 @@ func TestNewSetRefusesBadNames(t *testing.T) {
 				t.Fatalf("error %q; want one wrapping ErrInvalid and containing %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// A Set of MaxSetNames names is within what etcd takes in one transaction
+// by default: it locks, and unlocks, leaving no key.
+func TestSetOfTheMostNamesLocksOnDefaultEtcd(t *testing.T) {
+	cli := client(t)
+	names := make([]string, mutex.MaxSetNames)
+	for i := range names {
+		names[i] = fmt.Sprint("most-", i)
+	}
+	s := newSet(t, cli, names)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := s.Lock(ctx)
+	if err != nil {
+		t.Fatalf("Lock of a Set of %d names: %v", len(names), err)
+	}
+	if got := len(l.Keys()); got != len(names) {
+		t.Fatalf("the lock has %d keys, want %d", got, len(names))
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock of a Set of %d names: %v", len(names), err)
+	}
+	resp, err := cli.Get(ctx, "/set/v1/lock/most-", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Count != 0 {
+		t.Errorf("%d keys left after Unlock", resp.Count)
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/batonhq/baton/mutex"
 )
 
 // acquisition is one turn of a contender: when its Lock returned and when
@@ -131,6 +133,20 @@ func contend(ctx context.Context, env *env, impl Impl, name string) ([]Value, er
 		{Metric: "floor turns/s", V: floor},
 		{Metric: "share spread %", V: spread},
 	}, nil
+}
+
+// lockDelay is the lock-delay of contend-lock-delay's baton column.
+const lockDelay = 3 * time.Second
+
+// contendLockDelay is contend with every mutex given WithLockDelay in the
+// baton column and baton without one in the raw column: a clean Unlock
+// must hand over as fast with a lock-delay as without.
+func contendLockDelay(ctx context.Context, env *env, impl Impl, name string) ([]Value, error) {
+	b := Impls[0].(Baton)
+	if impl.Name() == b.Name() {
+		b.opts = []mutex.Option{mutex.WithLockDelay(lockDelay)}
+	}
+	return contend(ctx, env, b, name)
 }
 
 // ownSessions opens n clients with a session each, as n separate processes

@@ -66,7 +66,10 @@ const namespace = "bench"
 // Baton is this module's mutex and election packages. Mutexes and
 // elections given one etcd session share one baton session on it
 // (session.Wrap), as a service holding many locks would.
-type Baton struct{ shared *sharedSessions }
+type Baton struct {
+	shared *sharedSessions
+	opts   []mutex.Option // added to every Mutex's options
+}
 
 // sharedSessions maps an etcd session to the baton session wrapping it,
 // closed when the etcd session ends.
@@ -103,7 +106,7 @@ func (Baton) Name() string { return "baton" }
 
 // NewMutex returns a mutex.Mutex.
 func (b Baton) NewMutex(cli *clientv3.Client, sess *concurrency.Session, name string, ttl time.Duration) (Mutex, error) {
-	opts := []mutex.Option{mutex.WithNamespace(namespace)}
+	opts := append([]mutex.Option{mutex.WithNamespace(namespace)}, b.opts...)
 	if sess != nil {
 		bs, err := b.shared.get(sess)
 		if err != nil {

@@ -120,6 +120,7 @@ func workloads() []workload {
 		{"distinct-16", distinctKeys(16)},
 		{"distinct-64", distinctKeys(64)},
 		{"contend", contend},
+		{"contend-lock-delay", contendLockDelay},
 		{"set-ab", setPair},
 		{"graceful", graceful},
 		{"crash", crash},

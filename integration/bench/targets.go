@@ -39,6 +39,9 @@ func judge(rep *Report, m *Measure) {
 			ok = b.Median >= 0.9*f.Baton.Median
 			target += fmt.Sprintf(" (%.0f/s): baton at %.0f %% of it", f.Baton.Median, 100*b.Median/f.Baton.Median)
 		}
+	case "contend-lock-delay/handoff p99 ms":
+		target = fmt.Sprintf("baton with WithLockDelay(%v) ≤ 5 ms; raw column: baton without one", lockDelay)
+		ok = b.Median <= 5
 	case "contend/share spread %":
 		target, ok = "baton ≤ 10 % in every run", b.Max <= 10
 	case "crash/failover max ms":

@@ -220,17 +220,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 			stale = r.Kvs
 		}
 	}
-	// Put the key unless it exists: one that exists is ours (reserved here),
-	// a lost reply's or an earlier run's, so the put is safe to retry.
-	var resp *clientv3.TxnResponse
-	err = retry.Do(ctx, func(actx context.Context) (err error) {
-		resp, err = s.cli.Txn(clientv3.WithRequireLeader(actx)).
-			If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, req.If...)...).
-			Then(clientv3.OpPut(key, req.Value, clientv3.WithLease(l.ID())), queue.Read(prefix, req.Policy, true)).
-			Else(clientv3.OpGet(key), queue.Read(prefix, req.Policy, false)).
-			Commit()
-		return err
-	})
+	resp, err := queue.Enqueue(ctx, s.cli, &l.Fence, queue.FenceKey(prefix, l.ID()), l.ID(), key, req.Value, prefix, req.Policy, req.If)
 	switch {
 	case err != nil && retry.Permanent(err):
 		return fail(-1, err) // refused as a whole: nothing was written
@@ -379,9 +369,9 @@ func failure(ctx context.Context, err error) error {
 	return err
 }
 
-// deleteKey deletes key, guarded by its CreateRevision (rev 0: read twice a
-// second apart, as an unheard put may land late), then frees it. After
-// cleanupWait the session goes on until etcd answers or the lease ends.
+// deleteKey deletes key, guarded by its CreateRevision (rev 0: an unheard
+// put, voided by raising the lease's fence, then read), then frees it.
+// After cleanupWait the session goes on until etcd answers or the lease ends.
 func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, r *reservation) {
 	s := o.sess
 	stop := l.Context()
@@ -394,9 +384,13 @@ func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, r *reservation) {
 		if f := s.cfg.Hooks.BeforeCleanup; f != nil {
 			f(key)
 		}
-		unknown := rev == 0
-		err := retry.Do(stop, func(ctx context.Context) error { return queue.DeleteOnce(ctx, s.cli, l.ID(), key, &rev) })
-		if err == nil && unknown && rev == 0 && retry.Sleep(stop, retry.AttemptTimeout) == nil {
+		var err error
+		if rev == 0 {
+			err = retry.Do(stop, func(ctx context.Context) error {
+				return l.Fence.Raise(ctx, s.cli, l.ID(), queue.FenceKey(o.cfg.Prefix, l.ID()))
+			})
+		}
+		if err == nil {
 			err = retry.Do(stop, func(ctx context.Context) error { return queue.DeleteOnce(ctx, s.cli, l.ID(), key, &rev) })
 		}
 		if err != nil && retry.Permanent(err) {

@@ -20,6 +20,7 @@ import (
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/lease"
 	"github.com/batonhq/baton/internal/planted"
+	"github.com/batonhq/baton/internal/queue"
 	"github.com/batonhq/baton/internal/retry"
 	"github.com/batonhq/baton/internal/telemetry"
 	"github.com/batonhq/baton/internal/watch"
@@ -413,6 +414,7 @@ func DefaultMargin(ttl time.Duration) time.Duration { return ttl / 5 }
 // the holds it ends: one set, not a context child (and ~150 bytes) per key.
 type Lease struct {
 	*lease.Lease
+	Fence   queue.Fence // voids this lease's unheard enqueues
 	s       *Session
 	holdsMu sync.Mutex
 	holds   map[*Hold]struct{}

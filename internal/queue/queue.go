@@ -55,6 +55,33 @@ func Read(prefix string, p Policy, put bool) clientv3.Op {
 	return clientv3.OpGet(prefix, clientv3.WithFirstCreate()...)
 }
 
+// Enqueue puts key on lease with value unless it exists (one that exists
+// is the caller's: reserved, a lost reply's or an earlier run's, so this is
+// safe to retry) and if conds hold, and reads the queue beside it. The
+// lease's fence (fkey, in f) voids it once a cleanup raised it.
+func Enqueue(ctx context.Context, cli *clientv3.Client, f *Fence, fkey string, lease clientv3.LeaseID, key, value, prefix string, p Policy, conds []clientv3.Cmp) (resp *clientv3.TxnResponse, err error) {
+	err = retry.Do(ctx, func(actx context.Context) (err error) {
+		txn, v := EnqueueTxn(actx, cli, f, fkey, lease, key, value, prefix, p, conds)
+		resp, err = txn.Commit()
+		if err == nil && !resp.Succeeded && len(resp.Responses[0].GetResponseRange().Kvs) == 0 &&
+			f.Moved(fkey, v, resp.Responses[2].GetResponseRange().Kvs) {
+			return retry.ErrAgain
+		}
+		return err
+	})
+	return resp, err
+}
+
+// EnqueueTxn is one attempt of Enqueue as sent, and the fence version it
+// compares.
+func EnqueueTxn(ctx context.Context, cli *clientv3.Client, f *Fence, fkey string, lease clientv3.LeaseID, key, value, prefix string, p Policy, conds []clientv3.Cmp) (clientv3.Txn, int64) {
+	fence, v := f.Cmp(fkey)
+	return cli.Txn(clientv3.WithRequireLeader(ctx)).
+		If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0), fence}, conds...)...).
+		Then(clientv3.OpPut(key, value, clientv3.WithLease(lease)), Read(prefix, p, true)).
+		Else(clientv3.OpGet(key), Read(prefix, p, false), FenceGet(fkey)), v
+}
+
 // MayHold tells from the enqueue's read whether key, created at rev, holds;
 // if not, it returns what blocks it when the read tells (nil: read again).
 func MayHold(p Policy, read []*mvccpb.KeyValue, put bool, key string, rev int64) (bool, []*mvccpb.KeyValue, int) {

@@ -17,6 +17,10 @@ import (
 // another member instead of waiting out etcd's own request timeout.
 const AttemptTimeout = time.Second
 
+// ErrAgain is returned by an op whose transaction found a condition it
+// compared moved on (and learnt the new state): Transient, so Do tries again.
+var ErrAgain = errors.New("a compared state moved on; trying again")
+
 // Transient reports whether err leaves the request's outcome unknown or
 // unapplied for a reason that passes: a connection reset, a member
 // without a leader, a leader change. Only requests that are safe to apply
@@ -29,7 +33,7 @@ func Transient(err error) bool {
 	for _, t := range []error{
 		rpctypes.ErrNoLeader, rpctypes.ErrLeaderChanged, rpctypes.ErrNotCapable,
 		rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost,
-		rpctypes.ErrTimeoutWaitAppliedIndex, rpctypes.ErrTooManyRequests,
+		rpctypes.ErrTimeoutWaitAppliedIndex, rpctypes.ErrTooManyRequests, ErrAgain,
 	} {
 		if errors.Is(err, t) {
 			return true

@@ -1,0 +1,107 @@
+package core
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+
+	"github.com/batonhq/baton/internal/errs"
+	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/metrics"
+	"github.com/batonhq/baton/internal/queue"
+)
+
+// An enqueue whose reply was lost can be applied by etcd after its cleanup
+// read that the key is absent (a proposal committed late, after a leader
+// change). The cleanup must void it: the enqueue as it was sent, applied
+// once the cleanup is over, must put nothing — else its key, on a lease the
+// caller keeps, blocks the name until that lease ends. Forced here: the
+// request is built as the enqueue sends it, the cleanup runs as after a
+// lost reply (revision unknown), then the request is applied.
+func TestEnqueueAppliedAfterItsCleanupPutsNothing(t *testing.T) {
+	cli := srv.Client(t)
+	ctx := context.Background()
+	for _, borrowed := range []bool{true, false} {
+		var s *Session
+		if borrowed {
+			cs, err := concurrency.NewSession(cli, concurrency.WithTTL(30))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			s, _ = Attach(cs, Config{})
+		} else {
+			s = NewSession(cli, Config{TTL: 30 * time.Second})
+		}
+		prefix := keys.Prefix("core-test", keys.Lock, "late")
+		o := NewOwner[*Hold](s, OwnerConfig{Prefix: prefix, NotHeld: errs.ErrReleased, Own: true,
+			Recorder: metrics.Recorder{Logger: zap.NewNop()}})
+		l, err := s.lease(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := keys.LeaseKey(prefix, int64(l.ID()))
+		res, err := s.reserve(ctx, key, false, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent, _ := queue.EnqueueTxn(ctx, cli, &l.Fence, queue.FenceKey(prefix, l.ID()), l.ID(), key, "late", prefix, nil, nil)
+		o.deleteKey(l, key, 0, res) // its cleanup, the reply lost
+		if r, err := s.reserve(ctx, key, true, false); err != nil {
+			t.Fatalf("borrowed %v: the cleanup still holds the key's reservation after it returned: %v", borrowed, err)
+		} else {
+			s.free(r, nil)
+		}
+
+		if _, err := sent.Commit(); err != nil { // etcd applies the enqueue now
+			t.Fatal(err)
+		}
+		g, err := cli.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(g.Kvs) != 0 {
+			t.Errorf("borrowed %v: the enqueue applied after its cleanup left key %s (lease %x) in etcd: it blocks the name until the lease ends",
+				borrowed, key, g.Kvs[0].Lease)
+		}
+		if err := o.Close(); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = cli.Delete(ctx, prefix, clientv3.WithPrefix())
+	}
+}
+
+// An enqueue that compared the fence before a cleanup raised it (or whose
+// view of the fence is behind) learns the new version and goes in.
+func TestEnqueueGoesInAfterTheFenceMoved(t *testing.T) {
+	cli := srv.Client(t)
+	ctx := context.Background()
+	s := NewSession(cli, Config{TTL: 30 * time.Second})
+	defer s.Close()
+	l, err := s.lease(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := keys.Prefix("core-test", keys.Lock, "moved")
+	fkey := queue.FenceKey(prefix, l.ID())
+	if err := l.Fence.Raise(ctx, cli, l.ID(), fkey); err != nil {
+		t.Fatal(err)
+	}
+	var behind queue.Fence // still at version 0
+	key := keys.LeaseKey(prefix, int64(l.ID()))
+	resp, err := queue.Enqueue(ctx, cli, &behind, fkey, l.ID(), key, "v", prefix, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.Succeeded {
+		t.Fatalf("the enqueue with a fence view behind did not put its key: %v", resp)
+	}
+	if _, v := behind.Cmp(fkey); v != 1 {
+		t.Errorf("the fence's version after the retry is %d, want 1", v)
+	}
+	_, _ = cli.Delete(ctx, prefix, clientv3.WithPrefix())
+}
