@@ -92,9 +92,12 @@ with baton lock: it never outlives a killed or frozen baton.
 observer sees them (baton candidates, baton observe, baton ui), and under
 --strategy preferred the best candidate leads (highest priority, then
 lowest version, then age), asking a leader it outranks to end its term
-and preempting it after --handover-deadline. Every candidate of an
-election must use the same strategy. A term that ends that way ends as a
-loss (79 with --once).
+and preempting it after --handover-deadline. Asked so (or by baton resign
+--to), a baton elect leader passes the request to its command as
+--release-signal and hands over once the command exited (without a
+command, at once): to the candidate resign --to named, else to the best.
+Every candidate of an election must use the same strategy. A term that is
+preempted ends as a loss (79 with --once).
 
 With OTEL_EXPORTER_OTLP_ENDPOINT set, each term's wait, hold and
 resignation are exported as OpenTelemetry spans, and the command gets
@@ -174,17 +177,18 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 		if err != nil {
 			return err
 		}
-		endTerm := func() { resign(ictx, cmd, t) }
+		endTerm := func() { handOver(ictx, cmd, t) }
 		untrack := ms.track(t)
 		recordHeld(ictx, t.Txn, heldPut(g.namespace, keys.Election, name, t.Lease(), t.Acquired()))
 		st.acquired(heldView{Kind: string(keys.Election), Name: name, Value: value, Key: t.Key(), Token: int64(t.Token()),
 			Lease: leaseHex(int64(t.Lease())), TTL: t.TTL()})
 		var res childResult
+		asked := askedToGo(t)
 		if c == nil {
 			select {
 			case <-t.Done():
 			case <-ictx.Done():
-			case r := <-t.ReleaseRequested():
+			case r := <-asked:
 				st.requested(r, "resigning")
 			}
 		} else {
@@ -200,7 +204,7 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 				"BATON_FENCING_TOKEN=" + tok.String(),
 				"BATON_ELECTION_VALUE=" + value,
 			}, traceEnv(t.Context())...) // the command's spans are children of the term
-			c.requests, c.reqSignal = t.ReleaseRequested(), o.reqSig
+			c.requests, c.reqSignal = asked, o.reqSig
 			c.onRequest = func(r request.Request) { st.requested(r, fmt.Sprintf("passing %v to the command", o.reqSig)) }
 			if ierr := interruptedBeforeCommand(ictx, fmt.Sprintf("election %q", name)); ierr != nil {
 				endTerm()
@@ -300,6 +304,46 @@ func resign(ctx context.Context, cmd *cobra.Command, t *election.Term) {
 	if err := t.Resign(rctx); err != nil && !errors.Is(err, election.ErrNotLeader) {
 		fmt.Fprintf(cmd.ErrOrStderr(), "baton: resign: %v (the lease expires within its TTL)\n", err)
 	}
+}
+
+// askedToGo sends the first request to end t: a release request, or under
+// the preferred strategy an end request (a better candidate's, or baton
+// resign --to); it sends nothing once t ended.
+func askedToGo(t *election.Term) <-chan request.Request {
+	out := make(chan request.Request, 1)
+	go func() {
+		select {
+		case r := <-t.ReleaseRequested():
+			out <- r
+		case <-t.EndRequested():
+			er, _ := t.EndRequest()
+			reason := "a better candidate asks to lead"
+			if er.To != "" {
+				reason = "asked to hand over to " + er.To
+			}
+			if er.Deadline != "" {
+				reason += " (it preempts after " + er.Deadline + ")"
+			}
+			out <- request.Request{By: er.By, Reason: reason}
+		case <-t.Done():
+		}
+	}()
+	return out
+}
+
+// handOver ends t: to the candidate an end request named, else by Resign
+// (under the preferred strategy, to the best candidate).
+func handOver(ctx context.Context, cmd *cobra.Command, t *election.Term) {
+	if er, ok := t.EndRequest(); ok && er.To != "" && t.IsLeader() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		err := t.Transfer(rctx, er.To)
+		cancel()
+		if err == nil {
+			return
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "baton: hand over to %s: %v; resigning\n", safe(er.To), err)
+	}
+	resign(ctx, cmd, t)
 }
 
 func resignQuietly(t *election.Term) {
