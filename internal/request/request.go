@@ -2,9 +2,13 @@
 //
 // A request is a key /<ns>/v1/release/<kind>/<escaped name>/<token>,
 // put on the holder's lease in a transaction guarded by the holder key's
-// CreateRevision, together with an audit record under the namespace's
-// audit trail (rbac.AuditPrefix), which only operators (and root) may
-// write: a user without that right is refused and nothing is written. The
+// CreateRevision, together with an audit record under the request records
+// of the namespace's audit trail (rbac.RequestAuditPrefix), which only
+// requesters, operators (and root) may write: a user without that right is
+// refused and nothing is written. The put on the holder's lease also needs
+// write permission on every key already attached to that lease (etcd
+// checks it), so a holder whose lease carries keys of other namespaces can
+// only be asked by a user who may write those too. The
 // token in the key makes the request the holder's alone: the next holder
 // of the name has another token and never sees it. A request releases
 // nothing by itself.
@@ -87,7 +91,8 @@ type Made struct {
 // Make asks the oldest contender under queue (the holder of kind/name in
 // namespace ns) to let go, with reason, as by. It returns ErrNoHolder
 // when nobody holds; a permission error (from etcd) when the user may not
-// write the audit trail, having written nothing.
+// write the request records of the audit trail (or a key on the holder's
+// lease), having written nothing.
 func Make(ctx context.Context, cli *clientv3.Client, ns string, kind keys.Kind, name, queue, reason, by string) (Made, error) {
 	osUser, host := "", ""
 	if u, err := user.Current(); err == nil {
@@ -109,7 +114,7 @@ func Make(ctx context.Context, cli *clientv3.Client, ns string, kind keys.Kind, 
 		kv := g.Kvs[0]
 		now := time.Now().UTC()
 		lease := clientv3.LeaseID(kv.Lease)
-		akey := rbac.AuditPrefix(ns) + now.Format("20060102T150405.000000000Z") + "-request-" + strconv.FormatInt(kv.CreateRevision, 10)
+		akey := rbac.RequestAuditPrefix(ns) + now.Format("20060102T150405.000000000Z") + "-request-" + strconv.FormatInt(kv.CreateRevision, 10)
 		m := Made{Request: Request{Reason: reason, By: by, At: now, Key: string(kv.Key), Token: kv.CreateRevision, Audit: akey}, Holder: string(kv.Value)}
 		rb, _ := json.Marshal(m.Request)
 		ab, _ := json.Marshal(auditRecord{Time: now, Action: "request-release", Kind: string(kind), Name: name, Key: m.Key,
