@@ -76,10 +76,26 @@ type auditRecord struct {
 	Lease    string    `json:"lease"`
 	Reason   string    `json:"reason"`
 	Identity string    `json:"etcd_identity"`
+	Source   string    `json:"etcd_identity_source,omitempty"`
 	By       string    `json:"requested_by"`
 	OSUser   string    `json:"os_user"`
 	Host     string    `json:"host"`
 	Result   string    `json:"result"`
+}
+
+// Identity is the etcd user a request was authenticated as, for its
+// audit record: Name, and Source, how etcd knew it ("user" for a user name
+// and password, "certificate" for a client certificate's CN, "auth
+// disabled" when nobody is authenticated). Both empty when unknown.
+type Identity struct{ Name, Source string }
+
+// ClientIdentity is the identity of a client that authenticates with a
+// user name (cli.Username), else unknown.
+func ClientIdentity(cli *clientv3.Client) Identity {
+	if cli.Username == "" {
+		return Identity{}
+	}
+	return Identity{Name: cli.Username, Source: "user"}
 }
 
 // Made is what Make did.
@@ -89,11 +105,12 @@ type Made struct {
 }
 
 // Make asks the oldest contender under queue (the holder of kind/name in
-// namespace ns) to let go, with reason, as by. It returns ErrNoHolder
+// namespace ns) to let go, with reason, as by, recording id as the etcd
+// identity that asked. It returns ErrNoHolder
 // when nobody holds; a permission error (from etcd) when the user may not
 // write the request records of the audit trail (or a key on the holder's
 // lease), having written nothing.
-func Make(ctx context.Context, cli *clientv3.Client, ns string, kind keys.Kind, name, queue, reason, by string) (Made, error) {
+func Make(ctx context.Context, cli *clientv3.Client, ns string, kind keys.Kind, name, queue, reason, by string, id Identity) (Made, error) {
 	osUser, host := "", ""
 	if u, err := user.Current(); err == nil {
 		osUser = u.Username
@@ -118,8 +135,8 @@ func Make(ctx context.Context, cli *clientv3.Client, ns string, kind keys.Kind, 
 		m := Made{Request: Request{Reason: reason, By: by, At: now, Key: string(kv.Key), Token: kv.CreateRevision, Audit: akey}, Holder: string(kv.Value)}
 		rb, _ := json.Marshal(m.Request)
 		ab, _ := json.Marshal(auditRecord{Time: now, Action: "request-release", Kind: string(kind), Name: name, Key: m.Key,
-			Holder: m.Holder, Token: m.Token, Lease: strconv.FormatInt(int64(lease), 16), Reason: reason, Identity: cli.Username,
-			By: by, OSUser: osUser, Host: host, Result: "requested"})
+			Holder: m.Holder, Token: m.Token, Lease: strconv.FormatInt(int64(lease), 16), Reason: reason, Identity: id.Name,
+			Source: id.Source, By: by, OSUser: osUser, Host: host, Result: "requested"})
 		var resp *clientv3.TxnResponse
 		err = retry.Do(ctx, func(actx context.Context) (err error) { // the same puts again: safe to repeat
 			resp, err = cli.Txn(clientv3.WithRequireLeader(actx)).
@@ -221,7 +238,7 @@ func Ask(ctx context.Context, cli *clientv3.Client, kind keys.Kind, noun, name, 
 	if cli.Username != "" {
 		by = cli.Username + " (" + by + ")"
 	}
-	_, err = Make(ctx, cli, cfg.Namespace, kind, name, keys.Prefix(cfg.Namespace, kind, name), reason, by)
+	_, err = Make(ctx, cli, cfg.Namespace, kind, name, keys.Prefix(cfg.Namespace, kind, name), reason, by, ClientIdentity(cli))
 	if errors.Is(err, ErrNoHolder) {
 		return fmt.Errorf("%w: nobody holds %s %q: %w", notHeld, noun, name, err)
 	}

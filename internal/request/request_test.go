@@ -169,10 +169,11 @@ func TestRequesterAsksAndTheHolderIsTold(t *testing.T) {
 		Action   string `json:"action"`
 		Name     string `json:"name"`
 		Identity string `json:"etcd_identity"`
+		Source   string `json:"etcd_identity_source"`
 		Reason   string `json:"reason"`
 	}
 	if err := json.Unmarshal(g.Kvs[0].Value, &rec); err != nil || rec.Action != "request-release" || rec.Name != "nightly" ||
-		rec.Identity != "rq-job" || rec.Reason != "deploy at 10:00" {
+		rec.Identity != "rq-job" || rec.Source != "user" || rec.Reason != "deploy at 10:00" {
 		t.Fatalf("audit record %s: %+v %v", g.Kvs[0].Value, rec, err)
 	}
 	// A request to a leader goes the same way.

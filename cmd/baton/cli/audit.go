@@ -156,6 +156,19 @@ func whoAmI() (osUser, host string) {
 	return dash(os.Getenv("USER")), host
 }
 
+// auditIdentity is a record's etcd identity as a table shows it, escaped:
+// "name (source)", the name alone when the record does not say how etcd
+// knew it, "(unknown)" without a name.
+func auditIdentity(r auditRecord) string {
+	switch {
+	case r.Identity == "":
+		return "(unknown)"
+	case r.IdentitySource == "":
+		return safe(r.Identity)
+	}
+	return safe(r.Identity) + " (" + safe(r.IdentitySource) + ")"
+}
+
 func mustJSON(v any) string {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -237,14 +250,9 @@ func writeAudit(w io.Writer, asJSON bool, v auditView) error {
 			continue
 		}
 		r := e.Record
-		id := r.Identity
-		switch {
-		case r.IdentitySource == identityAuthOff:
+		id := auditIdentity(r)
+		if r.IdentitySource == identityAuthOff {
 			id = "(auth disabled)"
-		case id == "":
-			id = "(unknown)"
-		default:
-			id = safe(id) + " (" + safe(r.IdentitySource) + ")"
 		}
 		renewed := "no"
 		if r.Renewed {

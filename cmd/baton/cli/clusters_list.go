@@ -182,10 +182,8 @@ func (g *globals) auditAcross(cmd *cobra.Command) error {
 					continue
 				}
 				rec := a.Record
-				id := "(unknown)"
-				if rec.Identity != "" {
-					id = safe(rec.Identity) + " (" + safe(rec.IdentitySource) + ")"
-				} else if rec.IdentitySource == identityAuthOff {
+				id := auditIdentity(rec)
+				if rec.Identity == "" && rec.IdentitySource == identityAuthOff {
 					id = "(auth disabled)"
 				}
 				t.row(safe(r.Cluster.Name), safe(a.Namespace), rec.Time.UTC().Format(time.RFC3339), safe(rec.Action), safe(rec.Name),

@@ -84,7 +84,11 @@ func runRequest(cmd *cobra.Command, g *globals, kind keys.Kind, name, reason str
 	if cli.Username != "" {
 		by = cli.Username + " (" + by + ")"
 	}
-	m, err := request.Make(octx, cli, g.namespace, kind, name, keys.Prefix(g.namespace, kind, name), reason, by)
+	id, err := g.identity(ctx, cli)
+	if err != nil {
+		return g.failed("read the auth status", err)
+	}
+	m, err := request.Make(octx, cli, g.namespace, kind, name, keys.Prefix(g.namespace, kind, name), reason, by, request.Identity(id))
 	what := fmt.Sprintf("request the release of %s %s", kind, safeQ(name))
 	switch {
 	case errors.Is(err, request.ErrNoHolder):
