@@ -54,8 +54,7 @@ func parseRole(role string) (ns string, access Access, ok bool) {
 	return ns, Access(a), true
 }
 
-// roleAccesses are the access levels of the roles Apply manages, in the
-// order it plans them.
+// roleAccesses are the access levels of the roles Apply manages.
 var roleAccesses = []Access{ReadWrite, Read, Operate, Request}
 
 // Permission is a key range and what may be done on it.
