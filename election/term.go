@@ -172,9 +172,9 @@ type ReleaseRequest = request.Request
 // RequestRelease asks the current leader of election name to step down:
 // its Term receives it on ReleaseRequested and decides. It is for that
 // leader only (a later one never sees it), and is written with an audit
-// record in one transaction guarded by the leader's key; only operators
-// may write the audit trail (package rbac), so for anyone else etcd
-// refuses and nothing is written. It returns an error wrapping
+// record in one transaction guarded by the leader's key; only requesters
+// and operators may write the request records of the audit trail
+// (package rbac), so for anyone else etcd refuses and nothing is written. It returns an error wrapping
 // ErrNotLeader when nobody leads, and ErrInvalid for a bad name or reason.
 func RequestRelease(ctx context.Context, cli *clientv3.Client, name, reason string, opts ...Option) error {
 	return request.Ask(ctx, cli, keys.Election, "election", name, reason, opts, ErrNotLeader)

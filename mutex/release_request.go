@@ -25,9 +25,12 @@ const MaxReasonBytes = request.MaxReasonBytes
 // released by the request itself. It is for the holder it was made to: a
 // later holder never sees it. The request and an audit record (who, when,
 // why, which holder) are written in one transaction guarded by the
-// holder's key, the audit record under the namespace's audit trail, which
-// package rbac grants only to operators: for anyone else etcd refuses the
-// transaction (permission denied) and nothing is written. It returns an
+// holder's key, the audit record under the request records of the
+// namespace's audit trail, which package rbac lets only requesters and
+// operators write: for anyone else etcd refuses the transaction
+// (permission denied) and nothing is written. The request key goes on the
+// holder's lease, which etcd allows only to a user who may write every key
+// attached to that lease. It returns an
 // error wrapping ErrNotHeld when nobody holds the lock, and ErrInvalid for
 // a bad name, an empty or oversized reason, or bad options (of which it
 // uses WithNamespace and WithIdentity).

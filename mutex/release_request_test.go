@@ -75,8 +75,8 @@ func TestReleaseRequestReachesTheHolderOnly(t *testing.T) {
 	_ = l.Unlock(ctx)
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	t.Logf("request → holder told: p50 %v p99 %v (n=%d)", lat[len(lat)/2], lat[len(lat)*99/100], len(lat))
-	if g, _ := cli.Get(ctx, rbac.AuditPrefix(ns), clientv3.WithPrefix(), clientv3.WithCountOnly()); g.Count != 30 {
-		t.Fatalf("%d audit records; want 30", g.Count)
+	if g, _ := cli.Get(ctx, rbac.RequestAuditPrefix(ns), clientv3.WithPrefix(), clientv3.WithCountOnly()); g.Count != 30 {
+		t.Fatalf("%d request records under the audit trail; want 30", g.Count)
 	}
 }
 

@@ -14,18 +14,20 @@ import (
 	"github.com/batonhq/baton/internal/keys"
 )
 
-// Access is what a permission allows on its key range; with Operate, also
-// the access level of a role of a namespace.
+// Access is what a permission allows on its key range; with Operate and
+// Request, also the access level of a role of a namespace.
 type Access string
 
 // The accesses of baton's permissions. Write alone appears only when read
-// from a role someone edited by hand. Operate is no etcd permission but
-// the access level of the operators' role (see OperatorPermissions).
+// from a role someone edited by hand. Operate and Request are no etcd
+// permissions but the access levels of the operators' and the requesters'
+// roles (see RolePermissions).
 const (
 	Read      Access = "read"
 	ReadWrite Access = "readwrite"
 	Write     Access = "write"
 	Operate   Access = "operate"
+	Request   Access = "request"
 )
 
 // rolePrefix marks the roles Apply manages; any other role is never
@@ -35,7 +37,8 @@ const rolePrefix = "baton:"
 
 // RoleName is the etcd role Apply manages for access level access to
 // namespace ns: "baton:<ns>:readwrite" for contenders, "baton:<ns>:read"
-// for observers, "baton:<ns>:operate" for operators.
+// for observers, "baton:<ns>:operate" for operators, "baton:<ns>:request"
+// for requesters.
 func RoleName(ns string, access Access) string { return rolePrefix + ns + ":" + string(access) }
 
 // parseRole reports the namespace and access level of a role Apply manages.
@@ -45,11 +48,14 @@ func parseRole(role string) (ns string, access Access, ok bool) {
 		return "", "", false
 	}
 	ns, a, ok := strings.Cut(rest, ":")
-	if !ok || keys.ValidateNamespace(ns) != nil || (Access(a) != Read && Access(a) != ReadWrite && Access(a) != Operate) {
+	if !ok || keys.ValidateNamespace(ns) != nil || !slices.Contains(roleAccesses, Access(a)) {
 		return "", "", false
 	}
 	return ns, Access(a), true
 }
+
+// roleAccesses are the access levels of the roles Apply manages.
+var roleAccesses = []Access{ReadWrite, Read, Operate, Request}
 
 // Permission is a key range and what may be done on it.
 type Permission struct {
@@ -66,9 +72,16 @@ func NamespacePermission(ns string, access Access) Permission {
 }
 
 // AuditPrefix is the prefix of namespace ns's audit trail (the records of
-// force-unlocks). It lies outside the namespace's prefix, so that the
-// contenders' grant does not cover it: "/<ns>/audit/v1/".
+// force-unlocks and release requests). It lies outside the namespace's
+// prefix, so that the contenders' grant does not cover it:
+// "/<ns>/audit/v1/".
 func AuditPrefix(ns string) string { return "/" + ns + "/audit/v1/" }
+
+// RequestAuditPrefix is the part of namespace ns's audit trail that holds
+// the records of release requests, "/<ns>/audit/v1/request/", so that the
+// requesters' role can write there and nowhere else in the trail. Older
+// versions wrote request records directly under AuditPrefix.
+func RequestAuditPrefix(ns string) string { return AuditPrefix(ns) + "request/" }
 
 // AuditPermission is the permission access on namespace ns's audit trail.
 func AuditPermission(ns string, access Access) Permission {
@@ -76,16 +89,34 @@ func AuditPermission(ns string, access Access) Permission {
 	return Permission{Key: prefix, RangeEnd: clientv3.GetPrefixRangeEnd(prefix), Access: access}
 }
 
+// RequestAuditPermission is the permission access on the request records
+// of namespace ns's audit trail (RequestAuditPrefix).
+func RequestAuditPermission(ns string, access Access) Permission {
+	prefix := RequestAuditPrefix(ns)
+	return Permission{Key: prefix, RangeEnd: clientv3.GetPrefixRangeEnd(prefix), Access: access}
+}
+
 // RolePermissions is every permission of the role of access level access
-// (Read, ReadWrite or Operate) of namespace ns, as Apply grants them:
+// (Read, ReadWrite, Operate or Request) of namespace ns, as Apply grants
+// them:
 //
 //	read       read on the namespace, read on its audit trail
 //	readwrite  readwrite on the namespace, read on its audit trail
 //	operate    readwrite on the namespace and on its audit trail
+//	request    readwrite on the namespace and on the trail's request
+//	           records (RequestAuditPrefix), read on the rest of the trail
+//
+// A request is a key put on the holder's lease, and etcd refuses a put
+// with a lease unless the user may write every key already attached to
+// it: hence readwrite on the whole namespace. A holder whose lease also
+// carries keys of another namespace can only be asked by a user who may
+// write those keys too.
 func RolePermissions(ns string, access Access) []Permission {
 	switch access {
 	case Operate:
 		return []Permission{NamespacePermission(ns, ReadWrite), AuditPermission(ns, ReadWrite)}
+	case Request:
+		return []Permission{NamespacePermission(ns, ReadWrite), AuditPermission(ns, Read), RequestAuditPermission(ns, ReadWrite)}
 	case ReadWrite:
 		return []Permission{NamespacePermission(ns, ReadWrite), AuditPermission(ns, Read)}
 	default:
@@ -151,7 +182,7 @@ type state struct {
 // Apply of the same policy returns nil. It needs an admin client (root)
 // when auth is enabled; it does not enable auth (EnableAuth does).
 //
-// For every namespace p lists, p is the whole truth about baton's three
+// For every namespace p lists, p is the whole truth about baton's four
 // roles of that namespace:
 //   - the roles exist and each holds exactly its RolePermissions (extra
 //     permissions someone added by hand are revoked);
@@ -211,7 +242,7 @@ func Apply(ctx context.Context, cli *clientv3.Client, p Policy, opts ...ApplyOpt
 
 // Show reads from etcd the policy in force: every namespace that has a
 // role Apply manages, with the users holding each role (contenders,
-// observers, operators), sorted. Encode
+// requesters, observers, operators), sorted. Encode
 // turns it into a file Apply accepts. Show needs an admin client when
 // auth is enabled. Of the options, only WithRequestTimeout applies to
 // Show; WithPrune, WithDryRun and WithProgress are refused with ErrInvalid.
@@ -253,6 +284,8 @@ func Show(ctx context.Context, cli *clientv3.Client, opts ...ApplyOption) (Polic
 				n.Contenders = append(n.Contenders, user)
 			case Operate:
 				n.Operators = append(n.Operators, user)
+			case Request:
+				n.Requesters = append(n.Requesters, user)
 			default:
 				n.Observers = append(n.Observers, user)
 			}
@@ -346,7 +379,7 @@ func plan(st state, p Policy, prune bool) []Change {
 		for _, r := range []struct {
 			access Access
 			users  []string
-		}{{ReadWrite, ns.Contenders}, {Read, ns.Observers}, {Operate, ns.Operators}} {
+		}{{ReadWrite, ns.Contenders}, {Read, ns.Observers}, {Operate, ns.Operators}, {Request, ns.Requesters}} {
 			role := RoleName(ns.Name, r.access)
 			want := RolePermissions(ns.Name, r.access)
 			perms, exists := st.roles[role]

@@ -55,14 +55,17 @@ func rolePerms(t *testing.T, cli *clientv3.Client, role string) []rbac.Permissio
 func TestApplyCreatesRolesUsersAndGrantsOnce(t *testing.T) {
 	cli := client(t)
 	ctx := testCtx(t)
-	p := rbac.Policy{Namespaces: []rbac.Namespace{{Name: "ap1", Contenders: []string{"ap1-api"}, Observers: []string{"ap1-ops"}}}}
+	p := rbac.Policy{Namespaces: []rbac.Namespace{{Name: "ap1", Contenders: []string{"ap1-api"}, Observers: []string{"ap1-ops"}, Requesters: []string{"ap1-job"}}}}
 
 	changes, err := rbac.Apply(ctx, cli, p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(changes) != 13 {
-		t.Fatalf("first Apply made %d changes, want 13:\n%s", len(changes), strings.Join(changeStrings(changes), "\n"))
+	if len(changes) != 19 {
+		t.Fatalf("first Apply made %d changes, want 19:\n%s", len(changes), strings.Join(changeStrings(changes), "\n"))
+	}
+	if got := userRoles(t, cli, "ap1-job"); !reflect.DeepEqual(got, []string{"baton:ap1:request"}) {
+		t.Fatalf("requester roles %v", got)
 	}
 	if got := userRoles(t, cli, "ap1-api"); !reflect.DeepEqual(got, []string{"baton:ap1:readwrite"}) {
 		t.Fatalf("contender roles %v", got)
@@ -81,6 +84,13 @@ func TestApplyCreatesRolesUsersAndGrantsOnce(t *testing.T) {
 	}
 	if got, want := rolePerms(t, cli, "baton:ap1:operate"), []rbac.Permission{audit(rbac.ReadWrite), {Key: "/ap1/v1/", RangeEnd: "/ap1/v10", Access: rbac.ReadWrite}}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("operate role perms %v, want %v", got, want)
+	}
+	// etcd lists a role's permissions sorted by key; the request records'
+	// range lies inside the audit trail's and keeps its own access.
+	if got, want := rolePerms(t, cli, "baton:ap1:request"), []rbac.Permission{audit(rbac.Read),
+		{Key: "/ap1/audit/v1/request/", RangeEnd: "/ap1/audit/v1/request0", Access: rbac.ReadWrite},
+		{Key: "/ap1/v1/", RangeEnd: "/ap1/v10", Access: rbac.ReadWrite}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("request role perms %v, want %v", got, want)
 	}
 
 	again, err := rbac.Apply(ctx, cli, p)
@@ -167,7 +177,7 @@ func TestApplyDryRunChangesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(planned) != 11 {
+	if len(planned) != 15 {
 		t.Fatalf("dry run planned %v", changeStrings(planned))
 	}
 	if _, err := cli.RoleGet(ctx, "baton:ap4:readwrite"); err == nil {
@@ -202,8 +212,8 @@ func TestShowReadsBackWhatApplyWrote(t *testing.T) {
 	cli := client(t)
 	ctx := testCtx(t)
 	p := rbac.Policy{Namespaces: []rbac.Namespace{
-		{Name: "ap6b", Contenders: []string{"ap6-z", "ap6-a"}, Observers: []string{"ap6-o"}, Operators: []string{"ap6-p"}},
-		{Name: "ap6a", Observers: []string{"ap6-a"}},
+		{Name: "ap6b", Contenders: []string{"ap6-z", "ap6-a"}, Observers: []string{"ap6-o"}, Operators: []string{"ap6-p"}, Requesters: []string{"ap6-r2", "ap6-r1"}},
+		{Name: "ap6a", Observers: []string{"ap6-a"}, Requesters: []string{"ap6-z"}},
 	}}
 	if _, err := rbac.Apply(ctx, cli, p); err != nil {
 		t.Fatal(err)
@@ -219,8 +229,8 @@ func TestShowReadsBackWhatApplyWrote(t *testing.T) {
 		}
 	}
 	want := []rbac.Namespace{
-		{Name: "ap6a", Observers: []string{"ap6-a"}},
-		{Name: "ap6b", Contenders: []string{"ap6-a", "ap6-z"}, Observers: []string{"ap6-o"}, Operators: []string{"ap6-p"}},
+		{Name: "ap6a", Requesters: []string{"ap6-z"}, Observers: []string{"ap6-a"}},
+		{Name: "ap6b", Contenders: []string{"ap6-a", "ap6-z"}, Requesters: []string{"ap6-r1", "ap6-r2"}, Observers: []string{"ap6-o"}, Operators: []string{"ap6-p"}},
 	}
 	if !reflect.DeepEqual(mine, want) {
 		t.Fatalf("Show = %+v, want %+v", mine, want)
@@ -235,7 +245,7 @@ func TestApplyPruneDeletesUnlistedNamespaces(t *testing.T) {
 	ctx := testCtx(t)
 	both := rbac.Policy{Namespaces: []rbac.Namespace{
 		{Name: "keep", Contenders: []string{"k"}},
-		{Name: "gone", Contenders: []string{"g"}, Observers: []string{"k"}},
+		{Name: "gone", Contenders: []string{"g"}, Observers: []string{"k"}, Requesters: []string{"r"}},
 	}}
 	if _, err := rbac.Apply(ctx, cli, both); err != nil {
 		t.Fatal(err)
@@ -259,6 +269,8 @@ func TestApplyPruneDeletesUnlistedNamespaces(t *testing.T) {
 		"delete-role baton:gone:read",
 		"revoke-role baton:gone:readwrite from user g",
 		"delete-role baton:gone:readwrite",
+		"revoke-role baton:gone:request from user r",
+		"delete-role baton:gone:request",
 	}
 	if got := changeStrings(changes); !reflect.DeepEqual(got, want) {
 		t.Fatalf("prune changes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -267,7 +279,7 @@ func TestApplyPruneDeletesUnlistedNamespaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"baton:keep:operate", "baton:keep:read", "baton:keep:readwrite", "not-baton"}; !reflect.DeepEqual(roles.Roles, want) {
+	if want := []string{"baton:keep:operate", "baton:keep:read", "baton:keep:readwrite", "baton:keep:request", "not-baton"}; !reflect.DeepEqual(roles.Roles, want) {
 		t.Fatalf("roles after prune %v, want %v", roles.Roles, want)
 	}
 	if again, err := rbac.Apply(ctx, cli, onlyKeep, rbac.WithPrune()); err != nil || again != nil {

@@ -1,6 +1,7 @@
 // Package rbac locks down the etcd cluster baton runs on: a declarative
-// policy of who may contend, who may only observe and who may operate
-// (force-unlock) in each namespace, applied as etcd roles; auth enabled with a root user; TLS configurations
+// policy of who may contend, who may also ask a holder to let go, who may
+// only observe and who may operate (force-unlock) in each namespace,
+// applied as etcd roles; auth enabled with a root user; TLS configurations
 // for mutually authenticated connections; and a development CA that makes
 // the certificates for all of it.
 //
@@ -11,13 +12,17 @@
 // the trail is protected by who may write there at all:
 //
 //	role baton:<ns>:readwrite  readwrite on /<ns>/v1/, read on /<ns>/audit/v1/   contenders
+//	role baton:<ns>:request    as readwrite, and readwrite on /<ns>/audit/v1/request/  requesters
 //	role baton:<ns>:read       read      on /<ns>/v1/, read on /<ns>/audit/v1/   observers
 //	role baton:<ns>:operate    readwrite on /<ns>/v1/ and on /<ns>/audit/v1/     operators
 //
 // A service that runs as a contender can therefore neither forge nor
 // erase an audit record; an operator can force-unlock (delete a holder's
 // key and write the record in one transaction) and can, like root, still
-// delete records: keep the operators few and people, not services.
+// delete records: keep the operators few and people, not services. A
+// requester (a waiting job that may ask the holder to let go) writes the
+// request records and nothing else of the trail: it can forge or erase
+// request records, never a force-unlock's, and cannot force-unlock.
 //
 // A contender needs write for every step of holding a lock or leading:
 // the Put of its key, the Delete on release, and the renewal and
@@ -39,7 +44,7 @@
 //
 //   - Apply is idempotent: applying the same policy again makes no change
 //     and returns none. For each namespace listed, the policy is the whole
-//     truth about baton's two roles: users no longer listed lose them and
+//     truth about baton's four roles: users no longer listed lose them and
 //     permissions added by hand are revoked. Namespaces not listed are
 //     left alone unless WithPrune. Apply never deletes a user, never sets
 //     a password, never touches a role not named "baton:…".

@@ -34,6 +34,7 @@ func ExampleApply() {
 namespaces:
   - name: payments
     contenders: [payments-api]
+    requesters: [payments-migrate]
     observers: [oncall]
     operators: [oncall-lead]
 `))
@@ -67,6 +68,12 @@ namespaces:
 	// grant-permission readwrite ["/payments/audit/v1/", "/payments/audit/v10") on role baton:payments:operate
 	// add-user oncall-lead
 	// grant-role baton:payments:operate to user oncall-lead
+	// add-role baton:payments:request
+	// grant-permission readwrite ["/payments/v1/", "/payments/v10") on role baton:payments:request
+	// grant-permission read ["/payments/audit/v1/", "/payments/audit/v10") on role baton:payments:request
+	// grant-permission readwrite ["/payments/audit/v1/request/", "/payments/audit/v1/request0") on role baton:payments:request
+	// add-user payments-migrate
+	// grant-role baton:payments:request to user payments-migrate
 	// second apply: 0 changes, <nil>
 }
 

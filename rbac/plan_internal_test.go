@@ -19,7 +19,7 @@ func perms(ns string, a Access) []*Permission {
 func applied(extra map[string][]*Permission) map[string][]*Permission {
 	out := map[string][]*Permission{}
 	for _, ns := range []string{"pay"} {
-		for _, a := range []Access{ReadWrite, Read, Operate} {
+		for _, a := range []Access{ReadWrite, Read, Operate, Request} {
 			out[RoleName(ns, a)] = perms(ns, a)
 		}
 	}
@@ -29,8 +29,15 @@ func applied(extra map[string][]*Permission) map[string][]*Permission {
 	return out
 }
 
+// withRequesters is p with users as the requesters of its first namespace.
+func withRequesters(p Policy, users ...string) Policy {
+	ns := p.Namespaces[0]
+	ns.Requesters = users
+	return Policy{Namespaces: append([]Namespace{ns}, p.Namespaces[1:]...)}
+}
+
 func TestPlan(t *testing.T) {
-	rw, r := RoleName("pay", ReadWrite), RoleName("pay", Read)
+	rw, r, rq := RoleName("pay", ReadWrite), RoleName("pay", Read), RoleName("pay", Request)
 	pol := Policy{Namespaces: []Namespace{{Name: "pay", Contenders: []string{"api"}, Observers: []string{"ops"}}}}
 	for _, tc := range []struct {
 		name  string
@@ -57,6 +64,10 @@ func TestPlan(t *testing.T) {
 				"add-role baton:pay:operate",
 				`grant-permission readwrite ["/pay/v1/", "/pay/v10") on role baton:pay:operate`,
 				`grant-permission readwrite ["/pay/audit/v1/", "/pay/audit/v10") on role baton:pay:operate`,
+				"add-role baton:pay:request",
+				`grant-permission readwrite ["/pay/v1/", "/pay/v10") on role baton:pay:request`,
+				`grant-permission read ["/pay/audit/v1/", "/pay/audit/v10") on role baton:pay:request`,
+				`grant-permission readwrite ["/pay/audit/v1/request/", "/pay/audit/v1/request0") on role baton:pay:request`,
 			},
 		},
 		{
@@ -129,6 +140,10 @@ func TestPlan(t *testing.T) {
 				"add-role baton:a:operate",
 				`grant-permission readwrite ["/a/v1/", "/a/v10") on role baton:a:operate`,
 				`grant-permission readwrite ["/a/audit/v1/", "/a/audit/v10") on role baton:a:operate`,
+				"add-role baton:a:request",
+				`grant-permission readwrite ["/a/v1/", "/a/v10") on role baton:a:request`,
+				`grant-permission read ["/a/audit/v1/", "/a/audit/v10") on role baton:a:request`,
+				`grant-permission readwrite ["/a/audit/v1/request/", "/a/audit/v1/request0") on role baton:a:request`,
 				"add-role baton:b:readwrite",
 				`grant-permission readwrite ["/b/v1/", "/b/v10") on role baton:b:readwrite`,
 				`grant-permission read ["/b/audit/v1/", "/b/audit/v10") on role baton:b:readwrite`,
@@ -139,7 +154,90 @@ func TestPlan(t *testing.T) {
 				"add-role baton:b:operate",
 				`grant-permission readwrite ["/b/v1/", "/b/v10") on role baton:b:operate`,
 				`grant-permission readwrite ["/b/audit/v1/", "/b/audit/v10") on role baton:b:operate`,
+				"add-role baton:b:request",
+				`grant-permission readwrite ["/b/v1/", "/b/v10") on role baton:b:request`,
+				`grant-permission read ["/b/audit/v1/", "/b/audit/v10") on role baton:b:request`,
+				`grant-permission readwrite ["/b/audit/v1/request/", "/b/audit/v1/request0") on role baton:b:request`,
 			},
+		},
+		{
+			name: "requester listed: the request role granted, nothing else",
+			st: state{
+				roles: applied(nil),
+				users: map[string][]string{"api": {rw}, "ops": {r}, "job": nil},
+			},
+			pol:  withRequesters(pol, "job"),
+			want: []string{"grant-role baton:pay:request to user job"},
+		},
+		{
+			name: "new requester is added as a user",
+			st: state{
+				roles: applied(nil),
+				users: map[string][]string{"api": {rw}, "ops": {r}},
+			},
+			pol:  withRequesters(pol, "job"),
+			want: []string{"add-user job", "grant-role baton:pay:request to user job"},
+		},
+		{
+			name: "contender made a requester moves from one role to the other",
+			st: state{
+				roles: applied(nil),
+				users: map[string][]string{"api": {rw}, "ops": {r}},
+			},
+			pol: Policy{Namespaces: []Namespace{{Name: "pay", Requesters: []string{"api"}, Observers: []string{"ops"}}}},
+			want: []string{
+				"revoke-role baton:pay:readwrite from user api",
+				"grant-role baton:pay:request to user api",
+			},
+		},
+		{
+			name: "requester removed from the policy loses the role",
+			st: state{
+				roles: applied(nil),
+				users: map[string][]string{"api": {rw}, "ops": {r}, "job": {rq}},
+			},
+			pol:  pol,
+			want: []string{"revoke-role baton:pay:request from user job"},
+		},
+		{
+			name: "namespace applied before the request role existed gains it",
+			st: state{
+				roles: func() map[string][]*Permission {
+					m := applied(nil)
+					delete(m, rq)
+					return m
+				}(),
+				users: map[string][]string{"api": {rw}, "ops": {r}},
+			},
+			pol: pol,
+			want: []string{
+				"add-role baton:pay:request",
+				`grant-permission readwrite ["/pay/v1/", "/pay/v10") on role baton:pay:request`,
+				`grant-permission read ["/pay/audit/v1/", "/pay/audit/v10") on role baton:pay:request`,
+				`grant-permission readwrite ["/pay/audit/v1/request/", "/pay/audit/v1/request0") on role baton:pay:request`,
+			},
+		},
+		{
+			name: "request role widened to the whole audit trail is put back",
+			st: state{
+				roles: applied(map[string][]*Permission{rq: {
+					perms("pay", Request)[0],
+					{Key: "/pay/audit/v1/", RangeEnd: "/pay/audit/v10", Access: ReadWrite},
+					perms("pay", Request)[2],
+				}}),
+				users: map[string][]string{"api": {rw}, "ops": {r}},
+			},
+			pol:  pol,
+			want: []string{`grant-permission read ["/pay/audit/v1/", "/pay/audit/v10") on role baton:pay:request`},
+		},
+		{
+			name: "request role without its request records range gets it",
+			st: state{
+				roles: applied(map[string][]*Permission{rq: {perms("pay", Request)[0], perms("pay", Request)[1]}}),
+				users: map[string][]string{"api": {rw}, "ops": {r}},
+			},
+			pol:  pol,
+			want: []string{`grant-permission readwrite ["/pay/audit/v1/request/", "/pay/audit/v1/request0") on role baton:pay:request`},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -164,6 +262,9 @@ func TestParseRole(t *testing.T) {
 		{"baton:payments:readwrite", "payments", ReadWrite, true},
 		{"baton:a.b_c-d:read", "a.b_c-d", Read, true},
 		{"baton:payments:operate", "payments", Operate, true},
+		{"baton:payments:request", "payments", Request, true},
+		{"baton:payments:requests", "", "", false},
+		{"baton:payments:Request", "", "", false},
 		{"baton:payments:write", "", "", false},
 		{"baton:payments", "", "", false},
 		{"baton::read", "", "", false},

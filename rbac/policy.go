@@ -17,15 +17,17 @@ import (
 )
 
 // Policy says, per namespace, which etcd users may contend (hold locks,
-// campaign), which may only observe, and which may operate (force-unlock
-// and write the audit trail). It is the whole of baton's access control:
-// one role per namespace and access level.
+// campaign), which may also ask a holder to let go (request a release),
+// which may only observe, and which may operate (force-unlock and write
+// the audit trail). It is the whole of baton's access control: one role
+// per namespace and access level.
 //
 // In YAML (JSON has the same fields):
 //
 //	namespaces:
 //	  - name: payments
 //	    contenders: [payments-api, payments-batch]
+//	    requesters: [payments-migrate]
 //	    observers: [oncall]
 //	    operators: [oncall-lead]
 type Policy struct {
@@ -42,14 +44,20 @@ type Namespace struct {
 	// Campaign, Unlock, Resign, and the renewal and revocation of a lease
 	// whose keys lie there need.
 	Contenders []string `json:"contenders,omitempty"`
+	// Requesters can do what contenders can and also ask a holder to let
+	// go (mutex.RequestRelease, baton unlock --request): readwrite on the
+	// namespace's prefix and on its request records (RequestAuditPrefix),
+	// read on the rest of the audit trail. They can neither force-unlock
+	// nor write or delete another record of the trail.
+	Requesters []string `json:"requesters,omitempty"`
 	// Observers get read on the prefix: Leader, Candidates, Observe,
 	// Holder, Waiters and listing, but no write of any kind.
 	Observers []string `json:"observers,omitempty"`
 	// Operators get readwrite on the prefix and on the namespace's audit
 	// trail (AuditPrefix): what a force-unlock needs, which deletes a
 	// holder's key in the same transaction as it writes the audit record.
-	// Contenders and observers may read the audit trail but neither write
-	// nor delete it.
+	// They can also request a release. Contenders and observers may read
+	// the audit trail but neither write nor delete it.
 	Operators []string `json:"operators,omitempty"`
 }
 
@@ -180,7 +188,7 @@ func unknownFields(doc any) []string {
 			continue
 		}
 		for _, k := range sortedKeys(ns) {
-			if k != "name" && k != "contenders" && k != "observers" && k != "operators" {
+			if k != "name" && k != "contenders" && k != "requesters" && k != "observers" && k != "operators" {
 				out = append(out, fmt.Sprintf("namespaces[%d]: unknown field %q", i, k))
 			}
 		}
@@ -240,7 +248,7 @@ func (p Policy) Validate() error {
 		for _, list := range []struct {
 			field string
 			users []string
-		}{{"contenders", ns.Contenders}, {"observers", ns.Observers}, {"operators", ns.Operators}} {
+		}{{"contenders", ns.Contenders}, {"requesters", ns.Requesters}, {"observers", ns.Observers}, {"operators", ns.Operators}} {
 			for j, u := range list.users {
 				if err := ValidateUser(u); err != nil {
 					bad("namespace %q %s[%d]: %v", ns.Name, list.field, j, trimInvalid(err))
@@ -254,7 +262,7 @@ func (p Policy) Validate() error {
 					if prev == list.field {
 						bad("namespace %q: user %q is listed twice in %s", ns.Name, u, list.field)
 					} else {
-						bad("namespace %q: user %q is in both %s and %s; list it once (operators can also contend, contenders can also observe)", ns.Name, u, prev, list.field)
+						bad("namespace %q: user %q is in both %s and %s; list it once (operators can also request and contend, requesters can also contend, contenders can also observe)", ns.Name, u, prev, list.field)
 					}
 					continue
 				}
@@ -305,7 +313,7 @@ func ValidateUser(name string) error {
 func (p Policy) normalized() Policy {
 	out := Policy{Namespaces: make([]Namespace, len(p.Namespaces))}
 	for i, ns := range p.Namespaces {
-		out.Namespaces[i] = Namespace{Name: ns.Name, Contenders: sortedCopy(ns.Contenders), Observers: sortedCopy(ns.Observers), Operators: sortedCopy(ns.Operators)}
+		out.Namespaces[i] = Namespace{Name: ns.Name, Contenders: sortedCopy(ns.Contenders), Requesters: sortedCopy(ns.Requesters), Observers: sortedCopy(ns.Observers), Operators: sortedCopy(ns.Operators)}
 	}
 	slices.SortFunc(out.Namespaces, func(a, b Namespace) int { return strings.Compare(a.Name, b.Name) })
 	return out

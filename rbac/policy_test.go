@@ -14,7 +14,7 @@ import (
 func TestParseAcceptsYAMLAndJSON(t *testing.T) {
 	want := rbac.Policy{Namespaces: []rbac.Namespace{
 		{Name: "payments", Contenders: []string{"payments-api", "payments-batch"}, Observers: []string{"oncall"}},
-		{Name: "jobs", Contenders: []string{"scheduler"}},
+		{Name: "jobs", Contenders: []string{"scheduler"}, Requesters: []string{"migrate", "reindex"}},
 	}}
 	for name, doc := range map[string]string{
 		"yaml": `
@@ -25,10 +25,11 @@ namespaces:
       - oncall
   - name: jobs
     contenders: [scheduler]
+    requesters: [migrate, reindex]
 `,
 		"json": `{"namespaces": [
   {"name": "payments", "contenders": ["payments-api", "payments-batch"], "observers": ["oncall"]},
-  {"name": "jobs", "contenders": ["scheduler"]}]}`,
+  {"name": "jobs", "contenders": ["scheduler"], "requesters": ["migrate", "reindex"]}]}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, err := rbac.Parse([]byte(doc))
@@ -66,6 +67,15 @@ func TestParseRejectsBadPolicies(t *testing.T) {
 		{"listed twice", "namespaces:\n  - name: a\n    observers: [x, x]\n", []string{`user "x" is listed twice in observers`}},
 		{"contender and operator", "namespaces:\n  - name: a\n    contenders: [x]\n    operators: [x]\n", []string{`user "x" is in both contenders and operators`}},
 		{"bad operator", "namespaces:\n  - name: a\n    operators: [\"a b\"]\n", []string{`namespace "a" operators[0]`}},
+		{"misspelt requesters", "namespaces:\n  - name: a\n    requester: [x]\n", []string{`namespaces[0]: unknown field "requester"`}},
+		{"requesters not a list", "namespaces:\n  - name: a\n    requesters: x\n", []string{"requesters"}},
+		{"bad requester", "namespaces:\n  - name: a\n    requesters: [ok, \"a;b\"]\n", []string{`namespace "a" requesters[1]`, `"a;b"`}},
+		{"empty requester", "namespaces:\n  - name: a\n    requesters: [\"\"]\n", []string{`requesters[0]`, "must not be empty"}},
+		{"root requester", "namespaces:\n  - name: a\n    requesters: [root]\n", []string{`requesters[0]: user "root" has every permission`}},
+		{"requester listed twice", "namespaces:\n  - name: a\n    requesters: [x, x]\n", []string{`user "x" is listed twice in requesters`}},
+		{"contender and requester", "namespaces:\n  - name: a\n    contenders: [x]\n    requesters: [x]\n", []string{`user "x" is in both contenders and requesters`, "requesters can also contend"}},
+		{"requester and observer", "namespaces:\n  - name: a\n    requesters: [x]\n    observers: [x]\n", []string{`user "x" is in both requesters and observers`}},
+		{"requester and operator", "namespaces:\n  - name: a\n    requesters: [x]\n    operators: [x]\n", []string{`user "x" is in both requesters and operators`, "operators can also request"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := rbac.Parse([]byte(tc.doc))
@@ -99,6 +109,7 @@ func TestUserInTwoNamespacesIsAllowed(t *testing.T) {
 	p := rbac.Policy{Namespaces: []rbac.Namespace{
 		{Name: "a", Contenders: []string{"u"}},
 		{Name: "b", Observers: []string{"u"}},
+		{Name: "c", Requesters: []string{"u"}},
 	}}
 	if err := p.Validate(); err != nil {
 		t.Fatal(err)
@@ -107,7 +118,7 @@ func TestUserInTwoNamespacesIsAllowed(t *testing.T) {
 
 func TestEncodeRoundTrips(t *testing.T) {
 	p := rbac.Policy{Namespaces: []rbac.Namespace{
-		{Name: "z", Contenders: []string{"b", "a"}},
+		{Name: "z", Contenders: []string{"b", "a"}, Requesters: []string{"r2", "r1"}},
 		{Name: "a", Observers: []string{"x"}},
 	}}
 	data, err := rbac.Encode(p)
@@ -120,7 +131,7 @@ func TestEncodeRoundTrips(t *testing.T) {
 	}
 	want := rbac.Policy{Namespaces: []rbac.Namespace{
 		{Name: "a", Observers: []string{"x"}},
-		{Name: "z", Contenders: []string{"a", "b"}},
+		{Name: "z", Contenders: []string{"a", "b"}, Requesters: []string{"r1", "r2"}},
 	}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v, want %+v (sorted)", got, want)
@@ -173,6 +184,7 @@ func TestValidateUser(t *testing.T) {
 // valid, and that Encode of it parses back to the same policy.
 func FuzzParse(f *testing.F) {
 	f.Add([]byte("namespaces:\n  - name: a\n    contenders: [x]\n    observers: [y]\n"))
+	f.Add([]byte("namespaces:\n  - name: a\n    requesters: [r]\n    operators: [o]\n"))
 	f.Add([]byte(`{"namespaces":[{"name":"jobs","contenders":["s"]}]}`))
 	f.Add([]byte("namespaces: []\n"))
 	f.Add([]byte("namespaces:\n  - name: a\n    name: a\n"))

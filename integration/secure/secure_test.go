@@ -511,6 +511,7 @@ func TestRevokedRoleEndsTheHold(t *testing.T) {
 		"delete-role baton:temporary:read",
 		"revoke-role baton:temporary:readwrite from user " + tempApp,
 		"delete-role baton:temporary:readwrite",
+		"delete-role baton:temporary:request",
 	}
 	if got := changeStrings(changes); !reflect.DeepEqual(got, want) {
 		t.Fatalf("prune changes %v, want %v", got, want)

@@ -2,9 +2,13 @@
 //
 // A request is a key /<ns>/v1/release/<kind>/<escaped name>/<token>,
 // put on the holder's lease in a transaction guarded by the holder key's
-// CreateRevision, together with an audit record under the namespace's
-// audit trail (rbac.AuditPrefix), which only operators (and root) may
-// write: a user without that right is refused and nothing is written. The
+// CreateRevision, together with an audit record under the request records
+// of the namespace's audit trail (rbac.RequestAuditPrefix), which only
+// requesters, operators (and root) may write: a user without that right is
+// refused and nothing is written. The put on the holder's lease also needs
+// write permission on every key already attached to that lease (etcd
+// checks it), so a holder whose lease carries keys of other namespaces can
+// only be asked by a user who may write those too. The
 // token in the key makes the request the holder's alone: the next holder
 // of the name has another token and never sees it. A request releases
 // nothing by itself.
@@ -72,10 +76,26 @@ type auditRecord struct {
 	Lease    string    `json:"lease"`
 	Reason   string    `json:"reason"`
 	Identity string    `json:"etcd_identity"`
+	Source   string    `json:"etcd_identity_source,omitempty"`
 	By       string    `json:"requested_by"`
 	OSUser   string    `json:"os_user"`
 	Host     string    `json:"host"`
 	Result   string    `json:"result"`
+}
+
+// Identity is the etcd user a request was authenticated as, for its
+// audit record: Name, and Source, how etcd knew it ("user" for a user name
+// and password, "certificate" for a client certificate's CN, "auth
+// disabled" when nobody is authenticated). Both empty when unknown.
+type Identity struct{ Name, Source string }
+
+// ClientIdentity is the identity of a client that authenticates with a
+// user name (cli.Username), else unknown.
+func ClientIdentity(cli *clientv3.Client) Identity {
+	if cli.Username == "" {
+		return Identity{}
+	}
+	return Identity{Name: cli.Username, Source: "user"}
 }
 
 // Made is what Make did.
@@ -85,10 +105,12 @@ type Made struct {
 }
 
 // Make asks the oldest contender under queue (the holder of kind/name in
-// namespace ns) to let go, with reason, as by. It returns ErrNoHolder
+// namespace ns) to let go, with reason, as by, recording id as the etcd
+// identity that asked. It returns ErrNoHolder
 // when nobody holds; a permission error (from etcd) when the user may not
-// write the audit trail, having written nothing.
-func Make(ctx context.Context, cli *clientv3.Client, ns string, kind keys.Kind, name, queue, reason, by string) (Made, error) {
+// write the request records of the audit trail (or a key on the holder's
+// lease), having written nothing.
+func Make(ctx context.Context, cli *clientv3.Client, ns string, kind keys.Kind, name, queue, reason, by string, id Identity) (Made, error) {
 	osUser, host := "", ""
 	if u, err := user.Current(); err == nil {
 		osUser = u.Username
@@ -109,12 +131,12 @@ func Make(ctx context.Context, cli *clientv3.Client, ns string, kind keys.Kind, 
 		kv := g.Kvs[0]
 		now := time.Now().UTC()
 		lease := clientv3.LeaseID(kv.Lease)
-		akey := rbac.AuditPrefix(ns) + now.Format("20060102T150405.000000000Z") + "-request-" + strconv.FormatInt(kv.CreateRevision, 10)
+		akey := rbac.RequestAuditPrefix(ns) + now.Format("20060102T150405.000000000Z") + "-request-" + strconv.FormatInt(kv.CreateRevision, 10)
 		m := Made{Request: Request{Reason: reason, By: by, At: now, Key: string(kv.Key), Token: kv.CreateRevision, Audit: akey}, Holder: string(kv.Value)}
 		rb, _ := json.Marshal(m.Request)
 		ab, _ := json.Marshal(auditRecord{Time: now, Action: "request-release", Kind: string(kind), Name: name, Key: m.Key,
-			Holder: m.Holder, Token: m.Token, Lease: strconv.FormatInt(int64(lease), 16), Reason: reason, Identity: cli.Username,
-			By: by, OSUser: osUser, Host: host, Result: "requested"})
+			Holder: m.Holder, Token: m.Token, Lease: strconv.FormatInt(int64(lease), 16), Reason: reason, Identity: id.Name,
+			Source: id.Source, By: by, OSUser: osUser, Host: host, Result: "requested"})
 		var resp *clientv3.TxnResponse
 		err = retry.Do(ctx, func(actx context.Context) (err error) { // the same puts again: safe to repeat
 			resp, err = cli.Txn(clientv3.WithRequireLeader(actx)).
@@ -216,7 +238,7 @@ func Ask(ctx context.Context, cli *clientv3.Client, kind keys.Kind, noun, name, 
 	if cli.Username != "" {
 		by = cli.Username + " (" + by + ")"
 	}
-	_, err = Make(ctx, cli, cfg.Namespace, kind, name, keys.Prefix(cfg.Namespace, kind, name), reason, by)
+	_, err = Make(ctx, cli, cfg.Namespace, kind, name, keys.Prefix(cfg.Namespace, kind, name), reason, by, ClientIdentity(cli))
 	if errors.Is(err, ErrNoHolder) {
 		return fmt.Errorf("%w: nobody holds %s %q: %w", notHeld, noun, name, err)
 	}

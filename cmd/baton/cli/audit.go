@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/user"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,8 +22,10 @@ import (
 
 // The audit trail lives under rbac.AuditPrefix(ns), outside the
 // namespace's prefix, so that the namespace's contenders cannot write or
-// delete it; only operators (and root) can. Records of older versions
-// under /<ns>/v1/audit/, where contenders could write, are not shown.
+// delete it; only operators (and root) can, and requesters can write the
+// records of release requests under rbac.RequestAuditPrefix(ns). Records
+// of older versions under /<ns>/v1/audit/, where contenders could write,
+// are not shown.
 
 // auditRecord is one forced release.
 type auditRecord struct {
@@ -62,6 +65,28 @@ func auditPrefix(ns string) string { return rbac.AuditPrefix(ns) }
 
 // legacyAuditPrefix is where older versions wrote, inside the namespace.
 func legacyAuditPrefix(ns string) string { return keys.KindPrefix(ns, keys.Audit) }
+
+// auditOrder is what orders an audit key of namespace ns by time: the key
+// below the trail's prefix, less the request records' sub-prefix, so that
+// a request record (under rbac.RequestAuditPrefix, or directly under the
+// trail where older versions wrote it) falls among the force-unlocks at
+// its time. Every record's key below that starts with its UTC time in a
+// fixed-width form.
+func auditOrder(ns, key string) string {
+	rest := strings.TrimPrefix(key, auditPrefix(ns))
+	return strings.TrimPrefix(rest, rbac.RequestAuditPrefix(ns)[len(auditPrefix(ns)):])
+}
+
+// sortAudit puts the entries of namespace ns in time order (auditOrder),
+// the key breaking ties.
+func sortAudit(ns string, entries []auditEntry) {
+	slices.SortFunc(entries, func(a, b auditEntry) int {
+		if c := strings.Compare(auditOrder(ns, a.Key), auditOrder(ns, b.Key)); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Key, b.Key)
+	})
+}
 
 // auditKey orders records by time; the lease makes it unique.
 func auditKey(ns string, t time.Time, lease clientv3.LeaseID) string {
@@ -129,6 +154,19 @@ func whoAmI() (osUser, host string) {
 		return u.Username, host
 	}
 	return dash(os.Getenv("USER")), host
+}
+
+// auditIdentity is a record's etcd identity as a table shows it, escaped:
+// "name (source)", the name alone when the record does not say how etcd
+// knew it, "(unknown)" without a name.
+func auditIdentity(r auditRecord) string {
+	switch {
+	case r.Identity == "":
+		return "(unknown)"
+	case r.IdentitySource == "":
+		return safe(r.Identity)
+	}
+	return safe(r.Identity) + " (" + safe(r.IdentitySource) + ")"
 }
 
 func mustJSON(v any) string {
@@ -212,14 +250,9 @@ func writeAudit(w io.Writer, asJSON bool, v auditView) error {
 			continue
 		}
 		r := e.Record
-		id := r.Identity
-		switch {
-		case r.IdentitySource == identityAuthOff:
+		id := auditIdentity(r)
+		if r.IdentitySource == identityAuthOff {
 			id = "(auth disabled)"
-		case id == "":
-			id = "(unknown)"
-		default:
-			id = safe(id) + " (" + safe(r.IdentitySource) + ")"
 		}
 		renewed := "no"
 		if r.Renewed {
@@ -234,14 +267,16 @@ func writeAudit(w io.Writer, asJSON bool, v auditView) error {
 func newAuditCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "audit",
-		Short: "List the forced releases (unlock, resign) of the namespace, oldest first",
-		Long: `List the audit trail of the namespace: every force-unlock and forced
-resignation, with the etcd identity that did it (the --user name or the
-client certificate's CN, as etcd authenticated it), the OS user and host it
-came from (as that machine said, unverified), the holder, token and reason.
-The trail lies under /<namespace>/audit/v1/, which the namespace's
-contenders can read but neither write nor delete. A value that is not a
-record is shown as MALFORMED, never skipped.`,
+		Short: "List the forced releases (unlock, resign) and release requests of the namespace, oldest first",
+		Long: `List the audit trail of the namespace: every force-unlock, forced
+resignation and release request, oldest first, with the etcd identity that
+did it (the --user name or the client certificate's CN, as etcd
+authenticated it), the OS user and host it came from (as that machine said,
+unverified), the holder, token and reason. The trail lies under
+/<namespace>/audit/v1/, which the namespace's contenders can read but
+neither write nor delete; release requests lie under
+/<namespace>/audit/v1/request/, which the namespace's requesters may write
+too. A value that is not a record is shown as MALFORMED, never skipped.`,
 		Example: `  baton audit
   baton audit --namespace payments -o json`,
 		Args: args(0, 0),
@@ -266,6 +301,7 @@ record is shown as MALFORMED, never skipped.`,
 			for _, kv := range resp.Kvs {
 				v.Entries = append(v.Entries, parseAudit(string(kv.Key), kv.Value))
 			}
+			sortAudit(g.namespace, v.Entries)
 			if old, err := cli.Get(octx, legacyAuditPrefix(g.namespace), clientv3.WithPrefix(), clientv3.WithCountOnly()); err == nil && old.Count > 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "baton: %d record(s) under %s, where older versions wrote and contenders could write, are not shown\n",
 					old.Count, legacyAuditPrefix(g.namespace))

@@ -111,8 +111,9 @@ type clusterAudit struct {
 	auditEntry
 }
 
-// auditAcross lists the force-unlock records of every namespace of every
-// cluster.
+// auditAcross lists the audit records (force-unlocks and release
+// requests) of every namespace of every cluster, each namespace's in time
+// order.
 func (g *globals) auditAcross(cmd *cobra.Command) error {
 	ctx := cmd.Context()
 	res, err := eachCluster(ctx, g, func(ctx context.Context, cg *globals, cli *clientv3.Client, _ router.Cluster, nss []string) ([]clusterAudit, error) {
@@ -125,8 +126,13 @@ func (g *globals) auditAcross(cmd *cobra.Command) error {
 			if err != nil {
 				return nil, cg.failed("read audit records of "+ns, err)
 			}
+			entries := make([]auditEntry, 0, len(resp.Kvs))
 			for _, kv := range resp.Kvs {
-				out = append(out, clusterAudit{Namespace: ns, auditEntry: parseAudit(string(kv.Key), kv.Value)})
+				entries = append(entries, parseAudit(string(kv.Key), kv.Value))
+			}
+			sortAudit(ns, entries)
+			for _, e := range entries {
+				out = append(out, clusterAudit{Namespace: ns, auditEntry: e})
 			}
 		}
 		return out, nil
@@ -176,10 +182,8 @@ func (g *globals) auditAcross(cmd *cobra.Command) error {
 					continue
 				}
 				rec := a.Record
-				id := "(unknown)"
-				if rec.Identity != "" {
-					id = safe(rec.Identity) + " (" + safe(rec.IdentitySource) + ")"
-				} else if rec.IdentitySource == identityAuthOff {
+				id := auditIdentity(rec)
+				if rec.Identity == "" && rec.IdentitySource == identityAuthOff {
 					id = "(auth disabled)"
 				}
 				t.row(safe(r.Cluster.Name), safe(a.Namespace), rec.Time.UTC().Format(time.RFC3339), safe(rec.Action), safe(rec.Name),

@@ -18,7 +18,8 @@ import (
 
 // `baton unlock NAME --request --reason TEXT` asks the holder of a lock to
 // let go (see package internal/request: a request on the holder's lease,
-// audited in the same transaction, which only operators may write).
+// audited in the same transaction, which only requesters and operators may
+// write).
 // `baton lock` passes a request to its command as --release-signal
 // (SIGTERM by default), then SIGKILL after --grace, and releases the lock
 // once the command has exited; without a command it releases at once.
@@ -83,13 +84,18 @@ func runRequest(cmd *cobra.Command, g *globals, kind keys.Kind, name, reason str
 	if cli.Username != "" {
 		by = cli.Username + " (" + by + ")"
 	}
-	m, err := request.Make(octx, cli, g.namespace, kind, name, keys.Prefix(g.namespace, kind, name), reason, by)
+	id, err := g.identity(ctx, cli)
+	if err != nil {
+		return g.failed("read the auth status", err)
+	}
+	m, err := request.Make(octx, cli, g.namespace, kind, name, keys.Prefix(g.namespace, kind, name), reason, by, request.Identity(id))
 	what := fmt.Sprintf("request the release of %s %s", kind, safeQ(name))
 	switch {
 	case errors.Is(err, request.ErrNoHolder):
 		return fmt.Errorf("%s: nobody holds it", what)
 	case err != nil && isPermissionDenied(err):
-		return g.permissionDenied(what, "the operators access level of namespace "+safeQ(g.namespace)+" (a request is written with its audit record)", err)
+		return g.permissionDenied(what, "the requesters (or operators) access level of namespace "+safeQ(g.namespace)+
+			" (a request is written with its audit record, on the holder's lease: every key on that lease must be writable too)", err)
 	case err != nil:
 		return g.failed(what, err)
 	}

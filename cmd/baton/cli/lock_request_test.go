@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -106,8 +108,9 @@ func TestUnlockRequestUsageErrors(t *testing.T) {
 }
 
 // TestUnlockRequestRefusedWithoutTheRight: a contender may lock but not
-// ask for a release (the request's audit record takes the operators
-// access level): exit 78 and nothing written; an operator may.
+// ask for a release (the request's audit record takes the requesters or
+// the operators access level): exit 78 and nothing written; an operator
+// may.
 func TestUnlockRequestRefusedWithoutTheRight(t *testing.T) {
 	as := startSecureDev(t, "worker,oncall,root", "namespaces:\n  - name: jobs\n    contenders: [worker]\n    operators: [oncall]\n")
 	held := make(chan struct{})
@@ -165,5 +168,154 @@ func TestResignRequestStopsTheLeadersCommand(t *testing.T) {
 	}
 	if code, lout, _ := run(ctx, t, ns, "leader", "sched"); code == ExitOK && strings.Contains(lout, "host-a") {
 		t.Fatalf("host-a still leads: %s", lout)
+	}
+}
+
+// TestUnlockRequestByARequester: a user listed under requesters may ask
+// the holder to let go, and the holder's command ends; the record lies
+// under the request records of the trail, with the requester's etcd
+// identity, and baton audit shows it to the requester. The same user's
+// --force is refused (exit 78) and writes nothing.
+func TestUnlockRequestByARequester(t *testing.T) {
+	as := startSecureDev(t, "worker,waiting-job,oncall,root",
+		"namespaces:\n  - name: jobs\n    contenders: [worker]\n    requesters: [waiting-job]\n    operators: [oncall]\n")
+	held := make(chan struct{})
+	go func() {
+		defer close(held)
+		_, _, _ = as("worker", "--namespace", "jobs", "lock", "nightly", "--", "sleep", "30")
+	}()
+	waitFor(t, func() bool {
+		code, out, _ := as("waiting-job", "--namespace", "jobs", "locks")
+		return code == ExitOK && strings.Contains(out, "nightly")
+	})
+	code, _, errOut := as("waiting-job", "--namespace", "jobs", "unlock", "nightly", "--force", "--reason", "mine now")
+	if code != ExitDenied || !strings.Contains(errOut, "permission denied") {
+		t.Fatalf("a requester's force-unlock: exit %d, want %d: %s", code, ExitDenied, errOut)
+	}
+	if code, out, errOut := as("root", "--namespace", "jobs", "-o", "json", "audit"); code != ExitOK || strings.Contains(out, `"action"`) {
+		t.Fatalf("the refused force left an audit record (exit %d): %s%s", code, out, errOut)
+	}
+	select {
+	case <-held:
+		t.Fatal("the worker's command ended after a refused force")
+	case <-time.After(500 * time.Millisecond):
+	}
+
+	code, rout, errOut := as("waiting-job", "--namespace", "jobs", "-o", "json", "unlock", "nightly", "--request", "--reason", "reindex waits")
+	if code != ExitOK {
+		t.Fatalf("a requester's request: exit %d: %s%s", code, rout, errOut)
+	}
+	var made struct {
+		Audit string `json:"audit_key"`
+	}
+	if err := json.Unmarshal([]byte(rout), &made); err != nil || !strings.HasPrefix(made.Audit, "/jobs/audit/v1/request/") {
+		t.Fatalf("audit key %q (%v), want it under /jobs/audit/v1/request/: %s", made.Audit, err, rout)
+	}
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the worker's lock did not end after the requester's request")
+	}
+	code, aout, errOut := as("waiting-job", "--namespace", "jobs", "audit")
+	if code != ExitOK || !strings.Contains(aout, "request-release") || !strings.Contains(aout, "waiting-job (certificate)") ||
+		!strings.Contains(aout, "reindex waits") {
+		t.Fatalf("baton audit as the requester (exit %d):\n%s%s", code, aout, errOut)
+	}
+	code, jout, _ := as("oncall", "--namespace", "jobs", "-o", "json", "audit")
+	var listed struct {
+		Records []struct {
+			Key    string `json:"audit_key"`
+			Action string `json:"action"`
+		} `json:"records"`
+	}
+	if err := json.Unmarshal([]byte(jout), &listed); code != ExitOK || err != nil || len(listed.Records) != 1 ||
+		listed.Records[0].Key != made.Audit || listed.Records[0].Action != actionRequestRelease {
+		t.Fatalf("audit records (exit %d, %v): %s", code, err, jout)
+	}
+}
+
+// TestAuditListsEveryRecordInTimeOrder: force-unlock records, request
+// records under the request sub-prefix and request records where older
+// versions wrote them (directly under the trail) are listed together,
+// oldest first, in JSON and in the table.
+func TestAuditListsEveryRecordInTimeOrder(t *testing.T) {
+	ctx := etcdtest.Context(t, 20*time.Second)
+	const ns = "cliauditorder"
+	cli := srv.Client(t)
+	rec := func(at, action, name string) string {
+		return `{"time":"` + at + `","action":"` + action + `","kind":"lock","name":"` + name + `"}`
+	}
+	put := []struct{ key, value string }{
+		{rbac.AuditPrefix(ns) + "20260301T120003.000000000Z-694d7f1c2a3b0005", rec("2026-03-01T12:00:03Z", "force-unlock", "d")},
+		{rbac.RequestAuditPrefix(ns) + "20260301T120002.000000000Z-request-9", rec("2026-03-01T12:00:02Z", "request-release", "c")},
+		{rbac.AuditPrefix(ns) + "20260301T120001.000000000Z-request-7", rec("2026-03-01T12:00:01Z", "request-release", "b")},
+		{rbac.AuditPrefix(ns) + "20260301T120000.000000000Z-694d7f1c2a3b0001", rec("2026-03-01T12:00:00Z", "force-unlock", "a")},
+		{rbac.RequestAuditPrefix(ns) + "20260301T120004.000000000Z-request-11", rec("2026-03-01T12:00:04Z", "request-release", "e")},
+	}
+	for _, p := range put {
+		if _, err := cli.Put(ctx, p.key, p.value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, jout, errOut := run(ctx, t, ns, "-o", "json", "audit")
+	var listed struct {
+		Records []struct {
+			Name string `json:"name"`
+		} `json:"records"`
+	}
+	if err := json.Unmarshal([]byte(jout), &listed); code != ExitOK || err != nil {
+		t.Fatalf("audit -o json: exit %d, %v: %s%s", code, err, jout, errOut)
+	}
+	var names []string
+	for _, r := range listed.Records {
+		names = append(names, r.Name)
+	}
+	if want := []string{"a", "b", "c", "d", "e"}; !slices.Equal(names, want) {
+		t.Fatalf("records in the order %v, want %v (time order)", names, want)
+	}
+	code, tout, _ := run(ctx, t, ns, "audit")
+	lines := strings.Split(strings.TrimSpace(tout), "\n")
+	if code != ExitOK || len(lines) != 6 {
+		t.Fatalf("audit table (exit %d):\n%s", code, tout)
+	}
+	for i, want := range []string{"12:00:00Z  force-unlock", "12:00:01Z  request-release", "12:00:02Z  request-release",
+		"12:00:03Z  force-unlock", "12:00:04Z  request-release"} {
+		if !strings.Contains(lines[i+1], want) {
+			t.Fatalf("table row %d is %q, want %q:\n%s", i+1, lines[i+1], want, tout)
+		}
+	}
+}
+
+// TestSortAudit orders by the time in the key, wherever the request
+// records lie, and leaves a key without a time (malformed) in key order.
+func TestSortAudit(t *testing.T) {
+	const ns = "s"
+	keys := []string{
+		"/s/audit/v1/request/20260301T120002.000000000Z-request-3",
+		"/s/audit/v1/junk",
+		"/s/audit/v1/20260301T120001.000000000Z-request-2",
+		"/s/audit/v1/20260301T120003.000000000Z-4",
+		"/s/audit/v1/20260301T120000.000000000Z-1",
+		"/s/audit/v1/request/20260301T120000.000000000Z-request-0",
+	}
+	var es []auditEntry
+	for _, k := range keys {
+		es = append(es, auditEntry{Key: k})
+	}
+	sortAudit(ns, es)
+	var got []string
+	for _, e := range es {
+		got = append(got, e.Key)
+	}
+	want := []string{
+		"/s/audit/v1/20260301T120000.000000000Z-1",
+		"/s/audit/v1/request/20260301T120000.000000000Z-request-0",
+		"/s/audit/v1/20260301T120001.000000000Z-request-2",
+		"/s/audit/v1/request/20260301T120002.000000000Z-request-3",
+		"/s/audit/v1/20260301T120003.000000000Z-4",
+		"/s/audit/v1/junk",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("sorted:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -77,6 +77,21 @@ func TestOutputGolden(t *testing.T) {
 			Holder: "db-2:77", Token: 30, Lease: "694d7f1c2a3b0005", TTLLeft: 4, Renewed: false,
 			Reason: "db-2 powered off", Identity: "ops", IdentitySource: identityCertificate, OSUser: "alice", Host: "laptop", Result: resultDeleted,
 		},
+	}, {
+		Key: "/baton/audit/v1/request/20260301T120000.500000000Z-request-30",
+		Record: auditRecord{
+			Time: t0.Add(500 * time.Millisecond), Action: actionRequestRelease, Kind: "lock", Name: "migrate", Key: "/baton/v1/lock/migrate/694d7f1c2a3b0005",
+			Holder: "db-2:77", Token: 30, Lease: "694d7f1c2a3b0005", Reason: "reindex waits\x1b[2J", Identity: "reindex-job",
+			IdentitySource: identityCertificate, OSUser: "svc", Host: "batch-3", Result: "requested",
+		},
+	}, {
+		// As older versions wrote a request: directly under the trail, the
+		// etcd identity without its source.
+		Key: "/baton/audit/v1/20260301T120000.700000000Z-request-30",
+		Record: auditRecord{
+			Time: t0.Add(700 * time.Millisecond), Action: actionRequestRelease, Kind: "lock", Name: "migrate", Key: "/baton/v1/lock/migrate/694d7f1c2a3b0005",
+			Holder: "db-2:77", Token: 30, Lease: "694d7f1c2a3b0005", Reason: "deploy", Identity: "deployer", OSUser: "bob", Host: "ci-1", Result: "requested",
+		},
 	}, parseAudit("/baton/audit/v1/20260301T120001.000000000Z-1", []byte("not json\x1b[2J"))}}
 	observe := []observeEvent{
 		{Time: t0, Election: "scheduler", Leader: election.Leader{Revision: 7}},

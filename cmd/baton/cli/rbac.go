@@ -35,9 +35,11 @@ func newRBACApplyCmd(g *globals) *cobra.Command {
 		Use:   "apply -f POLICY [--dry-run] [--prune]",
 		Short: "Make etcd's roles and users match a policy file",
 		Long: `Read a policy (YAML or JSON; unknown fields are errors) and make etcd's auth
-state match it: roles baton:NS:readwrite for contenders, baton:NS:read for
-observers and baton:NS:operate for operators (who may force-unlock and write
-the audit trail under /NS/audit/v1/, which contenders can only read); missing users
+state match it: roles baton:NS:readwrite for contenders, baton:NS:request for
+requesters (contenders who may also ask a holder to let go, and write the
+request records under /NS/audit/v1/request/), baton:NS:read for observers and
+baton:NS:operate for operators (who may force-unlock and write the audit trail
+under /NS/audit/v1/, which contenders can only read); missing users
 created without a password (they authenticate by client certificate); roles
 granted, and revoked from users the policy no longer lists. Namespaces not in
 the file are left alone unless --prune. Prints each change; a second run prints

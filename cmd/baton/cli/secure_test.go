@@ -89,15 +89,15 @@ func TestRBACApplyIsIdempotentAndShowReadsItBack(t *testing.T) {
 	ctx := testContext(t)
 	// Names of its own per run: the roles it applies stay in etcd.
 	u := runSuffix()
-	policy := writePolicy(t, fmt.Sprintf("namespaces:\n  - name: cli-rbac-%s\n    contenders: [cli-app-%s]\n    observers: [cli-ops-%s]\n", u, u, u))
+	policy := writePolicy(t, fmt.Sprintf("namespaces:\n  - name: cli-rbac-%s\n    contenders: [cli-app-%s]\n    requesters: [cli-job-%s]\n    observers: [cli-ops-%s]\n", u, u, u, u))
 
 	code, out, errOut := run(ctx, t, "", "rbac", "apply", "-f", policy, "--dry-run")
 	if code != ExitOK || !strings.Contains(out, fmt.Sprintf("would grant-role baton:cli-rbac-%s:readwrite to user cli-app-%s", u, u)) {
 		t.Fatalf("dry run exited %d:\n%s%s", code, out, errOut)
 	}
 	code, out, errOut = run(ctx, t, "", "rbac", "apply", "-f", policy)
-	if code != ExitOK || len(strings.Split(strings.TrimSpace(out), "\n")) != 13 {
-		t.Fatalf("apply exited %d, want 13 changes:\n%s%s", code, out, errOut)
+	if code != ExitOK || len(strings.Split(strings.TrimSpace(out), "\n")) != 19 {
+		t.Fatalf("apply exited %d, want 19 changes:\n%s%s", code, out, errOut)
 	}
 	code, out, errOut = run(ctx, t, "", "rbac", "apply", "-f", policy)
 	if code != ExitOK || strings.TrimSpace(out) != "no changes" {
@@ -119,7 +119,8 @@ func TestRBACApplyIsIdempotentAndShowReadsItBack(t *testing.T) {
 	found := false
 	for _, ns := range shown.Namespaces {
 		if ns.Name == "cli-rbac-"+u {
-			found = len(ns.Contenders) == 1 && ns.Contenders[0] == "cli-app-"+u && len(ns.Observers) == 1 && ns.Observers[0] == "cli-ops-"+u
+			found = len(ns.Contenders) == 1 && ns.Contenders[0] == "cli-app-"+u && len(ns.Observers) == 1 && ns.Observers[0] == "cli-ops-"+u &&
+				len(ns.Requesters) == 1 && ns.Requesters[0] == "cli-job-"+u
 		}
 	}
 	if !found {
@@ -238,7 +239,7 @@ func TestRBACApplyAndShowWarnWhenAuthIsOff(t *testing.T) {
 	}
 }
 
-// TestRBACApplyBoundsEachRequestNotTheWhole applies about 240 changes with
+// TestRBACApplyBoundsEachRequestNotTheWhole applies about 600 changes with
 // a --command-timeout far below the time they take together.
 func TestRBACApplyBoundsEachRequestNotTheWhole(t *testing.T) {
 	ctx := testContext(t)
@@ -256,8 +257,10 @@ func TestRBACApplyBoundsEachRequestNotTheWhole(t *testing.T) {
 	if code != ExitOK {
 		t.Fatalf("apply exited %d after %v: %s", code, took, errOut)
 	}
-	if lines := strings.Count(out, "\n"); lines != 11*n+2 { // 11: each role also reads the audit trail
-		t.Fatalf("%d changes printed, want %d", lines, 11*n+2)
+	// 15: four roles, each also reading the audit trail (the request role
+	// writing its request records), two users and their grants.
+	if lines := strings.Count(out, "\n"); lines != 15*n+2 {
+		t.Fatalf("%d changes printed, want %d", lines, 15*n+2)
 	}
 	if took < time.Second {
 		t.Logf("apply took %v: too fast to show the bound", took)

@@ -616,7 +616,11 @@ func (s *uiState) loadAudit(resp *clientv3.GetResponse) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.audit = nil
-	for _, kv := range resp.Kvs {
+	kvs := slices.Clone(resp.Kvs)
+	slices.SortStableFunc(kvs, func(a, b *mvccpb.KeyValue) int {
+		return strings.Compare(auditOrder(s.ns, string(a.Key)), auditOrder(s.ns, string(b.Key)))
+	})
+	for _, kv := range kvs {
 		s.addAudit(kv)
 	}
 	s.notify()

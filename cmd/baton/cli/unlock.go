@@ -75,8 +75,9 @@ nothing: a program using package mutex sees it on its Lock's
 ReleaseRequested, and baton lock passes it to its command as a signal
 (--release-signal, SIGTERM by default) and releases once the command has
 exited. The request is for that holder only (a later holder never sees
-it), and is written with an audit record, which takes the operators
-access level (exit 78 without it; nothing is written).
+it), and is written with an audit record, which takes the requesters (or
+operators) access level of the namespace (exit 78 without it; nothing is
+written). A requester cannot --force.
 
 Elections have their own command: baton resign NAME --force.`,
 		Example: `  baton unlock nightly-report --force --reason "host db-7 died, INC-4411"
