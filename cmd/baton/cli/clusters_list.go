@@ -11,39 +11,27 @@ import (
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/batonhq/baton/internal/keys"
-	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/router"
 )
 
 // clusterLock is a lock of a fanned-out `baton locks`.
-type clusterLock struct {
-	Namespace string
-	lockRow
-}
+// nsLocks is what baton locks shows of one namespace of a cluster.
+type nsLocks = locksView
 
-// locksAcross lists the locks of every namespace of every cluster.
+// locksAcross lists the locks of every namespace of every cluster, with
+// their running lock-delays and pending release requests.
 func (g *globals) locksAcross(cmd *cobra.Command, prefix string) error {
 	ctx := cmd.Context()
-	res, err := eachCluster(ctx, g, func(ctx context.Context, cg *globals, cli *clientv3.Client, _ router.Cluster, nss []string) ([]clusterLock, error) {
+	res, err := eachCluster(ctx, g, func(ctx context.Context, cg *globals, cli *clientv3.Client, _ router.Cluster, nss []string) ([]nsLocks, error) {
 		octx, cancel := cg.opContext(ctx)
 		defer cancel()
-		var out []clusterLock
+		var out []nsLocks
 		for _, ns := range nss {
-			infos, err := mutex.List(octx, cli, mutex.WithNamespace(ns))
+			v, what, err := readLocks(octx, cli, ns, prefix)
 			if err != nil {
-				return nil, cg.failed("list locks of "+ns, err)
+				return nil, cg.failed(what+" of "+ns, err)
 			}
-			held, err := readHeld(octx, cli, ns, keys.Lock, "")
-			if err != nil {
-				return nil, cg.failed("read acquisition records of "+ns, err)
-			}
-			for _, info := range infos {
-				if strings.HasPrefix(info.Name, prefix) {
-					out = append(out, clusterLock{Namespace: ns, lockRow: lockRow{Name: info.Name, Holder: info.Holder,
-						Since: heldLookup(held, info.Name, info.Holder.Lease), Waiters: len(info.Waiters)}})
-				}
-			}
+			out = append(out, v)
 		}
 		return out, nil
 	})
@@ -56,30 +44,43 @@ func (g *globals) locksAcross(cmd *cobra.Command, prefix string) error {
 	return partial(res)
 }
 
-func writeLocksAcross(w io.Writer, asJSON bool, prefix string, now time.Time, res []clusterResult[[]clusterLock]) error {
+func writeLocksAcross(w io.Writer, asJSON bool, prefix string, now time.Time, res []clusterResult[[]nsLocks]) error {
 	if asJSON {
-		type row struct {
+		type where struct {
 			Cluster   string `json:"cluster"`
 			Namespace string `json:"namespace"`
+		}
+		type row struct {
+			where
 			lockJSON
+		}
+		type delayRowJSON struct {
+			where
+			delayJSON
 		}
 		out := struct {
 			Clusters []clusterStatus `json:"clusters"`
 			Locks    []row           `json:"locks"`
-		}{Clusters: statuses(res), Locks: []row{}}
+			Delays   []delayRowJSON  `json:"lock_delays"`
+		}{Clusters: statuses(res), Locks: []row{}, Delays: []delayRowJSON{}}
 		for _, r := range res {
-			for _, l := range r.Value {
-				out.Locks = append(out.Locks, row{Cluster: r.Cluster.Name, Namespace: l.Namespace, lockJSON: lockJSON{
-					Name: l.Name, Holder: l.Holder.Identity, Key: l.Holder.Key, Token: int64(l.Holder.Token),
-					Lease: leaseHex(int64(l.Holder.Lease)), TTLLeft: ttlSeconds(l.Holder.TTL),
-					HeldSince: since(l.Since), HeldFor: sinceSeconds(now, l.Since), Waiters: l.Waiters}})
+			for _, v := range r.Value {
+				at := where{r.Cluster.Name, v.Namespace}
+				for _, l := range v.Locks {
+					out.Locks = append(out.Locks, row{at, lockJSONOf(l, now)})
+				}
+				for _, d := range delaysJSON(v.Delays) {
+					out.Delays = append(out.Delays, delayRowJSON{at, d})
+				}
 			}
 		}
 		return writeJSON(w, out)
 	}
 	n := 0
 	for _, r := range res {
-		n += len(r.Value)
+		for _, v := range r.Value {
+			n += len(v.Locks)
+		}
 	}
 	if n == 0 {
 		what := "no locks are held in the namespaces of the clusters that answered"
@@ -88,15 +89,34 @@ func writeLocksAcross(w io.Writer, asJSON bool, prefix string, now time.Time, re
 		}
 		fmt.Fprintln(w, what)
 	} else {
-		t := newTable(w, "CLUSTER", "NAMESPACE", "NAME", "HOLDER", "TOKEN", "TTL LEFT", "HELD FOR", "WAITERS", "KEY")
+		t := newTable(w, "CLUSTER", "NAMESPACE", "NAME", "KIND", "HOLDERS", "HOLDER", "TOKEN", "TTL LEFT", "HELD FOR", "WAITERS", "KEY")
 		for _, r := range res {
-			for _, l := range r.Value {
-				t.row(r.Cluster.Name, l.Namespace, cell(l.Name), cell(dash(l.Holder.Identity)), l.Holder.Token.String(),
-					ttlText(l.Holder.TTL), ageText(now, l.Since), strconv.Itoa(l.Waiters), cell(l.Holder.Key))
+			for _, v := range r.Value {
+				for _, l := range v.Locks {
+					t.row(r.Cluster.Name, v.Namespace, cell(l.Name), rowKind(l), holdersCell(l), cell(dash(l.Holder.Identity)), l.Holder.Token.String(),
+						ttlText(l.Holder.TTL), ageText(now, l.Since), strconv.Itoa(l.Waiters), cell(l.Holder.Key))
+				}
 			}
 		}
 		if err := t.flush(); err != nil {
 			return err
+		}
+	}
+	// Sets, lock-delays and release requests, each line after its place.
+	for _, r := range res {
+		for _, v := range r.Value {
+			var b strings.Builder
+			if err := writeSets(&b, v.Locks); err != nil {
+				return err
+			}
+			if err := writeLockState(&b, v.Locks, v.Delays); err != nil {
+				return err
+			}
+			for _, line := range strings.SplitAfter(b.String(), "\n") {
+				if line != "" {
+					fmt.Fprintf(w, "cluster %s, namespace %s: %s", safe(r.Cluster.Name), safe(v.Namespace), line)
+				}
+			}
 		}
 	}
 	for _, line := range failureLines(res) {

@@ -13,6 +13,7 @@ import (
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/rbac"
 	"github.com/batonhq/baton/router"
+	"github.com/batonhq/baton/semaphore"
 )
 
 // writeMap writes a cluster map of payments on a and jobs on b.
@@ -270,4 +271,84 @@ func TestDevClustersStartsClustersAndWritesTheirMap(t *testing.T) {
 		t.Fatalf("dev exited %d: %s", code, errOut.String())
 	}
 	t.Logf("baton dev --clusters 2:\n%s\nbaton locks:\n%s", out.String(), listing)
+}
+
+// baton locks across clusters shows what it shows in one namespace: every
+// kind, a set's members, running lock-delays and pending release requests,
+// each with its cluster and namespace.
+func TestClustersLocksShowKindsSetsDelaysAndRequests(t *testing.T) {
+	ctx := etcdtest.Context(t, 60*time.Second)
+	a := etcdtest.Start(t, etcdtest.Config{Name: "a"})
+	env := map[string]string{"BATON_CLUSTERS": writeMap(t, a, srv)}
+
+	sem, err := semaphore.New(a.Client(t), "across-pool", 3, semaphore.WithNamespace("payments"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sem.Close()
+	p, err := sem.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Release(ctx) }()
+	set, err := mutex.NewSet(srv.Client(t), []string{"across-x", "across-y"}, mutex.WithNamespace("jobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	sl, err := set.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sl.Unlock(ctx) }()
+	if err := mutex.RequestRelease(ctx, srv.Client(t), "across-x", "drain \u202e b", mutex.WithNamespace("jobs"), mutex.WithIdentity("op-2")); err != nil {
+		t.Fatal(err)
+	}
+	lockDelayScene(t, "jobs", "across-lost", 4*time.Second)
+
+	code, out, errOut := runEnv(ctx, env, "locks", "across-")
+	if code != ExitOK {
+		t.Fatalf("locks: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"semaphore", "across-pool",
+		`cluster b, namespace jobs: token ` + sl.Token().String() + ` holds 2 locks as one set: "across-x", "across-y"`,
+		`cluster b, namespace jobs: lock-delay on mutex "across-lost": `,
+		`cluster b, namespace jobs: release requested of mutex "across-x" (token ` + sl.Token().String() + `) by "op-2" at `,
+		`: "drain \u202e b"`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("locks across clusters lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "\u202e") {
+		t.Errorf("an unescaped format character in:\n%s", out)
+	}
+
+	code, jout, errOut := runEnv(ctx, env, "locks", "across-", "-o", "json")
+	var v struct {
+		Locks []struct {
+			Cluster string `json:"cluster"`
+			lockJSON
+		} `json:"locks"`
+		Delays []struct {
+			Cluster   string `json:"cluster"`
+			Namespace string `json:"namespace"`
+			delayJSON
+		} `json:"lock_delays"`
+	}
+	if err := json.Unmarshal([]byte(jout), &v); code != ExitOK || err != nil {
+		t.Fatalf("locks -o json: exit %d, %v\n%s%s", code, err, jout, errOut)
+	}
+	kinds, requested := map[string]string{}, false
+	for _, l := range v.Locks {
+		kinds[l.Cluster+"/"+l.Name] = l.Kind
+		requested = requested || (l.Name == "across-x" && l.Release != nil && l.Release.By == "op-2" && len(l.Set) == 2)
+	}
+	if kinds["a/across-pool"] != "semaphore" || kinds["b/across-x"] != "mutex" || !requested {
+		t.Errorf("json locks: kinds %v, request on across-x with its set %v\n%s", kinds, requested, jout)
+	}
+	if len(v.Delays) != 1 || v.Delays[0].Cluster != "b" || v.Delays[0].Namespace != "jobs" || v.Delays[0].Name != "across-lost" {
+		t.Errorf("json lock_delays: %+v", v.Delays)
+	}
 }

@@ -72,10 +72,7 @@ func writeLocks(w io.Writer, asJSON bool, v locksView) error {
 			Delays    []delayJSON `json:"lock_delays"`
 		}{Namespace: v.Namespace, Count: len(v.Locks), Locks: []lockJSON{}, Delays: delaysJSON(v.Delays)}
 		for _, l := range v.Locks {
-			out.Locks = append(out.Locks, lockJSON{Name: l.Name, Kind: rowKind(l), Holders: max(l.Holders, 1), Limit: l.Limit,
-				Holder: l.Holder.Identity, Key: l.Holder.Key,
-				Token: int64(l.Holder.Token), Lease: leaseHex(int64(l.Holder.Lease)), TTLLeft: ttlSeconds(l.Holder.TTL),
-				HeldSince: since(l.Since), HeldFor: sinceSeconds(v.Now, l.Since), Waiters: l.Waiters, Set: l.Set, Release: releaseOf(l.Release)})
+			out.Locks = append(out.Locks, lockJSONOf(l, v.Now))
 		}
 		return writeJSON(w, out)
 	}
@@ -152,29 +149,47 @@ and why, as they wrote it).`,
 			defer cli.Close()
 			octx, cancel := g.opContext(ctx)
 			defer cancel()
-			rows, err := listLocks(octx, cli, g.namespace, prefix)
+			v, what, err := readLocks(octx, cli, g.namespace, prefix)
 			if err != nil {
-				return g.failed("list locks", err)
+				return g.failed(what, err)
 			}
-			held := make(map[keys.Kind]map[string]time.Time)
-			for _, k := range []keys.Kind{keys.Lock, keys.Semaphore, keys.RWLock} {
-				if held[k], err = readHeld(octx, cli, g.namespace, k, ""); err != nil {
-					return g.failed("read acquisition records", err)
-				}
-			}
-			for i := range rows {
-				rows[i].Since = heldLookup(held[heldKindOf(rows[i])], rows[i].Name, rows[i].Holder.Lease)
-			}
-			if err := fillReleases(octx, cli, g.namespace, rows); err != nil {
-				return g.failed("read release requests", err)
-			}
-			delays, err := listDelays(octx, cli, g.namespace, prefix)
-			if err != nil {
-				return g.failed("read lock-delays", err)
-			}
-			return writeLocks(cmd.OutOrStdout(), g.json(), locksView{Namespace: g.namespace, Prefix: prefix, Locks: rows, Delays: delays, Now: g.io.Now()})
+			v.Now = g.io.Now()
+			return writeLocks(cmd.OutOrStdout(), g.json(), v)
 		},
 	}
+}
+
+// readLocks reads what baton locks shows of namespace ns (without Now);
+// on error, what names the read that failed.
+func readLocks(ctx context.Context, cli *clientv3.Client, ns, prefix string) (v locksView, what string, err error) {
+	v = locksView{Namespace: ns, Prefix: prefix}
+	if v.Locks, err = listLocks(ctx, cli, ns, prefix); err != nil {
+		return v, "list locks", err
+	}
+	held := make(map[keys.Kind]map[string]time.Time)
+	for _, k := range []keys.Kind{keys.Lock, keys.Semaphore, keys.RWLock} {
+		if held[k], err = readHeld(ctx, cli, ns, k, ""); err != nil {
+			return v, "read acquisition records", err
+		}
+	}
+	for i := range v.Locks {
+		v.Locks[i].Since = heldLookup(held[heldKindOf(v.Locks[i])], v.Locks[i].Name, v.Locks[i].Holder.Lease)
+	}
+	if err := fillReleases(ctx, cli, ns, v.Locks); err != nil {
+		return v, "read release requests", err
+	}
+	if v.Delays, err = listDelays(ctx, cli, ns, prefix); err != nil {
+		return v, "read lock-delays", err
+	}
+	return v, "", nil
+}
+
+// lockJSONOf is one row of baton locks -o json.
+func lockJSONOf(l lockRow, now time.Time) lockJSON {
+	return lockJSON{Name: l.Name, Kind: rowKind(l), Holders: max(l.Holders, 1), Limit: l.Limit,
+		Holder: l.Holder.Identity, Key: l.Holder.Key,
+		Token: int64(l.Holder.Token), Lease: leaseHex(int64(l.Holder.Lease)), TTLLeft: ttlSeconds(l.Holder.TTL),
+		HeldSince: since(l.Since), HeldFor: sinceSeconds(now, l.Since), Waiters: l.Waiters, Set: l.Set, Release: releaseOf(l.Release)}
 }
 
 // ttlWorkers bounds the TimeToLive requests in flight.
