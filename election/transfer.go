@@ -169,7 +169,7 @@ func (t *Term) handTo(ctx context.Context, to *entry, cause error) (int64, error
 			If(clientv3.Compare(clientv3.CreateRevision(prefix), "=", token).WithPrefix(), // this key alone
 				clientv3.Compare(clientv3.CreateRevision(to.key), "=", to.rev)).
 			Then(ops...).
-			Else(clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())).Commit()
+			Else(clientv3.OpGet(prefix, clientv3.WithPrefix())).Commit() // not keys-only: that omits the lease (etcd 3.7)
 		return err
 	})
 	if err != nil {

@@ -336,3 +336,37 @@ func gracefulFailovers(t *testing.T, cli *clientv3.Client, n int) []time.Duratio
 	_ = (<-other).term.Resign(ctx)
 	return out
 }
+
+// A hand-over whose transaction applied but whose reply was lost is retried;
+// the retry's compare fails, and its read must recognise the successor's
+// key as the hand-over's own result (on etcd 3.7 a keys-only range returns
+// no lease, so that read must not be keys-only). Forced: the hook applies
+// the hand-over before the term's own transaction, as the lost attempt did.
+func TestTransferWhoseFirstAttemptAppliedUnheardSucceeds(t *testing.T) {
+	cli := client(t)
+	ctx := etcdtest.Context(t, 30*time.Second)
+	const name = "transfer-unheard"
+	a, b := preferred(t, cli, name), preferred(t, cli, name)
+	ta := await(t, campaignAsync(ctx, a, "A"), 5*time.Second, "A")
+	bres := campaignAsync(ctx, b, "B")
+	var next election.Candidate
+	for _, c := range waitCandidates(t, a, 2) {
+		if c.Value == "B" {
+			next = c
+		}
+	}
+	election.SetHandOverHook(a, func(string) {
+		if _, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(ta.Key()), "=", int64(ta.Token()))).
+			Then(clientv3.OpDelete(ta.Key()), clientv3.OpPut(next.Key, next.Value, clientv3.WithLease(next.LeaseID))).Commit(); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := ta.Transfer(ctx, next.Key); err != nil {
+		t.Fatalf("Transfer whose first attempt applied unheard = %v, want nil (B leads)", err)
+	}
+	tb := await(t, bres, 5*time.Second, "B")
+	if tb.Key() != next.Key {
+		t.Fatalf("B leads with key %s, want %s", tb.Key(), next.Key)
+	}
+	_ = tb.Resign(ctx)
+}

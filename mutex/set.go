@@ -27,6 +27,11 @@ import (
 // its --max-txn-ops flag allows: 128 by default.
 const MaxSetNames = 127
 
+// MaxSetNamesWithLockDelay is the most names of a Set with WithLockDelay:
+// its Unlock deletes every key and every key's lock-delay record in one
+// transaction, two operations per name.
+const MaxSetNamesWithLockDelay = 64
+
 // Set locks several names at once, under one fencing token. Lock puts one
 // key in each name's queue in a single etcd transaction, so every key has
 // the same CreateRevision: the returned Lock's Token fences every resource
@@ -54,8 +59,9 @@ type Set struct {
 
 // NewSet returns a Set of names in the configured namespace, with the
 // options of New. It does not contact etcd. An empty list, a name given
-// twice, more than MaxSetNames names, an invalid name or option are refused
-// with an error wrapping ErrInvalid.
+// twice, more than MaxSetNames names (MaxSetNamesWithLockDelay with
+// WithLockDelay), an invalid name or option are refused with an error
+// wrapping ErrInvalid.
 func NewSet(cli *clientv3.Client, names []string, opts ...Option) (*Set, error) {
 	switch {
 	case len(names) == 0:
@@ -77,6 +83,19 @@ func NewSet(cli *clientv3.Client, names []string, opts ...Option) (*Set, error) 
 	owners, sess, own, cfg, value, err := config.OpenAll[*Lock](cli, primitive(), names, opts)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.LockDelay > 0 && len(names) > MaxSetNamesWithLockDelay {
+		for _, o := range owners {
+			_ = o.Close()
+		}
+		switch {
+		case own && sess.IsBorrowed():
+			_ = sess.Detach()
+		case own:
+			_ = sess.Close()
+		}
+		return nil, fmt.Errorf("%w: mutex.NewSet: %d names with WithLockDelay, at most %d: Unlock deletes every key and its lock-delay record in one etcd transaction (--max-txn-ops, 128 by default)",
+			ErrInvalid, len(names), MaxSetNamesWithLockDelay)
 	}
 	s := &Set{names: append([]string(nil), names...), owners: owners, sess: sess, own: own, value: value}
 	if cfg.LockDelay > 0 {
@@ -154,16 +173,24 @@ func (s *Set) attempt(ctx context.Context, try bool) (*Lock, error) {
 	// The lease's fence voids the puts once a cleanup raised it (queue.Fence).
 	var resp *clientv3.TxnResponse
 	fkey := queue.FenceKey(s.owners[0].Prefix(), l.ID())
+	unheard := false // an attempt failed unanswered: it may apply later
 	err = retry.Do(ctx, func(actx context.Context) (err error) {
 		fence, v := l.Fence.Cmp(fkey)
 		resp, err = cli.Txn(clientv3.WithRequireLeader(actx)).If(append(cmps, fence)...).Then(puts...).Else(clientv3.OpGet(ks[0]), queue.FenceGet(fkey)).Commit()
+		unheard = unheard || (err != nil && !retry.Permanent(err))
 		if err == nil && !resp.Succeeded && len(resp.Responses[0].GetResponseRange().Kvs) == 0 &&
-			l.Fence.Moved(fkey, v, resp.Responses[1].GetResponseRange().Kvs) {
+			l.Fence.Moved(fkey, v, resp.Responses[1].GetResponseRange().Kvs, resp.Header.Revision) {
 			return retry.ErrAgain
 		}
 		return err
 	})
+	if err == nil && unheard && resp.Succeeded { // void the unheard attempt before the keys are used
+		err = retry.Do(ctx, func(actx context.Context) error { return l.Fence.Raise(actx, cli, l.ID(), fkey) })
+	}
 	switch {
+	case err != nil && retry.Permanent(err) && unheard:
+		s.cleanup(ks, l)
+		return nil, s.wrap(err)
 	case err != nil && retry.Permanent(err):
 		return nil, s.wrap(err) // refused as a whole: nothing was written
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
@@ -177,6 +204,9 @@ func (s *Set) attempt(ctx context.Context, try bool) (*Lock, error) {
 	if !resp.Succeeded {
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 {
+			if unheard {
+				s.cleanup(ks, l)
+			}
 			return nil, errMoved
 		}
 		rev = kvs[0].CreateRevision

@@ -33,6 +33,8 @@ func TestNewSetRefusesBadNames(t *testing.T) {
 		{"empty", nil, nil, "must not be empty"},
 		{"duplicate", []string{"a", "b", "a"}, nil, `name "a" given twice (names[0] and names[2])`},
 		{"over the limit", many, nil, "128 names, at most 127"},
+		{"the limit with a lock-delay", many[:mutex.MaxSetNamesWithLockDelay], []mutex.Option{mutex.WithLockDelay(2 * time.Second)}, ""},
+		{"over the limit with a lock-delay", many[:mutex.MaxSetNamesWithLockDelay+1], []mutex.Option{mutex.WithLockDelay(2 * time.Second)}, "65 names with WithLockDelay, at most 64"},
 		{"empty name", []string{"a", ""}, nil, "names[1]"},
 		{"control character", []string{"a\x00"}, nil, "control character"},
 		{"bad option", []string{"a"}, []mutex.Option{mutex.WithTTL(time.Second)}, "at least 2s"},
@@ -60,15 +62,23 @@ func TestNewSetRefusesBadNames(t *testing.T) {
 	}
 }
 
-// A Set of MaxSetNames names is within what etcd takes in one transaction
-// by default: it locks, and unlocks, leaving no key.
+// A Set of MaxSetNames names (MaxSetNamesWithLockDelay with a lock-delay)
+// is within what etcd takes in one transaction by default: it locks, and
+// unlocks, leaving no key and no lock-delay record.
 func TestSetOfTheMostNamesLocksOnDefaultEtcd(t *testing.T) {
+	t.Run("plain", func(t *testing.T) { mostNames(t, "most-", mutex.MaxSetNames) })
+	t.Run("lock-delay", func(t *testing.T) {
+		mostNames(t, "most-delayed-", mutex.MaxSetNamesWithLockDelay, mutex.WithLockDelay(3*time.Second))
+	})
+}
+
+func mostNames(t *testing.T, prefix string, n int, opts ...mutex.Option) {
 	cli := client(t)
-	names := make([]string, mutex.MaxSetNames)
+	names := make([]string, n)
 	for i := range names {
-		names[i] = fmt.Sprint("most-", i)
+		names[i] = fmt.Sprint(prefix, i)
 	}
-	s := newSet(t, cli, names)
+	s := newSet(t, cli, names, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	l, err := s.Lock(ctx)
@@ -81,12 +91,14 @@ func TestSetOfTheMostNamesLocksOnDefaultEtcd(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock of a Set of %d names: %v", len(names), err)
 	}
-	resp, err := cli.Get(ctx, "/set/v1/lock/most-", clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.Count != 0 {
-		t.Errorf("%d keys left after Unlock", resp.Count)
+	for _, p := range []string{"/set/v1/lock/" + prefix, "/set/v1/delay/lock/" + prefix} {
+		resp, err := cli.Get(ctx, p, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Count != 0 {
+			t.Errorf("%d keys left under %s after Unlock", resp.Count, p)
+		}
 	}
 }
 

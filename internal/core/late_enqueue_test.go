@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -93,7 +94,7 @@ func TestEnqueueGoesInAfterTheFenceMoved(t *testing.T) {
 	}
 	var behind queue.Fence // still at version 0
 	key := keys.LeaseKey(prefix, int64(l.ID()))
-	resp, err := queue.Enqueue(ctx, cli, &behind, fkey, l.ID(), key, "v", prefix, nil, nil)
+	resp, _, err := queue.Enqueue(ctx, cli, &behind, fkey, l.ID(), key, "v", prefix, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,6 +103,82 @@ func TestEnqueueGoesInAfterTheFenceMoved(t *testing.T) {
 	}
 	if _, v := behind.Cmp(fkey); v != 1 {
 		t.Errorf("the fence's version after the retry is %d, want 1", v)
+	}
+	_, _ = cli.Delete(ctx, prefix, clientv3.WithPrefix())
+}
+
+// A fence key deleted by hand (an operator's del --prefix of the
+// namespace) reads as version 0 again: enqueues compare that and go in,
+// instead of retrying on the version they saw before until ctx ends.
+func TestEnqueueGoesInAfterTheFenceKeyWasDeleted(t *testing.T) {
+	cli := srv.Client(t)
+	ctx := context.Background()
+	s := NewSession(cli, Config{TTL: 30 * time.Second})
+	defer s.Close()
+	l, err := s.lease(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := keys.Prefix("core-test", keys.Lock, "fence-deleted")
+	fkey := queue.FenceKey(prefix, l.ID())
+	if err := l.Fence.Raise(ctx, cli, l.ID(), fkey); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Delete(ctx, fkey); err != nil {
+		t.Fatal(err)
+	}
+	ectx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	key := keys.LeaseKey(prefix, int64(l.ID()))
+	resp, _, err := queue.Enqueue(ectx, cli, &l.Fence, fkey, l.ID(), key, "v", prefix, nil, nil)
+	if err != nil || !resp.Succeeded {
+		t.Fatalf("enqueue after the fence key was deleted: %v (succeeded %v)", err, resp != nil && resp.Succeeded)
+	}
+	_, _ = cli.Delete(ctx, prefix, clientv3.WithPrefix())
+}
+
+// An enqueue whose first attempt went unanswered and whose retry was
+// refused (its condition failed) must still void the first attempt: it
+// may apply once the condition holds. Forced: the first attempt is held
+// back by the proxy and its connection dropped (a transient error), the
+// retry is refused by a condition that fails; the cleanup raises the fence.
+func TestRefusedEnqueueAfterAnUnheardAttemptRaisesTheFence(t *testing.T) {
+	cli := srv.Client(t)
+	pcli, px := srv.Proxied(t)
+	ctx := context.Background()
+	s := NewSession(pcli, Config{TTL: 30 * time.Second})
+	defer s.Close()
+	prefix := keys.Prefix("core-test", keys.Lock, "unheard-refused")
+	o := NewOwner[*Hold](s, OwnerConfig{Prefix: prefix, NotHeld: errs.ErrReleased, Busy: errors.New("busy"), Own: true,
+		Recorder: metrics.Recorder{Logger: zap.NewNop()}})
+	defer o.Close()
+	l, err := s.lease(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flag := prefix + "flag" // absent: the condition fails
+	check := func(context.Context) error {
+		px.Blackhole() // the enqueue's first attempt is held back ...
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			px.DropConnections() // ... and its connection lost: unanswered
+			px.Restore()
+		}()
+		return nil
+	}
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = o.Acquire(actx, Request{Value: "v", Check: check, If: []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(flag), "!=", 0)}},
+		func(h *Hold) *Hold { return h })
+	if err == nil {
+		t.Fatal("Acquire with a failing condition returned a hold")
+	}
+	g, err := cli.Get(ctx, queue.FenceKey(prefix, l.ID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Kvs) == 0 || g.Kvs[0].Version < 1 {
+		t.Errorf("the refused enqueue, after an unanswered attempt, did not raise its lease's fence: that attempt can still apply once the condition holds")
 	}
 	_, _ = cli.Delete(ctx, prefix, clientv3.WithPrefix())
 }

@@ -220,10 +220,14 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 			stale = r.Kvs
 		}
 	}
-	resp, err := queue.Enqueue(ctx, s.cli, &l.Fence, queue.FenceKey(prefix, l.ID()), l.ID(), key, req.Value, prefix, req.Policy, req.If)
+	resp, unheard, err := queue.Enqueue(ctx, s.cli, &l.Fence, queue.FenceKey(prefix, l.ID()), l.ID(), key, req.Value, prefix, req.Policy, req.If)
+	none := int64(-1) // a refusal wrote nothing, unless an earlier attempt went unheard
+	if unheard {
+		none = 0
+	}
 	switch {
 	case err != nil && retry.Permanent(err):
-		return fail(-1, err) // refused as a whole: nothing was written
+		return fail(none, err)
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		l.Lose(errs.ErrLeaseExpired)
 		return fail(-1, errs.Lost(errs.ErrLeaseExpired))
@@ -233,7 +237,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 	rev, at := resp.Header.Revision, resp.Header.Revision
 	if !resp.Succeeded {
 		if len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
-			return fail(-1, errBusy) // req.If failed: nothing written
+			return fail(none, errBusy) // req.If failed
 		}
 		kv := resp.Responses[0].GetResponseRange().Kvs[0]
 		rev = kv.CreateRevision

@@ -172,19 +172,36 @@ func (c *Config) convert(ctx context.Context, kv *mvccpb.KeyValue, r Record, see
 	}
 	r.Seen = seen
 	b, _ := json.Marshal(r)
-	var resp *clientv3.TxnResponse
+	var ours bool
 	err = retry.Do(ctx, func(actx context.Context) (err error) {
-		resp, err = c.cli.Txn(clientv3.WithRequireLeader(actx)).
-			If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
-			Then(clientv3.OpDelete(string(kv.Key)), clientv3.OpPut(c.markerKey(r.Key), string(b), clientv3.WithLease(lease))).Commit()
+		ours, err = c.place(actx, kv, r.Key, b, lease)
 		return err
 	})
-	if err == nil && !resp.Succeeded {
+	if err == nil && !ours { // another contender converted it first
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), retry.AttemptTimeout)
 		_, _ = c.cli.Revoke(rctx, lease)
 		cancel()
 	}
 	return err
+}
+
+// place moves the record kv of holder key to a marker with value b on
+// lease; ours says the marker is on lease: placed now, or by an earlier
+// attempt whose reply was lost (then the record is gone and the compare
+// fails).
+func (c *Config) place(ctx context.Context, kv *mvccpb.KeyValue, key string, b []byte, lease clientv3.LeaseID) (ours bool, err error) {
+	resp, err := c.cli.Txn(clientv3.WithRequireLeader(ctx)).
+		If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
+		Then(clientv3.OpDelete(string(kv.Key)), clientv3.OpPut(c.markerKey(key), string(b), clientv3.WithLease(lease))).
+		Else(clientv3.OpGet(c.markerKey(key))).Commit()
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded || onLease(resp.Responses[0].GetResponseRange().Kvs, lease), nil
+}
+
+func onLease(kvs []*mvccpb.KeyValue, lease clientv3.LeaseID) bool {
+	return len(kvs) > 0 && clientv3.LeaseID(kvs[0].Lease) == lease
 }
 
 // waitGone waits for the deletion of every marker, watching from the

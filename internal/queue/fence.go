@@ -19,8 +19,10 @@ import (
 // and goes with it. The zero Fence is ready to use; one per lease.
 type Fence struct {
 	mu sync.Mutex
-	v  map[string]int64 // fence key → its version last seen
+	v  map[string]seen // fence key → its version at the newest read
 }
+
+type seen struct{ version, rev int64 }
 
 // FenceKey is the fence key of lease in the namespace of the queue under
 // prefix: /<namespace>/v1/session/<lease id hex>, outside every queue's
@@ -33,21 +35,22 @@ func FenceKey(prefix string, lease clientv3.LeaseID) string {
 func (f *Fence) Cmp(key string) (clientv3.Cmp, int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return clientv3.Compare(clientv3.Version(key), "=", f.v[key]), f.v[key]
+	v := f.v[key].version
+	return clientv3.Compare(clientv3.Version(key), "=", v), v
 }
 
 // FenceGet is the read, beside a failed enqueue, that tells whether the
 // fence moved.
 func FenceGet(key string) clientv3.Op { return clientv3.OpGet(key, clientv3.WithKeysOnly()) }
 
-// Moved records the version in read (of FenceGet) and reports whether it
-// is not v, the version the enqueue compared.
-func (f *Fence) Moved(key string, v int64, read []*mvccpb.KeyValue) bool {
+// Moved records the version in read (of FenceGet, at revision rev) and
+// reports whether it is not v, the version the enqueue compared.
+func (f *Fence) Moved(key string, v int64, read []*mvccpb.KeyValue, rev int64) bool {
 	got := int64(0)
 	if len(read) > 0 {
 		got = read[0].Version
 	}
-	f.see(key, got)
+	f.see(key, got, rev)
 	return got != v
 }
 
@@ -58,17 +61,19 @@ func (f *Fence) Raise(ctx context.Context, cli *clientv3.Client, lease clientv3.
 	if err != nil {
 		return err
 	}
-	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
-		f.see(key, kvs[0].Version)
-	}
+	f.Moved(key, 0, resp.Responses[1].GetResponseRange().Kvs, resp.Header.Revision)
 	return nil
 }
 
-func (f *Fence) see(key string, v int64) {
+// see keeps the newest read: a fence key deleted by hand reads 0 again,
+// and the enqueues must compare that, not spin on an older version.
+func (f *Fence) see(key string, v, rev int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.v == nil {
-		f.v = map[string]int64{}
+		f.v = map[string]seen{}
 	}
-	f.v[key] = max(f.v[key], v)
+	if rev >= f.v[key].rev {
+		f.v[key] = seen{v, rev}
+	}
 }

@@ -58,18 +58,24 @@ func Read(prefix string, p Policy, put bool) clientv3.Op {
 // Enqueue puts key on lease with value unless it exists (one that exists
 // is the caller's: reserved, a lost reply's or an earlier run's, so this is
 // safe to retry) and if conds hold, and reads the queue beside it. The
-// lease's fence (fkey, in f) voids it once a cleanup raised it.
-func Enqueue(ctx context.Context, cli *clientv3.Client, f *Fence, fkey string, lease clientv3.LeaseID, key, value, prefix string, p Policy, conds []clientv3.Cmp) (resp *clientv3.TxnResponse, err error) {
+// lease's fence (fkey, in f) voids it once a cleanup raised it. unheard
+// says an attempt failed without an answer: it may still apply, even when
+// a later one was refused.
+func Enqueue(ctx context.Context, cli *clientv3.Client, f *Fence, fkey string, lease clientv3.LeaseID, key, value, prefix string, p Policy, conds []clientv3.Cmp) (resp *clientv3.TxnResponse, unheard bool, err error) {
 	err = retry.Do(ctx, func(actx context.Context) (err error) {
 		txn, v := EnqueueTxn(actx, cli, f, fkey, lease, key, value, prefix, p, conds)
 		resp, err = txn.Commit()
+		unheard = unheard || (err != nil && !retry.Permanent(err))
 		if err == nil && !resp.Succeeded && len(resp.Responses[0].GetResponseRange().Kvs) == 0 &&
-			f.Moved(fkey, v, resp.Responses[2].GetResponseRange().Kvs) {
+			f.Moved(fkey, v, resp.Responses[2].GetResponseRange().Kvs, resp.Header.Revision) {
 			return retry.ErrAgain
 		}
 		return err
 	})
-	return resp, err
+	if err == nil && unheard { // void the unheard attempt before the key is used
+		err = retry.Do(ctx, func(actx context.Context) error { return f.Raise(actx, cli, lease, fkey) })
+	}
+	return resp, unheard, err
 }
 
 // EnqueueTxn is one attempt of Enqueue as sent, and the fence version it

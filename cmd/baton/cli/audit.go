@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/user"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -201,6 +202,13 @@ type auditJSON struct {
 	*auditRecord
 }
 
+// underRequests says key lies under a namespace's request records
+// (rbac.RequestAuditPrefix), which requesters may write.
+func underRequests(key string) bool {
+	parts := strings.SplitN(key, "/", 6) // "", ns, "audit", "v1", "request", rest
+	return len(parts) == 6 && parts[0] == "" && parts[2] == "audit" && parts[3] == "v1" && parts[4] == "request"
+}
+
 func parseAudit(key string, value []byte) auditEntry {
 	e := auditEntry{Key: key}
 	dec := json.NewDecoder(strings.NewReader(string(value)))
@@ -211,6 +219,9 @@ func parseAudit(key string, value []byte) auditEntry {
 		e.Malformed = "trailing data after the record"
 	case e.Record.Time.IsZero() || e.Record.Action == "" || e.Record.Name == "":
 		e.Malformed = "time, action or name missing"
+	case underRequests(key) && e.Record.Action != actionRequestRelease:
+		// Requesters may write there: nothing else is believed from there.
+		e.Malformed = "a " + strconv.Quote(e.Record.Action) + " record where only release requests are written"
 	}
 	if e.Malformed != "" {
 		e.Record = auditRecord{}

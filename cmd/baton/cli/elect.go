@@ -96,8 +96,9 @@ and preempting it after --handover-deadline. Asked so (or by baton resign
 --to), a baton elect leader passes the request to its command as
 --release-signal and hands over once the command exited (without a
 command, at once): to the candidate resign --to named, else to the best.
-Every candidate of an election must use the same strategy. A term that is
-preempted ends as a loss (79 with --once).
+Such a term ends as a loss, as a preempted one does: baton campaigns again
+(79 with --once). Every candidate of an election must use the same
+strategy.
 
 With OTEL_EXPORTER_OTLP_ENDPOINT set, each term's wait, hold and
 resignation are exported as OpenTelemetry spans, and the command gets
@@ -189,7 +190,12 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 			case <-t.Done():
 			case <-ictx.Done():
 			case r := <-asked:
-				st.requested(r, "resigning")
+				res.requested = true
+				if _, ok := t.EndRequest(); ok {
+					st.requested(r, "handing over")
+				} else {
+					st.requested(r, "resigning")
+				}
 			}
 		} else {
 			tok, err := g.childToken(t.Token())
@@ -220,6 +226,11 @@ func runElect(cmd *cobra.Command, g *globals, o electOptions, name, value string
 		lost := lostError(t.Context(), "leadership of election", name)
 		if lost == nil && res.cause != "" {
 			lost = withCode(ExitOwnershipLost, fmt.Errorf("leadership of election %q: %s", name, lossCause(t.Context(), res)))
+		}
+		// Asked to end the term (not to let go): hand over, then campaign
+		// again as after a preemption (79 with --once).
+		if er, ok := t.EndRequest(); ok && res.requested && lost == nil {
+			lost = withCode(ExitOwnershipLost, fmt.Errorf("leadership of election %q: handed over, asked by %s", name, safe(er.By)))
 		}
 		endTerm()
 		untrack()
@@ -311,9 +322,10 @@ func resign(ctx context.Context, cmd *cobra.Command, t *election.Term) {
 // resign --to); it sends nothing once t ended.
 func askedToGo(t *election.Term) <-chan request.Request {
 	out := make(chan request.Request, 1)
+	released := t.ReleaseRequested() // here: Resign stops its watch
 	go func() {
 		select {
-		case r := <-t.ReleaseRequested():
+		case r := <-released:
 			out <- r
 		case <-t.EndRequested():
 			er, _ := t.EndRequest()
@@ -322,7 +334,7 @@ func askedToGo(t *election.Term) <-chan request.Request {
 				reason = "asked to hand over to " + er.To
 			}
 			if er.Deadline != "" {
-				reason += " (it preempts after " + er.Deadline + ")"
+				reason += " (deadline " + er.Deadline + ")"
 			}
 			out <- request.Request{By: er.By, Reason: reason}
 		case <-t.Done():
@@ -341,7 +353,7 @@ func handOver(ctx context.Context, cmd *cobra.Command, t *election.Term) {
 		if err == nil {
 			return
 		}
-		fmt.Fprintf(cmd.ErrOrStderr(), "baton: hand over to %s: %v; resigning\n", safe(er.To), err)
+		fmt.Fprintf(cmd.ErrOrStderr(), "baton: hand over to %s: %s; resigning\n", safe(er.To), safe(err.Error()))
 	}
 	resign(ctx, cmd, t)
 }

@@ -12,25 +12,37 @@ import (
 
 // A preferred-strategy baton elect asked by a better candidate to end its
 // term passes the request to its command and hands over when the command
-// exits, long before the candidate's hand-over deadline would preempt it.
-// Without a command it resigns at once.
+// exits (without a command, at once), long before the candidate's
+// hand-over deadline would preempt it; then it campaigns again, and leads
+// again once the better candidate resigns. With --once it exits 79.
 func TestElectPreferredHandsOverWhenABetterCandidateAsks(t *testing.T) {
 	ctx := etcdtest.Context(t, 90*time.Second)
 	const ns = "elect-handover"
 	const deadline = 40 * time.Second
 	cli := srv.Client(t)
-	for _, child := range [][]string{{"--", "sleep", "1000"}, nil} {
-		name := "sched-bare"
-		if child != nil {
-			name = "sched-child"
-		}
+	for _, tc := range []struct {
+		name  string
+		extra []string
+	}{
+		{"sched-child", []string{"--", "sleep", "1000"}},
+		{"sched-bare", nil},
+		{"sched-once", []string{"--once", "--", "sleep", "1000"}},
+	} {
 		var out, errOut syncBuffer
 		done := make(chan int, 1)
-		args := append([]string{"elect", "--strategy", "preferred", name, "host-a"}, child...)
-		go func() { done <- runTo(ctx, ns, &out, &errOut, args...) }()
-		waitFor(t, func() bool { return strings.Contains(errOut.String(), "token") })
+		ectx, stop := context.WithCancel(ctx)
+		defer stop()
+		once := len(tc.extra) > 0 && tc.extra[0] == "--once"
+		args := []string{"elect", "--strategy", "preferred"}
+		if once {
+			args = append(args, "--once")
+			tc.extra = tc.extra[1:]
+		}
+		args = append(append(args, tc.name, "host-a"), tc.extra...)
+		go func() { done <- runTo(ectx, ns, &out, &errOut, args...) }()
+		waitFor(t, func() bool { return strings.Count(errOut.String(), "leading election") == 1 })
 
-		b, err := election.New(cli, name, election.WithNamespace(ns), election.WithStrategy(election.Preferred),
+		b, err := election.New(cli, tc.name, election.WithNamespace(ns), election.WithStrategy(election.Preferred),
 			election.WithPriority(10), election.WithHandoverDeadline(deadline))
 		if err != nil {
 			t.Fatal(err)
@@ -42,26 +54,36 @@ func TestElectPreferredHandsOverWhenABetterCandidateAsks(t *testing.T) {
 		cancel()
 		if err != nil {
 			t.Fatalf("%s: the better candidate did not lead within %v (its hand-over deadline is %v): %v\nbaton elect said:\n%s",
-				name, deadline/2, deadline, err, errOut.String())
+				tc.name, deadline/2, deadline, err, errOut.String())
 		}
 		took := time.Since(start)
-		want := ExitOK
-		if child != nil {
-			want = 128 + 15 // the command's SIGTERM
-		}
-		select {
-		case code := <-done:
-			if code != want {
-				t.Fatalf("%s: baton elect exited %d, want %d:\n%s", name, code, want, errOut.String())
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%s: baton elect did not exit after handing over:\n%s", name, errOut.String())
-		}
 		if s := errOut.String(); !strings.Contains(s, "a better candidate asks to lead") {
-			t.Fatalf("%s: baton elect did not say why it ends its term:\n%s", name, s)
+			t.Fatalf("%s: baton elect did not say why it ends its term:\n%s", tc.name, s)
 		}
-		t.Logf("%s: the better candidate led %v after it joined (deadline %v)", name, took.Round(time.Millisecond), deadline)
-		_ = term.Resign(ctx)
+		t.Logf("%s: the better candidate led %v after it joined (deadline %v)", tc.name, took.Round(time.Millisecond), deadline)
+		if once {
+			select {
+			case code := <-done:
+				if code != ExitOwnershipLost {
+					t.Fatalf("%s: baton elect --once exited %d after handing over, want %d:\n%s", tc.name, code, ExitOwnershipLost, errOut.String())
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: baton elect --once did not exit after handing over:\n%s", tc.name, errOut.String())
+			}
+			_ = term.Resign(ctx)
+			continue
+		}
+		// It is a candidate again: it leads once the better one resigns.
+		if err := term.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool { return strings.Count(errOut.String(), "leading election") == 2 })
+		stop()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: baton elect did not stop:\n%s", tc.name, errOut.String())
+		}
 	}
 }
 
@@ -73,7 +95,9 @@ func TestElectHandsOverToTheCandidateResignToNames(t *testing.T) {
 	cli := srv.Client(t)
 	var out, errOut syncBuffer
 	done := make(chan int, 1)
-	go func() { done <- runTo(ctx, ns, &out, &errOut, "elect", "--strategy", "preferred", "sched", "host-a") }()
+	ectx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() { done <- runTo(ectx, ns, &out, &errOut, "elect", "--strategy", "preferred", "sched", "host-a") }()
 	waitFor(t, func() bool { return strings.Contains(errOut.String(), "token") })
 	opts := []election.Option{election.WithNamespace(ns), election.WithStrategy(election.Preferred)}
 	best, _ := election.New(cli, "sched", opts...)
@@ -86,7 +110,7 @@ func TestElectHandsOverToTheCandidateResignToNames(t *testing.T) {
 		v string
 	}{{best, "host-best"}, {worst, "host-worst"}} {
 		go func() {
-			if term, err := x.e.Campaign(ctx, x.v); err == nil {
+			if term, err := x.e.Campaign(ectx, x.v); err == nil {
 				won <- term.Value()
 			}
 		}()
@@ -99,7 +123,6 @@ func TestElectHandsOverToTheCandidateResignToNames(t *testing.T) {
 	if v := <-won; v != "host-worst" {
 		t.Fatalf("%s leads after resign --to named host-worst:\n%s", v, errOut.String())
 	}
-	if code := <-done; code != ExitOK {
-		t.Fatalf("baton elect exited %d:\n%s", code, errOut.String())
-	}
+	stop()
+	<-done
 }

@@ -597,7 +597,7 @@ func (s *uiState) pruneSpans() {
 
 func (s *uiState) auditAt(rev int64) *uiAudit {
 	for i := len(s.audit) - 1; i >= 0; i-- {
-		if s.audit[i].rev == rev && s.audit[i].auditRecord != nil {
+		if s.audit[i].rev == rev && s.audit[i].auditRecord != nil && s.audit[i].Action != actionRequestRelease {
 			return &s.audit[i]
 		}
 	}
@@ -639,7 +639,7 @@ func (s *uiState) addAudit(kv *mvccpb.KeyValue) {
 	if over := len(s.audit) - uiMaxAudit; over > 0 {
 		s.audit = append([]uiAudit(nil), s.audit[over:]...)
 	}
-	if a.auditRecord == nil {
+	if a.auditRecord == nil || a.Action == actionRequestRelease { // a request ends no hold
 		return
 	}
 	for _, sp := range s.spans {
