@@ -305,7 +305,7 @@ func (h *Hold) deleteGuarded(ctx context.Context) error {
 func (h *Hold) finish(result error) error {
 	h.finished, h.result = true, result
 	h.l.s.free(h.res, h) // not a reservation a takeover got meanwhile
-	h.ended.Wait() // metrics and logs of the end are out when Release returns
+	h.ended.Wait()       // metrics and logs of the end are out when Release returns
 	return result
 }
 
