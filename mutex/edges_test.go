@@ -179,13 +179,31 @@ func TestHolderKnowsBeforeTheNextWaiterAcquires(t *testing.T) {
 		p.SetDelay(time.Millisecond)
 		return cli
 	}
-	for _, how := range []string{"revoke", "delete"} {
+	// following: the waiter's session holds another lock, so the waiter
+	// follows its namespace watch instead of watching on its own.
+	for _, how := range []string{"revoke", "delete", "revoke-following", "delete-following"} {
 		t.Run(how, func(t *testing.T) {
 			holder, waiter := delayed(), delayed()
+			var wopts []mutex.Option
+			if strings.HasSuffix(how, "-following") {
+				sess, err := bsession.New(waiter, bsession.WithTTL(5*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = sess.Close() })
+				l, err := newMutex(t, waiter, "edge-first-other-"+how, mutex.WithSession(sess)).Lock(etcdtest.Context(t, 10*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = l.Unlock(context.Background()) })
+				wopts = append(wopts, mutex.WithSession(sess))
+			} else {
+				wopts = append(wopts, mutex.WithTTL(5*time.Second))
+			}
 			for i := range trials {
 				ctx := etcdtest.Context(t, 20*time.Second)
 				a := newMutex(t, holder, "edge-first-"+how, mutex.WithTTL(5*time.Second))
-				b := newMutex(t, waiter, "edge-first-"+how, mutex.WithTTL(5*time.Second))
+				b := newMutex(t, waiter, "edge-first-"+how, wopts...)
 				la, err := a.Lock(ctx)
 				if err != nil {
 					t.Fatal(err)
@@ -199,7 +217,7 @@ func TestHolderKnowsBeforeTheNextWaiterAcquires(t *testing.T) {
 					got <- lb
 				}()
 				waitFor(t, func() bool { w, _ := a.Waiters(ctx); return len(w) == 1 })
-				if how == "revoke" {
+				if strings.HasPrefix(how, "revoke") {
 					_, err = admin.Revoke(ctx, la.Lease())
 				} else {
 					_, err = admin.Delete(ctx, la.Key())

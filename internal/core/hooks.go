@@ -13,6 +13,7 @@ type (
 // Hooks are pause points that tests use to force an interleaving at an
 // exact step. Production code leaves them nil.
 type Hooks struct {
+	BeforeWait    func(key string) // after the enqueue found keys ahead, before the wait for them
 	AfterConfirm  func(key string) // between the confirming read and the registration for deletion news
 	BeforeArm     func(key string) // after the hold is made, before it is armed
 	BeforeReread  func()           // after the namespace watch broke, before its re-read

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -22,6 +23,7 @@ import (
 	"github.com/batonhq/baton/internal/queue"
 	"github.com/batonhq/baton/internal/retry"
 	"github.com/batonhq/baton/internal/telemetry"
+	"github.com/batonhq/baton/internal/watch"
 )
 
 const (
@@ -247,19 +249,22 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 			}
 		}
 	}
-	read := resp.Responses[1].GetResponseRange().Kvs
+	read := resp.Responses[1].GetResponseRange()
 	if stale != nil {
-		read = stale
+		read = &etcdserverpb.RangeResponse{Kvs: stale, Count: int64(len(stale))}
 	}
 	if req.wait.Recording() && resp.Succeeded {
 		req.wait.Enqueued(queue.Position(req.Policy, resp.Responses[1].GetResponseRange(), rev))
 	}
-	ok, blockers, allowed := queue.MayHold(req.Policy, read, resp.Succeeded, key, rev)
+	ok, blockers, allowed, complete := queue.MayHold(req.Policy, read, resp.Succeeded, key, rev)
 	if !ok {
 		if req.Try {
 			return fail(rev, errBusy)
 		}
-		at, err = o.wait(ctx, l, key, rev, req.Policy, blockers, allowed, at)
+		if f := s.cfg.Hooks.BeforeWait; f != nil {
+			f(key)
+		}
+		at, err = o.wait(ctx, l, w, key, rev, req.Policy, blockers, allowed, complete, at)
 		if errors.Is(err, errOwnKeyGone) {
 			w.Unexpect(key)
 			s.free(res, nil)
@@ -291,9 +296,10 @@ func (o *Owner[T]) adopt(ctx context.Context, l *Lease, key string, rev int64, v
 }
 
 // wait blocks until key (created at rev) may hold and returns the revision
-// that showed it, or the lease's loss. After a deletion it reads
+// that showed it, or the lease's loss. When blockers are every key ahead
+// (complete), their deletions show it; else it reads again after one,
 // serializably (any state after it will do: no older key can appear).
-func (o *Owner[T]) wait(ctx context.Context, l *Lease, key string, rev int64, p Policy, blockers []*mvccpb.KeyValue, allowed int, read int64) (int64, error) {
+func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], key string, rev int64, p Policy, blockers []*mvccpb.KeyValue, allowed int, complete bool, read int64) (int64, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	defer context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })()
@@ -313,7 +319,7 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, key string, rev int64, p 
 				return 0, errOwnKeyGone
 			}
 			read = resp.Header.Revision
-			blockers, allowed = resp.Responses[0].GetResponseRange().Kvs, 0
+			blockers, allowed, complete = resp.Responses[0].GetResponseRange().Kvs, 0, p != nil
 			if p != nil {
 				blockers, allowed = p.Blockers(key, blockers)
 			}
@@ -321,15 +327,36 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, key string, rev int64, p 
 				return read, nil
 			}
 		}
-		at, done, err := queue.WaitGone(ctx, o.sess.cli, o.cfg.Prefix, key, p != nil, blockers, allowed, read)
+		at, done, err := queue.WaitGone(ctx, o.sess.cli, w, o.cfg.Prefix, key, p != nil, blockers, allowed, read)
 		switch {
 		case err != nil:
 			return 0, err
-		case done && p != nil:
-			return at, nil // every older key was watched: the events confirm
+		case done && complete:
+			return o.barrier(ctx, key, rev, at) // every key ahead was followed: the events confirm
 		}
 		blockers, minRev = nil, at
 	}
+}
+
+// barrier returns at once a read of key at or after at finds it: a holder
+// told of its key's deletion by the event that confirmed us gets that
+// round trip's head start (an operator's delete or revoke is told to both
+// at once). A member behind at, or without our key, leaves it to the leader.
+func (o *Owner[T]) barrier(ctx context.Context, key string, rev, at int64) (int64, error) {
+	for _, opts := range [][]clientv3.OpOption{{clientv3.WithKeysOnly(), clientv3.WithSerializable()}, {clientv3.WithKeysOnly()}} {
+		var resp *clientv3.GetResponse
+		err := retry.Reads(ctx, func(actx context.Context) (err error) {
+			resp, err = o.sess.cli.Get(clientv3.WithRequireLeader(actx), key, opts...)
+			return err
+		})
+		switch {
+		case err != nil:
+			return 0, failure(ctx, err)
+		case resp.Header.Revision >= at && len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == rev:
+			return at, nil
+		}
+	}
+	return 0, errOwnKeyGone
 }
 
 // readQueue reads the older keys (without a Policy the newest) and key

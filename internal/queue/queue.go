@@ -43,17 +43,23 @@ func Position(p Policy, read *etcdserverpb.RangeResponse, rev int64) int {
 }
 
 // Read is the enqueue's read: the queue for a Policy, else beside a put
-// the two newest keys (ours and the one a waiter watches), else the oldest.
+// the newest keys (ours and, up to MaxRead in all, those ahead of it), else
+// the oldest.
 func Read(prefix string, p Policy, put bool) clientv3.Op {
 	switch {
 	case p != nil:
 		return clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	case put:
 		return clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(MaxRead))
 	}
 	return clientv3.OpGet(prefix, clientv3.WithFirstCreate()...)
 }
+
+// MaxRead bounds the keys an exclusive enqueue reads: with at most this
+// many in the queue its waiter knows every key ahead and, following the
+// session's watch, holds on the last one's deletion without reading again.
+const MaxRead = 32
 
 // Enqueue puts key on lease with value unless it exists (one that exists
 // is the caller's: reserved, a lost reply's or an earlier run's, so this is
@@ -89,29 +95,46 @@ func EnqueueTxn(ctx context.Context, cli *clientv3.Client, f *Fence, fkey string
 }
 
 // MayHold tells from the enqueue's read whether key, created at rev, holds;
-// if not, it returns what blocks it when the read tells (nil: read again).
-func MayHold(p Policy, read []*mvccpb.KeyValue, put bool, key string, rev int64) (bool, []*mvccpb.KeyValue, int) {
+// if not, it returns what blocks it when the read tells (nil: read again)
+// and whether those are every key ahead (complete: their deletions alone
+// tell when key holds).
+func MayHold(p Policy, read *etcdserverpb.RangeResponse, put bool, key string, rev int64) (ok bool, blockers []*mvccpb.KeyValue, allowed int, complete bool) {
+	kvs := read.GetKvs()
 	switch {
 	case p != nil:
-		older := slices.DeleteFunc(slices.Clone(read), func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision >= rev })
+		older := slices.DeleteFunc(slices.Clone(kvs), func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision >= rev })
 		b, allowed := p.Blockers(key, older)
-		return len(b) <= allowed, b, allowed
-	case len(read) == 0 || read[0].CreateRevision != rev:
-		return false, nil, 0 // not the read expected: wait reads again
-	case !put || len(read) == 1:
-		return true, nil, 0
+		return len(b) <= allowed, b, allowed, true
+	case len(kvs) == 0 || kvs[0].CreateRevision != rev:
+		return false, nil, 0, false // not the read expected: wait reads again
+	case !put || len(kvs) == 1:
+		return true, nil, 0, true
 	}
-	return false, read[1:2], 0
+	return false, kvs[1:], 0, read.Count == int64(len(kvs)) // newest first
 }
 
-// WaitGone is the one wait for deletions: it watches the blocker (or the
-// queue) from the current revision, which etcd serves at once, until at
-// most allowed remain; not done means read again (at the revision returned).
-func WaitGone(ctx context.Context, cli *clientv3.Client, queue, own string, prefix bool, blockers []*mvccpb.KeyValue, allowed int, read int64) (int64, bool, error) {
+// Deletions is a watch already running over the queue's namespace (the
+// session's, package watch), followed instead of a watch of one's own.
+type Deletions interface {
+	Follow(keys []string, read int64, f func(key string, at int64)) (stop func(), ok bool)
+}
+
+// WaitGone is the one wait for deletions after read, until at most allowed
+// of blockers remain: it follows d when d covers them, else it watches the
+// queue (prefix) or the first blocker alone from the current revision,
+// which etcd serves at once. Done means that happened at the revision
+// returned; not done, read again (at that revision, if any).
+func WaitGone(ctx context.Context, cli *clientv3.Client, d Deletions, queue, own string, prefix bool, blockers []*mvccpb.KeyValue, allowed int, read int64) (int64, bool, error) {
 	left := make(map[string]int64, len(blockers))
 	for _, kv := range blockers {
 		left[string(kv.Key)] = kv.CreateRevision
 	}
+	if d != nil {
+		if at, done, err, ok := follow(ctx, d, own, left, allowed, read); ok {
+			return at, done, err
+		}
+	}
+	whole := prefix || len(blockers) == 1 // the watch below sees every blocker go
 	watch, opts := string(blockers[0].Key), []clientv3.OpOption{clientv3.WithFilterPut(), clientv3.WithCreatedNotify()}
 	if prefix {
 		watch, opts = queue, append(opts, clientv3.WithPrefix())
@@ -133,7 +156,7 @@ func WaitGone(ctx context.Context, cli *clientv3.Client, queue, own string, pref
 			// start will do) and keep this watch if it is still there.
 			at, gone, err := goneSince(ctx, cli, blockers[0], wr.Header.Revision)
 			if err != nil || gone {
-				return at, gone, nil
+				return at, gone && whole, nil
 			}
 		}
 		at := int64(0)
@@ -148,14 +171,60 @@ func WaitGone(ctx context.Context, cli *clientv3.Client, queue, own string, pref
 			delete(left, k)
 			at = max(at, ev.Kv.ModRevision)
 		}
-		if at > 0 && len(left) <= allowed {
-			return at, true, nil
+		if at > 0 && (!whole || len(left) <= allowed) {
+			return at, whole, nil
 		}
 	}
 	if ctx.Err() != nil {
 		return 0, false, context.Cause(ctx)
 	}
 	return 0, false, retry.Sleep(ctx, 50*time.Millisecond)
+}
+
+// follow is WaitGone through d; ok is false when d does not cover the wait.
+func follow(ctx context.Context, d Deletions, own string, left map[string]int64, allowed int, read int64) (int64, bool, error, bool) {
+	ks := []string{own}
+	for k := range left {
+		ks = append(ks, k)
+	}
+	ch := make(chan int64, 1) // the revision that ended the wait; 0: stream broken, -1: own key gone
+	last := int64(0)
+	end := func(v int64) {
+		select {
+		case ch <- v:
+		default: // ended already
+		}
+	}
+	stop, ok := d.Follow(ks, read, func(k string, rev int64) { // serial, under d's lock
+		switch _, blocks := left[k]; {
+		case rev == 0:
+			end(0)
+		case k == own:
+			end(-1)
+		case blocks:
+			delete(left, k)
+			last = max(last, rev)
+			if len(left) <= allowed {
+				end(last)
+			}
+		}
+	})
+	if !ok {
+		return 0, false, nil, false
+	}
+	defer stop()
+	select {
+	case v := <-ch:
+		switch {
+		case v == 0:
+			return 0, false, nil, true
+		case v < 0:
+			return 0, false, ErrOwnKeyGone, true
+		}
+		return v, true, nil, true
+	case <-ctx.Done():
+		return 0, false, context.Cause(ctx), true
+	}
 }
 
 // goneSince reads whether kv's key is gone at a revision from or later.

@@ -5,6 +5,7 @@ package watch
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -56,7 +57,30 @@ type Watcher[H comparable] struct {
 	from     int64            // first revision the current stream delivers
 	linger   *time.Timer      // stops an idle watch later
 	uses     int
+
+	// What Follow needs: whether the stream is established, the deletions
+	// it delivered lately (every one at or after recentFrom is there), and
+	// who follows which key.
+	live       bool
+	recent     []deletion // a ring of the last maxRecent
+	next       int        // where the next deletion goes in recent
+	recentFrom int64
+	followers  map[string][]*follower
 }
+
+type deletion struct {
+	key string
+	at  int64
+}
+
+type follower struct {
+	keys []string
+	read int64
+	f    func(key string, at int64)
+}
+
+// maxRecent bounds the deletions kept for a Follow that comes after them.
+const maxRecent = 64
 
 // Expect marks key as being acquired, before the confirming read.
 func (w *Watcher[H]) Expect(key string) {
@@ -70,6 +94,7 @@ func (w *Watcher[H]) Expect(key string) {
 func (w *Watcher[H]) Unexpect(key string) {
 	w.mu.Lock()
 	delete(w.expected, key)
+	w.settle()
 	w.mu.Unlock()
 }
 
@@ -105,6 +130,68 @@ func (w *Watcher[H]) Register(h H) {
 	}
 }
 
+// Follow calls f, serially and with the watcher's lock held (so f must
+// only note and signal), for each deletion of one of keys at a revision
+// after read, whether delivered already or later, and f("", 0) once if the
+// stream breaks. It returns false, calling nothing, when the stream runs
+// not or may have missed such a deletion: the caller watches itself. A
+// waiter whose session holds already so shares its stream.
+func (w *Watcher[H]) Follow(keys []string, read int64, f func(key string, at int64)) (stop func(), ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.live || read+1 < w.recentFrom {
+		return nil, false
+	}
+	fl := &follower{keys: keys, read: read, f: f}
+	for _, d := range w.recent {
+		if d.at > read && slices.Contains(keys, d.key) {
+			f(d.key, d.at)
+		}
+	}
+	if w.followers == nil {
+		w.followers = make(map[string][]*follower)
+	}
+	for _, k := range keys {
+		w.followers[k] = append(w.followers[k], fl)
+	}
+	return func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, k := range fl.keys {
+			if l := slices.DeleteFunc(w.followers[k], func(o *follower) bool { return o == fl }); len(l) > 0 {
+				w.followers[k] = l
+			} else {
+				delete(w.followers, k)
+			}
+		}
+		w.settle()
+	}, true
+}
+
+// established marks the stream live from its first revision first on.
+func (w *Watcher[H]) established(first int64) {
+	w.mu.Lock()
+	w.live, w.recent, w.next, w.recentFrom = true, w.recent[:0], 0, first
+	w.mu.Unlock()
+}
+
+// broken tells every follower that the stream ended.
+func (w *Watcher[H]) broken() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.live = false
+	seen := map[*follower]bool{}
+	for _, l := range w.followers {
+		for _, fl := range l {
+			if !seen[fl] {
+				seen[fl] = true
+				fl.f("", 0)
+			}
+		}
+	}
+	clear(w.followers)
+}
+
 // Unregister stops the news of h's key; the watch lingers a TTL after the
 // last key when the session holds again and again, and stops at once after
 // a single hold so that drained waiters stop receiving the namespace.
@@ -115,8 +202,13 @@ func (w *Watcher[H]) Unregister(h H) {
 	if w.keys[key] == h {
 		delete(w.keys, key)
 	}
+	w.settle()
+}
+
+// settle stops an idle watch, at once or after linger; w.mu is held.
+func (w *Watcher[H]) settle() {
 	switch {
-	case len(w.keys) > 0 || len(w.expected) > 0 || w.cancel == nil || w.linger != nil:
+	case !w.idle() || w.cancel == nil || w.linger != nil:
 	case w.uses < 2:
 		w.cancel()
 		w.cancel = nil
@@ -139,12 +231,17 @@ func (w *Watcher[H]) stopIfIdle() bool {
 	w.StopLinger()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(w.keys) > 0 || len(w.expected) > 0 || w.cancel == nil {
+	if !w.idle() || w.cancel == nil {
 		return false
 	}
 	w.cancel()
 	w.cancel = nil
 	return true
+}
+
+// idle: nothing held, being acquired or followed; w.mu is held.
+func (w *Watcher[H]) idle() bool {
+	return len(w.keys) == 0 && len(w.expected) == 0 && len(w.followers) == 0
 }
 
 // start runs the watch loop from revision from; w.mu is held.
@@ -171,10 +268,13 @@ func (w *Watcher[H]) loop(ctx context.Context, from int64) {
 			if wr.Err() != nil {
 				break
 			}
-			if wr.Created && wr.Header.Revision >= from {
-				if _, ok := w.reread(ctx); !ok {
-					break
+			if wr.Created {
+				if wr.Header.Revision >= from {
+					if _, ok := w.reread(ctx); !ok {
+						break
+					}
 				}
+				w.established(wr.Header.Revision + 1) // etcd delivers every event after it
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
@@ -183,6 +283,7 @@ func (w *Watcher[H]) loop(ctx context.Context, from int64) {
 			}
 		}
 		cancel()
+		w.broken()
 		if ctx.Err() != nil || w.stopIfIdle() {
 			return true, nil
 		}
@@ -212,6 +313,18 @@ func (w *Watcher[H]) deleted(key string, at int64) {
 	ok = ok && at > w.c.Rev(h) // an older deletion is of an earlier holder of this key
 	if ok {
 		delete(w.keys, key)
+	}
+	if len(w.recent) < maxRecent {
+		w.recent = append(w.recent, deletion{key, at})
+	} else {
+		w.recentFrom = w.recent[w.next].at + 1
+		w.recent[w.next] = deletion{key, at}
+		w.next = (w.next + 1) % maxRecent
+	}
+	for _, fl := range w.followers[key] {
+		if at > fl.read {
+			fl.f(key, at)
+		}
 	}
 	w.mu.Unlock()
 	if ok {

@@ -1,0 +1,209 @@
+package mutex_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/config"
+	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/mutex"
+	bsession "github.com/batonhq/baton/session"
+)
+
+// followSetup is a waiter whose session already holds a lock in the
+// namespace (so its namespace watch runs), queued behind a holder on
+// another client. hooks are the waiter's session's.
+type followSetup struct {
+	cli     *clientv3.Client
+	hooks   *core.Hooks
+	sess    *bsession.Session
+	holder  *mutex.Lock
+	waiter  *mutex.Mutex
+	deleted chan string // every deletion the waiter's namespace watch delivers
+}
+
+func newFollowSetup(t *testing.T, ctx context.Context, name string) *followSetup {
+	t.Helper()
+	f := &followSetup{cli: client(t), deleted: make(chan string, 1024)}
+	f.hooks = &core.Hooks{Deleted: func(key string) {
+		select {
+		case f.deleted <- key:
+		default:
+		}
+	}}
+	sess, err := bsession.New(f.cli, config.Hooks(f.hooks))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sess.Close() })
+	f.sess = sess
+	other := newMutex(t, f.cli, name+"-other", mutex.WithSession(sess))
+	held, err := other.Lock(ctx) // the namespace watch starts with this hold
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = held.Unlock(context.Background()) })
+	h := newMutex(t, client(t), name)
+	if f.holder, err = h.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.waiter = newMutex(t, f.cli, name, mutex.WithSession(sess))
+	return f
+}
+
+// sawDeletion waits until the waiter's namespace watch delivered key's
+// deletion.
+func (f *followSetup) sawDeletion(t *testing.T, key string) {
+	t.Helper()
+	for {
+		select {
+		case k := <-f.deleted:
+			if k == key {
+				return
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("the namespace watch never delivered the deletion of %s", key)
+		}
+	}
+}
+
+func watchers(t *testing.T) float64 {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "etcd_debugging_mvcc_watcher_total" {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("etcd_debugging_mvcc_watcher_total not found")
+	return 0
+}
+
+// A waiter whose session's namespace watch runs follows it: no watch of its
+// own while it waits, and it acquires when the holder goes.
+func TestWaiterFollowsItsSessionsWatch(t *testing.T) {
+	ctx := etcdtest.Context(t, 20*time.Second)
+	f := newFollowSetup(t, ctx, "follow-shared")
+	time.Sleep(200 * time.Millisecond) // the holders' namespace watches are up
+	before := watchers(t)
+	waiting := make(chan struct{})
+	f.hooks.BeforeWait = func(string) { close(waiting) }
+	got := make(chan error, 1)
+	go func() {
+		l, err := f.waiter.Lock(ctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	<-waiting
+	time.Sleep(200 * time.Millisecond) // a watch of its own would be created by now
+	if n := watchers(t); n != before {
+		t.Errorf("etcd has %v watchers while the waiter waits, %v before: it watches on its own", n, before)
+	}
+	if err := f.holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the follower never acquired after the holder's Unlock")
+	}
+}
+
+// The holder's key is deleted after the waiter's enqueue read it and before
+// the waiter follows the stream, which has delivered the deletion already:
+// the waiter must take it from the deletions kept, not wait for another.
+func TestFollowerTakesADeletionDeliveredBeforeItFollowed(t *testing.T) {
+	ctx := etcdtest.Context(t, 20*time.Second)
+	f := newFollowSetup(t, ctx, "follow-before")
+	f.hooks.BeforeWait = func(string) {
+		if err := f.holder.Unlock(ctx); err != nil {
+			t.Error(err)
+		}
+		f.sawDeletion(t, f.holder.Key())
+	}
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	l, err := f.waiter.Lock(lctx)
+	if err != nil {
+		t.Fatalf("Lock after the holder's key went before the wait: %v", err)
+	}
+	_ = l.Unlock(ctx)
+}
+
+// More deletions than the stream keeps come between the enqueue's read and
+// the follow, the holder's first: the waiter cannot take the stream's word
+// and must watch or read for itself.
+func TestFollowerPastTheKeptDeletionsReadsForItself(t *testing.T) {
+	ctx := etcdtest.Context(t, 30*time.Second)
+	f := newFollowSetup(t, ctx, "follow-past")
+	f.hooks.BeforeWait = func(string) {
+		if err := f.holder.Unlock(ctx); err != nil {
+			t.Error(err)
+		}
+		f.sawDeletion(t, f.holder.Key())
+		for i := range 100 {
+			k := fmt.Sprintf("%sv1/lock/follow-noise/%03d", keys.NamespaceOf(f.waiter.Prefix()), i)
+			if _, err := f.cli.Put(ctx, k, ""); err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := f.cli.Delete(ctx, k); err != nil {
+				t.Error(err)
+				return
+			}
+			f.sawDeletion(t, k)
+		}
+	}
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	l, err := f.waiter.Lock(lctx)
+	if err != nil {
+		t.Fatalf("Lock after the holder's deletion left the kept deletions: %v", err)
+	}
+	_ = l.Unlock(ctx)
+}
+
+// The waiter's own key is deleted while it follows: Lock returns the loss.
+func TestFollowerWhoseKeyIsDeletedLoses(t *testing.T) {
+	ctx := etcdtest.Context(t, 20*time.Second)
+	f := newFollowSetup(t, ctx, "follow-own")
+	own := make(chan string, 1)
+	f.hooks.BeforeWait = func(key string) { own <- key }
+	got := make(chan error, 1)
+	go func() {
+		l, err := f.waiter.Lock(ctx)
+		if err == nil {
+			_ = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	key := <-own
+	time.Sleep(100 * time.Millisecond) // following
+	if _, err := f.cli.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if !errors.Is(err, mutex.ErrLost) {
+			t.Fatalf("Lock whose key %s was deleted = %v, want ErrLost", key, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the follower whose key was deleted never returned")
+	}
+}
