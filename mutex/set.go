@@ -223,7 +223,7 @@ func (s *Set) attempt(ctx context.Context, try bool) (*Lock, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lk, err := o.Acquire(actx, core.Request{Value: s.value, Try: try, Key: ks[i]}, newLock)
+			lk, err := o.Acquire(actx, core.Request{Value: s.value, Try: try, Key: ks[i], Confirms: s.delays != nil}, newLock)
 			locks[i] = lk
 			if err != nil {
 				once.Do(func() { first = err })

@@ -131,6 +131,7 @@ func contend(ctx context.Context, env *env, impl Impl, name string) ([]Value, er
 		{Metric: "handoff max ms", V: percentile(h, 100)},
 		{Metric: "acquisitions/s", V: float64(counted) / env.cfg.Duration.Seconds()},
 		{Metric: "floor turns/s", V: floor},
+		{Metric: "% of the floor", V: 100 * float64(counted) / env.cfg.Duration.Seconds() / floor},
 		{Metric: "share spread %", V: spread},
 	}, nil
 }

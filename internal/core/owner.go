@@ -69,6 +69,10 @@ type Request struct {
 	Key    string         // a key the caller put already (mutex.Set's), else the lease's
 	Limit  int            // a semaphore's, for its spans
 	If     []clientv3.Cmp // more conditions of the put; failing with no key: the try's busy error
+	// Confirms: the caller writes under the key's guard as soon as it
+	// holds (a lock-delay's record), a round trip that refuses a gone key:
+	// the acquisition needs no read of its own before it returns.
+	Confirms bool
 
 	wait telemetry.Wait // the call's span, set by Acquire
 }
@@ -264,7 +268,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 		if f := s.cfg.Hooks.BeforeWait; f != nil {
 			f(key)
 		}
-		at, err = o.wait(ctx, l, w, key, rev, req.Policy, blockers, allowed, complete, at)
+		at, err = o.wait(ctx, l, w, key, rev, req, blockers, allowed, complete, at)
 		if errors.Is(err, errOwnKeyGone) {
 			w.Unexpect(key)
 			s.free(res, nil)
@@ -299,7 +303,8 @@ func (o *Owner[T]) adopt(ctx context.Context, l *Lease, key string, rev int64, v
 // that showed it, or the lease's loss. When blockers are every key ahead
 // (complete), their deletions show it; else it reads again after one,
 // serializably (any state after it will do: no older key can appear).
-func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], key string, rev int64, p Policy, blockers []*mvccpb.KeyValue, allowed int, complete bool, read int64) (int64, error) {
+func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], key string, rev int64, req Request, blockers []*mvccpb.KeyValue, allowed int, complete bool, read int64) (int64, error) {
+	p := req.Policy
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	defer context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })()
@@ -331,8 +336,10 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 		switch {
 		case err != nil:
 			return 0, err
+		case done && complete && req.Confirms:
+			return at, nil // every key ahead was followed: the events confirm
 		case done && complete:
-			return o.barrier(ctx, key, rev, at) // every key ahead was followed: the events confirm
+			return o.barrier(ctx, key, rev, at)
 		}
 		blockers, minRev = nil, at
 	}

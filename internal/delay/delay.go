@@ -74,6 +74,7 @@ func (c *Config) markerKey(holderKey string) string { return c.prefix + "until/"
 // fails for is released.
 func Acquire[T any](ctx context.Context, o *core.Owner[T], c *Config, req core.Request, wrap func(*core.Hold) T) (T, error) {
 	var h *core.Hold
+	req.Confirms = c != nil // After's record write
 	t, err := o.Acquire(ctx, req, func(hh *core.Hold) T { h = hh; return wrap(hh) })
 	if err != nil || c == nil {
 		return t, err
