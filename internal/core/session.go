@@ -219,10 +219,14 @@ func (s *Session) Close() error {
 	}
 	s.closed = true
 	cur := s.cur
+	ws := make([]*watch.Watcher[*Hold], 0, len(s.watchers))
 	for _, w := range s.watchers {
-		w.StopLinger()
+		ws = append(ws, w)
 	}
 	s.mu.Unlock()
+	for _, w := range ws { // not under s.mu: a Register holds w's lock while it starts a goroutine here
+		w.StopLinger()
+	}
 	s.cancel(errs.ErrReleased)
 	var err error
 	if cur != nil {

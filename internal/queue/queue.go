@@ -162,8 +162,8 @@ func WaitGone(ctx context.Context, cli *clientv3.Client, d Deletions, queue, own
 		at := int64(0)
 		for _, ev := range wr.Events {
 			k := string(ev.Kv.Key)
-			if ev.Type != mvccpb.DELETE || (k == own && ev.Kv.ModRevision <= read) {
-				continue
+			if ev.Type != mvccpb.DELETE || ev.Kv.ModRevision <= read {
+				continue // a member behind our read delivers an earlier incarnation's deletion
 			}
 			if k == own {
 				return 0, false, ErrOwnKeyGone

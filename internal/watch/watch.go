@@ -61,6 +61,7 @@ type Watcher[H comparable] struct {
 	// What Follow needs: whether the stream is established, the deletions
 	// it delivered lately (every one at or after recentFrom is there), and
 	// who follows which key.
+	gen        int // the current loop's: a stopped loop's late news is ignored
 	live       bool
 	recent     []deletion // a ring of the last maxRecent
 	next       int        // where the next deletion goes in recent
@@ -168,17 +169,22 @@ func (w *Watcher[H]) Follow(keys []string, read int64, f func(key string, at int
 	}, true
 }
 
-// established marks the stream live from its first revision first on.
-func (w *Watcher[H]) established(first int64) {
+// established marks loop gen's stream live from revision first on.
+func (w *Watcher[H]) established(gen int, first int64) {
 	w.mu.Lock()
-	w.live, w.recent, w.next, w.recentFrom = true, w.recent[:0], 0, first
+	if gen == w.gen {
+		w.live, w.recent, w.next, w.recentFrom = true, w.recent[:0], 0, first
+	}
 	w.mu.Unlock()
 }
 
-// broken tells every follower that the stream ended.
-func (w *Watcher[H]) broken() {
+// broken tells every follower that loop gen's stream ended.
+func (w *Watcher[H]) broken(gen int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if gen != w.gen {
+		return // stopped while idle: its followers, if any, are the next loop's
+	}
 	w.live = false
 	seen := map[*follower]bool{}
 	for _, l := range w.followers {
@@ -247,7 +253,10 @@ func (w *Watcher[H]) idle() bool {
 // start runs the watch loop from revision from; w.mu is held.
 func (w *Watcher[H]) start(from int64) {
 	ctx, cancel := context.WithCancel(w.c.Ctx)
-	if w.c.Go(func() { w.loop(ctx, from) }) {
+	w.gen++
+	gen := w.gen
+	w.live = false
+	if w.c.Go(func() { w.loop(ctx, gen, from) }) {
 		w.cancel, w.from = cancel, from
 	} else {
 		cancel()
@@ -257,7 +266,7 @@ func (w *Watcher[H]) start(from int64) {
 // loop watches from the current revision, which etcd serves at once (a past
 // one waits up to 100 ms in its unsynced set), reading once to cover any
 // gap since from; after a broken stream it reads what is held and resumes.
-func (w *Watcher[H]) loop(ctx context.Context, from int64) {
+func (w *Watcher[H]) loop(ctx context.Context, gen int, from int64) {
 	failed := false // the last re-read failed: stop first if idle
 	_ = retry.Loop(ctx, rereadPause, rereadPause, func(ctx context.Context) (bool, error) {
 		if failed && w.stopIfIdle() {
@@ -274,7 +283,7 @@ func (w *Watcher[H]) loop(ctx context.Context, from int64) {
 						break
 					}
 				}
-				w.established(wr.Header.Revision + 1) // etcd delivers every event after it
+				w.established(gen, wr.Header.Revision+1) // etcd delivers every event after it
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
@@ -283,7 +292,7 @@ func (w *Watcher[H]) loop(ctx context.Context, from int64) {
 			}
 		}
 		cancel()
-		w.broken()
+		w.broken(gen)
 		if ctx.Err() != nil || w.stopIfIdle() {
 			return true, nil
 		}
