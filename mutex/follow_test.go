@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -205,5 +206,87 @@ func TestFollowerWhoseKeyIsDeletedLoses(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the follower whose key was deleted never returned")
+	}
+}
+
+// A namespace watch stopped while idle reports its end after the session's
+// next watch is up: that late report must not mark the new stream down,
+// else every later waiter of the session watches on its own. Forced: the
+// stopped loop is held in its StreamEnded hook until the new stream has
+// delivered a deletion.
+func TestALateEndOfAStoppedWatchLeavesTheNextOneLive(t *testing.T) {
+	ctx := etcdtest.Context(t, 20*time.Second)
+	cli := client(t)
+	deleted := make(chan string, 64)
+	hooks := &core.Hooks{Deleted: func(key string) {
+		select {
+		case deleted <- key:
+		default:
+		}
+	}}
+	sess, err := bsession.New(cli, config.Hooks(hooks))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sess.Close() })
+	first, err := newMutex(t, cli, "late-end-a", mutex.WithSession(sess)).Lock(ctx) // the first loop starts
+	if err != nil {
+		t.Fatal(err)
+	}
+	noise := keys.NamespaceOf(first.Key()) + "v1/lock/late-end-noise/x"
+	up := func() { // a deletion delivered: the session's current stream is up
+		t.Helper()
+		if _, err := cli.Put(ctx, noise, ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.Delete(ctx, noise); err != nil {
+			t.Fatal(err)
+		}
+		(&followSetup{deleted: deleted}).sawDeletion(t, noise)
+	}
+	up()
+	ended, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hooks.StreamEnded = func() { once.Do(func() { close(ended); <-release }) }
+	if err := first.Unlock(ctx); err != nil { // held once: its watch stops at once
+		t.Fatal(err)
+	}
+	<-ended
+	second, err := newMutex(t, cli, "late-end-b", mutex.WithSession(sess)).Lock(ctx) // the next loop starts
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Unlock(ctx)
+	up() // the first loop is held in its hook: this is the next one's
+	close(release)
+	time.Sleep(50 * time.Millisecond) // the first loop reports its end
+
+	h, err := newMutex(t, client(t), "late-end-c").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the holders' watches are up
+	before := watchers(t)
+	waiting := make(chan struct{})
+	hooks.BeforeWait = func(string) { close(waiting) }
+	got := make(chan error, 1)
+	w := newMutex(t, cli, "late-end-c", mutex.WithSession(sess))
+	go func() {
+		l, err := w.Lock(ctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	<-waiting
+	time.Sleep(200 * time.Millisecond) // a watch of its own would be created by now
+	if n := watchers(t); n != before {
+		t.Errorf("etcd has %v watchers while the waiter waits, %v before: the session's stream was taken for down", n, before)
+	}
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
 	}
 }

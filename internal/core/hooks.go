@@ -16,6 +16,7 @@ type Hooks struct {
 	BeforeWait    func(key string) // after the enqueue found keys ahead, before the wait for them
 	AfterConfirm  func(key string) // between the confirming read and the registration for deletion news
 	BeforeArm     func(key string) // after the hold is made, before it is armed
+	StreamEnded   func()           // a namespace watch's stream ended (broken or stopped), before its followers are told
 	BeforeReread  func()           // after the namespace watch broke, before its re-read
 	InClose       func()           // in an Owner's Close, before it waits for the calls in flight
 	Deleted       func(key string) // in the namespace watch, for every deletion

@@ -596,6 +596,7 @@ func (s *Session) watcher(key string) *watch.Watcher[*Hold] {
 			Client: s.cli, Ctx: s.ctx, Go: func(fn func()) bool { return s.goIn(&s.wg, fn) },
 			Key: func(h *Hold) string { return h.key }, Rev: func(h *Hold) int64 { return h.rev },
 			At: func(h *Hold) int64 { return h.at }, Gone: (*Hold).gone,
+			StreamEnded:  func() { call(s.cfg.Hooks.StreamEnded) },
 			BeforeReread: func() { call(s.cfg.Hooks.BeforeReread) },
 			Deleted: func(key string) {
 				if f := s.cfg.Hooks.Deleted; f != nil {

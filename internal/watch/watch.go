@@ -36,7 +36,8 @@ type Config[H comparable] struct {
 	Key     func(H) string
 	Rev, At func(H) int64
 	Gone    func(H)
-	// BeforeReread and Deleted are test hooks, read when called.
+	// StreamEnded, BeforeReread and Deleted are test hooks, read when called.
+	StreamEnded  func()
 	BeforeReread func()
 	Deleted      func(key string)
 }
@@ -292,6 +293,7 @@ func (w *Watcher[H]) loop(ctx context.Context, gen int, from int64) {
 			}
 		}
 		cancel()
+		call(w.c.StreamEnded)
 		w.broken(gen)
 		if ctx.Err() != nil || w.stopIfIdle() {
 			return true, nil
