@@ -76,6 +76,44 @@ func (f *followSetup) sawDeletion(t *testing.T, key string) {
 	}
 }
 
+// noise puts and deletes key, then waits until the waiter's namespace
+// watch delivered the deletion.
+func (f *followSetup) noise(t *testing.T, ctx context.Context, key string) {
+	t.Helper()
+	if _, err := f.cli.Put(ctx, key, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.cli.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	f.sawDeletion(t, key)
+}
+
+// releaseBeforeWait makes the holder unlock once the waiter's enqueue read
+// it, before the waiter waits, and waits until the waiter's namespace watch
+// delivered that deletion; then more runs.
+func (f *followSetup) releaseBeforeWait(t *testing.T, ctx context.Context, more func()) {
+	f.hooks.BeforeWait = func(string) {
+		if err := f.holder.Unlock(ctx); err != nil {
+			t.Error(err)
+		}
+		f.sawDeletion(t, f.holder.Key())
+		more()
+	}
+}
+
+// lockWithin locks the waiter within 5 s, then unlocks.
+func (f *followSetup) lockWithin(t *testing.T, ctx context.Context, what string) {
+	t.Helper()
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	l, err := f.waiter.Lock(lctx)
+	if err != nil {
+		t.Fatalf("Lock after %s: %v", what, err)
+	}
+	_ = l.Unlock(ctx)
+}
+
 func watchers(t *testing.T) float64 {
 	t.Helper()
 	mfs, err := prometheus.DefaultGatherer.Gather()
@@ -96,13 +134,21 @@ func watchers(t *testing.T) float64 {
 func TestWaiterFollowsItsSessionsWatch(t *testing.T) {
 	ctx := etcdtest.Context(t, 20*time.Second)
 	f := newFollowSetup(t, ctx, "follow-shared")
+	waitsWithoutAWatchOfItsOwn(t, ctx, f.hooks, f.waiter, f.holder, "it watches on its own")
+}
+
+// waitsWithoutAWatchOfItsOwn locks w, queued behind holder, and checks that
+// etcd has no more watchers while w waits than before; then holder unlocks
+// and w must acquire. hooks are w's session's.
+func waitsWithoutAWatchOfItsOwn(t *testing.T, ctx context.Context, hooks *core.Hooks, w *mutex.Mutex, holder *mutex.Lock, why string) {
+	t.Helper()
 	time.Sleep(200 * time.Millisecond) // the holders' namespace watches are up
 	before := watchers(t)
 	waiting := make(chan struct{})
-	f.hooks.BeforeWait = func(string) { close(waiting) }
+	hooks.BeforeWait = func(string) { close(waiting) }
 	got := make(chan error, 1)
 	go func() {
-		l, err := f.waiter.Lock(ctx)
+		l, err := w.Lock(ctx)
 		if err == nil {
 			err = l.Unlock(ctx)
 		}
@@ -111,9 +157,9 @@ func TestWaiterFollowsItsSessionsWatch(t *testing.T) {
 	<-waiting
 	time.Sleep(200 * time.Millisecond) // a watch of its own would be created by now
 	if n := watchers(t); n != before {
-		t.Errorf("etcd has %v watchers while the waiter waits, %v before: it watches on its own", n, before)
+		t.Errorf("etcd has %v watchers while the waiter waits, %v before: %s", n, before, why)
 	}
-	if err := f.holder.Unlock(ctx); err != nil {
+	if err := holder.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -122,7 +168,7 @@ func TestWaiterFollowsItsSessionsWatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("the follower never acquired after the holder's Unlock")
+		t.Fatal("the waiter never acquired after the holder's Unlock")
 	}
 }
 
@@ -132,19 +178,8 @@ func TestWaiterFollowsItsSessionsWatch(t *testing.T) {
 func TestFollowerTakesADeletionDeliveredBeforeItFollowed(t *testing.T) {
 	ctx := etcdtest.Context(t, 20*time.Second)
 	f := newFollowSetup(t, ctx, "follow-before")
-	f.hooks.BeforeWait = func(string) {
-		if err := f.holder.Unlock(ctx); err != nil {
-			t.Error(err)
-		}
-		f.sawDeletion(t, f.holder.Key())
-	}
-	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	l, err := f.waiter.Lock(lctx)
-	if err != nil {
-		t.Fatalf("Lock after the holder's key went before the wait: %v", err)
-	}
-	_ = l.Unlock(ctx)
+	f.releaseBeforeWait(t, ctx, func() {})
+	f.lockWithin(t, ctx, "the holder's key went before the wait")
 }
 
 // More deletions than the stream keeps come between the enqueue's read and
@@ -153,31 +188,12 @@ func TestFollowerTakesADeletionDeliveredBeforeItFollowed(t *testing.T) {
 func TestFollowerPastTheKeptDeletionsReadsForItself(t *testing.T) {
 	ctx := etcdtest.Context(t, 30*time.Second)
 	f := newFollowSetup(t, ctx, "follow-past")
-	f.hooks.BeforeWait = func(string) {
-		if err := f.holder.Unlock(ctx); err != nil {
-			t.Error(err)
-		}
-		f.sawDeletion(t, f.holder.Key())
+	f.releaseBeforeWait(t, ctx, func() {
 		for i := range 100 {
-			k := fmt.Sprintf("%sv1/lock/follow-noise/%03d", keys.NamespaceOf(f.waiter.Prefix()), i)
-			if _, err := f.cli.Put(ctx, k, ""); err != nil {
-				t.Error(err)
-				return
-			}
-			if _, err := f.cli.Delete(ctx, k); err != nil {
-				t.Error(err)
-				return
-			}
-			f.sawDeletion(t, k)
+			f.noise(t, ctx, fmt.Sprintf("%sv1/lock/follow-noise/%03d", keys.NamespaceOf(f.waiter.Prefix()), i))
 		}
-	}
-	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	l, err := f.waiter.Lock(lctx)
-	if err != nil {
-		t.Fatalf("Lock after the holder's deletion left the kept deletions: %v", err)
-	}
-	_ = l.Unlock(ctx)
+	})
+	f.lockWithin(t, ctx, "the holder's deletion left the kept deletions")
 }
 
 // The waiter's own key is deleted while it follows: Lock returns the loss.
@@ -234,16 +250,7 @@ func TestALateEndOfAStoppedWatchLeavesTheNextOneLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	noise := keys.NamespaceOf(first.Key()) + "v1/lock/late-end-noise/x"
-	up := func() { // a deletion delivered: the session's current stream is up
-		t.Helper()
-		if _, err := cli.Put(ctx, noise, ""); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := cli.Delete(ctx, noise); err != nil {
-			t.Fatal(err)
-		}
-		(&followSetup{deleted: deleted}).sawDeletion(t, noise)
-	}
+	up := func() { (&followSetup{cli: cli, deleted: deleted}).noise(t, ctx, noise) } // the session's current stream delivers
 	up()
 	ended, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
@@ -265,28 +272,5 @@ func TestALateEndOfAStoppedWatchLeavesTheNextOneLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond) // the holders' watches are up
-	before := watchers(t)
-	waiting := make(chan struct{})
-	hooks.BeforeWait = func(string) { close(waiting) }
-	got := make(chan error, 1)
-	w := newMutex(t, cli, "late-end-c", mutex.WithSession(sess))
-	go func() {
-		l, err := w.Lock(ctx)
-		if err == nil {
-			err = l.Unlock(ctx)
-		}
-		got <- err
-	}()
-	<-waiting
-	time.Sleep(200 * time.Millisecond) // a watch of its own would be created by now
-	if n := watchers(t); n != before {
-		t.Errorf("etcd has %v watchers while the waiter waits, %v before: the session's stream was taken for down", n, before)
-	}
-	if err := h.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-got; err != nil {
-		t.Fatal(err)
-	}
+	waitsWithoutAWatchOfItsOwn(t, ctx, hooks, newMutex(t, cli, "late-end-c", mutex.WithSession(sess)), h, "the session's stream was taken for down")
 }
