@@ -69,14 +69,21 @@ const MaxRead = 32
 // a later one was refused.
 func Enqueue(ctx context.Context, cli *clientv3.Client, f *Fence, fkey string, lease clientv3.LeaseID, key, value, prefix string, p Policy, conds []clientv3.Cmp) (resp *clientv3.TxnResponse, unheard bool, err error) {
 	err = retry.Do(ctx, func(actx context.Context) (err error) {
-		txn, v := EnqueueTxn(actx, cli, f, fkey, lease, key, value, prefix, p, conds)
-		resp, err = txn.Commit()
-		unheard = unheard || (err != nil && !retry.Permanent(err))
-		if err == nil && !resp.Succeeded && len(resp.Responses[0].GetResponseRange().Kvs) == 0 &&
-			f.Moved(fkey, v, resp.Responses[2].GetResponseRange().Kvs, resp.Header.Revision) {
-			return retry.ErrAgain
+		// Without the reads that explain a refusal first: each is a part of
+		// every enqueue's raft entry, and a refusal is rare.
+		for _, why := range []bool{false, true} {
+			txn, v := EnqueueTxn(actx, cli, f, fkey, lease, key, value, prefix, p, conds, why)
+			resp, err = txn.Commit()
+			unheard = unheard || (err != nil && !retry.Permanent(err))
+			switch {
+			case err != nil || resp.Succeeded:
+				return err
+			case why && len(resp.Responses[0].GetResponseRange().Kvs) == 0 &&
+				f.Moved(fkey, v, resp.Responses[2].GetResponseRange().Kvs, resp.Header.Revision):
+				return retry.ErrAgain
+			}
 		}
-		return err
+		return nil
 	})
 	if err == nil && unheard { // void the unheard attempt before the key is used
 		err = retry.Do(ctx, func(actx context.Context) error { return f.Raise(actx, cli, lease, fkey) })
@@ -85,13 +92,17 @@ func Enqueue(ctx context.Context, cli *clientv3.Client, f *Fence, fkey string, l
 }
 
 // EnqueueTxn is one attempt of Enqueue as sent, and the fence version it
-// compares.
-func EnqueueTxn(ctx context.Context, cli *clientv3.Client, f *Fence, fkey string, lease clientv3.LeaseID, key, value, prefix string, p Policy, conds []clientv3.Cmp) (clientv3.Txn, int64) {
+// compares; why adds the reads that tell a refusal's cause (the key, the
+// oldest key, the fence).
+func EnqueueTxn(ctx context.Context, cli *clientv3.Client, f *Fence, fkey string, lease clientv3.LeaseID, key, value, prefix string, p Policy, conds []clientv3.Cmp, why bool) (clientv3.Txn, int64) {
 	fence, v := f.Cmp(fkey)
-	return cli.Txn(clientv3.WithRequireLeader(ctx)).
+	txn := cli.Txn(clientv3.WithRequireLeader(ctx)).
 		If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0), fence}, conds...)...).
-		Then(clientv3.OpPut(key, value, clientv3.WithLease(lease)), Read(prefix, p, true)).
-		Else(clientv3.OpGet(key), Read(prefix, p, false), FenceGet(fkey)), v
+		Then(clientv3.OpPut(key, value, clientv3.WithLease(lease)), Read(prefix, p, true))
+	if why {
+		txn = txn.Else(clientv3.OpGet(key), Read(prefix, p, false), FenceGet(fkey))
+	}
+	return txn, v
 }
 
 // MayHold tells from the enqueue's read whether key, created at rev, holds;
