@@ -5,14 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/batonhq/baton/internal/queue"
 	"github.com/batonhq/baton/mutex"
 )
 
@@ -123,6 +126,10 @@ func contend(ctx context.Context, env *env, impl Impl, name string) ([]Value, er
 	if err != nil {
 		return nil, fmt.Errorf("floor: %w", err)
 	}
+	lockFloor, err := contendLockFloor(ctx, env, name)
+	if err != nil {
+		return nil, fmt.Errorf("lock floor: %w", err)
+	}
 	h := msAll(handoffs)
 	return []Value{
 		{Metric: "unlock p50 ms", V: percentile(msAll(unlocks), 50)},
@@ -132,6 +139,8 @@ func contend(ctx context.Context, env *env, impl Impl, name string) ([]Value, er
 		{Metric: "acquisitions/s", V: float64(counted) / env.cfg.Duration.Seconds()},
 		{Metric: "floor turns/s", V: floor},
 		{Metric: "% of the floor", V: 100 * float64(counted) / env.cfg.Duration.Seconds() / floor},
+		{Metric: "lock floor turns/s", V: lockFloor},
+		{Metric: "% of the lock floor", V: 100 * float64(counted) / env.cfg.Duration.Seconds() / lockFloor},
 		{Metric: "share spread %", V: spread},
 	}, nil
 }
@@ -258,4 +267,126 @@ func contendFloor(ctx context.Context, env *env, name string) (float64, error) {
 		return 0, err
 	}
 	return float64(got) / elapsed.Seconds(), nil
+}
+
+// contendLockFloor measures, on the same server, the turns per second of
+// the least a lock queue on etcd does that keeps two promises the floor's
+// plain puts cannot: a release deletes only its own key, and an enqueue
+// never overwrites another's. cfg.Contenders clients, each with a lease of
+// its own, use etcd directly, with none of baton's bookkeeping: one
+// transaction puts the client's key if absent (comparing the version of a
+// fence key too, as an enqueue that may be retried must) and reads the
+// newest keys; a prefix watch of deletions, started before, tells when the
+// key just ahead goes; a serializable read of the own key confirms; a
+// delete guarded by the key's CreateRevision releases. These are baton's
+// requests, one for one, and the ceiling for its acquisitions per second.
+func contendLockFloor(ctx context.Context, env *env, name string) (float64, error) {
+	n := env.cfg.Contenders
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	prefix := "/bench-lock-floor/" + name + "/"
+	sessions, closeSessions, err := ownSessions(env, n)
+	defer closeSessions()
+	if err != nil {
+		return 0, err
+	}
+	host, _ := os.Hostname()
+	value := fmt.Sprintf("%s:%d", host, os.Getpid()) // as baton's default identity
+	var (
+		wg    sync.WaitGroup
+		turns atomic.Int64
+		stop  atomic.Bool
+	)
+	errs := make([]error, n)
+	ready, start := make(chan struct{}, n), make(chan struct{})
+	for i, sess := range sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if errs[i] = lockFloorContender(ctx, sess, prefix, value, ready, start, &turns, &stop); errs[i] != nil {
+				cancel()
+			}
+		}()
+	}
+	for range n {
+		select {
+		case <-ready:
+		case <-ctx.Done():
+		}
+	}
+	t0 := time.Now()
+	close(start)
+	_ = pause(ctx, env.cfg.Duration) // ended early by a contender's error, told below
+	stop.Store(true)
+	got := turns.Load()
+	elapsed := time.Since(t0)
+	cancel()
+	wg.Wait()
+	if _, err := env.cli.Delete(context.Background(), prefix, clientv3.WithPrefix()); err != nil {
+		return 0, err
+	}
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return 0, err
+		}
+	}
+	return float64(got) / elapsed.Seconds(), nil
+}
+
+// lockFloorContender is one client of contendLockFloor: it locks and
+// unlocks until stop, counting its acquisitions in turns.
+func lockFloorContender(ctx context.Context, sess *concurrency.Session, prefix, value string, ready, start chan struct{}, turns *atomic.Int64, stop *atomic.Bool) error {
+	cli, lease := sess.Client(), sess.Lease()
+	key := fmt.Sprintf("%s%x", prefix, lease)
+	fence := fmt.Sprintf("/bench-lock-floor-session/%x", lease)
+	wch := cli.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	<-wch // created: no deletion is missed from here on
+	ready <- struct{}{}
+	select {
+	case <-start:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	for !stop.Load() {
+		resp, err := cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0), clientv3.Compare(clientv3.Version(fence), "=", 0)).
+			Then(clientv3.OpPut(key, value, clientv3.WithLease(lease)), queue.Read(prefix, nil, true)).Commit()
+		switch {
+		case err != nil:
+			return err
+		case !resp.Succeeded:
+			return fmt.Errorf("enqueue of %s refused", key)
+		}
+		rev := resp.Header.Revision
+		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 1 {
+			// Keys leave this queue in order: the one just ahead going
+			// means every one ahead went.
+			if err := waitDeleted(wch, string(kvs[1].Key), rev); err != nil {
+				return err
+			}
+			if _, err := cli.Get(ctx, key, clientv3.WithKeysOnly(), clientv3.WithSerializable()); err != nil {
+				return err
+			}
+		}
+		turns.Add(1)
+		if _, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitDeleted reads wch until it delivers the deletion of key after rev.
+func waitDeleted(wch clientv3.WatchChan, key string, rev int64) error {
+	for wr := range wch {
+		if err := wr.Err(); err != nil {
+			return err
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == mvccpb.DELETE && string(ev.Kv.Key) == key && ev.Kv.ModRevision > rev {
+				return nil
+			}
+		}
+	}
+	return context.Canceled
 }

@@ -38,6 +38,11 @@ func judge(rep *Report, m *Measure) {
 		// whose load drifts between runs moves both alike.
 		target = fmt.Sprintf("baton ≥ 90 %% of the floor of its own run; median of the runs %.0f %%", b.Median)
 		ok = b.Median >= 90
+		// The lock floor sends baton's requests without the library: the
+		// distance between the two floors is what those requests cost.
+		if f, l := find(rep, m.Workload, "floor turns/s"), find(rep, m.Workload, "lock floor turns/s"); f != nil && l != nil {
+			target += fmt.Sprintf(" (the lock floor: %.0f %% of the floor)", 100*l.Baton.Median/f.Baton.Median)
+		}
 	case "contend-lock-delay/handoff p99 ms":
 		target = fmt.Sprintf("baton with WithLockDelay(%v) ≤ 5 ms; raw column: baton without one", lockDelay)
 		ok = b.Median <= 5
