@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -78,55 +79,137 @@ func (e *Election) readLeader(ctx context.Context) (Leader, error) {
 // the current one. Receive promptly: Observe waits for the receiver and
 // then sends the state current at that moment.
 //
-// Each leader's attributes are read once, in the revision that made it
-// leader, with a read of its record bounded to about a second; a Proclaim
-// reads nothing more.
+// A leader's attributes are those of its record in the revision its key
+// was created (the record is written before the key), read once with a
+// read bounded to about a second. Observe reads them for the leader and
+// the candidate next in line while that one waits, so a hand-over to a
+// waiting candidate is sent without a read on its way; a Proclaim, or a
+// later Campaign through the same lease, reads nothing more.
 //
 // The channel is closed when ctx ends, when the Election is closed, or
 // when etcd refuses the read for good (permission denied, authentication
 // failed); in that last case the last value sent has Err set and its
 // other fields zero, so a receiver tells a refusal from a normal end.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
-	var last Leader // the last leader whose record was read; only Observe's goroutine touches it
+	a := &ahead{e: e, ctx: ctx, m: map[string]*attrRead{}}
 	return core.Observe(e.o, ctx, func(h core.Head) Leader {
 		l := Leader{Key: h.Key, Value: h.Value, Token: fencing.Token(h.Token), LeaseID: h.Lease, Revision: h.Revision, Err: h.Err}
-		switch {
-		case l.IsZero():
-		case l.Key == last.Key && l.Token == last.Token:
-			l.Priority, l.Version, l.Strategy = last.Priority, last.Version, last.Strategy
-		case e.readAttributes(ctx, &l) == nil:
-			last = l
+		if !l.IsZero() {
+			a.fill(&l)
 		}
 		return l
-	})
+	}, a.track)
 }
 
-// readAttributes fills l's attributes from the leader's record, read at
-// l.Revision (or now, if compacted): a record is written before its key
-// and deleted after it, so that revision shows it.
-func (e *Election) readAttributes(ctx context.Context, l *Leader) error {
+// attributes are a candidate's, as its record says.
+type attributes struct {
+	Priority int
+	Version  string
+	Strategy Strategy
+}
+
+// ahead reads the records of the two oldest keys, the leader and the next
+// in line, as they get there; only Observe's goroutine calls its methods.
+type ahead struct {
+	e   *Election
+	ctx context.Context
+	m   map[string]*attrRead // by key
+}
+
+// attrRead is one key's record read; its fields are set before done closes.
+type attrRead struct {
+	token  int64
+	cancel context.CancelFunc
+	done   chan struct{}
+	a      attributes
+	err    error
+}
+
+// track starts the reads of the two oldest keys' records and drops the
+// others.
+func (r *ahead) track(q map[string]*mvccpb.KeyValue) {
+	var first, second *mvccpb.KeyValue
+	for _, kv := range q {
+		switch {
+		case first == nil || kv.CreateRevision < first.CreateRevision:
+			first, second = kv, first
+		case second == nil || kv.CreateRevision < second.CreateRevision:
+			second = kv
+		}
+	}
+	for k, ar := range r.m {
+		if (first == nil || k != string(first.Key) || ar.token != first.CreateRevision) &&
+			(second == nil || k != string(second.Key) || ar.token != second.CreateRevision) {
+			ar.cancel()
+			delete(r.m, k)
+		}
+	}
+	for _, kv := range []*mvccpb.KeyValue{first, second} {
+		if kv == nil || r.m[string(kv.Key)] != nil {
+			continue
+		}
+		ctx, cancel := context.WithCancel(r.ctx)
+		ar := &attrRead{token: kv.CreateRevision, cancel: cancel, done: make(chan struct{})}
+		lease, rev := clientv3.LeaseID(kv.Lease), kv.CreateRevision
+		if !r.e.o.Go(ctx, func(ctx context.Context) {
+			defer close(ar.done)
+			ar.a, ar.err = r.e.readAttributes(ctx, lease, rev)
+		}) {
+			cancel()
+			continue
+		}
+		r.m[string(kv.Key)] = ar
+	}
+}
+
+// fill sets l's attributes, waiting for its record's read (or reading it
+// again if that failed).
+func (r *ahead) fill(l *Leader) {
+	ar := r.m[l.Key]
+	if ar == nil || ar.token != int64(l.Token) {
+		ar = &attrRead{token: int64(l.Token), err: errNotRead}
+	} else {
+		select {
+		case <-ar.done:
+		case <-r.ctx.Done():
+			return
+		}
+	}
+	if ar.err != nil {
+		ar.a, ar.err = r.e.readAttributes(r.ctx, l.LeaseID, int64(l.Token))
+	}
+	if ar.err == nil {
+		l.Priority, l.Version, l.Strategy = ar.a.Priority, ar.a.Version, ar.a.Strategy
+	}
+}
+
+var errNotRead = errors.New("not read")
+
+// readAttributes reads the attributes of the record of lease at rev (or
+// now, if compacted): a record is written before its key and deleted after
+// it, so the revision that created the key shows it.
+func (e *Election) readAttributes(ctx context.Context, lease clientv3.LeaseID, rev int64) (attributes, error) {
 	ctx, cancel := context.WithTimeout(ctx, retry.AttemptTimeout)
 	defer cancel()
 	read := func(opts ...clientv3.OpOption) (*clientv3.TxnResponse, error) {
 		return e.o.Client().Txn(ctx).Then(
-			clientv3.OpGet(keys.LeaseKey(e.recordPrefix(Preferred), int64(l.LeaseID)), opts...),
-			clientv3.OpGet(keys.LeaseKey(e.recordPrefix(Oldest), int64(l.LeaseID)), opts...)).Commit()
+			clientv3.OpGet(keys.LeaseKey(e.recordPrefix(Preferred), int64(lease)), opts...),
+			clientv3.OpGet(keys.LeaseKey(e.recordPrefix(Oldest), int64(lease)), opts...)).Commit()
 	}
-	resp, err := read(clientv3.WithRev(l.Revision))
+	resp, err := read(clientv3.WithRev(rev))
 	if errors.Is(err, rpctypes.ErrCompacted) {
 		resp, err = read()
 	}
 	if err != nil {
-		return err
+		return attributes{}, err
 	}
 	for i, s := range []Strategy{Preferred, Oldest} {
 		for _, kv := range resp.Responses[i].GetResponseRange().Kvs {
-			var r record
-			if json.Unmarshal(kv.Value, &r) == nil && clientv3.LeaseID(kv.Lease) == l.LeaseID {
-				l.Priority, l.Version, l.Strategy = r.Priority, r.Version, s
-				return nil
+			var rec record
+			if json.Unmarshal(kv.Value, &rec) == nil && clientv3.LeaseID(kv.Lease) == lease {
+				return attributes{rec.Priority, rec.Version, s}, nil
 			}
 		}
 	}
-	return nil
+	return attributes{}, nil
 }

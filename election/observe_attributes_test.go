@@ -2,8 +2,13 @@ package election_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/integration/etcdtest"
@@ -74,4 +79,56 @@ func TestObserveCarriesTheLeadersAttributes(t *testing.T) {
 	d := newElection(t, client(t), name)
 	await(t, campaignAsync(ctx, d, "D"), 5*time.Second, "D")
 	want("a plain leader", "D", 0, "", election.Oldest)
+}
+
+// Observe reads the record of the candidate next in line while it waits,
+// so the hand-over to it is sent with its attributes and without a read of
+// the observer's on its way (the observer's only Txns are record reads).
+func TestObserveReadsTheNextLeadersRecordAhead(t *testing.T) {
+	ctx := etcdtest.Context(t, 30*time.Second)
+	const name = "observe-attributes-ahead"
+	var txns atomic.Int64
+	ocli, err := clientv3.New(clientv3.Config{
+		Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
+			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				if method == "/etcdserverpb.KV/Txn" {
+					txns.Add(1)
+				}
+				return invoker(ctx, method, req, reply, cc, opts...)
+			})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ocli.Close()
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	obs := newElection(t, ocli, name).Observe(octx)
+	if l := next(t, obs); !l.IsZero() {
+		t.Fatalf("first state = %+v, want no leader", l)
+	}
+	a := newElection(t, client(t), name, election.WithPriority(2))
+	ta := await(t, campaignAsync(ctx, a, "A"), 5*time.Second, "A")
+	if l := next(t, obs); l.Value != "A" || l.Priority != 2 {
+		t.Fatalf("Observe sent %+v, want A with priority 2", l)
+	}
+	b := newElection(t, client(t), name, election.WithPriority(7), election.WithVersion("b1"))
+	bres := campaignAsync(ctx, b, "B")
+	waitCandidates(t, a, 2)
+	for deadline := time.Now().Add(5 * time.Second); txns.Load() < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the observer made %d record reads in 5s with B waiting next in line; want 2 (A's, and B's ahead of its term)", txns.Load())
+		}
+	}
+	if err := ta.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	await(t, bres, 5*time.Second, "B")
+	if l := next(t, obs); l.Value != "B" || l.Priority != 7 || l.Version != "b1" {
+		t.Fatalf("Observe sent %+v, want B with priority 7, version b1", l)
+	}
+	if n := txns.Load(); n != 2 {
+		t.Fatalf("the observer made %d record reads by the time it sent B; want 2 (none on the way to the new leader)", n)
+	}
 }

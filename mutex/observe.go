@@ -53,5 +53,5 @@ func (h Holder) IsFree() bool { return h.IsZero() }
 func (m *Mutex) Observe(ctx context.Context) <-chan Holder {
 	return core.Observe(m.o, ctx, func(h core.Head) Holder {
 		return Holder{Key: h.Key, Identity: h.Value, Token: fencing.Token(h.Token), Lease: h.Lease, Revision: h.Revision, Err: h.Err}
-	})
+	}, nil)
 }

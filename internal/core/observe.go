@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/observe"
@@ -13,8 +14,9 @@ type Head = observe.Head
 
 // Observe sends conv of the head of o's queue as observe.Loop does, on a
 // channel that closes when ctx ends, on Close, or after a value with Err
-// set.
-func Observe[T, S any](o *Owner[T], ctx context.Context, conv func(Head) S) <-chan S {
+// set. track, if not nil, sees the whole queue at every revision first
+// (see observe.Loop).
+func Observe[T, S any](o *Owner[T], ctx context.Context, conv func(Head) S, track func(map[string]*mvccpb.KeyValue)) <-chan S {
 	ch := make(chan S)
 	refused := func(err error) { o.cfg.Logger.Error("observe: etcd refused the read", o.cfg.Fields(zap.Error(err))...) }
 	if !o.Go(ctx, func(ctx context.Context) {
@@ -26,7 +28,7 @@ func Observe[T, S any](o *Owner[T], ctx context.Context, conv func(Head) S) <-ch
 			case <-ctx.Done():
 				return false
 			}
-		}, refused)
+		}, track, refused)
 	}) {
 		close(ch)
 	}

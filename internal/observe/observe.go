@@ -30,8 +30,10 @@ func (h Head) same(o Head) bool { return h.Key == o.Key && h.Value == o.Value &&
 // state), in strictly increasing revision and never the same head twice in
 // a row; it re-reads after compaction or a broken watch. It returns when
 // ctx ends, when send returns false, or after sending a Head with Err set
-// (refused is then called with the error first).
-func Loop(ctx context.Context, cli *clientv3.Client, prefix string, send func(Head) bool, refused func(error)) {
+// (refused is then called with the error first). track, if not nil, is
+// called with the whole queue at every revision before its head is sent;
+// it must neither keep nor change the map.
+func Loop(ctx context.Context, cli *clientv3.Client, prefix string, send func(Head) bool, track func(map[string]*mvccpb.KeyValue), refused func(error)) {
 	var last Head
 	sent := false
 	emit := func(h Head) bool {
@@ -51,6 +53,9 @@ func Loop(ctx context.Context, cli *clientv3.Client, prefix string, send func(He
 			if best == nil || kv.CreateRevision < best.CreateRevision {
 				best = kv
 			}
+		}
+		if track != nil {
+			track(q)
 		}
 		h := Head{Revision: rev}
 		if best != nil {
