@@ -153,6 +153,7 @@ func (h *Hold) afterLoss(cause error) {
 	case errors.Is(cause, errs.ErrKeyDeleted), errors.Is(cause, errs.ErrLeaseExpired), !h.l.s.IsBorrowed():
 		h.l.s.free(h.res, h)
 	default:
+		h.l.s.dropHold(h.res, h) // a takeover waits for the deletion rather than adopt the key
 		h.o.deleteKey(h.l, h.key, h.rev, h.res)
 	}
 }

@@ -30,3 +30,9 @@ func call(f func()) {
 		f()
 	}
 }
+
+func callKey(f func(key string), key string) {
+	if f != nil {
+		f(key)
+	}
+}

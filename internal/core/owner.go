@@ -171,9 +171,7 @@ func (o *Owner[T]) acquire(ctx context.Context, req Request, wrap func(*Hold) T)
 		return nil, zero, o.wrapErr(err)
 	}
 	t := wrap(h)
-	if f := o.sess.cfg.Hooks.BeforeArm; f != nil {
-		f(h.key)
-	}
+	callKey(o.sess.cfg.Hooks.BeforeArm, h.key)
 	h.arm() // before Held can return it: a release needs an armed hold
 	o.mu.Lock()
 	closed := o.closed
@@ -265,9 +263,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 		if req.Try {
 			return fail(rev, errBusy)
 		}
-		if f := s.cfg.Hooks.BeforeWait; f != nil {
-			f(key)
-		}
+		callKey(s.cfg.Hooks.BeforeWait, key)
 		at, err = o.wait(ctx, l, w, key, rev, req, blockers, allowed, complete, at)
 		if errors.Is(err, errOwnKeyGone) {
 			w.Unexpect(key)
@@ -278,9 +274,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 			return fail(rev, err)
 		}
 	}
-	if f := s.cfg.Hooks.AfterConfirm; f != nil {
-		f(key)
-	}
+	callKey(s.cfg.Hooks.AfterConfirm, key)
 	h := newHold(o, l, key, rev, at, res, w, req.wait)
 	w.Register(h)
 	return h, nil
@@ -311,9 +305,9 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 	minRev := int64(0) // 0: read linearizably
 	for {
 		if blockers == nil {
-			resp, err := o.readQueue(ctx, key, rev, p, minRev)
+			resp, err := queue.ReadAhead(ctx, o.sess.cli, o.cfg.Prefix, key, rev, p, minRev)
 			if err != nil {
-				return 0, err
+				return 0, failure(ctx, err)
 			}
 			own := resp.Responses[1].GetResponseRange().Kvs
 			if minRev > 0 && (resp.Header.Revision < minRev || len(own) == 0) {
@@ -339,52 +333,10 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 		case done && complete && req.Confirms:
 			return at, nil // every key ahead was followed: the events confirm
 		case done && complete:
-			return o.barrier(ctx, key, rev, at)
+			return at, failure(ctx, queue.Confirm(ctx, o.sess.cli, key, rev, at))
 		}
 		blockers, minRev = nil, at
 	}
-}
-
-// barrier returns at once a read of key at or after at finds it: a holder
-// told of its key's deletion by the event that confirmed us gets that
-// round trip's head start (an operator's delete or revoke is told to both
-// at once). A member behind at, or without our key, leaves it to the leader.
-func (o *Owner[T]) barrier(ctx context.Context, key string, rev, at int64) (int64, error) {
-	for _, opts := range [][]clientv3.OpOption{{clientv3.WithKeysOnly(), clientv3.WithSerializable()}, {clientv3.WithKeysOnly()}} {
-		var resp *clientv3.GetResponse
-		err := retry.Reads(ctx, func(actx context.Context) (err error) {
-			resp, err = o.sess.cli.Get(clientv3.WithRequireLeader(actx), key, opts...)
-			return err
-		})
-		switch {
-		case err != nil:
-			return 0, failure(ctx, err)
-		case resp.Header.Revision >= at && len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == rev:
-			return at, nil
-		}
-	}
-	return 0, errOwnKeyGone
-}
-
-// readQueue reads the older keys (without a Policy the newest) and key
-// itself, serializably when minRev > 0.
-func (o *Owner[T]) readQueue(ctx context.Context, key string, rev int64, p Policy, minRev int64) (resp *clientv3.TxnResponse, err error) {
-	older := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))
-	if p != nil {
-		older = []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(rev - 1),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
-	}
-	own := []clientv3.OpOption{clientv3.WithKeysOnly()}
-	if minRev > 0 {
-		older, own = append(older, clientv3.WithSerializable()), append(own, clientv3.WithSerializable())
-	}
-	err = retry.Reads(ctx, func(actx context.Context) (err error) {
-		// A member without a leader refuses instead of answering from a
-		// state that may be stale.
-		resp, err = o.sess.cli.Txn(clientv3.WithRequireLeader(actx)).Then(clientv3.OpGet(o.cfg.Prefix, older...), clientv3.OpGet(key, own...)).Commit()
-		return err
-	})
-	return resp, failure(ctx, err)
 }
 
 // lostReason says why our key vanished while waiting.
@@ -419,9 +371,7 @@ func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, r *reservation) {
 	done := make(chan struct{})
 	run := func() {
 		defer close(done)
-		if f := s.cfg.Hooks.BeforeCleanup; f != nil {
-			f(key)
-		}
+		callKey(s.cfg.Hooks.BeforeCleanup, key)
 		var err error
 		if rev == 0 {
 			err = retry.Do(stop, func(ctx context.Context) error {

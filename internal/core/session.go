@@ -398,21 +398,12 @@ func (s *Session) newLease(ctx context.Context) (*Lease, error) {
 	if max := s.cfg.MaxTTL; s.etcd != nil && max > 0 && d > max {
 		return nil, fmt.Errorf("%w: the session's lease TTL is %v, at most %v allowed (WithMaxTTL)", errs.ErrInvalid, d, max)
 	}
-	margin := s.cfg.Margin
-	if margin == 0 {
-		margin = DefaultMargin(d)
-	}
-	if margin > d/2 {
-		return nil, fmt.Errorf("%w: safety margin %v must be at most half the lease's TTL %v", errs.ErrInvalid, margin, d)
-	}
 	l := &Lease{s: s}
-	l.Lease = lease.New(s.ctx, s.lcfg, id, d, margin, sent, l.cancelHolds)
+	if l.Lease, err = lease.New(s.ctx, s.lcfg, id, d, s.cfg.Margin, sent, l.cancelHolds); err != nil {
+		return nil, err
+	}
 	return l, nil
 }
-
-// DefaultMargin is a fifth of the TTL, which covers a client clock running
-// up to 20% slow.
-func DefaultMargin(ttl time.Duration) time.Duration { return ttl / 5 }
 
 // Lease is one lease of the session (its watchdog is package lease's) and
 // the holds it ends: one set, not a context child (and ~150 bytes) per key.
@@ -560,6 +551,15 @@ func (s *Session) setHold(r *reservation, h *Hold) {
 	s.mu.Unlock()
 }
 
+// dropHold forgets h as r's holder, if it still is.
+func (s *Session) dropHold(r *reservation, h *Hold) {
+	s.mu.Lock()
+	if r.hold == h {
+		r.hold = nil
+	}
+	s.mu.Unlock()
+}
+
 // free ends the reservation r if h (nil: whoever) still has it.
 func (s *Session) free(r *reservation, h *Hold) {
 	s.mu.Lock()
@@ -598,11 +598,7 @@ func (s *Session) watcher(key string) *watch.Watcher[*Hold] {
 			At: func(h *Hold) int64 { return h.at }, Gone: (*Hold).gone,
 			StreamEnded:  func() { call(s.cfg.Hooks.StreamEnded) },
 			BeforeReread: func() { call(s.cfg.Hooks.BeforeReread) },
-			Deleted: func(key string) {
-				if f := s.cfg.Hooks.Deleted; f != nil {
-					f(key)
-				}
-			},
+			Deleted:      func(key string) { callKey(s.cfg.Hooks.Deleted, key) },
 		}
 	}
 	w, ok := s.watchers[prefix]

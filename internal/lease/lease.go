@@ -50,13 +50,24 @@ type Lease struct {
 }
 
 // New returns the lease id of the granted ttl, valid until sent + ttl −
-// margin; onEnd runs where the lease ends, before any revoke.
-func New(parent context.Context, cfg *Config, id clientv3.LeaseID, ttl, margin time.Duration, sent time.Time, onEnd func(cause error)) *Lease {
+// margin (zero: DefaultMargin); onEnd runs where the lease ends, before any
+// revoke. A margin over half the TTL is refused with errs.ErrInvalid.
+func New(parent context.Context, cfg *Config, id clientv3.LeaseID, ttl, margin time.Duration, sent time.Time, onEnd func(cause error)) (*Lease, error) {
+	if margin == 0 {
+		margin = DefaultMargin(ttl)
+	}
+	if margin > ttl/2 {
+		return nil, fmt.Errorf("%w: safety margin %v must be at most half the lease's TTL %v", errs.ErrInvalid, margin, ttl)
+	}
 	ctx, cancel := context.WithCancelCause(parent)
 	l := &Lease{cfg: cfg, id: id, ttl: ttl, margin: margin, ctx: ctx, cancel: cancel, onEnd: onEnd}
 	l.extend(sent, ttl)
-	return l
+	return l, nil
 }
+
+// DefaultMargin is a fifth of the TTL, which covers a client clock running
+// up to 20% slow.
+func DefaultMargin(ttl time.Duration) time.Duration { return ttl / 5 }
 
 // ID is the lease ID.
 func (l *Lease) ID() clientv3.LeaseID { return l.id }

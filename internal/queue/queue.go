@@ -264,3 +264,46 @@ func DeleteOnce(ctx context.Context, cli *clientv3.Client, lease clientv3.LeaseI
 	_, err := cli.Txn(clientv3.WithRequireLeader(ctx)).If(clientv3.Compare(clientv3.CreateRevision(key), "=", *rev)).Then(clientv3.OpDelete(key)).Commit()
 	return err
 }
+
+// ReadAhead reads the keys older than key (created at rev: without a
+// Policy the newest of them, with one all) and key itself, serializably
+// when minRev > 0. A member without a leader refuses rather than answer
+// from a state that may be stale.
+func ReadAhead(ctx context.Context, cli *clientv3.Client, prefix, key string, rev int64, p Policy, minRev int64) (resp *clientv3.TxnResponse, err error) {
+	older := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))
+	if p != nil {
+		older = []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(rev - 1),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
+	}
+	own := []clientv3.OpOption{clientv3.WithKeysOnly()}
+	if minRev > 0 {
+		older, own = append(older, clientv3.WithSerializable()), append(own, clientv3.WithSerializable())
+	}
+	err = retry.Reads(ctx, func(actx context.Context) (err error) {
+		resp, err = cli.Txn(clientv3.WithRequireLeader(actx)).Then(clientv3.OpGet(prefix, older...), clientv3.OpGet(key, own...)).Commit()
+		return err
+	})
+	return resp, err
+}
+
+// Confirm returns nil once a read of key at or after revision at finds it
+// with CreateRevision rev, ErrOwnKeyGone if it does not: a holder told of
+// its key's deletion by the event that confirmed the waiter gets that
+// round trip's head start (an operator's delete or revoke is told to both
+// at once). A member behind at, or without the key, leaves it to the leader.
+func Confirm(ctx context.Context, cli *clientv3.Client, key string, rev, at int64) error {
+	for _, opts := range [][]clientv3.OpOption{{clientv3.WithKeysOnly(), clientv3.WithSerializable()}, {clientv3.WithKeysOnly()}} {
+		var resp *clientv3.GetResponse
+		err := retry.Reads(ctx, func(actx context.Context) (err error) {
+			resp, err = cli.Get(clientv3.WithRequireLeader(actx), key, opts...)
+			return err
+		})
+		switch {
+		case err != nil:
+			return err
+		case resp.Header.Revision >= at && len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == rev:
+			return nil
+		}
+	}
+	return ErrOwnKeyGone
+}
