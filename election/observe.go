@@ -28,7 +28,8 @@ type Leader struct {
 	// Priority, Version and Strategy are the leader's attributes, as
 	// Candidates reports them, from its record (not from Value: an etcd
 	// concurrency.Election observer sees the plain value). Observe fills
-	// them; zero, "" and Oldest for a leader without a record (no
+	// them as its record was when Observe first saw the key among the two
+	// oldest; zero, "" and Oldest for a leader without a record (no
 	// attributes, or not baton's) and when the record could not be read
 	// (such as a role that may read the election but not its records).
 	Priority int
@@ -79,23 +80,25 @@ func (e *Election) readLeader(ctx context.Context) (Leader, error) {
 // the current one. Receive promptly: Observe waits for the receiver and
 // then sends the state current at that moment.
 //
-// A leader's attributes are those of its record in the revision its key
-// was created (the record is written before the key), read once with a
-// read bounded to about a second. Observe reads them for the leader and
-// the candidate next in line while that one waits, so a hand-over to a
-// waiting candidate is sent without a read on its way; a Proclaim, or a
-// later Campaign through the same lease, reads nothing more.
+// A leader's attributes are read from its record, with a read bounded to
+// about a second, in the state where Observe first saw its key among the
+// two oldest. A candidate waiting next in line is read while it waits, so
+// a hand-over to it is sent without a read on its way; a Preferred
+// candidate's key is made as it leads, and that state waits for its read.
+// A record written again later (a Proclaim, or another Campaign through the
+// same lease) is not read again. A read that fails leaves the attributes
+// zero and is made again with the next state.
 //
 // The channel is closed when ctx ends, when the Election is closed, or
 // when etcd refuses the read for good (permission denied, authentication
 // failed); in that last case the last value sent has Err set and its
 // other fields zero, so a receiver tells a refusal from a normal end.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
-	a := &ahead{e: e, ctx: ctx, m: map[string]*attrRead{}}
-	return core.Observe(e.o, ctx, func(h core.Head) Leader {
+	a := &ahead{e: e, m: map[string]*attrRead{}}
+	return core.Observe(e.o, ctx, func(ctx context.Context, h core.Head) Leader {
 		l := Leader{Key: h.Key, Value: h.Value, Token: fencing.Token(h.Token), LeaseID: h.Lease, Revision: h.Revision, Err: h.Err}
 		if !l.IsZero() {
-			a.fill(&l)
+			a.fill(ctx, &l)
 		}
 		return l
 	}, a.track)
@@ -109,25 +112,25 @@ type attributes struct {
 }
 
 // ahead reads the records of the two oldest keys, the leader and the next
-// in line, as they get there; only Observe's goroutine calls its methods.
+// in line, as they get there; only Observe's goroutine calls its methods,
+// and its reads end with that goroutine's ctx.
 type ahead struct {
-	e   *Election
-	ctx context.Context
-	m   map[string]*attrRead // by key
+	e *Election
+	m map[string]*attrRead // by key
 }
 
-// attrRead is one key's record read; its fields are set before done closes.
+// attrRead is one key's record read; a and err are set before done closes.
 type attrRead struct {
-	token  int64
+	token  int64 // the key's CreateRevision
 	cancel context.CancelFunc
 	done   chan struct{}
 	a      attributes
 	err    error
 }
 
-// track starts the reads of the two oldest keys' records and drops the
-// others.
-func (r *ahead) track(q map[string]*mvccpb.KeyValue) {
+// track starts a read of the two oldest keys' records at rev, the state's
+// revision, as each gets there, and drops the others'.
+func (r *ahead) track(ctx context.Context, q map[string]*mvccpb.KeyValue, rev int64) {
 	var first, second *mvccpb.KeyValue
 	for _, kv := range q {
 		switch {
@@ -148,46 +151,43 @@ func (r *ahead) track(q map[string]*mvccpb.KeyValue) {
 		if kv == nil || r.m[string(kv.Key)] != nil {
 			continue
 		}
-		ctx, cancel := context.WithCancel(r.ctx)
+		rctx, cancel := context.WithCancel(ctx)
 		ar := &attrRead{token: kv.CreateRevision, cancel: cancel, done: make(chan struct{})}
-		lease, rev := clientv3.LeaseID(kv.Lease), kv.CreateRevision
-		if !r.e.o.Go(ctx, func(ctx context.Context) {
+		lease := clientv3.LeaseID(kv.Lease)
+		if !r.e.o.Go(rctx, func(ctx context.Context) {
 			defer close(ar.done)
 			ar.a, ar.err = r.e.readAttributes(ctx, lease, rev)
 		}) {
-			cancel()
+			cancel() // closing
 			continue
 		}
 		r.m[string(kv.Key)] = ar
 	}
 }
 
-// fill sets l's attributes, waiting for its record's read (or reading it
-// again if that failed).
-func (r *ahead) fill(l *Leader) {
+// fill sets l's attributes once its record's read ends; a failed read
+// leaves them zero and is made again with the next state.
+func (r *ahead) fill(ctx context.Context, l *Leader) {
 	ar := r.m[l.Key]
 	if ar == nil || ar.token != int64(l.Token) {
-		ar = &attrRead{token: int64(l.Token), err: errNotRead}
-	} else {
-		select {
-		case <-ar.done:
-		case <-r.ctx.Done():
-			return
-		}
+		return
+	}
+	select {
+	case <-ar.done:
+	case <-ctx.Done():
+		return
 	}
 	if ar.err != nil {
-		ar.a, ar.err = r.e.readAttributes(r.ctx, l.LeaseID, int64(l.Token))
+		ar.cancel()
+		delete(r.m, l.Key)
+		return
 	}
-	if ar.err == nil {
-		l.Priority, l.Version, l.Strategy = ar.a.Priority, ar.a.Version, ar.a.Strategy
-	}
+	l.Priority, l.Version, l.Strategy = ar.a.Priority, ar.a.Version, ar.a.Strategy
 }
-
-var errNotRead = errors.New("not read")
 
 // readAttributes reads the attributes of the record of lease at rev (or
 // now, if compacted): a record is written before its key and deleted after
-// it, so the revision that created the key shows it.
+// it, so a state that shows the key shows it.
 func (e *Election) readAttributes(ctx context.Context, lease clientv3.LeaseID, rev int64) (attributes, error) {
 	ctx, cancel := context.WithTimeout(ctx, retry.AttemptTimeout)
 	defer cancel()

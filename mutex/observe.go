@@ -51,7 +51,7 @@ func (h Holder) IsFree() bool { return h.IsZero() }
 // failed); in that last case the last value sent has Err set and its
 // other fields zero.
 func (m *Mutex) Observe(ctx context.Context) <-chan Holder {
-	return core.Observe(m.o, ctx, func(h core.Head) Holder {
+	return core.Observe(m.o, ctx, func(_ context.Context, h core.Head) Holder {
 		return Holder{Key: h.Key, Identity: h.Value, Token: fencing.Token(h.Token), Lease: h.Lease, Revision: h.Revision, Err: h.Err}
 	}, nil)
 }

@@ -15,20 +15,25 @@ type Head = observe.Head
 // Observe sends conv of the head of o's queue as observe.Loop does, on a
 // channel that closes when ctx ends, on Close, or after a value with Err
 // set. track, if not nil, sees the whole queue at every revision first
-// (see observe.Loop).
-func Observe[T, S any](o *Owner[T], ctx context.Context, conv func(Head) S, track func(map[string]*mvccpb.KeyValue)) <-chan S {
+// (see observe.Loop). Both are given the observing goroutine's ctx, which
+// ends with it and on Close.
+func Observe[T, S any](o *Owner[T], ctx context.Context, conv func(context.Context, Head) S, track func(context.Context, map[string]*mvccpb.KeyValue, int64)) <-chan S {
 	ch := make(chan S)
 	refused := func(err error) { o.cfg.Logger.Error("observe: etcd refused the read", o.cfg.Fields(zap.Error(err))...) }
 	if !o.Go(ctx, func(ctx context.Context) {
 		defer close(ch)
+		var tr func(map[string]*mvccpb.KeyValue, int64)
+		if track != nil {
+			tr = func(q map[string]*mvccpb.KeyValue, rev int64) { track(ctx, q, rev) }
+		}
 		observe.Loop(ctx, o.sess.cli, o.cfg.Prefix, func(h Head) bool {
 			select {
-			case ch <- conv(h):
+			case ch <- conv(ctx, h):
 				return true
 			case <-ctx.Done():
 				return false
 			}
-		}, track, refused)
+		}, tr, refused)
 	}) {
 		close(ch)
 	}

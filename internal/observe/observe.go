@@ -33,7 +33,7 @@ func (h Head) same(o Head) bool { return h.Key == o.Key && h.Value == o.Value &&
 // (refused is then called with the error first). track, if not nil, is
 // called with the whole queue at every revision before its head is sent;
 // it must neither keep nor change the map.
-func Loop(ctx context.Context, cli *clientv3.Client, prefix string, send func(Head) bool, track func(map[string]*mvccpb.KeyValue), refused func(error)) {
+func Loop(ctx context.Context, cli *clientv3.Client, prefix string, send func(Head) bool, track func(q map[string]*mvccpb.KeyValue, rev int64), refused func(error)) {
 	var last Head
 	sent := false
 	emit := func(h Head) bool {
@@ -55,7 +55,7 @@ func Loop(ctx context.Context, cli *clientv3.Client, prefix string, send func(He
 			}
 		}
 		if track != nil {
-			track(q)
+			track(q, rev)
 		}
 		h := Head{Revision: rev}
 		if best != nil {
