@@ -31,7 +31,7 @@ func TestDeletionOfADetachedSessionSparesTheNextSessionsHolder(t *testing.T) {
 	hooks := &Hooks{BeforeCleanup: func(string) { close(entered); <-release }}
 	s1, _ := Attach(cs, Config{Hooks: hooks})
 	o1 := NewOwner[*Hold](s1, ocfg)
-	l, err := s1.lease(ctx)
+	l, err := s1.Lease(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

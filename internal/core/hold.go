@@ -152,8 +152,7 @@ func (h *Hold) afterLoss(cause error) {
 		// Release, abandon or the new holder take care of it.
 	case errors.Is(cause, errs.ErrKeyDeleted), errors.Is(cause, errs.ErrLeaseExpired), !h.l.s.IsBorrowed():
 		h.l.s.free(h.res, h)
-	default:
-		h.l.s.dropHold(h.res, h) // a takeover waits for the deletion rather than adopt the key
+	case h.l.s.dropHold(h.res, h): // else a takeover got the key; a takeover now waits for the deletion
 		h.o.deleteKey(h.l, h.key, h.rev, h.res)
 	}
 }

@@ -41,7 +41,7 @@ func TestEnqueueAppliedAfterItsCleanupPutsNothing(t *testing.T) {
 		prefix := keys.Prefix("core-test", keys.Lock, "late")
 		o := NewOwner[*Hold](s, OwnerConfig{Prefix: prefix, NotHeld: errs.ErrReleased, Own: true,
 			Recorder: metrics.Recorder{Logger: zap.NewNop()}})
-		l, err := s.lease(ctx)
+		l, err := s.Lease(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +83,7 @@ func TestEnqueueGoesInAfterTheFenceMoved(t *testing.T) {
 	ctx := context.Background()
 	s := NewSession(cli, Config{TTL: 30 * time.Second})
 	defer s.Close()
-	l, err := s.lease(ctx)
+	l, err := s.Lease(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestEnqueueGoesInAfterTheFenceKeyWasDeleted(t *testing.T) {
 	ctx := context.Background()
 	s := NewSession(cli, Config{TTL: 30 * time.Second})
 	defer s.Close()
-	l, err := s.lease(ctx)
+	l, err := s.Lease(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestRefusedEnqueueAfterAnUnheardAttemptRaisesTheFence(t *testing.T) {
 	o := NewOwner[*Hold](s, OwnerConfig{Prefix: prefix, NotHeld: errs.ErrReleased, Busy: errors.New("busy"), Own: true,
 		Recorder: metrics.Recorder{Logger: zap.NewNop()}})
 	defer o.Close()
-	l, err := s.lease(ctx)
+	l, err := s.Lease(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -162,7 +162,7 @@ func (o *Owner[T]) acquire(ctx context.Context, req Request, wrap func(*Hold) T)
 			return nil, zero, o.wrapErr(err)
 		}
 	}
-	l, err := o.sess.lease(ctx)
+	l, err := o.sess.Lease(ctx)
 	if err != nil {
 		return nil, zero, o.wrapErr(err)
 	}
@@ -333,7 +333,11 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 		case done && complete && req.Confirms:
 			return at, nil // every key ahead was followed: the events confirm
 		case done && complete:
-			return at, failure(ctx, queue.Confirm(ctx, o.sess.cli, key, rev, at))
+			err := queue.Confirm(ctx, o.sess.cli, key, rev, at)
+			if err != nil && !errors.Is(err, errOwnKeyGone) {
+				err = failure(ctx, err)
+			}
+			return at, err
 		}
 		blockers, minRev = nil, at
 	}

@@ -295,12 +295,9 @@ func (s *Session) renewalFailed() {
 	}
 }
 
-// Lease is lease, for callers that put keys themselves (mutex.Set).
-func (s *Session) Lease(ctx context.Context) (*Lease, error) { return s.lease(ctx) }
-
-// lease returns the live lease, granting one (or re-checking a caller's):
+// Lease returns the live lease, granting one (or re-checking a caller's):
 // one grant for all callers, each waiting as long as its own ctx lives.
-func (s *Session) lease(ctx context.Context) (*Lease, error) {
+func (s *Session) Lease(ctx context.Context) (*Lease, error) {
 	for {
 		s.mu.Lock()
 		if s.closed {
@@ -467,8 +464,8 @@ type reservation struct {
 }
 
 // reserve claims key until the reservation is freed, waiting while another
-// caller has it (errReserved with try). With takeover, a key whose holder
-// is armed is taken from it at once: that hold ends with errs.ErrReplaced.
+// caller has it (errReserved with try). With takeover, a key whose hold is
+// armed and live is taken from it at once (it ends with errs.ErrReplaced).
 func (s *Session) reserve(ctx context.Context, key string, try, takeover bool) (*reservation, error) {
 	for p := s.prev; p != nil; p = p.prev {
 		if err := p.waitFreed(ctx, key); err != nil {
@@ -496,7 +493,7 @@ func (s *Session) reserve(ctx context.Context, key string, try, takeover bool) (
 			s.mu.Unlock()
 			return r, nil
 		}
-		if old := busy.hold; takeover && old != nil {
+		if old := busy.hold; takeover && old != nil && old.ctx.Err() == nil { // an ended term's key is deleted first
 			busy.hold = nil
 			s.mu.Unlock()
 			if !planted.On("e") {
@@ -551,13 +548,15 @@ func (s *Session) setHold(r *reservation, h *Hold) {
 	s.mu.Unlock()
 }
 
-// dropHold forgets h as r's holder, if it still is.
-func (s *Session) dropHold(r *reservation, h *Hold) {
+// dropHold forgets h as r's holder; false if it was not (a takeover got r).
+func (s *Session) dropHold(r *reservation, h *Hold) bool {
 	s.mu.Lock()
-	if r.hold == h {
+	defer s.mu.Unlock()
+	mine := r.hold == h && r.key != ""
+	if mine {
 		r.hold = nil
 	}
-	s.mu.Unlock()
+	return mine
 }
 
 // free ends the reservation r if h (nil: whoever) still has it.

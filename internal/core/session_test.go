@@ -133,7 +133,7 @@ func grantForTest(t *testing.T, cfg Config, cli *clientv3.Client) (*Session, *Le
 	t.Helper()
 	s := NewSession(cli, cfg)
 	t.Cleanup(func() { _ = s.Close() })
-	l, err := s.lease(context.Background())
+	l, err := s.Lease(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestGrantWaitIsBoundedByEachCallersCtx(t *testing.T) {
 	for range 3 {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		start := time.Now()
-		_, err := s.lease(ctx)
+		_, err := s.Lease(ctx)
 		cancel()
 		if err == nil {
 			t.Fatal("lease granted with etcd unreachable")
@@ -225,7 +225,7 @@ func TestGrantWaitIsBoundedByEachCallersCtx(t *testing.T) {
 func TestCloseRevokesAndIsIdempotent(t *testing.T) {
 	cli := srv.Client(t)
 	s := NewSession(cli, Config{TTL: 5 * time.Second})
-	l, err := s.lease(context.Background())
+	l, err := s.Lease(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func TestCloseRevokesAndIsIdempotent(t *testing.T) {
 	if err != nil || resp.TTL > 0 {
 		t.Fatalf("lease after Close: %v %v", resp, err)
 	}
-	if _, err := s.lease(context.Background()); !errors.Is(err, errs.ErrClosed) {
+	if _, err := s.Lease(context.Background()); !errors.Is(err, errs.ErrClosed) {
 		t.Fatalf("lease after Close = %v", err)
 	}
 }
