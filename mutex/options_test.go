@@ -103,3 +103,22 @@ func TestGrantedTTLIsReported(t *testing.T) {
 		t.Errorf("validity deadline %v from now, want in (0, 5.6s]", left)
 	}
 }
+
+// With an etcd session the lease's TTL is known only once it is read, so a
+// margin above half of it is refused by the first Lock, naming both.
+func TestMarginAboveHalfABorrowedLeasesTTLIsRefusedByLock(t *testing.T) {
+	cs, err := concurrency.NewSession(client(t), concurrency.WithTTL(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	m, err := mutex.New(client(t), "borrowed-margin", mutex.WithSession(cs), mutex.WithSafetyMargin(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	_, err = m.Lock(etcdtest.Context(t, 10*time.Second))
+	if !errors.Is(err, mutex.ErrInvalid) || !strings.Contains(err.Error(), "safety margin 3s must be at most half the lease's TTL 4s") {
+		t.Fatalf("Lock = %v, want ErrInvalid naming the margin and the TTL", err)
+	}
+}
