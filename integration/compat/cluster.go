@@ -54,6 +54,9 @@ type Member struct {
 	done chan struct{} // closed when the process has exited
 }
 
+// freeAddr picks the members' addresses; a test replaces it.
+var freeAddr = etcdtest.FreeAddr
+
 // Start starts a 3-member cluster of bin's etcd and waits until it has a
 // leader and answers a linearizable read.
 func Start(tb testing.TB, bin Binaries, opts Options) *Cluster {
@@ -64,10 +67,10 @@ func Start(tb testing.TB, bin Binaries, opts Options) *Cluster {
 	for i := range 3 {
 		m := &Member{c: c, name: fmt.Sprintf("m%d", i+1), dir: filepath.Join(root, fmt.Sprintf("m%d", i+1))}
 		var err error
-		if m.clientAddr, err = etcdtest.FreeAddr(); err != nil {
+		if m.clientAddr, err = freeAddr(); err != nil {
 			tb.Fatal(err)
 		}
-		if m.peerAddr, err = etcdtest.FreeAddr(); err != nil {
+		if m.peerAddr, err = freeAddr(); err != nil {
 			tb.Fatal(err)
 		}
 		c.members = append(c.members, m)
@@ -83,6 +86,13 @@ func Start(tb testing.TB, bin Binaries, opts Options) *Cluster {
 	defer cancel()
 	if err := c.WaitReady(ctx); err != nil {
 		tb.Fatalf("etcd %s cluster not ready: %v", bin.Minor, err)
+	}
+	// WaitReady passes over a member that is down, as a restart needs; a
+	// new cluster has all three or the test would run on two unawares.
+	for _, m := range c.members {
+		if !m.Running() {
+			tb.Fatalf("etcd %s member %s exited while the cluster started; its log:\n%s", bin.Minor, m.name, tail(m.logPath(), 25))
+		}
 	}
 	return c
 }
