@@ -14,6 +14,7 @@ import (
 	"github.com/batonhq/baton/internal/errs"
 	"github.com/batonhq/baton/internal/guard"
 	"github.com/batonhq/baton/internal/planted"
+	"github.com/batonhq/baton/internal/queue"
 	"github.com/batonhq/baton/internal/retry"
 	"github.com/batonhq/baton/internal/telemetry"
 	"github.com/batonhq/baton/internal/watch"
@@ -280,7 +281,7 @@ func (h *Hold) deleteGuarded(ctx context.Context) error {
 		if !planted.On("a") {
 			txn = txn.If(h.IsOwner())
 		}
-		resp, err = txn.Then(clientv3.OpDelete(h.key)).Commit()
+		resp, err = txn.Then(queue.Release(h.key, !planted.On("a"))...).Commit()
 		unknown = unknown || err != nil
 		return err
 	})

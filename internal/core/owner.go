@@ -326,11 +326,11 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 				return read, nil
 			}
 		}
-		at, done, err := queue.WaitGone(ctx, o.sess.cli, w, o.cfg.Prefix, key, p != nil, blockers, allowed, read)
+		at, done, released, err := queue.WaitGone(ctx, o.sess.cli, w, o.cfg.Prefix, key, p != nil, blockers, allowed, read)
 		switch {
 		case err != nil:
 			return 0, err
-		case done && complete && req.Confirms:
+		case done && complete && (req.Confirms || released):
 			return at, nil // every key ahead was followed: the events confirm
 		case done && complete:
 			err := queue.Confirm(ctx, o.sess.cli, key, rev, at)

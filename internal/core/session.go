@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -218,11 +219,7 @@ func (s *Session) Close() error {
 		return nil
 	}
 	s.closed = true
-	cur := s.cur
-	ws := make([]*watch.Watcher[*Hold], 0, len(s.watchers))
-	for _, w := range s.watchers {
-		ws = append(ws, w)
-	}
+	cur, ws := s.cur, maps.Clone(s.watchers)
 	s.mu.Unlock()
 	for _, w := range ws { // not under s.mu: a Register holds w's lock while it starts a goroutine here
 		w.StopLinger()

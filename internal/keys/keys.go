@@ -3,6 +3,7 @@
 //
 //	/<namespace>/v1/lock/<escaped name>/<lease id hex>
 //	/<namespace>/v1/election/<escaped name>/<lease id hex>
+//	/<namespace>/v1/released   (every release's mark, ReleasedKey)
 //
 // Escaping makes the name's path segment free of '/', so that no name's
 // prefix is a prefix of another name's ("jobs" and "jobs/x" never see each
@@ -158,6 +159,12 @@ func Prefix(ns string, kind Kind, name string) string {
 func LeaseKey(prefix string, lease int64) string {
 	return prefix + strconv.FormatInt(lease, 16)
 }
+
+// ReleasedKey is the key every release in the namespace of key (a prefix
+// or key under it) puts in the transaction of its deletion:
+// /<namespace>/v1/released, no lease, one per namespace. A deletion that
+// comes with it was a holder's own release, which its holder knew of first.
+func ReleasedKey(key string) string { return NamespaceOf(key) + "released" }
 
 // Parsed is a contender key taken apart.
 type Parsed struct {

@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/retry"
 )
 
@@ -127,22 +128,23 @@ func MayHold(p Policy, read *etcdserverpb.RangeResponse, put bool, key string, r
 // Deletions is a watch already running over the queue's namespace (the
 // session's, package watch), followed instead of a watch of one's own.
 type Deletions interface {
-	Follow(keys []string, read int64, f func(key string, at int64)) (stop func(), ok bool)
+	Follow(keys []string, read int64, f func(key string, at int64, released bool)) (stop func(), ok bool)
 }
 
 // WaitGone is the one wait for deletions after read, until at most allowed
 // of blockers remain: it follows d when d covers them, else it watches the
 // queue (prefix) or the first blocker alone from the current revision,
 // which etcd serves at once. Done means that happened at the revision
-// returned; not done, read again (at that revision, if any).
-func WaitGone(ctx context.Context, cli *clientv3.Client, d Deletions, queue, own string, prefix bool, blockers []*mvccpb.KeyValue, allowed int, read int64) (int64, bool, error) {
+// returned; not done, read again (at that revision, if any). Released says
+// every deletion the wait used came with a release mark (through d only).
+func WaitGone(ctx context.Context, cli *clientv3.Client, d Deletions, queue, own string, prefix bool, blockers []*mvccpb.KeyValue, allowed int, read int64) (at int64, done, released bool, err error) {
 	left := make(map[string]int64, len(blockers))
 	for _, kv := range blockers {
 		left[string(kv.Key)] = kv.CreateRevision
 	}
 	if d != nil {
-		if at, done, err, ok := follow(ctx, d, own, left, allowed, read); ok {
-			return at, done, err
+		if at, done, released, err, ok := follow(ctx, d, own, left, allowed, read); ok {
+			return at, done, released, err
 		}
 	}
 	whole := prefix || len(blockers) == 1 // the watch below sees every blocker go
@@ -155,19 +157,19 @@ func WaitGone(ctx context.Context, cli *clientv3.Client, d Deletions, queue, own
 	for wr := range cli.Watch(wctx, watch, opts...) {
 		if err := wr.Err(); err != nil {
 			if retry.Permanent(err) {
-				return 0, false, err
+				return 0, false, false, err
 			}
 			break
 		}
 		if wr.Created && wr.Header.Revision > read {
 			if prefix {
-				return wr.Header.Revision, false, nil
+				return wr.Header.Revision, false, false, nil
 			}
 			// One key: read it (a serializable read at or after the watch's
 			// start will do) and keep this watch if it is still there.
 			at, gone, err := goneSince(ctx, cli, blockers[0], wr.Header.Revision)
 			if err != nil || gone {
-				return at, gone && whole, nil
+				return at, gone && whole, false, nil
 			}
 		}
 		at := int64(0)
@@ -177,64 +179,68 @@ func WaitGone(ctx context.Context, cli *clientv3.Client, d Deletions, queue, own
 				continue // a member behind our read delivers an earlier incarnation's deletion
 			}
 			if k == own {
-				return 0, false, ErrOwnKeyGone
+				return 0, false, false, ErrOwnKeyGone
 			}
 			delete(left, k)
 			at = max(at, ev.Kv.ModRevision)
 		}
 		if at > 0 && (!whole || len(left) <= allowed) {
-			return at, whole, nil
+			return at, whole, false, nil
 		}
 	}
 	if ctx.Err() != nil {
-		return 0, false, context.Cause(ctx)
+		return 0, false, false, context.Cause(ctx)
 	}
-	return 0, false, retry.Sleep(ctx, 50*time.Millisecond)
+	return 0, false, false, retry.Sleep(ctx, 50*time.Millisecond)
 }
 
 // follow is WaitGone through d; ok is false when d does not cover the wait.
-func follow(ctx context.Context, d Deletions, own string, left map[string]int64, allowed int, read int64) (int64, bool, error, bool) {
+func follow(ctx context.Context, d Deletions, own string, left map[string]int64, allowed int, read int64) (at int64, done, released bool, err error, ok bool) {
 	ks := []string{own}
 	for k := range left {
 		ks = append(ks, k)
 	}
-	ch := make(chan int64, 1) // the revision that ended the wait; 0: stream broken, -1: own key gone
-	last := int64(0)
-	end := func(v int64) {
+	type ending struct {
+		at       int64 // the revision that ended the wait; 0: stream broken, -1: own key gone
+		released bool
+	}
+	ch := make(chan ending, 1)
+	last := ending{released: true} // released: every deletion the wait used was marked
+	end := func(e ending) {
 		select {
-		case ch <- v:
+		case ch <- e:
 		default: // ended already
 		}
 	}
-	stop, ok := d.Follow(ks, read, func(k string, rev int64) { // serial, under d's lock
+	stop, ok := d.Follow(ks, read, func(k string, rev int64, rel bool) { // serial, under d's lock
 		switch _, blocks := left[k]; {
 		case rev == 0:
-			end(0)
+			end(ending{})
 		case k == own:
-			end(-1)
+			end(ending{at: -1})
 		case blocks:
 			delete(left, k)
-			last = max(last, rev)
+			last = ending{max(last.at, rev), last.released && rel}
 			if len(left) <= allowed {
 				end(last)
 			}
 		}
 	})
 	if !ok {
-		return 0, false, nil, false
+		return 0, false, false, nil, false
 	}
 	defer stop()
 	select {
-	case v := <-ch:
+	case e := <-ch:
 		switch {
-		case v == 0:
-			return 0, false, nil, true
-		case v < 0:
-			return 0, false, ErrOwnKeyGone, true
+		case e.at == 0:
+			return 0, false, false, nil, true
+		case e.at < 0:
+			return 0, false, false, ErrOwnKeyGone, true
 		}
-		return v, true, nil, true
+		return e.at, true, e.released, nil, true
 	case <-ctx.Done():
-		return 0, false, context.Cause(ctx), true
+		return 0, false, false, context.Cause(ctx), true
 	}
 }
 
@@ -248,6 +254,17 @@ func goneSince(ctx context.Context, cli *clientv3.Client, kv *mvccpb.KeyValue, f
 		return 0, false, err
 	}
 	return g.Header.Revision, len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != kv.CreateRevision, nil
+}
+
+// Release is a holder's release of key, the ops under its guard: the
+// deletion and, when mark, a put of the namespace's release mark
+// (keys.ReleasedKey) in the same revision, which tells waiters that its
+// holder knew first.
+func Release(key string, mark bool) []clientv3.Op {
+	if !mark {
+		return []clientv3.Op{clientv3.OpDelete(key)}
+	}
+	return []clientv3.Op{clientv3.OpDelete(key), clientv3.OpPut(keys.ReleasedKey(key), "")}
 }
 
 // DeleteOnce deletes key if its CreateRevision is *rev (0: read it first).

@@ -3,6 +3,7 @@
 package watch
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/retry"
 )
 
@@ -21,7 +23,7 @@ const linger = 15 * time.Second
 
 // New returns the watcher of the namespace prefix.
 func New[H comparable](c *Config[H], prefix string) *Watcher[H] {
-	return &Watcher[H]{c: c, prefix: prefix, keys: make(map[string]H), expected: make(map[string]int64)}
+	return &Watcher[H]{c: c, prefix: prefix, mark: []byte(keys.ReleasedKey(prefix)), keys: make(map[string]H), expected: make(map[string]int64)}
 }
 
 // Config is what the watches of one session share; H is its hold type.
@@ -50,6 +52,7 @@ type Config[H comparable] struct {
 type Watcher[H comparable] struct {
 	c      *Config[H]
 	prefix string
+	mark   []byte // keys.ReleasedKey(prefix)
 	cancel context.CancelFunc
 
 	mu       sync.Mutex
@@ -71,14 +74,15 @@ type Watcher[H comparable] struct {
 }
 
 type deletion struct {
-	key string
-	at  int64
+	key      string
+	at       int64
+	released bool
 }
 
 type follower struct {
 	keys []string
 	read int64
-	f    func(key string, at int64)
+	f    func(key string, at int64, released bool)
 }
 
 // maxRecent bounds the deletions kept for a Follow that comes after them.
@@ -134,20 +138,21 @@ func (w *Watcher[H]) Register(h H) {
 
 // Follow calls f, serially and with the watcher's lock held (so f must
 // only note and signal), for each deletion of one of keys at a revision
-// after read, whether delivered already or later, and f("", 0) once if the
-// stream breaks. It returns false, calling nothing, when the stream runs
+// after read, whether delivered already or later, with whether it came with
+// a release mark (keys.ReleasedKey) in its revision, and f("", 0, false)
+// once if the stream breaks. It returns false, calling nothing, when the stream runs
 // not or may have missed such a deletion: the caller watches itself. A
 // waiter whose session holds already so shares its stream.
-func (w *Watcher[H]) Follow(keys []string, read int64, f func(key string, at int64)) (stop func(), ok bool) {
+func (w *Watcher[H]) Follow(keys []string, read int64, f func(key string, at int64, released bool)) (stop func(), ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.live || read+1 < w.recentFrom {
 		return nil, false
 	}
 	fl := &follower{keys: keys, read: read, f: f}
-	for _, d := range w.recent {
-		if d.at > read && slices.Contains(keys, d.key) {
-			f(d.key, d.at)
+	for i := range w.recent { // oldest first: the ring's next slot is its oldest
+		if d := w.recent[(w.next+i)%len(w.recent)]; d.at > read && slices.Contains(keys, d.key) {
+			f(d.key, d.at, d.released)
 		}
 	}
 	if w.followers == nil {
@@ -192,7 +197,7 @@ func (w *Watcher[H]) broken(gen int) {
 		for _, fl := range l {
 			if !seen[fl] {
 				seen[fl] = true
-				fl.f("", 0)
+				fl.f("", 0, false)
 			}
 		}
 	}
@@ -274,7 +279,8 @@ func (w *Watcher[H]) loop(ctx context.Context, gen int, from int64) {
 			return true, nil
 		}
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		for wr := range w.c.Client.Watch(wctx, w.prefix, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify()) {
+		// Puts too: a release's mark is one, in the revision of its deletion.
+		for wr := range w.c.Client.Watch(wctx, w.prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify()) {
 			if wr.Err() != nil {
 				break
 			}
@@ -286,9 +292,10 @@ func (w *Watcher[H]) loop(ctx context.Context, gen int, from int64) {
 				}
 				w.established(gen, wr.Header.Revision+1) // etcd delivers every event after it
 			}
+			marked := w.marks(wr.Events)
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
-					w.deleted(string(ev.Kv.Key), ev.Kv.ModRevision)
+					w.deleted(string(ev.Kv.Key), ev.Kv.ModRevision, slices.Contains(marked, ev.Kv.ModRevision))
 				}
 			}
 		}
@@ -313,9 +320,21 @@ const rereadPause = 100 * time.Millisecond
 
 var errReread = errors.New("namespace re-read failed")
 
+// marks returns the revisions among evs that carry a release mark (one
+// response holds whole revisions).
+func (w *Watcher[H]) marks(evs []*clientv3.Event) []int64 {
+	var revs []int64
+	for _, ev := range evs {
+		if ev.Type == mvccpb.PUT && bytes.Equal(ev.Kv.Key, w.mark) {
+			revs = append(revs, ev.Kv.ModRevision)
+		}
+	}
+	return revs
+}
+
 // deleted ends the hold of key in this goroutine, if the key was created
 // before the deletion.
-func (w *Watcher[H]) deleted(key string, at int64) {
+func (w *Watcher[H]) deleted(key string, at int64, released bool) {
 	w.mu.Lock()
 	if _, ok := w.expected[key]; ok {
 		w.expected[key] = at
@@ -326,15 +345,15 @@ func (w *Watcher[H]) deleted(key string, at int64) {
 		delete(w.keys, key)
 	}
 	if len(w.recent) < maxRecent {
-		w.recent = append(w.recent, deletion{key, at})
+		w.recent = append(w.recent, deletion{key, at, released})
 	} else {
 		w.recentFrom = w.recent[w.next].at + 1
-		w.recent[w.next] = deletion{key, at}
+		w.recent[w.next] = deletion{key, at, released}
 		w.next = (w.next + 1) % maxRecent
 	}
 	for _, fl := range w.followers[key] {
 		if at > fl.read {
-			fl.f(key, at)
+			fl.f(key, at, released)
 		}
 	}
 	w.mu.Unlock()

@@ -1,0 +1,128 @@
+package mutex_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/config"
+	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/mutex"
+	bsession "github.com/batonhq/baton/session"
+)
+
+// rangeClient counts the Range requests it sends.
+func rangeClient(t *testing.T, n *atomic.Int64) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
+			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				if method == "/etcdserverpb.KV/Range" {
+					n.Add(1)
+				}
+				return invoker(ctx, method, req, reply, cc, opts...)
+			})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// A waiter that follows its session's namespace watch takes over from an
+// Unlock without a read: the release's mark says its holder knew first.
+// After an admin's delete, which carries no mark, it still reads once (the
+// old holder's head start, TestHolderKnowsBeforeTheNextWaiterAcquires).
+func TestReleaseHandsOverWithoutARead(t *testing.T) {
+	ctx := etcdtest.Context(t, 30*time.Second)
+	admin := client(t)
+	var reads atomic.Int64
+	wcli := rangeClient(t, &reads)
+	waiting := make(chan int64, 1) // the reads so far, as the waiter starts its wait
+	sess, err := bsession.New(wcli, bsession.WithTTL(5*time.Second), config.Hooks(&core.Hooks{
+		BeforeWait: func(string) { waiting <- reads.Load() },
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sess.Close() })
+	// The waiter's session holds in the namespace: its waits follow the watch.
+	other, err := newMutex(t, wcli, "release-mark-other", mutex.WithSession(sess)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Unlock(context.Background()) })
+	for _, how := range []string{"unlock", "admin delete"} {
+		a := newMutex(t, client(t), "release-mark", mutex.WithTTL(5*time.Second))
+		b := newMutex(t, wcli, "release-mark", mutex.WithSession(sess))
+		la, err := a.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		var lb *mutex.Lock
+		go func() { var err error; lb, err = b.Lock(ctx); got <- err }()
+		var before int64 // from here the waiter follows the watch: no request of its own
+		select {
+		case before = <-waiting:
+		case err := <-got:
+			t.Fatalf("%s: Lock returned before it waited: %v", how, err)
+		}
+		if how == "unlock" {
+			err = la.Unlock(ctx)
+		} else {
+			_, err = admin.Delete(ctx, la.Key())
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		n := reads.Load() - before
+		switch {
+		case how == "unlock" && n != 0:
+			t.Errorf("after an Unlock the waiter read %d times before it held, want 0", n)
+		case how == "admin delete" && n != 1:
+			t.Errorf("after an admin's delete the waiter read %d times before it held, want 1", n)
+		}
+		if err := lb.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		_ = a.Close()
+		_ = b.Close()
+	}
+}
+
+// A release's mark is one key of the namespace without a lease: nothing of
+// it stays on a caller's etcd session, whose lease outlives the Mutex.
+func TestReleaseMarkLeavesNothingOnTheLease(t *testing.T) {
+	ctx := etcdtest.Context(t, 20*time.Second)
+	cli := client(t)
+	cs := session(t, cli, 10)
+	m := newMutex(t, cli, "release-mark-borrowed", mutex.WithSession(cs))
+	l, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mark := keys.ReleasedKey(l.Key())
+	if r, err := cli.Get(ctx, mark); err != nil || r.Count != 1 || r.Kvs[0].Lease != 0 || r.Kvs[0].ModRevision <= int64(l.Token()) {
+		t.Fatalf("after Unlock, %s: %v, %v; want the release's mark, on no lease", mark, r, err)
+	}
+	ttl, err := cli.TimeToLive(ctx, cs.Lease(), clientv3.WithAttachedKeys())
+	if err != nil || len(ttl.Keys) != 0 {
+		t.Fatalf("the caller's lease carries %q (%v) after the release", ttl.Keys, err)
+	}
+}

@@ -1,0 +1,105 @@
+package rwmutex_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/config"
+	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/rwmutex"
+	bsession "github.com/batonhq/baton/session"
+)
+
+// A writer behind two readers skips its head-start read only when both
+// readers released: if an operator deleted one of them, the writer reads
+// once even though the other's release (which ended its wait) was marked.
+func TestWriterReadsUnlessEveryReaderReleased(t *testing.T) {
+	ctx := etcdtest.Context(t, 30*time.Second)
+	admin := client(t)
+	var reads atomic.Int64
+	wcli, err := clientv3.New(clientv3.Config{
+		Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
+			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				if method == "/etcdserverpb.KV/Range" {
+					reads.Add(1)
+				}
+				return invoker(ctx, method, req, reply, cc, opts...)
+			})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = wcli.Close() })
+	waiting := make(chan int64, 1) // the reads so far, as the writer starts its wait
+	sess, err := bsession.New(wcli, bsession.WithTTL(5*time.Second), config.Hooks(&core.Hooks{
+		BeforeWait: func(string) { waiting <- reads.Load() },
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sess.Close() })
+	// The writer's session holds in the namespace: its waits follow the watch.
+	other, err := newRW(t, wcli, "release-mark-rw-other", rwmutex.WithSession(sess)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Unlock(context.Background()) })
+	for _, how := range []string{"both released", "one deleted by an admin"} {
+		a := newRW(t, client(t), "release-mark-rw")
+		b := newRW(t, client(t), "release-mark-rw")
+		w := newRW(t, wcli, "release-mark-rw", rwmutex.WithSession(sess))
+		r1, err := a.RLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r2, err := b.RLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		var wl *rwmutex.Lock
+		go func() {
+			var err error
+			wl, err = w.Lock(ctx)
+			got <- err
+		}()
+		var before int64 // from here the writer follows the watch: no request of its own
+		select {
+		case before = <-waiting:
+		case err := <-got:
+			t.Fatalf("%s: Lock returned before it waited: %v", how, err)
+		}
+		if how == "both released" {
+			err = r1.Unlock(ctx)
+		} else {
+			_, err = admin.Delete(ctx, r1.Key())
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r2.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		n := reads.Load() - before
+		switch {
+		case how == "both released" && n != 0:
+			t.Errorf("%s: the writer read %d times before it held, want 0", how, n)
+		case how != "both released" && n != 1:
+			t.Errorf("%s: the writer read %d times before it held, want 1 (the deleted reader's head start)", how, n)
+		}
+		if err := wl.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
