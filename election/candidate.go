@@ -70,8 +70,8 @@ func (en *entry) rank() rank {
 }
 
 // The keys of coordination, under /<ns>/v1/candidate/<escaped name>/:
-// "<strategy>/<lease hex>" records and "end/<leader lease hex>" requests
-// to end a term.
+// "<strategy>/<lease hex>" records, "end/<leader lease hex>" requests
+// to end a term and "moved/<lease hex>" marks of skipped keys (movedKey).
 const candidateKind = keys.Kind("candidate")
 
 // keyOf is the key en holds when it leads.
@@ -98,6 +98,7 @@ type state struct {
 	keys    []*mvccpb.KeyValue // the election's prefix, oldest first
 	recs    map[Strategy]map[clientv3.LeaseID]*entry
 	endReqs map[clientv3.LeaseID]*mvccpb.KeyValue
+	moved   map[clientv3.LeaseID]*mvccpb.KeyValue // marks of keys a hand-over moved (movedKey)
 }
 
 func (st *state) leader() *mvccpb.KeyValue {
@@ -131,12 +132,16 @@ func (e *Election) readState(ctx context.Context) (*state, error) {
 		return nil, failure(ctx, err)
 	}
 	st := &state{rev: resp.Header.Revision, keys: resp.Responses[0].GetResponseRange().Kvs,
-		recs: map[Strategy]map[clientv3.LeaseID]*entry{}, endReqs: map[clientv3.LeaseID]*mvccpb.KeyValue{}}
+		recs: map[Strategy]map[clientv3.LeaseID]*entry{}, endReqs: map[clientv3.LeaseID]*mvccpb.KeyValue{}, moved: map[clientv3.LeaseID]*mvccpb.KeyValue{}}
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		rest := strings.TrimPrefix(string(kv.Key), e.coord)
 		kind, _, _ := strings.Cut(rest, "/")
-		if kind == "end" {
+		switch kind {
+		case "end":
 			st.endReqs[leaseOf(rest)] = kv
+			continue
+		case "moved":
+			st.moved[leaseOf(rest)] = kv
 			continue
 		}
 		s, ok := parseStrategy(kind)

@@ -85,6 +85,21 @@
 //     leaves the term untouched; Transfer and hand-overs end the old Term's
 //     Context (ErrTransferred, ErrReleased) before the successor's key is
 //     written.
+//   - Under Oldest, Transfer to any live candidate keeps etcd's own rule
+//     at every revision (the oldest key leads): the candidates queued
+//     ahead of the successor are moved to the queue's end while the old
+//     leader still leads, then the old leader's key goes in one
+//     transaction guarded by the successor's key. No skipped candidate
+//     leads in between; each leads later in its new place, with a token
+//     greater than the successor's; Leader, Observe and `etcdctl elect -l`
+//     name the successor from the revision it leads. A Transfer that
+//     skips candidates is refused (ErrForeignCandidate, the term going
+//     on) while any candidate that is not baton's waits in the election;
+//     baton's candidates are those that write a record, every release
+//     since hand-overs skip (an older baton's candidates count as
+//     foreign). If the successor leaves before the last transaction, the
+//     term has ended already and Transfer resigns (ErrNoCandidate): the
+//     next in the queue leads, never two.
 //   - Candidates of both strategies never lead together: an Oldest
 //     Campaign is refused once a Preferred record exists, and a Preferred
 //     candidate waits for the Oldest ones that were there first to leave.
@@ -105,9 +120,11 @@
 //     deadline its key is deleted first and the successor takes in a later
 //     transaction, and the old leader learns it from its watch (fencing
 //     covers the rest). The deadline runs on the requester's clock.
-//   - Transfer past the next candidate under Oldest (ErrNotNext), or
-//     EndRequested under Oldest: etcd's own Campaign never re-checks the
-//     queue, so baton never reorders it.
+//   - A skipped candidate's place: it goes behind every candidate queued
+//     at the time of the hand-over, the successor and those after it.
+//   - A forced hand-over by an operator (PrepareHandOver, `baton resign
+//     --to --force`) skips at most one candidate under Oldest: it is one
+//     transaction, and two keys put in one revision would tie.
 //   - An etcd concurrency.Election or `etcdctl elect` campaigning on a
 //     Preferred election: never two leaders, but its key blocks hand-overs
 //     and takes, and it leads when the Preferred leader resigns.

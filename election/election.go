@@ -23,7 +23,7 @@ import (
 type Election struct {
 	o     *core.Owner[*Term]
 	delay *delay.Config // nil: no WithLockDelay
-	recs  *recordOwner  // candidate records; nil under Oldest without attributes
+	recs  *recordOwner  // candidate records
 	cand  config.Candidate
 	coord string // the prefix of records and end requests
 	hooks hooks
@@ -63,7 +63,9 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Election, error) {
 	if e.cand.Deadline == 0 {
 		e.cand.Deadline = config.DefaultDeadline
 	}
-	if e.cand.Set != "" {
+	{
+		// Every candidate writes a record, under Oldest too: it tells baton's
+		// candidates from etcd's own, which a Transfer must not skip.
 		// Election: a second Campaign through the lease takes the record over.
 		rec := metrics.Recorder{Logger: zap.NewNop(), Kind: metrics.Election, Name: name, Namespace: cfg.Namespace, Label: name}
 		e.recs = core.NewOwner[*core.Hold](sess, core.OwnerConfig{Recorder: rec,
@@ -121,7 +123,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	// Refused while Preferred candidates run the election: a key in its
 	// prefix would break their hand-overs.
 	noPreferred := clientv3.Compare(clientv3.CreateRevision(e.recordPrefix(Preferred)), "=", 0).WithPrefix()
-	t, err := delay.Acquire(ctx, e.o, e.delay, core.Request{Value: value, If: []clientv3.Cmp{noPreferred}}, e.wrap(value, rec))
+	t, err := delay.Acquire(ctx, e.o, e.delay, core.Request{Value: value, If: []clientv3.Cmp{noPreferred}, Moved: e.moved}, e.wrap(value, rec))
 	if errors.Is(err, errNotChosen) {
 		err = fmt.Errorf("%w: %w: election %q is run by candidates of the preferred strategy; this one campaigns with oldest",
 			ErrInvalid, ErrStrategy, e.Name())
@@ -170,9 +172,7 @@ func (e *Election) started(t *Term) {
 			fn(t)
 		}
 	})
-	if e.strategy() == Preferred {
-		e.o.Go(t.ctx, t.watchEnd)
-	}
+	e.o.Go(t.ctx, t.watchEnd) // under Oldest, for requests to hand over to a named candidate
 }
 
 // IsLeader reports whether a term of this Election leads as far as this

@@ -39,11 +39,21 @@ var (
 	// was one, or it is the caller); leadership stays with the caller.
 	ErrNoCandidate = errors.New("election: no such live candidate")
 
-	// ErrNotNext is returned by Transfer under Oldest when the target is
-	// a candidate but not the next in the queue: keys cannot be reordered
-	// without misleading etcd's own candidates. Leadership stays with the
-	// caller.
+	// ErrNotNext is returned by PrepareHandOver (an operator's forced
+	// hand-over, one transaction) under Oldest when more than one
+	// candidate waits ahead of the target: moving them takes one
+	// transaction each, which only the leader's own Transfer does.
+	// Leadership stays with the leader.
 	ErrNotNext = errors.New("election: not the next candidate in the queue")
+
+	// ErrForeignCandidate is returned by Transfer and PrepareHandOver
+	// under Oldest for a target that is not the next candidate while a
+	// candidate that is not baton's (etcd's concurrency.Election,
+	// `etcdctl elect`, an older baton release) waits in the election: a
+	// hand-over that skips candidates would mislead it into leading beside
+	// the successor. The error names its key; leadership stays with the
+	// caller.
+	ErrForeignCandidate = errors.New("election: a candidate that is not baton's waits in the election")
 
 	// ErrTransferred is the cause of a Term's Context after Transfer (or
 	// Run's hand-over) passed leadership to another candidate.

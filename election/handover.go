@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/fencing"
@@ -27,8 +25,9 @@ type HandOver struct {
 // PrepareHandOver prepares the hand-over from the current leader to the
 // candidate whose key is to, as Transfer does it from the leader's side:
 // under Preferred the leader's key, record and end request are deleted and
-// to's key written on to's lease; under Oldest to must be the next in the
-// queue (ErrNotNext otherwise) and the leader's key is deleted. It returns
+// to's key written on to's lease; under Oldest the leader's key is deleted
+// with those of the candidates queued between the two, as Transfer does
+// (ErrForeignCandidate when one that is not baton's waits). It returns
 // ErrNoLeader when nobody leads and an error wrapping ErrNoCandidate when
 // to is not a live candidate. It writes nothing.
 func (e *Election) PrepareHandOver(ctx context.Context, to string) (HandOver, error) {
@@ -44,19 +43,16 @@ func (e *Election) PrepareHandOver(ctx context.Context, to string) (HandOver, er
 		LeaseID: clientv3.LeaseID(leader.Lease), Leader: true, Strategy: Oldest}
 	lrec := st.recs[Preferred][from.LeaseID]
 	if lrec == nil {
-		i := slices.IndexFunc(st.keys, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == to })
-		switch {
-		case i <= 0:
-			return HandOver{}, fmt.Errorf("hand over to %s: %w", to, ErrNoCandidate)
-		case i > 1:
-			return HandOver{}, fmt.Errorf("hand over to %s: %w: %d candidate(s) wait ahead of it, first %s", to, ErrNotNext, i-1, st.keys[1].Key)
+		next, skipped, err := skipTarget(st, to)
+		if err != nil {
+			return HandOver{}, fmt.Errorf("hand over: %w", err)
 		}
-		next := st.keys[1]
-		return HandOver{From: from,
+		ho := HandOver{From: from,
 			To: Candidate{Key: to, Value: string(next.Value), Token: fencing.Token(next.CreateRevision), LeaseID: clientv3.LeaseID(next.Lease), Strategy: Oldest},
 			If: []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(from.Key), "=", int64(from.Token)),
 				clientv3.Compare(clientv3.CreateRevision(to), "=", next.CreateRevision)},
-			Then: []clientv3.Op{clientv3.OpDelete(from.Key)}}, nil
+			Then: append([]clientv3.Op{clientv3.OpDelete(from.Key)}, e.skipOps(skipped)...)}
+		return ho, nil
 	}
 	from.Strategy, from.Priority, from.Version, from.Record = Preferred, lrec.Priority, lrec.Version, lrec.key
 	var target *entry
@@ -78,14 +74,15 @@ func (e *Election) PrepareHandOver(ctx context.Context, to string) (HandOver, er
 			clientv3.OpPut(next, target.Value, clientv3.WithLease(target.lease))}}, nil
 }
 
-// RequestEnd asks the Preferred leader to end its term and hand over to
-// the candidate whose key is to (empty: the best one), as a better
-// candidate does: the leader's Term.EndRequested closes, and Run hands
-// over at once. by names the requester in Term.EndRequest. The request
+// RequestEnd asks the leader to end its term and hand over to the
+// candidate whose key is to (empty, under Preferred only: the best one),
+// as a better candidate does: the leader's Term.EndRequested closes, and
+// Run hands over at once (with Transfer) once fn returns. by names the requester in Term.EndRequest. The request
 // lives on a lease of its own granted for within (at least 2 s), so it
 // vanishes if the leader ignores it. It returns the leader asked;
-// ErrNoLeader when nobody leads, and an error wrapping ErrStrategy under
-// Oldest, whose leaders take no requests.
+// ErrNoLeader when nobody leads, an error wrapping ErrStrategy for an
+// empty to under Oldest (there is no best candidate to choose), and
+// PrepareHandOver's errors for to.
 func (e *Election) RequestEnd(ctx context.Context, to, by string, within time.Duration) (Candidate, error) {
 	if within < 2*time.Second {
 		return Candidate{}, fmt.Errorf("%w: RequestEnd: within %v: must be at least 2s (etcd's shortest lease)", ErrInvalid, within)
@@ -94,8 +91,8 @@ func (e *Election) RequestEnd(ctx context.Context, to, by string, within time.Du
 	if err != nil {
 		return Candidate{}, err
 	}
-	if h.From.Strategy != Preferred {
-		return h.From, fmt.Errorf("%w: %w: election %q uses the oldest strategy: its leader takes no requests to end its term", ErrInvalid, ErrStrategy, e.Name())
+	if h.From.Strategy != Preferred && to == "" {
+		return h.From, fmt.Errorf("%w: %w: election %q uses the oldest strategy: its leader takes requests to hand over to a named candidate only", ErrInvalid, ErrStrategy, e.Name())
 	}
 	if to != "" {
 		if h, err = e.PrepareHandOver(ctx, to); err != nil {

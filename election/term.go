@@ -77,7 +77,8 @@ func (t *Term) IsLeader() bool { return t.ctx.Err() == nil }
 // WithHandoverDeadline unless it hands over first) or an operator's
 // `baton resign --to`. The leader chooses when to hand over: Resign (to
 // the best candidate) or Transfer (to the one EndRequest names). Under
-// Oldest nobody asks: it is never closed.
+// Oldest only a request that names a candidate closes it (RequestEnd,
+// `baton resign --to` without --force).
 func (t *Term) EndRequested() <-chan struct{} { return t.endCh }
 
 // EndRequest returns the request once EndRequested is closed.

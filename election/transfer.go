@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -30,11 +29,22 @@ var errNoOne = errors.New("no other live candidate")
 // and etcd never shows the election without a leader. The successor's
 // Campaign returns once its watch delivers the key (about a round trip).
 //
-// Under Oldest, to must be the next candidate in the queue (keys cannot
-// be reordered without misleading etcd's own candidates, whose Campaign
-// never re-checks the order): Transfer resigns once it has checked that,
-// and the next candidate leads as after any Resign. Otherwise it returns
-// an error wrapping ErrNotNext.
+// Under Oldest (the default) to may be any candidate queued behind this
+// leader. If it is the next one, Transfer resigns and it leads as after
+// any Resign. Otherwise each candidate queued between this leader and to
+// is first moved to the queue's end (its key put again on its lease, so
+// its token, when it leads, is greater than to's), one transaction each
+// while this term still leads; then one transaction deletes this leader's
+// key, guarded by to's key and none of the skipped standing ahead of it.
+// to's key is then the oldest, so etcd's own rule names it leader at every
+// revision (Leader, Observe and `etcdctl elect -l` agree) and it leads
+// once its watch delivers the deletion, about a round trip. A skipped
+// baton candidate waits on and leads in its new place. A candidate that
+// is not baton's (etcd's concurrency.Election, `etcdctl elect`, or a
+// baton release from before candidates wrote records) would be misled by
+// such a move or lead beside to: while one waits anywhere in the
+// election, Transfer to any but the next candidate returns an error
+// wrapping ErrForeignCandidate, naming its key, and the term goes on.
 //
 // If to is not a live candidate (it left, its lease ended, or it is this
 // term's) Transfer returns an error wrapping ErrNoCandidate and the term
@@ -57,7 +67,7 @@ func (t *Term) Transfer(ctx context.Context, to string) (err error) {
 		return fmt.Errorf("transfer: %w", err)
 	}
 	if t.e.strategy() == Oldest {
-		successor, err = t.transferNext(ctx, st, to)
+		successor, err = t.transferOldest(ctx, st, to)
 		return err
 	}
 	var target *entry
@@ -101,18 +111,10 @@ func (t *Term) ended() error {
 	return nil
 }
 
-// transferNext resigns in favour of the next candidate of the queue and
-// returns its token.
-func (t *Term) transferNext(ctx context.Context, st *state, to string) (int64, error) {
-	i := slices.IndexFunc(st.keys, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == to })
-	switch {
-	case len(st.keys) == 0 || string(st.keys[0].Key) != t.Key() || st.keys[0].CreateRevision != int64(t.Token()):
-		return 0, fmt.Errorf("transfer: %w: the election's first key is no longer this term's", ErrNotLeader)
-	case i <= 0:
-		return 0, fmt.Errorf("transfer to %s: %w", to, ErrNoCandidate)
-	case i > 1:
-		return 0, fmt.Errorf("transfer to %s: %w: %d candidate(s) wait ahead of it, first %s", to, ErrNotNext, i-1, st.keys[1].Key)
-	}
+// transferNext resigns in favour of next, the next candidate of the
+// queue, and returns its token.
+func (t *Term) transferNext(ctx context.Context, next *mvccpb.KeyValue) (int64, error) {
+	to := string(next.Key)
 	if f := t.e.hooks.beforeHandOver; f != nil {
 		f(to)
 	}
@@ -123,7 +125,7 @@ func (t *Term) transferNext(ctx context.Context, st *state, to string) (int64, e
 	if err != nil {
 		return 0, err
 	}
-	return st.keys[1].CreateRevision, nil
+	return next.CreateRevision, nil
 }
 
 // handOverBest hands over to the best live candidate but this one;

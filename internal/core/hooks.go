@@ -23,6 +23,7 @@ type Hooks struct {
 	OnRenewed     func()           // after each acknowledged renewal
 	EndingHolds   func()           // once a lease ended, before its holds' end hooks run
 	BeforeCleanup func(key string) // in a background deletion of a key, before its first attempt
+	Moved         func(key string) // a waiting key moved by a hand-over, once the wait took its new revision
 }
 
 func call(f func()) {

@@ -73,6 +73,11 @@ type Request struct {
 	// holds (a lock-delay's record), a round trip that refuses a gone key:
 	// the acquisition needs no read of its own before it returns.
 	Confirms bool
+	// Moved says whether a waiting key created at rev, found gone, was
+	// deleted by a hand-over that skipped it (an election's Transfer); if
+	// so it puts the key again, at the queue's end, and returns its new
+	// CreateRevision, and the wait goes on.
+	Moved func(ctx context.Context, key, value string, rev int64) (int64, bool)
 
 	wait telemetry.Wait // the call's span, set by Acquire
 }
@@ -209,9 +214,18 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 	// fail deletes the key (rev 0: unknown, rev < 0: none written).
 	fail := func(rev int64, err error) (*Hold, error) {
 		w.Unexpect(key)
-		if rev < 0 {
+		switch {
+		case rev < 0:
 			s.free(res, nil)
-		} else {
+		case req.Moved != nil && rev > 0:
+			// A hand-over may have skipped the key just now: its mark goes too.
+			mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+			if nr, ok := req.Moved(mctx, key, req.Value, rev); ok {
+				rev = nr
+			}
+			cancel()
+			fallthrough
+		default:
 			o.deleteKey(l, key, rev, res)
 		}
 		return nil, err
@@ -264,7 +278,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 			return fail(rev, errBusy)
 		}
 		callKey(s.cfg.Hooks.BeforeWait, key)
-		at, err = o.wait(ctx, l, w, key, rev, req, blockers, allowed, complete, at)
+		at, err = o.wait(ctx, l, w, key, &rev, req, blockers, allowed, complete, at)
 		if errors.Is(err, errOwnKeyGone) {
 			w.Unexpect(key)
 			s.free(res, nil)
@@ -297,12 +311,25 @@ func (o *Owner[T]) adopt(ctx context.Context, l *Lease, key string, rev int64, v
 // that showed it, or the lease's loss. When blockers are every key ahead
 // (complete), their deletions show it; else it reads again after one,
 // serializably (any state after it will do: no older key can appear).
-func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], key string, rev int64, req Request, blockers []*mvccpb.KeyValue, allowed int, complete bool, read int64) (int64, error) {
+func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], key string, revp *int64, req Request, blockers []*mvccpb.KeyValue, allowed int, complete bool, read int64) (int64, error) {
 	p := req.Policy
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	defer context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })()
 	minRev := int64(0) // 0: read linearizably
+	rev := *revp
+	// moved is a key gone while waiting that a hand-over moved: wait on.
+	moved := func(err error) bool {
+		if !errors.Is(err, errOwnKeyGone) || req.Moved == nil {
+			return false
+		}
+		nr, ok := req.Moved(ctx, key, req.Value, rev)
+		if ok {
+			callKey(o.sess.cfg.Hooks.Moved, key)
+			rev, *revp, blockers, minRev = nr, nr, nil, 0
+		}
+		return ok
+	}
 	for {
 		if blockers == nil {
 			resp, err := queue.ReadAhead(ctx, o.sess.cli, o.cfg.Prefix, key, rev, p, minRev)
@@ -315,6 +342,9 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 				continue
 			}
 			if len(own) == 0 || own[0].CreateRevision != rev {
+				if moved(errOwnKeyGone) {
+					continue
+				}
 				return 0, errOwnKeyGone
 			}
 			read = resp.Header.Revision
@@ -328,12 +358,17 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 		}
 		at, done, released, err := queue.WaitGone(ctx, o.sess.cli, w, o.cfg.Prefix, key, p != nil, blockers, allowed, read)
 		switch {
+		case moved(err):
+			continue
 		case err != nil:
 			return 0, err
 		case done && complete && (req.Confirms || released):
 			return at, nil // every key ahead was followed: the events confirm
 		case done && complete:
 			err := queue.Confirm(ctx, o.sess.cli, key, rev, at)
+			if moved(err) {
+				continue
+			}
 			if err != nil && !errors.Is(err, errOwnKeyGone) {
 				err = failure(ctx, err)
 			}

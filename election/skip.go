@@ -1,0 +1,153 @@
+package election
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/queue"
+	"github.com/batonhq/baton/internal/retry"
+	"github.com/batonhq/baton/internal/telemetry"
+)
+
+// A hand-over under Oldest to a candidate that is not the next one keeps
+// etcd's rule, the oldest key leads, at every revision: one transaction
+// deletes the leader's key and the key of each candidate queued between
+// it and the successor, leaving a mark on each skipped lease with the
+// revision its wait knows, so the successor's key is the oldest. A
+// skipped candidate's wait, finding its key gone with its mark, puts the
+// key again (moved), now behind the successor, and waits on. etcd's own
+// candidates would take their key's deletion for a loss or, waiting only
+// for older keys, lead beside the successor: a hand-over skips only
+// baton's candidates, which write a record.
+
+// movedKey is the mark of a key of lease deleted by a hand-over that
+// skipped it: its value is the key's CreateRevision then.
+func (e *Election) movedKey(lease clientv3.LeaseID) string {
+	return keys.LeaseKey(e.coord+"moved/", int64(lease))
+}
+
+// moved is core.Request.Moved: if key, created at rev, was skipped by a
+// hand-over, it puts the key again with value and deletes the mark; it
+// returns the key's new CreateRevision.
+func (e *Election) moved(ctx context.Context, key, value string, rev int64) (int64, bool) {
+	lease := leaseOf(key)
+	mk := e.movedKey(lease)
+	var resp *clientv3.TxnResponse
+	err := retry.Do(ctx, func(actx context.Context) (err error) {
+		resp, err = e.o.Client().Txn(clientv3.WithRequireLeader(actx)).
+			If(clientv3.Compare(clientv3.Value(mk), "=", strconv.FormatInt(rev, 10)), clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, value, clientv3.WithLease(lease)), clientv3.OpDelete(mk)).
+			Else(clientv3.OpGet(key), clientv3.OpGet(mk, clientv3.WithCountOnly())).Commit()
+		return err
+	})
+	switch {
+	case err != nil:
+		return 0, false
+	case resp.Succeeded:
+		return resp.Header.Revision, true
+	}
+	// An earlier attempt may have applied unheard: only this wait puts
+	// this key on its lease while the mark is there, and it deletes the mark.
+	k, m := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange()
+	if len(k) == 1 && clientv3.LeaseID(k[0].Lease) == lease && k[0].CreateRevision > rev && m.Count == 0 && string(k[0].Value) == value {
+		return k[0].CreateRevision, true
+	}
+	return 0, false
+}
+
+// foreign returns the first key of the election, but the leader's, without
+// a baton candidate's record on its lease.
+func (st *state) foreign() *mvccpb.KeyValue {
+	for _, kv := range st.keys[min(1, len(st.keys)):] {
+		if st.recs[Oldest][clientv3.LeaseID(kv.Lease)] == nil {
+			return kv
+		}
+	}
+	return nil
+}
+
+// skipOps delete the keys of skipped, each that is still the one read
+// (a nested transaction: one that left or came back later stays), with
+// its mark.
+func (e *Election) skipOps(skipped []*mvccpb.KeyValue) []clientv3.Op {
+	var ops []clientv3.Op
+	for _, kv := range skipped {
+		lease := clientv3.LeaseID(kv.Lease)
+		ops = append(ops, clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision)},
+			[]clientv3.Op{clientv3.OpDelete(string(kv.Key)), clientv3.OpPut(e.movedKey(lease), strconv.FormatInt(kv.CreateRevision, 10), clientv3.WithLease(lease))},
+			nil))
+	}
+	return ops
+}
+
+// skipTarget checks a hand-over under Oldest from the leader of st to the
+// key to: it returns to's key and the candidates queued ahead of it.
+func skipTarget(st *state, to string) (target *mvccpb.KeyValue, skipped []*mvccpb.KeyValue, err error) {
+	i := slices.IndexFunc(st.keys, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == to })
+	if i <= 0 {
+		return nil, nil, fmt.Errorf("transfer to %s: %w", to, ErrNoCandidate)
+	}
+	if i > 1 {
+		if f := st.foreign(); f != nil {
+			return nil, nil, fmt.Errorf("transfer to %s: %w: %s (an etcd concurrency.Election's or etcdctl's candidate, or an older baton's) would lead beside it; the term goes on",
+				to, ErrForeignCandidate, f.Key)
+		}
+	}
+	return st.keys[i], st.keys[1:i], nil
+}
+
+// transferOldest is Transfer under Oldest; it returns the successor's token.
+func (t *Term) transferOldest(ctx context.Context, st *state, to string) (int64, error) {
+	own, token := t.Key(), int64(t.Token())
+	if len(st.keys) == 0 || string(st.keys[0].Key) != own || st.keys[0].CreateRevision != token {
+		return 0, fmt.Errorf("transfer: %w: the election's first key is no longer this term's", ErrNotLeader)
+	}
+	target, skipped, err := skipTarget(st, to)
+	if err != nil {
+		return 0, err
+	}
+	if len(skipped) == 0 {
+		return t.transferNext(ctx, st.keys[1])
+	}
+	leads := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(own), "=", token),
+		clientv3.Compare(clientv3.CreateRevision(to), "=", target.CreateRevision)}
+	if f := t.e.hooks.beforeHandOver; f != nil {
+		f(to)
+	}
+	t.cancel(ErrTransferred) // before the successor can lead
+	telemetry.HoldFrom(t.hold.Context()).TransferredTo(to)
+	core.Abandon(t.hold) // the transaction below deletes the key
+	ops := append(queue.Release(own, true), t.e.skipOps(skipped)...) // the holder knew first: its release's mark
+	if t.e.delay != nil {
+		ops = append(ops, clientv3.OpDelete(t.e.delay.RecordKey(own)))
+	}
+	var resp *clientv3.TxnResponse
+	err = retry.Do(ctx, func(actx context.Context) (err error) {
+		resp, err = t.e.o.Client().Txn(clientv3.WithRequireLeader(actx)).If(leads...).Then(ops...).
+			Else(clientv3.OpGet(own), clientv3.OpGet(to)).Commit()
+		return err
+	})
+	if err == nil && !resp.Succeeded {
+		mine, them := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+		if len(mine) == 0 && len(them) > 0 && them[0].CreateRevision == target.CreateRevision {
+			t.dropRecord(ctx)
+			return target.CreateRevision, nil // an earlier attempt applied unheard
+		}
+		err = fmt.Errorf("%w: %s left before the hand-over; the term was resigned instead", ErrNoCandidate, to)
+	}
+	if err != nil {
+		t.deleteOwn(own, token)
+		t.dropRecord(ctx)
+		return 0, err
+	}
+	t.dropRecord(ctx)
+	return target.CreateRevision, nil
+}
