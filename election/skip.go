@@ -124,7 +124,7 @@ func (t *Term) transferOldest(ctx context.Context, st *state, to string) (int64,
 	}
 	t.cancel(ErrTransferred) // before the successor can lead
 	telemetry.HoldFrom(t.hold.Context()).TransferredTo(to)
-	core.Abandon(t.hold) // the transaction below deletes the key
+	core.Abandon(t.hold)                                             // the transaction below deletes the key
 	ops := append(queue.Release(own, true), t.e.skipOps(skipped)...) // the holder knew first: its release's mark
 	if t.e.delay != nil {
 		ops = append(ops, clientv3.OpDelete(t.e.delay.RecordKey(own)))
