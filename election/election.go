@@ -69,7 +69,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Election, error) {
 		// Election: a second Campaign through the lease takes the record over.
 		rec := metrics.Recorder{Logger: zap.NewNop(), Kind: metrics.Election, Name: name, Namespace: cfg.Namespace, Label: name}
 		e.recs = core.NewOwner[*core.Hold](sess, core.OwnerConfig{Recorder: rec,
-			Prefix: e.recordPrefix(e.strategy()), NotHeld: ErrNotLeader, Busy: errNotChosen})
+			Prefix: e.recordPrefix(e.strategy()), NotHeld: ErrNotLeader, Busy: errNotChosen, Untraced: true})
 	}
 	return e, nil
 }
@@ -129,8 +129,8 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 			ErrInvalid, ErrStrategy, e.Name())
 	}
 	if err != nil {
-		if rec != nil {
-			_ = core.Release(context.WithoutCancel(ctx), rec)
+		if rec != nil { // in the background: Campaign returns within ~100 ms of ctx's end, etcd reachable or not
+			e.recs.Go(context.WithoutCancel(ctx), func(ctx context.Context) { _ = core.Release(ctx, rec) }) // after Close, Close deleted it
 		}
 		return nil, err
 	}

@@ -40,7 +40,7 @@ func TestDeletionOfADetachedSessionSparesTheNextSessionsHolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o1.deleteKey(l, key, 0, res) // as after an enqueue whose reply was lost
+	o1.deleteKey(l, key, 0, res, nil) // as after an enqueue whose reply was lost
 	<-entered
 	if err := o1.Close(); err != nil { // the last use: the Session is detached and closed
 		t.Fatal(err)

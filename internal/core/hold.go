@@ -26,7 +26,7 @@ type owner interface {
 	goBG(fn func()) bool
 	started(h *Hold)
 	ended(h *Hold, cause error, held time.Duration)
-	deleteKey(l *Lease, key string, rev int64, r *reservation)
+	deleteKey(l *Lease, key string, rev int64, r *reservation, moved func(context.Context) (int64, bool))
 	release(ctx context.Context, h *Hold) error
 }
 
@@ -154,7 +154,7 @@ func (h *Hold) afterLoss(cause error) {
 	case errors.Is(cause, errs.ErrKeyDeleted), errors.Is(cause, errs.ErrLeaseExpired), !h.l.s.IsBorrowed():
 		h.l.s.free(h.res, h)
 	case h.l.s.dropHold(h.res, h): // else a takeover got the key; a takeover now waits for the deletion
-		h.o.deleteKey(h.l, h.key, h.rev, h.res)
+		h.o.deleteKey(h.l, h.key, h.rev, h.res, nil)
 	}
 }
 
@@ -293,7 +293,7 @@ func (h *Hold) deleteGuarded(ctx context.Context) error {
 	case err != nil:
 		// The key must not outlive the handle: delete it once etcd answers.
 		h.deleting = true
-		h.o.deleteKey(h.l, h.key, h.rev, h.res)
+		h.o.deleteKey(h.l, h.key, h.rev, h.res, nil)
 		return fmt.Errorf("release %s (deletion continues in the background): %w", h.key, err)
 	case lostErr != nil:
 		return h.finish(lostErr)

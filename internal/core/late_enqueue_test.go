@@ -51,7 +51,7 @@ func TestEnqueueAppliedAfterItsCleanupPutsNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		sent, _ := queue.EnqueueTxn(ctx, cli, &l.Fence, queue.FenceKey(prefix, l.ID()), l.ID(), key, "late", prefix, nil, nil, false)
-		o.deleteKey(l, key, 0, res) // its cleanup, the reply lost
+		o.deleteKey(l, key, 0, res, nil) // its cleanup, the reply lost
 		if r, err := s.reserve(ctx, key, true, false); err != nil {
 			t.Fatalf("borrowed %v: the cleanup still holds the key's reservation after it returned: %v", borrowed, err)
 		} else {

@@ -56,6 +56,9 @@ type OwnerConfig struct {
 	NotHeld, Busy error
 	// Own says the Owner made its session (it closes or detaches it).
 	Own bool
+	// Untraced keeps the Owner's acquisitions out of traces (an election's
+	// candidate records, a detail of its Campaign's own span).
+	Untraced bool
 }
 
 // Request is one acquisition. Tag gives it a key of its own
@@ -132,7 +135,11 @@ func (o *Owner[T]) Client() *clientv3.Client { return o.sess.cli }
 // (cfg.Busy for a try, errs.ErrClosed after Close) leaving no key behind.
 func (o *Owner[T]) Acquire(ctx context.Context, req Request, wrap func(*Hold) T) (T, error) {
 	start := time.Now()
-	ctx, req.wait = telemetry.For(o.sess.tracer, metrics.KindNames[o.cfg.Kind], o.cfg.Namespace, o.cfg.Name, req.Limit, req.Tag == keys.TagRead).StartWait(ctx)
+	tracer := o.sess.tracer
+	if o.cfg.Untraced {
+		tracer = nil
+	}
+	ctx, req.wait = telemetry.For(tracer, metrics.KindNames[o.cfg.Kind], o.cfg.Namespace, o.cfg.Name, req.Limit, req.Tag == keys.TagRead).StartWait(ctx)
 	h, t, err := o.acquire(ctx, req, wrap)
 	result, outcome := "acquired", telemetry.Acquired
 	switch {
@@ -219,14 +226,9 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 			s.free(res, nil)
 		case req.Moved != nil && rev > 0:
 			// A hand-over may have skipped the key just now: its mark goes too.
-			mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-			if nr, ok := req.Moved(mctx, key, req.Value, rev); ok {
-				rev = nr
-			}
-			cancel()
-			fallthrough
+			o.deleteKey(l, key, rev, res, func(ctx context.Context) (int64, bool) { return req.Moved(ctx, key, req.Value, rev) })
 		default:
-			o.deleteKey(l, key, rev, res)
+			o.deleteKey(l, key, rev, res, nil)
 		}
 		return nil, err
 	}
@@ -401,7 +403,8 @@ func failure(ctx context.Context, err error) error {
 // deleteKey deletes key, guarded by its CreateRevision (rev 0: an unheard
 // put, voided by raising the lease's fence, then read), then frees it.
 // After cleanupWait the session goes on until etcd answers or the lease ends.
-func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, r *reservation) {
+// moved, if not nil, first tells a key a hand-over skipped (Request.Moved).
+func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, r *reservation, moved func(context.Context) (int64, bool)) {
 	s := o.sess
 	stop := l.Context()
 	if s.etcd != nil {
@@ -416,6 +419,11 @@ func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, r *reservation) {
 			err = retry.Do(stop, func(ctx context.Context) error {
 				return l.Fence.Raise(ctx, s.cli, l.ID(), queue.FenceKey(o.cfg.Prefix, l.ID()))
 			})
+		}
+		if moved != nil {
+			if nr, ok := moved(stop); ok {
+				rev = nr
+			}
 		}
 		if err == nil {
 			err = retry.Do(stop, func(ctx context.Context) error { return queue.DeleteOnce(ctx, s.cli, l.ID(), key, &rev) })
