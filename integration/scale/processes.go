@@ -1,0 +1,693 @@
+package scale
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/batonhq/baton/fencing"
+	"github.com/batonhq/baton/internal/embedetcd"
+	"github.com/batonhq/baton/mutex"
+	"github.com/batonhq/baton/session"
+)
+
+// ProcessesConfig sizes the processes phase: Processes OS processes (the
+// program Binary run as "<Binary> child ...") each take Locks locks, one
+// after another on Workers goroutines, from Names names that every process
+// shares, against one embedded etcd member (fsync on) that the parent
+// runs. Every hold makes two fenced writes (enter, exit) to the parent,
+// whose fencing.MemoryGuard admits them and whose ledger checks that no
+// two holders of a name overlap.
+type ProcessesConfig struct {
+	// Binary is the executable run as "<Binary> child <args>"; its child
+	// command must call Child.
+	Binary string
+	// Processes is the number of child processes.
+	Processes int
+	// Locks is the number of acquisitions each process makes.
+	Locks int
+	// Names is the number of lock names, shared by every process; zero
+	// means Locks, so that each process takes every name once.
+	Names int
+	// Workers is the number of Lock calls at once in each process.
+	Workers int
+	// TTL is each process's lease TTL, whole seconds, at least
+	// session.MinTTL.
+	TTL time.Duration
+	// Deadline bounds the phase, from the first child's start.
+	Deadline time.Duration
+}
+
+// DefaultProcessesConfig is the full size: 50 processes × 2,000 locks each
+// over 2,000 shared names, 4 Lock calls at once per process.
+func DefaultProcessesConfig() ProcessesConfig {
+	return ProcessesConfig{Processes: 50, Locks: 2000, Workers: 4, TTL: 10 * time.Second, Deadline: 3 * time.Minute}
+}
+
+// procFDsPerChild is what one child costs the parent in file descriptors:
+// its stdout and stderr pipes, its etcd connection at the server, one
+// HTTP connection per worker (counted in procLimits), and slack.
+const procFDsPerChild = 8
+
+// procFDsBase is what the parent needs besides its children.
+const procFDsBase = 256
+
+// procMemPerChild is what one child is allowed in the memory check: a Go
+// process with an etcd client, a session and a few thousand Mutexes.
+const procMemPerChild = 64 << 20
+
+// procLimits returns the soft file-descriptor limit and the memory
+// available (0 when unknown).
+func procLimits() (fds uint64, mem uint64) {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err == nil {
+		fds = rl.Cur
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "MemAvailable:" {
+				kb, _ := strconv.ParseUint(f[1], 10, 64)
+				mem = kb << 10
+			}
+		}
+	}
+	return fds, mem
+}
+
+// Validate rejects sizes the phase cannot run with, naming the field and
+// its bound; the bounds of Processes include this machine's
+// file-descriptor limit and available memory.
+func (c ProcessesConfig) Validate() error {
+	var errs []error
+	if c.Binary == "" {
+		errs = append(errs, errors.New("processes: Binary must name the executable to run as <Binary> child"))
+	} else if _, err := exec.LookPath(c.Binary); err != nil {
+		errs = append(errs, fmt.Errorf("processes: Binary %q: %w", c.Binary, err))
+	}
+	if c.Processes <= 0 {
+		errs = append(errs, fmt.Errorf("processes: Processes must be at least 1, got %d", c.Processes))
+	}
+	if c.Locks <= 0 {
+		errs = append(errs, fmt.Errorf("processes: Locks must be at least 1, got %d", c.Locks))
+	}
+	if c.Names < 0 {
+		errs = append(errs, fmt.Errorf("processes: Names must be at least 1 (0: Locks), got %d", c.Names))
+	}
+	if c.Workers <= 0 {
+		errs = append(errs, fmt.Errorf("processes: Workers must be at least 1, got %d", c.Workers))
+	}
+	if c.TTL < session.MinTTL || c.TTL%time.Second != 0 {
+		errs = append(errs, fmt.Errorf("processes: TTL must be whole seconds and at least %v, got %v", session.MinTTL, c.TTL))
+	}
+	if c.Deadline <= 0 {
+		errs = append(errs, fmt.Errorf("processes: Deadline must be positive, got %v", c.Deadline))
+	}
+	if c.Processes > 0 && c.Workers > 0 {
+		fds, mem := procLimits()
+		per := uint64(procFDsPerChild + c.Workers)
+		if fds > 0 && uint64(c.Processes)*per+procFDsBase > fds {
+			errs = append(errs, fmt.Errorf("processes: Processes must be at most %d with %d Workers under the file-descriptor limit %d (each child costs the parent %d), got %d",
+				(fds-min(fds, procFDsBase))/per, c.Workers, fds, per, c.Processes))
+		}
+		if mem > 0 && uint64(c.Processes)*procMemPerChild > mem {
+			errs = append(errs, fmt.Errorf("processes: Processes must be at most %d with %d MiB available (%d MiB allowed per child), got %d",
+				mem/procMemPerChild, mem>>20, procMemPerChild>>20, c.Processes))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ProcessesResult is what the processes phase measured.
+type ProcessesResult struct {
+	OK       bool     `json:"ok"`
+	Failures []string `json:"failures,omitempty"`
+
+	Processes int `json:"processes"`
+	Locks     int `json:"locks"`
+	Names     int `json:"names"`
+	Workers   int `json:"workers"`
+	// Acquisitions counts holds the parent saw enter and exit.
+	Acquisitions int `json:"acquisitions"`
+	// Handoffs counts holds whose name's previous holder was another
+	// process; Contended those whose Lock started before the previous
+	// holder's exit write reached the parent (it queued behind it).
+	Handoffs  int `json:"handoffs"`
+	Contended int `json:"contended"`
+	// Writes counts fenced writes the guard admitted; Rejected those it
+	// refused (a stale token: a holder that had lost its lock).
+	Writes   int `json:"writes"`
+	Rejected int `json:"rejected"`
+	// Overlaps counts enter writes while another holder of the name had
+	// not written its exit: two holders at once.
+	Overlaps int `json:"overlaps"`
+	// ChildErrors counts errors the children reported.
+	ChildErrors int `json:"child_errors"`
+	// Acquire latency of every Lock call, from call to return.
+	P50 time.Duration `json:"p50_ns"`
+	P99 time.Duration `json:"p99_ns"`
+	Max time.Duration `json:"max_ns"`
+	// StartSeconds is from the first child's start to every child
+	// connected; RunSeconds from then to the last child's exit;
+	// PerSecond acquisitions per second of RunSeconds.
+	StartSeconds float64 `json:"start_seconds"`
+	RunSeconds   float64 `json:"run_seconds"`
+	PerSecond    float64 `json:"per_second"`
+	// ChildMaxRSS is the largest child's peak resident memory; ParentFDs
+	// the parent's open file descriptors with every child connected.
+	ChildMaxRSS int64 `json:"child_max_rss_bytes"`
+	ParentFDs   int   `json:"parent_fds"`
+	// KeysLeft counts keys under the phase's namespace after every child
+	// exited.
+	KeysLeft int `json:"keys_left"`
+}
+
+// procNamespace holds the phase's keys.
+const procNamespace = "scale-procs"
+
+// procName is the lock name of index i.
+func procName(i int) string { return fmt.Sprintf("proc-%d", i) }
+
+// procHold is the ledger's state of one name.
+type procHold struct {
+	open      bool
+	proc      int
+	token     fencing.Token
+	lastProc  int
+	lastToken fencing.Token
+	lastExit  int64 // wall clock, ns, when the last exit write arrived
+}
+
+// procLedger checks the fenced writes: per name, an enter must come after
+// the previous holder's exit and carry a greater token.
+type procLedger struct {
+	mu         sync.Mutex
+	names      map[string]*procHold
+	lat        []time.Duration
+	handoffs   int
+	contended  int
+	writes     int
+	overlaps   int
+	violations []string
+}
+
+func (l *procLedger) violate(format string, args ...any) {
+	if len(l.violations) < 20 {
+		l.violations = append(l.violations, fmt.Sprintf(format, args...))
+	}
+}
+
+// ServeHTTP applies one admitted write: /write/<name>?proc=&phase=enter|exit
+// (&lat=&start= on enter).
+func (l *procLedger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	tok, name, ok := fencing.TokenFromContext(r.Context())
+	if !ok {
+		http.Error(w, "not admitted", http.StatusInternalServerError)
+		return
+	}
+	q := r.URL.Query()
+	proc, err := strconv.Atoi(q.Get("proc"))
+	if err != nil {
+		http.Error(w, "bad proc", http.StatusBadRequest)
+		return
+	}
+	now := time.Now().UnixNano()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.writes++
+	h := l.names[name]
+	if h == nil {
+		h = &procHold{lastProc: -1}
+		l.names[name] = h
+	}
+	switch q.Get("phase") {
+	case "enter":
+		lat, _ := strconv.ParseInt(q.Get("lat"), 10, 64)
+		start, _ := strconv.ParseInt(q.Get("start"), 10, 64)
+		l.lat = append(l.lat, time.Duration(lat))
+		if h.open {
+			l.overlaps++
+			l.violate("%s: process %d entered with token %d while process %d (token %d) held it", name, proc, tok, h.proc, h.token)
+		}
+		if tok <= h.lastToken {
+			l.violate("%s: process %d entered with token %d, not above the previous holder's %d", name, proc, tok, h.lastToken)
+		}
+		if h.lastProc >= 0 && h.lastProc != proc {
+			l.handoffs++
+			if start < h.lastExit {
+				l.contended++
+			}
+		}
+		h.open, h.proc, h.token = true, proc, tok
+	case "exit":
+		if !h.open || h.proc != proc || h.token != tok {
+			l.violate("%s: process %d exited with token %d, not the holder (open %v, process %d, token %d)", name, proc, tok, h.open, h.proc, h.token)
+		}
+		h.open, h.lastProc, h.lastToken, h.lastExit = false, proc, tok, now
+	default:
+		http.Error(w, "bad phase", http.StatusBadRequest)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// procStatus counts the guard's refusals around fencing.Middleware.
+type procStatus struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *procStatus) WriteHeader(code int) {
+	s.code = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+// procChildReport is the JSON line a child prints on stdout at its end.
+type procChildReport struct {
+	Proc     int      `json:"proc"`
+	Acquired int      `json:"acquired"`
+	Errors   []string `json:"errors,omitempty"`
+}
+
+// Processes runs the processes phase. A failed check is in
+// ProcessesResult.Failures (OK false); an error means the phase could not
+// run.
+func Processes(ctx context.Context, cfg ProcessesConfig, progress io.Writer) (ProcessesResult, error) {
+	if err := cfg.Validate(); err != nil {
+		return ProcessesResult{}, err
+	}
+	if progress == nil {
+		progress = io.Discard
+	}
+	if cfg.Names == 0 {
+		cfg.Names = cfg.Locks
+	}
+	res := ProcessesResult{Processes: cfg.Processes, Locks: cfg.Locks, Names: cfg.Names, Workers: cfg.Workers}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Deadline)
+	defer cancel()
+
+	srv, err := embedetcd.New(embedetcd.Config{})
+	if err != nil {
+		return res, err
+	}
+	defer srv.Stop()
+	cli, err := srv.NewClient()
+	if err != nil {
+		return res, err
+	}
+	defer cli.Close()
+
+	// The protected resource: the parent's guard and ledger, over HTTP.
+	guard := fencing.NewMemoryGuard()
+	ledger := &procLedger{names: make(map[string]*procHold, cfg.Names), lat: make([]time.Duration, 0, cfg.Processes*cfg.Locks)}
+	var rejected atomic.Int64
+	fenced := fencing.Middleware(guard, func(r *http.Request) (string, error) {
+		name := strings.TrimPrefix(r.URL.Path, "/write/")
+		if name == "" || name == r.URL.Path {
+			return "", errors.New("no resource in the path")
+		}
+		return name, nil
+	})(ledger)
+	var ready atomic.Int64
+	allReady := make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("/write/", func(w http.ResponseWriter, r *http.Request) {
+		sw := &procStatus{ResponseWriter: w, code: http.StatusOK}
+		fenced.ServeHTTP(sw, r)
+		if sw.code == http.StatusConflict {
+			rejected.Add(1)
+		}
+	})
+	// /ready answers once every child is connected: the start barrier.
+	mux.HandleFunc("/ready", func(w http.ResponseWriter, r *http.Request) {
+		if ready.Add(1) == int64(cfg.Processes) {
+			close(allReady)
+		}
+		select {
+		case <-allReady:
+			w.WriteHeader(http.StatusNoContent)
+		case <-r.Context().Done():
+		}
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return res, err
+	}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	serveDone := make(chan struct{})
+	go func() {
+		defer close(serveDone)
+		_ = hs.Serve(ln)
+	}()
+	defer func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = hs.Shutdown(sctx)
+		scancel()
+		_ = hs.Close()
+		<-serveDone
+	}()
+	guardURL := "http://" + ln.Addr().String()
+
+	type child struct {
+		cmd    *exec.Cmd
+		stdout bytes.Buffer
+		stderr procTail
+	}
+	children := make([]*child, cfg.Processes)
+	start := time.Now()
+	var failures []string
+	for i := range children {
+		c := &child{}
+		c.cmd = exec.CommandContext(ctx, cfg.Binary, "child",
+			"-endpoint", srv.Endpoint(), "-guard", guardURL, "-proc", strconv.Itoa(i),
+			"-locks", strconv.Itoa(cfg.Locks), "-names", strconv.Itoa(cfg.Names),
+			"-workers", strconv.Itoa(cfg.Workers), "-ttl", cfg.TTL.String())
+		c.cmd.Stdout, c.cmd.Stderr = &c.stdout, &c.stderr
+		c.cmd.Cancel = func() error { return c.cmd.Process.Signal(syscall.SIGTERM) }
+		c.cmd.WaitDelay = 10 * time.Second
+		if err := c.cmd.Start(); err != nil {
+			for _, p := range children[:i] {
+				_ = p.cmd.Process.Kill()
+				_ = p.cmd.Wait()
+			}
+			return res, fmt.Errorf("processes: starting child %d: %w", i, err)
+		}
+		children[i] = c
+	}
+	// Every child reaches the barrier or exits.
+	exited := make(chan int, cfg.Processes)
+	var waits sync.WaitGroup
+	for i, c := range children {
+		waits.Go(func() {
+			_ = c.cmd.Wait()
+			exited <- i
+		})
+	}
+	var runStart time.Time
+	select {
+	case <-allReady:
+		runStart = time.Now()
+		res.StartSeconds = runStart.Sub(start).Seconds()
+		res.ParentFDs = procOpenFDs()
+		fmt.Fprintf(progress, "processes: %d children connected in %.1f s (parent has %d fds open); locking\n", cfg.Processes, res.StartSeconds, res.ParentFDs)
+	case <-ctx.Done():
+	case i := <-exited:
+		failures = append(failures, fmt.Sprintf("child %d exited before every child connected", i))
+		cancel() // the others are told to stop (SIGTERM)
+	}
+	waits.Wait()
+	end := time.Now()
+	if !runStart.IsZero() {
+		res.RunSeconds = end.Sub(runStart).Seconds()
+	} else {
+		failures = append(failures, fmt.Sprintf("only %d of %d children connected", ready.Load(), cfg.Processes))
+	}
+	if ctx.Err() != nil {
+		failures = append(failures, fmt.Sprintf("the phase did not end within its Deadline %v", cfg.Deadline))
+	}
+
+	for i, c := range children {
+		st := c.cmd.ProcessState
+		if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
+			res.ChildMaxRSS = max(res.ChildMaxRSS, int64(ru.Maxrss)<<10)
+		}
+		var rep procChildReport
+		sc := bufio.NewScanner(&c.stdout)
+		for sc.Scan() {
+			_ = json.Unmarshal(sc.Bytes(), &rep)
+		}
+		res.ChildErrors += len(rep.Errors)
+		switch {
+		case !st.Success():
+			failures = append(failures, fmt.Sprintf("child %d: %v: %s", i, st, strings.TrimSpace(c.stderr.String())))
+		case rep.Acquired != cfg.Locks || len(rep.Errors) > 0:
+			failures = append(failures, fmt.Sprintf("child %d: acquired %d of %d, errors %q", i, rep.Acquired, cfg.Locks, rep.Errors))
+		}
+	}
+
+	ledger.mu.Lock()
+	res.Writes, res.Overlaps, res.Handoffs, res.Contended = ledger.writes, ledger.overlaps, ledger.handoffs, ledger.contended
+	res.Acquisitions = len(ledger.lat)
+	res.P50, res.P99 = stormPercentile(ledger.lat, 50), stormPercentile(ledger.lat, 99)
+	for _, d := range ledger.lat {
+		res.Max = max(res.Max, d)
+	}
+	for _, h := range ledger.names {
+		if h.open {
+			failures = append(failures, fmt.Sprintf("process %d never wrote its exit (token %d)", h.proc, h.token))
+			break
+		}
+	}
+	failures = append(failures, ledger.violations...)
+	ledger.mu.Unlock()
+	res.Rejected = int(rejected.Load())
+	if res.Rejected > 0 {
+		failures = append(failures, fmt.Sprintf("the guard rejected %d writes as stale", res.Rejected))
+	}
+	if want := cfg.Processes * cfg.Locks; res.Acquisitions != want {
+		failures = append(failures, fmt.Sprintf("%d of %d acquisitions reached the guard", res.Acquisitions, want))
+	}
+	if res.RunSeconds > 0 {
+		res.PerSecond = float64(res.Acquisitions) / res.RunSeconds
+	}
+
+	kctx, kcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	kr, err := cli.Get(kctx, "/"+procNamespace+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	kcancel()
+	if err != nil {
+		return res, fmt.Errorf("processes: counting keys left: %w", err)
+	}
+	res.KeysLeft = int(kr.Count)
+	if res.KeysLeft != 0 {
+		failures = append(failures, fmt.Sprintf("%d keys left under /%s/", res.KeysLeft, procNamespace))
+	}
+	res.Failures = stormFirst(failures, 20)
+	res.OK = len(res.Failures) == 0
+	fmt.Fprintf(progress, "processes: %d × %d acquisitions in %.1f s (%.0f/s), %d handoffs between processes (%d contended), %d fenced writes, %d overlaps, %d rejected; acquire p50 %v p99 %v max %v; child max RSS %d MiB\n",
+		cfg.Processes, cfg.Locks, res.RunSeconds, res.PerSecond, res.Handoffs, res.Contended, res.Writes, res.Overlaps, res.Rejected,
+		res.P50.Round(time.Microsecond), res.P99.Round(time.Microsecond), res.Max.Round(time.Microsecond), res.ChildMaxRSS>>20)
+	return res, nil
+}
+
+// procOpenFDs counts this process's open file descriptors (0 if unknown).
+func procOpenFDs() int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return 0
+	}
+	return len(ents)
+}
+
+// procTail keeps the last 4 KiB written to it.
+type procTail struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (t *procTail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > 4096 {
+		t.b = append(t.b[:0], t.b[len(t.b)-4096:]...)
+	}
+	return len(p), nil
+}
+
+func (t *procTail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
+
+// Child is the body of a child process of the processes phase ("<Binary>
+// child -endpoint URL -guard URL -proc N -locks N -names N -workers N
+// -ttl D"): it connects, waits at the parent's start barrier, makes its
+// acquisitions, each with an enter and an exit write through the parent's
+// guard, closes everything and prints a JSON report line on stdout. It
+// returns the process's exit code.
+func Child(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("child", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	endpoint := fs.String("endpoint", "", "etcd client URL")
+	guardURL := fs.String("guard", "", "the parent's guard URL")
+	proc := fs.Int("proc", 0, "this process's number")
+	locks := fs.Int("locks", 0, "acquisitions to make")
+	names := fs.Int("names", 0, "lock names shared by every process")
+	workers := fs.Int("workers", 1, "Lock calls at once")
+	ttl := fs.Duration("ttl", 10*time.Second, "the session's lease TTL")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *endpoint == "" || *guardURL == "" || *locks < 1 || *names < 1 || *workers < 1 {
+		fmt.Fprintln(stderr, "child: -endpoint, -guard, -locks, -names and -workers are required and positive")
+		return 2
+	}
+	rep, err := procChild(ctx, *endpoint, *guardURL, *proc, *locks, *names, *workers, *ttl)
+	if err != nil {
+		fmt.Fprintf(stderr, "child %d: %v\n", *proc, err)
+		return 1
+	}
+	if err := json.NewEncoder(stdout).Encode(rep); err != nil {
+		return 1
+	}
+	return 0
+}
+
+func procChild(ctx context.Context, endpoint, guardURL string, proc, locks, names, workers int, ttl time.Duration) (procChildReport, error) {
+	rep := procChildReport{Proc: proc}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return rep, err
+	}
+	defer cli.Close()
+	sess, err := session.New(cli, session.WithTTL(ttl))
+	if err != nil {
+		return rep, err
+	}
+	defer sess.Close()
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers, MaxConnsPerHost: workers}}
+	defer hc.CloseIdleConnections()
+
+	// Connected once etcd answers; then the barrier.
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	_, err = cli.Get(cctx, "/"+procNamespace+"/ready")
+	cancel()
+	if err != nil {
+		return rep, fmt.Errorf("connecting: %w", err)
+	}
+	if err := procPost(ctx, hc, guardURL+"/ready", 0, 2*time.Minute); err != nil {
+		return rep, fmt.Errorf("start barrier: %w", err)
+	}
+
+	// This process's order of the shared names.
+	rng := rand.New(rand.NewPCG(uint64(proc), 0x5ca1e))
+	order := rng.Perm(names)
+	var (
+		mu      sync.Mutex
+		mutexes = make(map[int]*mutex.Mutex)
+		next    atomic.Int64
+		errs    []string
+	)
+	defer func() {
+		for _, m := range mutexes {
+			_ = m.Close()
+		}
+	}()
+	get := func(i int) (*mutex.Mutex, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if m := mutexes[i]; m != nil {
+			return m, nil
+		}
+		m, err := mutex.New(cli, procName(i), mutex.WithNamespace(procNamespace), mutex.WithSession(sess),
+			mutex.WithIdentity(fmt.Sprintf("proc-%d", proc)))
+		if err != nil {
+			return nil, err
+		}
+		mutexes[i] = m
+		return m, nil
+	}
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err.Error())
+		mu.Unlock()
+	}
+	var acquired atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				k := int(next.Add(1)) - 1
+				if k >= locks || ctx.Err() != nil {
+					return
+				}
+				n := order[k%names]
+				if err := procHoldOnce(ctx, hc, guardURL, get, proc, n); err != nil {
+					fail(fmt.Errorf("%s: %w", procName(n), err))
+					return
+				}
+				acquired.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	rep.Acquired, rep.Errors = int(acquired.Load()), errs
+	if ctx.Err() != nil && len(errs) == 0 {
+		rep.Errors = append(rep.Errors, ctx.Err().Error())
+	}
+	return rep, nil
+}
+
+// procHoldOnce takes name n, writes enter and exit through the guard, and
+// releases it.
+func procHoldOnce(ctx context.Context, hc *http.Client, guardURL string, get func(int) (*mutex.Mutex, error), proc, n int) error {
+	m, err := get(n)
+	if err != nil {
+		return err
+	}
+	startWall := time.Now()
+	lctx, cancel := context.WithTimeout(ctx, time.Minute)
+	l, err := m.Lock(lctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("lock: %w", err)
+	}
+	lat := time.Since(startWall)
+	base := fmt.Sprintf("%s/write/%s?proc=%d", guardURL, procName(n), proc)
+	err = procPost(l.Context(), hc, fmt.Sprintf("%s&phase=enter&lat=%d&start=%d", base, lat.Nanoseconds(), startWall.UnixNano()), l.Token(), 30*time.Second)
+	if err == nil {
+		err = procPost(l.Context(), hc, base+"&phase=exit", l.Token(), 30*time.Second)
+	}
+	uctx, ucancel := context.WithTimeout(context.Background(), 10*time.Second)
+	uerr := l.Unlock(uctx)
+	ucancel()
+	if err != nil {
+		return fmt.Errorf("fenced write: %w (lock: %v)", err, context.Cause(l.Context()))
+	}
+	if uerr != nil {
+		return fmt.Errorf("unlock: %w", uerr)
+	}
+	return nil
+}
+
+// procPost POSTs to url with token t (none when 0) and wants 2xx.
+func procPost(ctx context.Context, hc *http.Client, url string, t fencing.Token, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
+	if err != nil {
+		return err
+	}
+	if t != 0 {
+		fencing.SetHeader(req, t)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
+}
