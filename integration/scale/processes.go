@@ -176,7 +176,7 @@ type ProcessesResult struct {
 	ChildMaxRSS int64 `json:"child_max_rss_bytes"`
 	ParentFDs   int   `json:"parent_fds"`
 	// KeysLeft counts keys under the phase's namespace after every child
-	// exited.
+	// exited, but the namespace's release mark (/<ns>/v1/released).
 	KeysLeft int `json:"keys_left"`
 }
 
@@ -469,15 +469,13 @@ func Processes(ctx context.Context, cfg ProcessesConfig, progress io.Writer) (Pr
 		res.PerSecond = float64(res.Acquisitions) / res.RunSeconds
 	}
 
-	kctx, kcancel := context.WithTimeout(context.Background(), 10*time.Second)
-	kr, err := cli.Get(kctx, "/"+procNamespace+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-	kcancel()
+	left, err := stormKeysLeft(context.Background(), cli, procNamespace)
 	if err != nil {
-		return res, fmt.Errorf("processes: counting keys left: %w", err)
+		return res, fmt.Errorf("processes: %w", err)
 	}
-	res.KeysLeft = int(kr.Count)
+	res.KeysLeft = len(left)
 	if res.KeysLeft != 0 {
-		failures = append(failures, fmt.Sprintf("%d keys left under /%s/", res.KeysLeft, procNamespace))
+		failures = append(failures, fmt.Sprintf("%d keys left under /%s/, first %q", res.KeysLeft, procNamespace, left[0]))
 	}
 	res.Failures = stormFirst(failures, 20)
 	res.OK = len(res.Failures) == 0

@@ -18,6 +18,7 @@ import (
 	"github.com/batonhq/baton/integration/bench"
 	"github.com/batonhq/baton/integration/netproxy"
 	"github.com/batonhq/baton/internal/embedetcd"
+	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/session"
 )
@@ -169,7 +170,8 @@ type StormResult struct {
 	// ProbeSamples: Gets quiet, Gets during recovery, Puts quiet, Puts
 	// during recovery.
 	ProbeSamples [4]int `json:"probe_samples"`
-	// KeysLeft counts keys under the storm's namespace after cleanup.
+	// KeysLeft counts keys under the storm's namespace after cleanup, but
+	// the namespace's release mark (/<ns>/v1/released).
 	KeysLeft int `json:"keys_left"`
 }
 
@@ -767,15 +769,13 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 		_ = sessions[i].Close()
 	}
 	stormEach(len(locks), func(i int) { _ = locks[i].m.Close() })
-	kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	kr, err := probeCli.Get(kctx, "/"+stormNamespace+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-	cancel()
+	left, err := stormKeysLeft(ctx, probeCli, stormNamespace)
 	if err != nil {
-		return res, fmt.Errorf("storm: counting keys left: %w", err)
+		return res, fmt.Errorf("storm: %w", err)
 	}
-	res.KeysLeft = int(kr.Count)
+	res.KeysLeft = len(left)
 	if res.KeysLeft != 0 {
-		res.Failures = append(res.Failures, fmt.Sprintf("%d keys left under /%s/ after cleanup", res.KeysLeft, stormNamespace))
+		res.Failures = append(res.Failures, fmt.Sprintf("%d keys left under /%s/ after cleanup, first %q", res.KeysLeft, stormNamespace, left[0]))
 	}
 
 	fmt.Fprintf(progress, "storm: %d of %d held again in %.2f s (cap %.0f/s, predicted %.1f s); peak %.0f requests/s (bound %.0f); Get p99 quiet %v recovery %v; Put p99 quiet %v recovery %v\n",
@@ -783,6 +783,25 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 		res.QuietGetP99, res.RecoveryGetP99, res.QuietPutP99, res.RecoveryPutP99)
 	res.OK = len(res.Failures) == 0
 	return res, nil
+}
+
+// stormKeysLeft lists the keys under namespace ns but its release mark
+// (/<ns>/v1/released, one per namespace, no lease: kept by design).
+func stormKeysLeft(ctx context.Context, cli *clientv3.Client, ns string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	pfx := "/" + ns + "/"
+	r, err := cli.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, fmt.Errorf("listing keys left under %s: %w", pfx, err)
+	}
+	var left []string
+	for _, kv := range r.Kvs {
+		if k := string(kv.Key); k != keys.ReleasedKey(pfx+"v1/") {
+			left = append(left, k)
+		}
+	}
+	return left, nil
 }
 
 // stormTotal sums a counter's requests over every method.
