@@ -123,7 +123,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	// Refused while Preferred candidates run the election: a key in its
 	// prefix would break their hand-overs.
 	noPreferred := clientv3.Compare(clientv3.CreateRevision(e.recordPrefix(Preferred)), "=", 0).WithPrefix()
-	t, err := delay.Acquire(ctx, e.o, e.delay, core.Request{Value: value, If: []clientv3.Cmp{noPreferred}, Moved: e.moved}, e.wrap(value, rec))
+	t, err := delay.Acquire(ctx, e.o, e.delay, core.Request{Value: value, If: []clientv3.Cmp{noPreferred}, Moved: e.moved, Unmark: e.unmark}, e.wrap(value, rec))
 	if errors.Is(err, errNotChosen) {
 		err = fmt.Errorf("%w: %w: election %q is run by candidates of the preferred strategy; this one campaigns with oldest",
 			ErrInvalid, ErrStrategy, e.Name())

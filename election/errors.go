@@ -39,11 +39,12 @@ var (
 	// was one, or it is the caller); leadership stays with the caller.
 	ErrNoCandidate = errors.New("election: no such live candidate")
 
-	// ErrNotNext is returned by PrepareHandOver (an operator's forced
-	// hand-over, one transaction) under Oldest when more than one
-	// candidate waits ahead of the target: moving them takes one
-	// transaction each, which only the leader's own Transfer does.
-	// Leadership stays with the leader.
+	// ErrNotNext is no longer returned: under Oldest, Transfer and
+	// PrepareHandOver hand over past the candidates queued ahead of the
+	// target (see the package's Guarantees).
+	//
+	// Deprecated: match ErrForeignCandidate, the one refusal left for a
+	// target that is not the next candidate.
 	ErrNotNext = errors.New("election: not the next candidate in the queue")
 
 	// ErrForeignCandidate is returned by Transfer and PrepareHandOver

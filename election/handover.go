@@ -51,7 +51,7 @@ func (e *Election) PrepareHandOver(ctx context.Context, to string) (HandOver, er
 			To: Candidate{Key: to, Value: string(next.Value), Token: fencing.Token(next.CreateRevision), LeaseID: clientv3.LeaseID(next.Lease), Strategy: Oldest},
 			If: []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(from.Key), "=", int64(from.Token)),
 				clientv3.Compare(clientv3.CreateRevision(to), "=", next.CreateRevision)},
-			Then: append([]clientv3.Op{clientv3.OpDelete(from.Key)}, e.skipOps(skipped)...)}
+			Then: append(e.skipOps(skipped), clientv3.OpDelete(from.Key))}
 		return ho, nil
 	}
 	from.Strategy, from.Priority, from.Version, from.Record = Preferred, lrec.Priority, lrec.Version, lrec.key

@@ -62,6 +62,14 @@ func (e *Election) moved(ctx context.Context, key, value string, rev int64) (int
 	return 0, false
 }
 
+// unmark is core.Request.Unmark: the deletion of key's mark, if a
+// hand-over left one for key created at rev.
+func (e *Election) unmark(key string, rev int64) []clientv3.Op {
+	mk := e.movedKey(leaseOf(key))
+	return []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(mk), "=", strconv.FormatInt(rev, 10))},
+		[]clientv3.Op{clientv3.OpDelete(mk)}, nil)}
+}
+
 // foreign returns the first key of the election, but the leader's, without
 // a baton candidate's record on its lease.
 func (st *state) foreign() *mvccpb.KeyValue {
@@ -75,7 +83,8 @@ func (st *state) foreign() *mvccpb.KeyValue {
 
 // skipOps delete the keys of skipped, each that is still the one read
 // (a nested transaction: one that left or came back later stays), with
-// its mark.
+// its mark. They go before the leader's deletion in the transaction: a
+// waiter following the namespace's events sees its own key go first.
 func (e *Election) skipOps(skipped []*mvccpb.KeyValue) []clientv3.Op {
 	var ops []clientv3.Op
 	for _, kv := range skipped {
@@ -125,7 +134,7 @@ func (t *Term) transferOldest(ctx context.Context, st *state, to string) (int64,
 	t.cancel(ErrTransferred) // before the successor can lead
 	telemetry.HoldFrom(t.hold.Context()).TransferredTo(to)
 	core.Abandon(t.hold)                                             // the transaction below deletes the key
-	ops := append(queue.Release(own, true), t.e.skipOps(skipped)...) // the holder knew first: its release's mark
+	ops := append(t.e.skipOps(skipped), queue.Release(own, true)...) // the holder knew first: its release's mark
 	if t.e.delay != nil {
 		ops = append(ops, clientv3.OpDelete(t.e.delay.RecordKey(own)))
 	}

@@ -95,8 +95,8 @@ func transferOutcome(err error) string {
 		return telemetry.TransferDone
 	case errors.Is(err, ErrNoCandidate):
 		return telemetry.TransferNoCandidate
-	case errors.Is(err, ErrNotNext):
-		return telemetry.TransferNotNext
+	case errors.Is(err, ErrForeignCandidate):
+		return telemetry.TransferForeign
 	case errors.Is(err, ErrNotLeader):
 		return telemetry.TransferNotLeader
 	}

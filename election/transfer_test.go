@@ -196,40 +196,6 @@ func TestTransferTargetLeavesAtTheLastMoment(t *testing.T) {
 	}
 }
 
-func TestTransferUnderOldestOnlyToTheNext(t *testing.T) {
-	cli := client(t)
-	ctx := etcdtest.Context(t, 30*time.Second)
-	const name = "transfer-oldest"
-	a, b, c := newElection(t, cli, name), newElection(t, cli, name), newElection(t, cli, name)
-	ta := await(t, campaignAsync(ctx, a, "A"), 5*time.Second, "A")
-	bres := campaignAsync(ctx, b, "B")
-	etcdtest.WaitKeys(t, cli, a.Prefix(), 2)
-	cres := campaignAsync(ctx, c, "C")
-	etcdtest.WaitKeys(t, cli, a.Prefix(), 3)
-	cands, err := a.Candidates(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ta.Transfer(ctx, cands[2].Key); !errors.Is(err, election.ErrNotNext) {
-		t.Fatalf("Transfer past B = %v, want ErrNotNext", err)
-	}
-	if !ta.IsLeader() {
-		t.Fatal("A's term ended after a refused transfer")
-	}
-	if err := ta.Transfer(ctx, cands[1].Key); err != nil {
-		t.Fatalf("Transfer to the next = %v", err)
-	}
-	if cause := context.Cause(ta.Context()); !errors.Is(cause, election.ErrTransferred) {
-		t.Fatalf("cause = %v", cause)
-	}
-	tb := await(t, bres, 5*time.Second, "B")
-	if tb.Token() <= ta.Token() {
-		t.Fatalf("B's token %d after A's %d", tb.Token(), ta.Token())
-	}
-	_ = tb.Resign(ctx)
-	_ = await(t, cres, 5*time.Second, "C").Resign(ctx)
-}
-
 // A Preferred candidate waits out the Oldest candidates that were there
 // first (never preempting them): the way from Oldest to Preferred. Once a
 // Preferred record exists, an Oldest Campaign is refused.

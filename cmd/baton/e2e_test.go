@@ -363,6 +363,49 @@ func TestElectHandsOverWhenLeaderIsInterrupted(t *testing.T) {
 	}
 }
 
+// baton resign --to asks a leading baton elect process, under the default
+// strategy, to hand over past the next candidate: c leads, b (next in
+// line) never does meanwhile, a queues again.
+func TestResignToHandsOverPastTheNextCandidate(t *testing.T) {
+	a := start(t, "elect", "e2e-to", "a", "--ttl", "10s")
+	a.waitLine(`leading election "e2e-to" as "a"`, 15*time.Second)
+	b := start(t, "elect", "e2e-to", "b", "--ttl", "10s")
+	waitCount(t, "/baton/v1/election/e2e-to/", 2)
+	c := start(t, "elect", "e2e-to", "c", "--ttl", "10s")
+	waitCount(t, "/baton/v1/election/e2e-to/", 3)
+	code, out, errOut := runBaton(t, 20*time.Second, "resign", "e2e-to", "--to", "c", "--deadline", "10s")
+	if code != cli.ExitOK || !strings.Contains(out, "c leads") {
+		t.Fatalf("resign --to c: exit %d\nstdout:\n%s\nstderr:\n%s\na said:\n%s", code, out, errOut, a.errOut())
+	}
+	c.waitLine(`leading election "e2e-to" as "c"`, 5*time.Second)
+	waitCount(t, "/baton/v1/election/e2e-to/", 3) // a campaigns again
+	if s := b.errOut(); strings.Contains(s, "leading election") {
+		t.Fatalf("b led:\n%s", s)
+	}
+	for _, p := range []*proc{a, b, c} {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range []*proc{a, b, c} {
+		p.wait(10 * time.Second)
+	}
+}
+
+// waitCount waits until n keys are under prefix.
+func waitCount(t *testing.T, prefix string, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := client(t).Get(ctxT(t), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err == nil && resp.Count == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v keys, want %d (%v)", prefix, resp, n, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func TestDemoPasses(t *testing.T) {
 	started := time.Now()
 	code, out, errOut := runBaton(t, 40*time.Second, "demo")

@@ -213,8 +213,9 @@ func TestContenderCannotReadOrWriteAnotherNamespace(t *testing.T) {
 	if jl.Context().Err() != nil || jt.Context().Err() != nil {
 		t.Fatalf("jobs holder disturbed: %v / %v", context.Cause(jl.Context()), context.Cause(jt.Context()))
 	}
-	if got := keysUnder(t, "/jobs/v1/"); len(got) != 2 {
-		t.Fatalf("keys in jobs: %v, want the holder's two", got)
+	// The lock's key, the leader's key and its candidate record.
+	if got := keysUnder(t, "/jobs/v1/"); len(got) != 3 || !strings.HasPrefix(got[0], "/jobs/v1/candidate/") {
+		t.Fatalf("keys in jobs: %v, want the holder's three", got)
 	}
 }
 

@@ -26,7 +26,7 @@ type owner interface {
 	goBG(fn func()) bool
 	started(h *Hold)
 	ended(h *Hold, cause error, held time.Duration)
-	deleteKey(l *Lease, key string, rev int64, r *reservation, moved func(context.Context) (int64, bool))
+	deleteKey(l *Lease, key string, rev int64, r *reservation, also func(rev int64) []clientv3.Op)
 	release(ctx context.Context, h *Hold) error
 }
 

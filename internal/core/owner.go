@@ -81,6 +81,10 @@ type Request struct {
 	// so it puts the key again, at the queue's end, and returns its new
 	// CreateRevision, and the wait goes on.
 	Moved func(ctx context.Context, key, value string, rev int64) (int64, bool)
+	// Unmark gives the ops, run with the deletion of a key whose wait
+	// failed (created at rev), that delete the mark a hand-over that
+	// skipped it may have left: once the key is gone, no hand-over can.
+	Unmark func(key string, rev int64) []clientv3.Op
 
 	wait telemetry.Wait // the call's span, set by Acquire
 }
@@ -224,9 +228,9 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 		switch {
 		case rev < 0:
 			s.free(res, nil)
-		case req.Moved != nil && rev > 0:
+		case req.Unmark != nil:
 			// A hand-over may have skipped the key just now: its mark goes too.
-			o.deleteKey(l, key, rev, res, func(ctx context.Context) (int64, bool) { return req.Moved(ctx, key, req.Value, rev) })
+			o.deleteKey(l, key, rev, res, func(rev int64) []clientv3.Op { return req.Unmark(key, rev) })
 		default:
 			o.deleteKey(l, key, rev, res, nil)
 		}
@@ -321,14 +325,19 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 	minRev := int64(0) // 0: read linearizably
 	rev := *revp
 	// moved is a key gone while waiting that a hand-over moved: wait on.
-	moved := func(err error) bool {
-		if !errors.Is(err, errOwnKeyGone) || req.Moved == nil {
+	// A wait that ends meanwhile ends with ctx's cause (its failure deletes
+	// the mark), not with a loss.
+	moved := func(errp *error) bool {
+		if !errors.Is(*errp, errOwnKeyGone) || req.Moved == nil {
 			return false
 		}
 		nr, ok := req.Moved(ctx, key, req.Value, rev)
-		if ok {
+		switch {
+		case ok:
 			callKey(o.sess.cfg.Hooks.Moved, key)
 			rev, *revp, blockers, minRev = nr, nr, nil, 0
+		case ctx.Err() != nil:
+			*errp = context.Cause(ctx)
 		}
 		return ok
 	}
@@ -344,10 +353,11 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 				continue
 			}
 			if len(own) == 0 || own[0].CreateRevision != rev {
-				if moved(errOwnKeyGone) {
+				err := errOwnKeyGone
+				if moved(&err) {
 					continue
 				}
-				return 0, errOwnKeyGone
+				return 0, err
 			}
 			read = resp.Header.Revision
 			blockers, allowed, complete = resp.Responses[0].GetResponseRange().Kvs, 0, p != nil
@@ -360,7 +370,7 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 		}
 		at, done, released, err := queue.WaitGone(ctx, o.sess.cli, w, o.cfg.Prefix, key, p != nil, blockers, allowed, read)
 		switch {
-		case moved(err):
+		case moved(&err):
 			continue
 		case err != nil:
 			return 0, err
@@ -368,7 +378,7 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 			return at, nil // every key ahead was followed: the events confirm
 		case done && complete:
 			err := queue.Confirm(ctx, o.sess.cli, key, rev, at)
-			if moved(err) {
+			if moved(&err) {
 				continue
 			}
 			if err != nil && !errors.Is(err, errOwnKeyGone) {
@@ -403,8 +413,8 @@ func failure(ctx context.Context, err error) error {
 // deleteKey deletes key, guarded by its CreateRevision (rev 0: an unheard
 // put, voided by raising the lease's fence, then read), then frees it.
 // After cleanupWait the session goes on until etcd answers or the lease ends.
-// moved, if not nil, first tells a key a hand-over skipped (Request.Moved).
-func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, r *reservation, moved func(context.Context) (int64, bool)) {
+// also, if not nil, gives more ops of the deletion's transaction (Request.Unmark).
+func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, r *reservation, also func(rev int64) []clientv3.Op) {
 	s := o.sess
 	stop := l.Context()
 	if s.etcd != nil {
@@ -420,13 +430,8 @@ func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, r *reservation, mo
 				return l.Fence.Raise(ctx, s.cli, l.ID(), queue.FenceKey(o.cfg.Prefix, l.ID()))
 			})
 		}
-		if moved != nil {
-			if nr, ok := moved(stop); ok {
-				rev = nr
-			}
-		}
 		if err == nil {
-			err = retry.Do(stop, func(ctx context.Context) error { return queue.DeleteOnce(ctx, s.cli, l.ID(), key, &rev) })
+			err = retry.Do(stop, func(ctx context.Context) error { return queue.DeleteOnce(ctx, s.cli, l.ID(), key, &rev, also) })
 		}
 		if err != nil && retry.Permanent(err) {
 			s.cfg.Logger.Error("cannot delete a key of this process; it stays until its lease ends", zap.String("key", key), zap.Error(err))

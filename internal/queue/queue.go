@@ -267,8 +267,10 @@ func Release(key string, mark bool) []clientv3.Op {
 	return []clientv3.Op{clientv3.OpDelete(key), clientv3.OpPut(keys.ReleasedKey(key), "")}
 }
 
-// DeleteOnce deletes key if its CreateRevision is *rev (0: read it first).
-func DeleteOnce(ctx context.Context, cli *clientv3.Client, lease clientv3.LeaseID, key string, rev *int64) error {
+// DeleteOnce deletes key if its CreateRevision is *rev (0: read it first);
+// also, if not nil, gives ops of the same transaction that run whether or
+// not the key was still there.
+func DeleteOnce(ctx context.Context, cli *clientv3.Client, lease clientv3.LeaseID, key string, rev *int64, also func(rev int64) []clientv3.Op) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*retry.AttemptTimeout)
 	defer cancel()
 	if *rev == 0 {
@@ -278,7 +280,13 @@ func DeleteOnce(ctx context.Context, cli *clientv3.Client, lease clientv3.LeaseI
 		}
 		*rev = g.Kvs[0].CreateRevision
 	}
-	_, err := cli.Txn(clientv3.WithRequireLeader(ctx)).If(clientv3.Compare(clientv3.CreateRevision(key), "=", *rev)).Then(clientv3.OpDelete(key)).Commit()
+	guard := clientv3.Compare(clientv3.CreateRevision(key), "=", *rev)
+	if also == nil {
+		_, err := cli.Txn(clientv3.WithRequireLeader(ctx)).If(guard).Then(clientv3.OpDelete(key)).Commit()
+		return err
+	}
+	ops := append([]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{guard}, []clientv3.Op{clientv3.OpDelete(key)}, nil)}, also(*rev)...)
+	_, err := cli.Txn(clientv3.WithRequireLeader(ctx)).Then(ops...).Commit()
 	return err
 }
 

@@ -75,7 +75,7 @@ const (
 const (
 	TransferDone        = "transferred"
 	TransferNoCandidate = "no_candidate" // the target is not a live candidate, or left before the hand-over
-	TransferNotNext     = "not_next"     // under oldest, others wait ahead of the target
+	TransferForeign     = "foreign"      // under oldest, a candidate that is not baton's waits
 	TransferNotLeader   = "not_leader"   // the term had already ended
 	TransferFailed      = "error"
 )

@@ -35,7 +35,8 @@ type auditRecord struct {
 	Kind        string    `json:"kind"`
 	Name        string    `json:"name"`
 	Key         string    `json:"key"`
-	To          string    `json:"to,omitempty"` // force-transfer: the new leader's key
+	To          string    `json:"to,omitempty"`        // force-transfer: the new leader's key
+	ToHolder    string    `json:"to_holder,omitempty"` // force-transfer: its identity
 	Holder      string    `json:"holder"`
 	Token       int64     `json:"token"`
 	Lease       string    `json:"lease"`

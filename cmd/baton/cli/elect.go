@@ -317,9 +317,9 @@ func resign(ctx context.Context, cmd *cobra.Command, t *election.Term) {
 	}
 }
 
-// askedToGo sends the first request to end t: a release request, or under
-// the preferred strategy an end request (a better candidate's, or baton
-// resign --to); it sends nothing once t ended.
+// askedToGo sends the first request to end t: a release request, or an
+// end request (baton resign --to, or under the preferred strategy a better
+// candidate's); it sends nothing once t ended.
 func askedToGo(t *election.Term) <-chan request.Request {
 	out := make(chan request.Request, 1)
 	released := t.ReleaseRequested() // here: Resign stops its watch

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,11 +14,11 @@ import (
 	"github.com/batonhq/baton/internal/keys"
 )
 
-// `baton resign NAME --to KEY` hands leadership to one candidate: without
-// --force it asks a preferred-strategy leader to do it (the leader's Term
-// is told and Run hands over at once); with --force --reason the operator
-// does it in one transaction with the audit record, after the checks of
-// resign --force.
+// `baton resign NAME --to CANDIDATE` hands leadership to one candidate,
+// named by its key or its identity: without --force it asks the leader to
+// do it (the leader's Term is told and Run, or baton elect, hands over at
+// once); with --force --reason the operator does it in one transaction
+// with the audit record, after the checks of resign --force.
 
 // Bounds of resign --to --deadline.
 const (
@@ -30,7 +31,7 @@ const actionForceTransfer = "force-transfer"
 
 func addResignToFlags(cmd *cobra.Command, o *forceOptions) {
 	f := cmd.Flags()
-	f.StringVar(&o.to, "to", "", "hand leadership to this candidate: its KEY as baton candidates shows it")
+	f.StringVar(&o.to, "to", "", "hand leadership to this candidate: its KEY or its identity, as baton candidates shows them")
 	f.DurationVar(&o.deadline, "deadline", defaultRequestDeadline, "without --force: how long the leader has to hand over")
 }
 
@@ -39,18 +40,59 @@ func validateResignTo(ns, name string, o forceOptions) error {
 	if o.to == "" {
 		return nil
 	}
+	if !strings.HasPrefix(o.to, "/") { // an identity, found among the candidates once connected
+		return validateRequestDeadline(o)
+	}
 	p, err := keys.Parse(ns, o.to)
 	switch {
 	case err != nil || p.Kind != keys.Election:
 		return usageErrorf("--to %s is not a candidate's key of an election of namespace %s (see baton candidates)", safe(o.to), safeQ(ns))
 	case p.Name != name:
 		return usageErrorf("--to %s belongs to election %s, not to %s", safe(o.to), safeQ(p.Name), safeQ(name))
+	}
+	return validateRequestDeadline(o)
+}
+
+func validateRequestDeadline(o forceOptions) error {
+	switch {
 	case o.revokeLease:
 		return usageErrorf("--to and --revoke-lease cannot be combined: a hand-over deletes the leader's key only")
 	case o.deadline < minRequestDeadline || o.deadline > maxRequestDeadline:
 		return usageErrorf("--deadline %v: must be at least %v and at most %v", o.deadline, minRequestDeadline, maxRequestDeadline)
 	}
 	return nil
+}
+
+// resolveCandidate returns the key of the candidate to names: to itself if it
+// is a key, else the key of the one candidate (not the leader) whose
+// identity is to.
+func resolveCandidate(ctx context.Context, g *globals, e *election.Election, to string) (string, error) {
+	if strings.HasPrefix(to, "/") {
+		return to, nil
+	}
+	octx, cancel := g.opContext(ctx)
+	cands, err := e.Candidates(octx)
+	cancel()
+	if err != nil {
+		return "", g.failed("list the candidates", err)
+	}
+	var found []string
+	for _, c := range cands {
+		if c.Value == to && !c.Leader {
+			found = append(found, c.Key)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", fmt.Errorf("no candidate of election %s waits with identity %s (see baton candidates %s)", safeQ(e.Name()), safeQ(to), safeArg(e.Name()))
+	case 1:
+		return found[0], nil
+	}
+	for i, k := range found {
+		found[i] = safe(k)
+	}
+	return "", withCode(ExitUsage, fmt.Errorf("%d candidates of election %s wait with identity %s: name one by its key (%s)",
+		len(found), safeQ(e.Name()), safeQ(to), strings.Join(found, ", ")))
 }
 
 // runResignRequest asks the leader to hand over to o.to and waits until
@@ -63,6 +105,9 @@ func runResignRequest(cmd *cobra.Command, g *globals, o forceOptions, name strin
 		return err
 	}
 	defer done()
+	if o.to, err = resolveCandidate(ctx, g, e, o.to); err != nil {
+		return err
+	}
 	osUser, host := whoAmI()
 	octx, cancel := g.opContext(ctx)
 	from, err := e.RequestEnd(octx, o.to, "baton resign by "+osUser+"@"+host, o.deadline)
@@ -70,10 +115,9 @@ func runResignRequest(cmd *cobra.Command, g *globals, o forceOptions, name strin
 	switch {
 	case errors.Is(err, election.ErrNoLeader):
 		return fmt.Errorf("election %s has no leader: nothing to hand over", safeQ(name))
-	case errors.Is(err, election.ErrStrategy):
-		return withCode(ExitRefused, fmt.Errorf("election %s uses the oldest strategy: its leader takes no requests; "+
-			"baton resign %s --to KEY --force --reason TEXT hands over to the next candidate", safeQ(name), safeArg(name)))
-	case errors.Is(err, election.ErrNoCandidate), errors.Is(err, election.ErrNotNext):
+	case errors.Is(err, election.ErrForeignCandidate):
+		return withCode(ExitRefused, fmt.Errorf("not asked: %s", safeMessage(err.Error())))
+	case errors.Is(err, election.ErrNoCandidate):
 		return fmt.Errorf("%s is not a live candidate of election %s: %s", safe(o.to), safeQ(name), safeMessage(err.Error()))
 	case err != nil:
 		return g.failed("ask the leader to hand over", err)
@@ -112,11 +156,16 @@ func prepareForceTransfer(ctx context.Context, g *globals, cli *clientv3.Client,
 		return election.HandOver{}, withCode(ExitUsage, err)
 	}
 	defer e.Close()
+	if to, err = resolveCandidate(ctx, g, e, to); err != nil {
+		return election.HandOver{}, err
+	}
 	octx, cancel := g.opContext(ctx)
 	defer cancel()
 	ho, err := e.PrepareHandOver(octx, to)
 	switch {
-	case errors.Is(err, election.ErrNoCandidate), errors.Is(err, election.ErrNotNext):
+	case errors.Is(err, election.ErrForeignCandidate):
+		return ho, withCode(ExitRefused, fmt.Errorf("nothing was forced: %s", safeMessage(err.Error())))
+	case errors.Is(err, election.ErrNoCandidate):
 		return ho, fmt.Errorf("%s: %s", safe(to), safeMessage(err.Error()))
 	case err != nil:
 		return ho, g.failed("prepare the hand-over", err)
@@ -131,7 +180,7 @@ func prepareForceTransfer(ctx context.Context, g *globals, cli *clientv3.Client,
 // shown.
 func transferHolderKey(cmd *cobra.Command, g *globals, cli *clientv3.Client, h holder, ho election.HandOver, rec auditRecord, akey string) error {
 	out := cmd.OutOrStdout()
-	rec.Action, rec.To, rec.Result = actionForceTransfer, ho.To.Key, "transferred"
+	rec.Action, rec.To, rec.ToHolder, rec.Result = actionForceTransfer, ho.To.Key, ho.To.Value, "transferred"
 	octx, cancel := g.opContext(cmd.Context())
 	defer cancel()
 	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(akey), "=", 0)}, ho.If...)

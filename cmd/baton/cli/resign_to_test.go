@@ -9,6 +9,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/batonhq/baton/election"
 )
@@ -82,18 +83,6 @@ func TestResignToAsksThePreferredLeader(t *testing.T) {
 	if term := <-won; term.Value() != "host-b" {
 		t.Fatalf("%s leads", term.Value())
 	}
-	// The oldest strategy takes no requests.
-	o, _ := election.New(cli, "old", election.WithNamespace(ns))
-	defer o.Close()
-	to, err := o.Campaign(ctx, "x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	code, _, errOut = run(ctx, t, ns, "resign", "old", "--to", "/"+ns+"/v1/election/old/1234")
-	if code != ExitRefused || !strings.Contains(errOut, "oldest strategy") {
-		t.Fatalf("resign --to under oldest: exit %d, %s", code, errOut)
-	}
-	_ = to.Resign(ctx)
 	code, _, errOut = run(ctx, t, ns, "resign", "sched", "--to", "/"+ns+"/v1/election/other/1234")
 	if code != ExitUsage || !strings.Contains(errOut, "belongs to election") {
 		t.Fatalf("resign --to another election's key: exit %d, %s", code, errOut)
@@ -102,8 +91,84 @@ func TestResignToAsksThePreferredLeader(t *testing.T) {
 	<-runDone
 }
 
+// Under the default strategy the leader is asked too, for a candidate
+// named by its identity past the next one: it hands over under Run, the
+// one skipped waits on behind the new leader, and Run campaigns again.
+func TestResignToAsksTheOldestLeader(t *testing.T) {
+	ctx := testContext(t)
+	cli := srv.Client(t)
+	const ns = "resign-to-oldest"
+	opts := []election.Option{election.WithNamespace(ns)}
+	a, _ := election.New(cli, "sched", opts...)
+	defer a.Close()
+	b, _ := election.New(cli, "sched", opts...)
+	defer b.Close()
+	c, _ := election.New(cli, "sched", opts...)
+	defer c.Close()
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
+	asked := make(chan election.EndRequest, 2)
+	runDone := make(chan error, 1)
+	go func() {
+		runDone <- a.Run(rctx, "host-a", func(ctx context.Context, term *election.Term) error {
+			select {
+			case <-term.EndRequested():
+				r, _ := term.EndRequest()
+				asked <- r
+			case <-ctx.Done():
+			}
+			return nil
+		})
+	}()
+	waitFor(t, func() bool { return a.IsLeader() })
+	won := make(chan *election.Term, 2)
+	for _, x := range []struct {
+		e *election.Election
+		v string
+	}{{b, "host-b"}, {c, "host-c"}} {
+		go func() {
+			term, err := x.e.Campaign(rctx, x.v)
+			if err == nil {
+				won <- term
+			}
+		}()
+		candidateKey(ctx, t, a, x.v)
+	}
+	ckey := candidateKey(ctx, t, a, "host-c")
+
+	code, out, errOut := run(ctx, t, ns, "resign", "sched", "--to", "host-c", "--deadline", "10s")
+	if code != ExitOK || !strings.Contains(out, "host-c leads") {
+		t.Fatalf("resign --to host-c: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if r := <-asked; r.To != ckey {
+		t.Fatalf("request %+v, want to %s", r, ckey)
+	}
+	term := <-won
+	if term.Value() != "host-c" {
+		t.Fatalf("%s leads, want host-c", term.Value())
+	}
+	// host-a campaigns again: three candidates, host-c first.
+	waitFor(t, func() bool {
+		cands, err := a.Candidates(ctx)
+		return err == nil && len(cands) == 3 && cands[0].Value == "host-c"
+	})
+	select {
+	case other := <-won:
+		t.Fatalf("%s leads beside host-c", other.Value())
+	default:
+	}
+	code, _, errOut = run(ctx, t, ns, "resign", "sched", "--to", "host-nobody")
+	if code == ExitOK || !strings.Contains(errOut, "no candidate") {
+		t.Fatalf("resign --to an unknown identity: exit %d, %s", code, errOut)
+	}
+	_ = term.Resign(ctx)
+	_ = (<-won).Resign(ctx)
+	rcancel()
+	<-runDone
+}
+
 // With --force the operator hands over in one transaction with the audit
-// record; under Oldest only to the next candidate.
+// record, under Oldest past the next candidate too.
 func TestResignToForceHandsOverWithAnAuditRecord(t *testing.T) {
 	ctx := testContext(t)
 	cli := srv.Client(t)
@@ -127,16 +192,8 @@ func TestResignToForceHandsOverWithAnAuditRecord(t *testing.T) {
 		go func() { term, _ := c.Campaign(ctx, "host-c"); won <- term }()
 		ckey := candidateKey(ctx, t, a, "host-c")
 		force := []string{"--force", "--reason", "drain host-a", "--even-if-alive", "--watch", "100ms"}
-		if s == election.Oldest {
-			code, out, errOut := run(ctx, t, ns, append([]string{"resign", name, "--to", ckey}, force...)...)
-			if code == ExitOK || !strings.Contains(errOut, "not the next") {
-				t.Fatalf("%s: force to a candidate behind another: exit %d\n%s\n%s", s, code, out, errOut)
-			}
-		}
-		to := bkey
-		if s == election.Preferred {
-			to = ckey
-		}
+		_ = bkey
+		to := ckey
 		code, out, errOut := run(ctx, t, ns, append([]string{"resign", name, "--to", to}, force...)...)
 		if code != ExitOK || !strings.Contains(out, "handed election") {
 			t.Fatalf("%s: force --to: exit %d\n%s\n%s", s, code, out, errOut)
@@ -158,10 +215,63 @@ func TestResignToForceHandsOverWithAnAuditRecord(t *testing.T) {
 			t.Fatalf("audit: %v", err)
 		}
 		var rec auditRecord
-		if err := json.Unmarshal(resp.Kvs[0].Value, &rec); err != nil || rec.Action != actionForceTransfer || rec.To != to || rec.Key != ta.Key() {
+		if err := json.Unmarshal(resp.Kvs[0].Value, &rec); err != nil || rec.Action != actionForceTransfer || rec.To != to || rec.Key != ta.Key() ||
+			rec.Holder != "host-a" || rec.ToHolder != "host-c" || rec.Time.IsZero() || rec.Host == "" || rec.Reason != "drain host-a" {
 			t.Fatalf("%s: audit record %+v, %v", s, rec, err)
+		}
+		select {
+		case other := <-won:
+			t.Fatalf("%s: %s leads beside host-c", s, other.Value())
+		default:
 		}
 		_ = term.Resign(ctx)
 		_ = (<-won).Resign(ctx)
 	}
+}
+
+// Under Oldest, a forced hand-over past a candidate while etcd's own
+// candidate waits is refused, and nothing is done: no audit record, the
+// leader leads on.
+func TestResignToForceRefusedWithAnEtcdCandidate(t *testing.T) {
+	ctx := testContext(t)
+	cli := srv.Client(t)
+	const ns = "resign-to-foreign"
+	a, _ := election.New(cli, "sched", election.WithNamespace(ns))
+	defer a.Close()
+	c, _ := election.New(cli, "sched", election.WithNamespace(ns))
+	defer c.Close()
+	ta, err := a.Campaign(ctx, "host-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ee := concurrency.NewElection(s, strings.TrimSuffix(a.Prefix(), "/"))
+	ectx, ecancel := context.WithCancel(ctx)
+	defer ecancel()
+	go func() { _ = ee.Campaign(ectx, "etcd-candidate") }()
+	candidateKey(ctx, t, a, "etcd-candidate")
+	cctx, ccancel := context.WithCancel(ctx)
+	defer ccancel()
+	go func() { _, _ = c.Campaign(cctx, "host-c") }()
+	candidateKey(ctx, t, a, "host-c")
+	for _, args := range [][]string{
+		{"resign", "sched", "--to", "host-c", "--force", "--reason", "drain", "--even-if-alive", "--watch", "100ms"},
+		{"resign", "sched", "--to", "host-c", "--deadline", "2s"},
+	} {
+		code, out, errOut := run(ctx, t, ns, args...)
+		if code != ExitRefused || !strings.Contains(errOut, "not baton's") {
+			t.Fatalf("%v: exit %d, want %d\n%s\n%s", args, code, ExitRefused, out, errOut)
+		}
+	}
+	if !ta.IsLeader() {
+		t.Fatal("host-a's term ended")
+	}
+	if resp, err := cli.Get(ctx, auditPrefix(ns), clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count != 0 {
+		t.Fatalf("audit records: %v, %v", resp.Count, err)
+	}
+	_ = ta.Resign(ctx)
 }

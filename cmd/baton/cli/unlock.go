@@ -111,7 +111,7 @@ Elections have their own command: baton resign NAME --force.`,
 func newResignCmd(g *globals) *cobra.Command {
 	var o forceOptions
 	cmd := &cobra.Command{
-		Use:   "resign NAME [--to KEY] --force --reason TEXT [--even-if-alive] [--revoke-lease]",
+		Use:   "resign NAME [--to CANDIDATE] --force --reason TEXT [--even-if-alive] [--revoke-lease]",
 		Short: "Hand leadership to a candidate, or force the leader of an election to step down",
 		Long: `Remove the leader of election NAME, for a leader that died without
 resigning; the next candidate leads. The checks, the transaction and the
@@ -119,20 +119,27 @@ audit record are those of baton unlock: the leader's one key (and its
 acquisition record) is deleted with the audit record, guarded by the key
 still being the leader's, unless --revoke-lease revokes its whole lease.
 
---to KEY hands leadership to the candidate KEY (as baton candidates shows
-it). Without --force, the leader of a preferred-strategy election is asked
-to do it (its Term's EndRequested; Run hands over at once): baton waits
-until KEY leads, and exits 77 if the leader did not hand over within
---deadline. With --force --reason, after the same checks as above, baton
-hands over itself: one transaction deletes the leader's key and writes
-KEY's on KEY's lease (under the oldest strategy KEY must be the next in
-the queue, and the leader's key is deleted), with the audit record.
+--to CANDIDATE hands leadership to one candidate, named by its key or its
+identity (as baton candidates shows them; an identity must name one
+waiting candidate). Without --force, the leader is asked to do it (its
+Term's EndRequested; Run and baton elect hand over at once): baton waits
+until the candidate leads, and exits 77 if the leader did not hand over
+within --deadline. With --force --reason, after the same checks as above,
+baton hands over itself in one transaction with the audit record: under
+the preferred strategy it deletes the leader's key and writes the
+candidate's; under the oldest strategy it deletes the leader's key and
+those of the candidates queued ahead of the target, which queue again
+behind it. Under the oldest strategy a hand-over past another candidate
+is refused (exit 77, nothing done) while a candidate that is not baton's
+(etcd's concurrency.Election, etcdctl elect) waits: it would lead beside
+the target.
 
 --request --reason TEXT instead asks the leader to step down, as baton
 unlock --request asks a holder: a Term sees it on ReleaseRequested, baton
 elect passes it to its command as --release-signal.`,
 		Example: `  baton resign scheduler --force --reason "leader on host-3 hung, INC-4413"
   baton resign scheduler --to /baton/v1/election/scheduler/694d7f1c2a3b0007
+  baton resign scheduler --to host-7
   baton resign scheduler --to /baton/v1/election/scheduler/694d7f1c2a3b0007 --force --reason "drain host-3" --even-if-alive`,
 		Args: args(1, 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
