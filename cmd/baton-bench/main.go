@@ -38,7 +38,7 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "held-client" {
-		return heldClient(ctx, args[1:], stdout, stderr)
+		return bench.HeldClient(ctx, args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("baton-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -114,36 +114,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		fmt.Fprintf(stdout, "\nresults written to %s\n", *jsonPath)
-	}
-	return 0
-}
-
-// heldClient is the child process of the held-locks workload: it holds the
-// locks against the given endpoint and prints a bench.HeldResult as JSON.
-func heldClient(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("baton-bench held-client", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	endpoint := fs.String("endpoint", "", "etcd client URL")
-	implName := fs.String("impl", "baton", "baton or raw")
-	via := fs.String("via", "wrap", "how baton's session is made: wrap, new or etcd")
-	locks := fs.Int("locks", 10000, "locks to hold")
-	ttl := fs.Duration("ttl", 3*time.Second, "the session's lease TTL")
-	window := fs.Duration("window", 6*time.Second, "how long renewals are counted")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	impl, err := bench.ImplByName(*implName)
-	if err != nil {
-		fmt.Fprintf(stderr, "held-client: %v\n", err)
-		return 2
-	}
-	r, err := bench.HoldMany(ctx, *endpoint, impl, *via, *locks, *ttl, *window)
-	if err != nil {
-		fmt.Fprintf(stderr, "held-client: %v\n", err)
-		return 1
-	}
-	if err := json.NewEncoder(stdout).Encode(r); err != nil {
-		return 1
 	}
 	return 0
 }

@@ -46,7 +46,7 @@ var goleakOptions = []goleak.Option{
 
 func client(tb testing.TB) *clientv3.Client {
 	tb.Helper()
-	cli, err := newClient(srv.Endpoint(), nil)
+	cli, err := NewClient(srv.Endpoint(), nil)
 	if err != nil {
 		tb.Fatal(err)
 	}

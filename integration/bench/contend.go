@@ -172,7 +172,7 @@ func ownSessions(env *env, n int) (sessions []*concurrency.Session, closeAll fun
 		}
 	}
 	for range n {
-		cli, err := newClient(env.endpoint, nil)
+		cli, err := NewClient(env.endpoint, nil)
 		if err != nil {
 			return sessions, closeAll, err
 		}
@@ -200,7 +200,7 @@ func contendFloor(ctx context.Context, env *env, name string) (float64, error) {
 	turn := "/bench-floor/" + name + "/turn"
 	clis := make([]*clientv3.Client, n)
 	for i := range clis {
-		cli, err := newClient(env.endpoint, nil)
+		cli, err := NewClient(env.endpoint, nil)
 		if err != nil {
 			return 0, err
 		}

@@ -13,7 +13,7 @@ import (
 
 // Method names the counter reports.
 const (
-	methodKeepAlive = "/etcdserverpb.Lease/LeaseKeepAlive"
+	MethodKeepAlive = "/etcdserverpb.Lease/LeaseKeepAlive"
 	methodWatch     = "/etcdserverpb.Watch/Watch"
 )
 
@@ -77,7 +77,7 @@ func (s *countedStream) SendMsg(m any) error {
 }
 
 // newClient connects to endpoint; counter may be nil.
-func newClient(endpoint string, counter *Counter) (*clientv3.Client, error) {
+func NewClient(endpoint string, counter *Counter) (*clientv3.Client, error) {
 	cfg := clientv3.Config{
 		Endpoints:   []string{endpoint},
 		DialTimeout: 5 * time.Second,

@@ -40,7 +40,7 @@ func graceful(ctx context.Context, env *env, impl Impl, name string) ([]Value, e
 		defer e.Close()
 		els[i] = e
 	}
-	ocli, err := newClient(env.endpoint, nil)
+	ocli, err := NewClient(env.endpoint, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +217,7 @@ func crashTrial(ctx context.Context, env *env, impl Impl, name string) (failover
 		return 0, 0, err
 	}
 	defer proxy.Close()
-	zcli, err := newClient(proxy.Endpoint(), nil)
+	zcli, err := NewClient(proxy.Endpoint(), nil)
 	if err != nil {
 		return 0, 0, err
 	}

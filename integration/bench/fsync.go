@@ -9,7 +9,7 @@ import (
 // fdatasyncFloor writes 4 KiB at the start of a temp file in dir and
 // fdatasyncs it n times: the least a write that etcd acknowledges can cost
 // on this disk. It returns every sync's duration.
-func fdatasyncFloor(dir string, n int) ([]time.Duration, error) {
+func FdatasyncFloor(dir string, n int) ([]time.Duration, error) {
 	f, err := os.CreateTemp(dir, "fsync-floor-")
 	if err != nil {
 		return nil, err

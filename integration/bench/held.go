@@ -48,19 +48,22 @@ const heldWorkers = 32
 // client's alone, not the embedded server's too.
 func HoldMany(ctx context.Context, endpoint string, impl Impl, via string, n int, ttl, window time.Duration) (HeldResult, error) {
 	counter := NewCounter()
-	cli, err := newClient(endpoint, counter)
+	cli, err := NewClient(endpoint, counter)
 	if err != nil {
 		return HeldResult{}, err
 	}
 	defer cli.Close()
-	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(int(ttl/time.Second)))
-	if err != nil {
-		return HeldResult{}, err
+	_, isBaton := impl.(Baton)
+	var sess *concurrency.Session // none for session.New: its renewals alone are counted
+	if !isBaton || via != "new" {
+		if sess, err = concurrency.NewSession(cli, concurrency.WithTTL(int(ttl/time.Second))); err != nil {
+			return HeldResult{}, err
+		}
+		defer sess.Close() // revokes the lease: every key goes at once
 	}
-	defer sess.Close() // revokes the lease: every key goes at once
-	run := fmt.Sprintf("%s-%s-%x", impl.Name(), via, int64(sess.Lease()))
+	run := fmt.Sprintf("%s-%s-%x", impl.Name(), via, time.Now().UnixNano())
 	newMutex := func(name string) (Mutex, error) { return impl.NewMutex(cli, sess, name, 0) }
-	if _, ok := impl.(Baton); ok && via != "wrap" {
+	if isBaton && via != "wrap" {
 		opt := mutex.WithSession(sess)
 		if via == "new" {
 			bs, err := bsession.New(cli, bsession.WithTTL(ttl))
@@ -137,8 +140,8 @@ feed:
 		Impl: impl.Name(), Via: via, Locks: n, TTLSeconds: int(ttl / time.Second),
 		HeapPerLock:       float64(int64(after)-int64(before)) / float64(n),
 		GoroutinesPerLock: float64(gAfter-gBefore) / float64(n),
-		RenewalsPerSecond: float64(counts[methodKeepAlive]) / window.Seconds(),
-		OtherPerSecond:    float64(requestsExcept(counts, methodKeepAlive)) / window.Seconds(),
+		RenewalsPerSecond: float64(counts[MethodKeepAlive]) / window.Seconds(),
+		OtherPerSecond:    float64(requestsExcept(counts, MethodKeepAlive)) / window.Seconds(),
 		LockSeconds:       lockTime.Seconds(),
 		Requests:          counts,
 	}, nil
@@ -148,6 +151,9 @@ feed:
 // client closes it when no renewal reply came within the TTL, which a
 // starved process (CI under heavy load) can see with a short TTL.
 func sessionEnded(err error, sess *concurrency.Session, ttl time.Duration) error {
+	if sess == nil {
+		return err
+	}
 	select {
 	case <-sess.Done():
 		return fmt.Errorf("%w (the etcd session of TTL %v itself ended)", err, ttl)

@@ -75,7 +75,7 @@ func cycleValues(lat []time.Duration, elapsed time.Duration, counts map[string]i
 		{Metric: "cycles/s", V: float64(len(lat)) / elapsed.Seconds()},
 		{Metric: "cycle p50 ms", V: percentile(l, 50)},
 		{Metric: "cycle p99 ms", V: percentile(l, 99)},
-		{Metric: "requests/cycle", V: float64(requestsExcept(counts, methodKeepAlive)) / float64(max(len(lat), 1))},
+		{Metric: "requests/cycle", V: float64(requestsExcept(counts, MethodKeepAlive)) / float64(max(len(lat), 1))},
 	}
 }
 

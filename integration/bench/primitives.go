@@ -372,24 +372,24 @@ func contendPrim(ctx context.Context, env *env, limit int, mk func(sess *concurr
 // recipes RWMutex or N raw mutexes.
 func RunPrimitives(ctx context.Context, srv *embedetcd.Server, cfg Config, progress io.Writer) (*Report, error) {
 	cfg = cfg.Defaults()
-	cli, err := newClient(srv.Endpoint(), nil)
+	cli, err := NewClient(srv.Endpoint(), nil)
 	if err != nil {
 		return nil, err
 	}
 	defer cli.Close()
 	e := &env{cfg: cfg, endpoint: srv.Endpoint(), cli: cli, dir: srv.Dir()}
-	rep := &Report{Compared: PrimitivesCompared, Started: time.Now(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), LoadBefore: loadavg(), Config: cfg}
+	rep := &Report{Compared: PrimitivesCompared, Started: time.Now(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), LoadBefore: Loadavg(), Config: cfg}
 	values := map[string][]float64{} // workload \x00 metric \x00 side
 	var order []string
 	var fsP50, fsP99 []float64
 	for round := range cfg.Runs {
-		floor, err := fdatasyncFloor(e.dir, 200)
+		floor, err := FdatasyncFloor(e.dir, 200)
 		if err != nil {
 			return nil, err
 		}
 		f := msAll(floor)
 		fsP50, fsP99 = append(fsP50, percentile(f, 50)), append(fsP99, percentile(f, 99))
-		fmt.Fprintf(progress, "round %d/%d: fdatasync p50 %.2f ms p99 %.2f ms, load %s\n", round+1, cfg.Runs, fsP50[round], fsP99[round], loadavg())
+		fmt.Fprintf(progress, "round %d/%d: fdatasync p50 %.2f ms p99 %.2f ms, load %s\n", round+1, cfg.Runs, fsP50[round], fsP99[round], Loadavg())
 		for _, w := range primWorkloads() {
 			if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, w.name) {
 				continue
@@ -427,7 +427,7 @@ func RunPrimitives(ctx context.Context, srv *embedetcd.Server, cfg Config, progr
 		}
 		rep.Measures = append(rep.Measures, m)
 	}
-	rep.LoadAfter = loadavg()
+	rep.LoadAfter = Loadavg()
 	rep.Finished = time.Now()
 	return rep, nil
 }

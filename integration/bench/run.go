@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -168,26 +169,26 @@ type Report struct {
 func Run(ctx context.Context, srv *embedetcd.Server, cfg Config, progress io.Writer) (*Report, error) {
 	cfg = cfg.Defaults()
 	counter := NewCounter()
-	cli, err := newClient(srv.Endpoint(), counter)
+	cli, err := NewClient(srv.Endpoint(), counter)
 	if err != nil {
 		return nil, err
 	}
 	defer cli.Close()
 	e := &env{cfg: cfg, endpoint: srv.Endpoint(), cli: cli, counter: counter, dir: srv.Dir()}
-	rep := &Report{Started: time.Now(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), LoadBefore: loadavg(), Config: cfg}
+	rep := &Report{Started: time.Now(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), LoadBefore: Loadavg(), Config: cfg}
 
 	// values[workload][impl][metric] is one value per run.
 	values := map[string]map[string]map[string][]float64{}
 	var order []string // workload/metric in first-seen order
 	var fsP50, fsP99 []float64
 	for round := range cfg.Runs {
-		floor, err := fdatasyncFloor(e.dir, 200)
+		floor, err := FdatasyncFloor(e.dir, 200)
 		if err != nil {
 			return nil, err
 		}
 		f := msAll(floor)
 		fsP50, fsP99 = append(fsP50, percentile(f, 50)), append(fsP99, percentile(f, 99))
-		fmt.Fprintf(progress, "round %d/%d: fdatasync p50 %.2f ms p99 %.2f ms, load %s\n", round+1, cfg.Runs, fsP50[round], fsP99[round], loadavg())
+		fmt.Fprintf(progress, "round %d/%d: fdatasync p50 %.2f ms p99 %.2f ms, load %s\n", round+1, cfg.Runs, fsP50[round], fsP99[round], Loadavg())
 		for _, w := range workloads() {
 			if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, w.name) {
 				continue
@@ -237,7 +238,7 @@ func Run(ctx context.Context, srv *embedetcd.Server, cfg Config, progress io.Wri
 	for i := range rep.Measures {
 		judge(rep, &rep.Measures[i])
 	}
-	rep.LoadAfter = loadavg()
+	rep.LoadAfter = Loadavg()
 	rep.Finished = time.Now()
 	return rep, nil
 }
@@ -269,20 +270,62 @@ func heldVia(ctx context.Context, env *env, impl Impl, via string) ([]Value, err
 		}
 		return heldValues(r), nil
 	}
-	args := append(slices.Clone(c.HeldCommand[1:]), "held-client",
-		"-endpoint", env.endpoint, "-impl", impl.Name(), "-via", via, "-locks", fmt.Sprint(c.Held),
-		"-ttl", c.HeldTTL.String(), "-window", c.HeldWindow.String())
-	cmd := exec.CommandContext(ctx, c.HeldCommand[0], args...)
+	r, err := HoldManyIn(ctx, c.HeldCommand, env.endpoint, impl.Name(), via, c.Held, c.HeldTTL, c.HeldWindow)
+	if err != nil {
+		return nil, err
+	}
+	return heldValues(r), nil
+}
+
+// HoldManyIn runs HoldMany in a child process, so that the heap it
+// measures is the client's alone: command is run with "held-client" and
+// flags appended, and must run HeldClient (baton-bench and baton-scale do).
+func HoldManyIn(ctx context.Context, command []string, endpoint, impl, via string, n int, ttl, window time.Duration) (HeldResult, error) {
+	args := append(slices.Clone(command[1:]), "held-client",
+		"-endpoint", endpoint, "-impl", impl, "-via", via, "-locks", fmt.Sprint(n),
+		"-ttl", ttl.String(), "-window", window.String())
+	cmd := exec.CommandContext(ctx, command[0], args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("held-locks client: %w: %s", err, strings.TrimSpace(stderr.String()))
+		return HeldResult{}, fmt.Errorf("held-locks client: %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	var r HeldResult
 	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
-		return nil, fmt.Errorf("held-locks client output: %w", err)
+		return HeldResult{}, fmt.Errorf("held-locks client output: %w", err)
 	}
-	return heldValues(r), nil
+	return r, nil
+}
+
+// HeldClient is the child process of HoldManyIn: it holds the locks
+// against the given endpoint and prints a HeldResult as JSON; args are the
+// flags after "held-client". It returns the exit code.
+func HeldClient(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("held-client", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	endpoint := fs.String("endpoint", "", "etcd client URL")
+	implName := fs.String("impl", "baton", "baton or raw")
+	via := fs.String("via", "wrap", "how baton's session is made: wrap, new or etcd")
+	locks := fs.Int("locks", 10000, "locks to hold")
+	ttl := fs.Duration("ttl", 3*time.Second, "the session's lease TTL")
+	window := fs.Duration("window", 6*time.Second, "how long renewals are counted")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	impl, err := ImplByName(*implName)
+	if err != nil {
+		fmt.Fprintf(stderr, "held-client: %v\n", err)
+		return 2
+	}
+	r, err := HoldMany(ctx, *endpoint, impl, *via, *locks, *ttl, *window)
+	if err != nil {
+		fmt.Fprintf(stderr, "held-client: %v\n", err)
+		return 1
+	}
+	if err := json.NewEncoder(stdout).Encode(r); err != nil {
+		return 1
+	}
+	return 0
 }
 
 // ImplByName returns the implementation called name.
@@ -295,7 +338,7 @@ func ImplByName(name string) (Impl, error) {
 	return nil, fmt.Errorf("no implementation %q (want baton or raw)", name)
 }
 
-func loadavg() string {
+func Loadavg() string {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
 		return "unknown"

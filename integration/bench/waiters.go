@@ -45,7 +45,7 @@ func waiters(ctx context.Context, env *env, impl Impl, name string) ([]Value, er
 
 func drain(ctx context.Context, env *env, impl Impl, name string, n int) (waitersResult, error) {
 	counter := NewCounter()
-	cli, err := newClient(env.endpoint, counter)
+	cli, err := NewClient(env.endpoint, counter)
 	if err != nil {
 		return waitersResult{}, err
 	}
@@ -89,7 +89,7 @@ func drain(ctx context.Context, env *env, impl Impl, name string, n int) (waiter
 	}
 
 	mus := make([]Mutex, n)
-	defer func() { closeAll(mus) }()
+	defer func() { CloseAll(mus) }()
 	var (
 		mu    sync.Mutex
 		order []int
@@ -149,14 +149,14 @@ func drain(ctx context.Context, env *env, impl Impl, name string, n int) (waiter
 	}
 	return waitersResult{
 		drain:      elapsed,
-		perHandoff: float64(requestsExcept(counts, methodKeepAlive)) / float64(n),
+		perHandoff: float64(requestsExcept(counts, MethodKeepAlive)) / float64(n),
 		outOfOrder: out,
 		handoffs:   n,
 	}, nil
 }
 
 // closeAll closes the mutexes (revoking their leases) a few at a time.
-func closeAll(mus []Mutex) {
+func CloseAll(mus []Mutex) {
 	next := make(chan Mutex)
 	var wg sync.WaitGroup
 	for range 16 {

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/batonhq/baton/integration/scale"
+)
+
+// others are the phases that run their own members: storm, processes and
+// clusters (integration/scale's storm.go, processes.go, clusters.go).
+var others = []other{
+	{"storm", func(ctx context.Context, o options, rep *report, progress io.Writer) error {
+		cfg := scale.DefaultStormConfig()
+		if o.quick {
+			cfg.Locks, cfg.Sessions, cfg.Outage, cfg.TTL, cfg.Quiet = 2000, 4, 5*time.Second, 2*time.Second, time.Second
+		}
+		r, err := scale.Storm(ctx, cfg, progress)
+		if err != nil {
+			return err
+		}
+		rep.Storm = r
+		rep.Summary.StormRan, rep.Summary.StormOK, rep.Summary.StormSeconds = true, r.OK, r.RecoverySeconds
+		for _, f := range r.Failures {
+			rep.Summary.Failures = append(rep.Summary.Failures, "storm: "+f)
+		}
+		return nil
+	}},
+	{"processes", func(ctx context.Context, o options, rep *report, progress io.Writer) error {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		cfg := scale.DefaultProcessesConfig()
+		cfg.Binary = exe
+		if o.quick {
+			cfg.Processes, cfg.Locks = 5, 200
+		}
+		r, err := scale.Processes(ctx, cfg, progress)
+		if err != nil {
+			return err
+		}
+		rep.Processes = r
+		rep.Summary.ProcessesRan, rep.Summary.ProcessesOK = true, r.OK
+		rep.Summary.Processes, rep.Summary.ProcessLocks = cfg.Processes, cfg.Locks
+		for _, f := range r.Failures {
+			rep.Summary.Failures = append(rep.Summary.Failures, "processes: "+f)
+		}
+		fmt.Fprintf(progress, "  processes %dx%d: p99 %v\n", cfg.Processes, cfg.Locks, r.P99.Round(time.Microsecond))
+		return nil
+	}},
+	{"clusters", func(ctx context.Context, o options, rep *report, progress io.Writer) error {
+		cfg := scale.DefaultClustersConfig()
+		if o.quick {
+			cfg.Counts, cfg.Runs, cfg.Window = []int{1, 2}, 1, time.Second
+		}
+		r, err := scale.Clusters(ctx, cfg, progress)
+		if err != nil {
+			return err
+		}
+		rep.Clusters = r
+		for _, f := range r.Failures {
+			rep.Summary.Failures = append(rep.Summary.Failures, "clusters: "+f)
+		}
+		fmt.Fprint(progress, r.Table())
+		return nil
+	}},
+}

@@ -1,0 +1,168 @@
+package scale
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/batonhq/baton/integration/bench"
+)
+
+// Summary is what the summary line says, from each phase that ran; a
+// phase that did not run has its results nil (or Ran false).
+type Summary struct {
+	// Held, HeldSmall and Waiters are the sizes asked for.
+	Held, HeldSmall, Waiters int
+	Floor                    Floor           `json:"fdatasync"`
+	HeldResult               *HeldResult     `json:"-"`
+	WaitersResults           []WaitersResult `json:"-"`
+	Server                   *ServerCost     `json:"-"`
+	// Storm and Processes are filled by those phases.
+	StormRan, StormOK bool
+	StormSeconds      float64
+	ProcessesRan      bool
+	ProcessesOK       bool
+	Processes         int
+	ProcessLocks      int
+	// Failures are the checks that failed, each a line.
+	Failures []string
+}
+
+// Floor is the disk's: p50 and p99 of a 4 KiB write and fdatasync in the
+// member's data directory.
+type Floor struct {
+	P50ms float64 `json:"p50_ms"`
+	P99ms float64 `json:"p99_ms"`
+}
+
+// FdatasyncFloor measures the disk's floor in dir, 200 syncs.
+func FdatasyncFloor(dir string) (Floor, error) {
+	ds, err := bench.FdatasyncFloor(dir, 200)
+	if err != nil {
+		return Floor{}, err
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	return Floor{P50ms: ms(pct(ds, 50)), P99ms: ms(pct(ds, 99))}, nil
+}
+
+// Waiter returns the baton waiters run of n waiters, if any.
+func (s Summary) Waiter(impl string, n int) (WaitersResult, bool) {
+	for _, r := range s.WaitersResults {
+		if r.Impl == impl && r.Waiters == n {
+			return r, true
+		}
+	}
+	return WaitersResult{}, false
+}
+
+// OK says every check of the phases that ran passed: the waiters' order
+// and cleanup, the server's one watch per session and namespace, the
+// storm's and the processes' own verdicts.
+func (s Summary) OK() bool { return len(s.Problems()) == 0 }
+
+// Problems lists the failed checks.
+func (s Summary) Problems() []string {
+	out := append([]string(nil), s.Failures...)
+	for _, r := range s.WaitersResults {
+		if !r.OK() {
+			out = append(out, fmt.Sprintf("waiters %d (%s): %d out of order, %d double holders, %d keys and %.0f watchers left",
+				r.Waiters, r.Impl, r.OutOfOrder, r.DoubleHolders, r.KeysLeft, r.WatchersLeft))
+		}
+	}
+	if c := s.Server; c != nil {
+		if want := float64(c.Sessions * c.Namespaces); c.HeldWatchers > want {
+			out = append(out, fmt.Sprintf("server: %.0f watchers for %d held locks on %d sessions × %d namespaces, want at most %.0f", c.HeldWatchers, c.Locks, c.Sessions, c.Namespaces, want))
+		}
+		if c.KeysLeft > 0 || c.WatchersLeft > 0 {
+			out = append(out, fmt.Sprintf("server: %d keys and %.0f watchers left after Close", c.KeysLeft, c.WatchersLeft))
+		}
+	}
+	if s.StormRan && !s.StormOK {
+		out = append(out, "storm: not ok")
+	}
+	if s.ProcessesRan && !s.ProcessesOK {
+		out = append(out, "processes: not ok")
+	}
+	return out
+}
+
+// Summarize is the one summary line:
+//
+//	scale: held 100000 heap <B> B/lock goroutines/lock <G> keepalives/ttl <K1>@1000 <K2>@100000 acquire <R>x raw; waiters 10000 requests/handoff <Q> events/handoff <E> p99 <P>x; storm ok <S>s; processes 50x2000 ok
+//
+// with "skipped" for a phase that did not run.
+func Summarize(s Summary) string {
+	var parts []string
+	if h := s.HeldResult; h != nil {
+		parts = append(parts, fmt.Sprintf("held %d heap %.0f B/lock goroutines/lock %s keepalives/ttl %s@%d %s@%d acquire %.2fx raw",
+			h.Locks, h.HeapPerLock.Median, num(h.GoroutinesPerLock), num(h.KeepAlivesPerTTLSmall.Median), h.Small, num(h.KeepAlivesPerTTL.Median), h.Locks, h.AcquireRatio))
+	} else {
+		parts = append(parts, fmt.Sprintf("held %d skipped", s.Held))
+	}
+	big, okBig := s.Waiter("baton", s.Waiters)
+	base, okBase := s.Waiter("baton", 8)
+	if okBig {
+		ratio := "-"
+		if okBase && base.HandoffP99 > 0 {
+			ratio = fmt.Sprintf("%.2f", float64(big.HandoffP99)/float64(base.HandoffP99))
+		}
+		parts = append(parts, fmt.Sprintf("waiters %d requests/handoff %.2f events/handoff %.2f p99 %sx", big.Waiters, big.RequestsPerHandoff, big.EventsPerHandoff, ratio))
+	} else {
+		parts = append(parts, fmt.Sprintf("waiters %d skipped", s.Waiters))
+	}
+	if s.StormRan {
+		parts = append(parts, fmt.Sprintf("storm %s %.1fs", verdict(s.StormOK), s.StormSeconds))
+	} else {
+		parts = append(parts, "storm skipped")
+	}
+	if s.ProcessesRan {
+		parts = append(parts, fmt.Sprintf("processes %dx%d %s", s.Processes, s.ProcessLocks, verdict(s.ProcessesOK)))
+	} else {
+		parts = append(parts, "processes skipped")
+	}
+	return "scale: " + strings.Join(parts, "; ")
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "ok"
+	}
+	return "FAIL"
+}
+
+// num prints a figure in at most four significant digits, 0 as 0.
+func num(v float64) string { return fmt.Sprintf("%.4g", v) }
+
+// CPUs is the number of CPUs this process may use.
+func CPUs() int { return runtime.NumCPU() }
+
+// Loadavg is /proc/loadavg's three averages.
+func Loadavg() string { return bench.Loadavg() }
+
+// OpenFileLimit is the soft RLIMIT_NOFILE, if known.
+func OpenFileLimit() (uint64, bool) {
+	var r syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {
+		return 0, false
+	}
+	return uint64(r.Cur), true
+}
+
+// MemAvailable is /proc/meminfo's MemAvailable in bytes, if known.
+func MemAvailable() (uint64, bool) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemAvailable:" {
+			kb, err := strconv.ParseUint(f[1], 10, 64)
+			return kb << 10, err == nil
+		}
+	}
+	return 0, false
+}
