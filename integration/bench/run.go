@@ -124,6 +124,7 @@ func workloads() []workload {
 		{"contend-lock-delay", contendLockDelay},
 		{"set-ab", setPair},
 		{"graceful", graceful},
+		{"handover", handover},
 		{"crash", crash},
 		{"held", held},
 		{"waiters", waiters},

@@ -43,6 +43,9 @@ func judge(rep *Report, m *Measure) {
 		if f, l := find(rep, m.Workload, "floor turns/s"), find(rep, m.Workload, "lock floor turns/s"); f != nil && l != nil {
 			target += fmt.Sprintf(" (the lock floor: %.0f %% of the floor)", 100*l.Baton.Median/f.Baton.Median)
 		}
+	case "handover/after return p99 ms":
+		target = "baton's Transfer past the next candidate ≤ 5 ms, as the graceful failover (from the call's return); raw column: raw's resign to the next"
+		ok = b.Median <= 5
 	case "contend-lock-delay/handoff p99 ms":
 		target = fmt.Sprintf("baton with WithLockDelay(%v) ≤ 5 ms; raw column: baton without one", lockDelay)
 		ok = b.Median <= 5
