@@ -86,20 +86,24 @@
 //     Context (ErrTransferred, ErrReleased) before the successor's key is
 //     written.
 //   - Under Oldest, Transfer to any live candidate keeps etcd's own rule
-//     at every revision (the oldest key leads): the candidates queued
-//     ahead of the successor are moved to the queue's end while the old
-//     leader still leads, then the old leader's key goes in one
-//     transaction guarded by the successor's key. No skipped candidate
-//     leads in between; each leads later in its new place, with a token
-//     greater than the successor's; Leader, Observe and `etcdctl elect -l`
-//     name the successor from the revision it leads. A Transfer that
-//     skips candidates is refused (ErrForeignCandidate, the term going
-//     on) while any candidate that is not baton's waits in the election;
+//     at every revision (the oldest key leads): one transaction, guarded
+//     by the old leader's key and the successor's, deletes the key of
+//     each candidate queued between them (each guarded by its
+//     CreateRevision, and replaced by a mark on its lease), then the old
+//     leader's key, so the successor's key is the oldest from that
+//     revision on and no revision is without a leader. A skipped
+//     candidate, finding its key gone with its mark, puts the key again,
+//     behind the successor, and waits on: it never leads in between, and
+//     leads later in its new place with a token greater than the
+//     successor's. Leader, Observe and `etcdctl elect -l` name the
+//     successor from the revision it leads. A hand-over that skips
+//     candidates is refused (ErrForeignCandidate, the term going on)
+//     while any candidate that is not baton's waits in the election:
 //     baton's candidates are those that write a record, every release
-//     since hand-overs skip (an older baton's candidates count as
-//     foreign). If the successor leaves before the last transaction, the
-//     term has ended already and Transfer resigns (ErrNoCandidate): the
-//     next in the queue leads, never two.
+//     since hand-overs skip (an older baton's count as not baton's). If
+//     the successor leaves before the transaction, the term has ended
+//     already and Transfer resigns (ErrNoCandidate): the next in the
+//     queue leads, never two.
 //   - Candidates of both strategies never lead together: an Oldest
 //     Campaign is refused once a Preferred record exists, and a Preferred
 //     candidate waits for the Oldest ones that were there first to leave.
@@ -120,11 +124,9 @@
 //     deadline its key is deleted first and the successor takes in a later
 //     transaction, and the old leader learns it from its watch (fencing
 //     covers the rest). The deadline runs on the requester's clock.
-//   - A skipped candidate's place: it goes behind every candidate queued
-//     at the time of the hand-over, the successor and those after it.
-//   - A forced hand-over by an operator (PrepareHandOver, `baton resign
-//     --to --force`) skips at most one candidate under Oldest: it is one
-//     transaction, and two keys put in one revision would tie.
+//   - A skipped candidate's place: it puts its key again once it heard
+//     of the hand-over, behind the successor and after any candidate
+//     that campaigned meanwhile (the old leader's Run among them).
 //   - An etcd concurrency.Election or `etcdctl elect` campaigning on a
 //     Preferred election: never two leaders, but its key blocks hand-overs
 //     and takes, and it leads when the Preferred leader resigns.

@@ -31,20 +31,19 @@ var errNoOne = errors.New("no other live candidate")
 //
 // Under Oldest (the default) to may be any candidate queued behind this
 // leader. If it is the next one, Transfer resigns and it leads as after
-// any Resign. Otherwise each candidate queued between this leader and to
-// is first moved to the queue's end (its key put again on its lease, so
-// its token, when it leads, is greater than to's), one transaction each
-// while this term still leads; then one transaction deletes this leader's
-// key, guarded by to's key and none of the skipped standing ahead of it.
-// to's key is then the oldest, so etcd's own rule names it leader at every
-// revision (Leader, Observe and `etcdctl elect -l` agree) and it leads
-// once its watch delivers the deletion, about a round trip. A skipped
-// baton candidate waits on and leads in its new place. A candidate that
-// is not baton's (etcd's concurrency.Election, `etcdctl elect`, or a
-// baton release from before candidates wrote records) would be misled by
-// such a move or lead beside to: while one waits anywhere in the
-// election, Transfer to any but the next candidate returns an error
-// wrapping ErrForeignCandidate, naming its key, and the term goes on.
+// any Resign. Otherwise one transaction, guarded by this leader's key and
+// to's, deletes the key of each candidate queued between them (leaving a
+// mark on its lease) and this leader's key: to's key is then the oldest,
+// so etcd's own rule names it leader from that revision (Leader, Observe
+// and `etcdctl elect -l` agree), and it leads once its watch delivers the
+// deletion, about a round trip. A skipped baton candidate puts its key
+// again, behind to (so its token, when it leads, is greater than to's),
+// and waits on. A candidate that is not baton's (etcd's
+// concurrency.Election, `etcdctl elect`, or a baton release from before
+// candidates wrote records) would be misled by such a move or lead beside
+// to: while one waits anywhere in the election, Transfer to any but the
+// next candidate returns an error wrapping ErrForeignCandidate, naming
+// its key, and the term goes on.
 //
 // If to is not a live candidate (it left, its lease ended, or it is this
 // term's) Transfer returns an error wrapping ErrNoCandidate and the term
