@@ -131,6 +131,51 @@ func ExampleTerm_Transfer() {
 	// leader: host-b token greater: true
 }
 
+// Under the default strategy, a rolling upgrade hands leadership past the
+// next candidate (an old version, a replica being drained) to the one it
+// names; the candidate skipped waits on, behind the new leader.
+func ExampleTerm_Transfer_pastTheNext() {
+	cli := connect()
+	defer cli.Close()
+	ctx := context.Background()
+
+	var els []*election.Election
+	for range 3 {
+		e, _ := election.New(cli, "upgrade")
+		defer e.Close()
+		els = append(els, e)
+	}
+	term, _ := els[0].Campaign(ctx, "v1-host-a")
+	won := make(chan *election.Term, 2)
+	keyOf := func(value string) string { // waits until value is a candidate
+		for {
+			cands, _ := els[0].Candidates(ctx)
+			for _, c := range cands {
+				if c.Value == value {
+					return c.Key
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	for i, v := range []string{"v1-host-b", "v2-host-c"} {
+		go func() { t, _ := els[i+1].Campaign(ctx, v); won <- t }()
+		keyOf(v)
+	}
+	if err := term.Transfer(ctx, keyOf("v2-host-c")); err != nil {
+		log.Fatal(err)
+	}
+	next := <-won
+	fmt.Println("leader:", next.Value())
+	_ = next.Resign(ctx)
+	after := <-won
+	fmt.Println("then:", after.Value(), "token greater:", after.Token() > next.Token())
+	_ = after.Resign(ctx)
+	// Output:
+	// leader: v2-host-c
+	// then: v1-host-b token greater: true
+}
+
 func ExampleWithStrategy() {
 	cli := connect()
 	defer cli.Close()
