@@ -38,8 +38,8 @@ import (
 // whose fencing.MemoryGuard admits them and whose ledger checks that no
 // two holders of a name overlap.
 type ProcessesConfig struct {
-	// Binary is the executable run as "<Binary> child <args>"; its child
-	// command must call Child.
+	// Binary is the executable run as "<Binary> child procs <args>"; its
+	// child command must call Child.
 	Binary string
 	// Processes is the number of child processes.
 	Processes int
@@ -58,9 +58,10 @@ type ProcessesConfig struct {
 }
 
 // DefaultProcessesConfig is the full size: 50 processes × 2,000 locks each
-// over 2,000 shared names, 4 Lock calls at once per process.
+// over 2,000 shared names, 4 Lock calls at once per process, this
+// program's executable as the child.
 func DefaultProcessesConfig() ProcessesConfig {
-	return ProcessesConfig{Processes: 50, Locks: 2000, Workers: 4, TTL: 10 * time.Second, Deadline: 3 * time.Minute}
+	return ProcessesConfig{Binary: stormExecutable(), Processes: 50, Locks: 2000, Workers: 4, TTL: 10 * time.Second, Deadline: 3 * time.Minute}
 }
 
 // procFDsPerChild is what one child costs the parent in file descriptors:
@@ -376,7 +377,7 @@ func Processes(ctx context.Context, cfg ProcessesConfig, progress io.Writer) (Pr
 	var failures []string
 	for i := range children {
 		c := &child{}
-		c.cmd = exec.CommandContext(ctx, cfg.Binary, "child",
+		c.cmd = exec.CommandContext(ctx, cfg.Binary, "child", "procs",
 			"-endpoint", srv.Endpoint(), "-guard", guardURL, "-proc", strconv.Itoa(i),
 			"-locks", strconv.Itoa(cfg.Locks), "-names", strconv.Itoa(cfg.Names),
 			"-workers", strconv.Itoa(cfg.Workers), "-ttl", cfg.TTL.String())
@@ -516,14 +517,34 @@ func (t *procTail) String() string {
 	return string(t.b)
 }
 
-// Child is the body of a child process of the processes phase ("<Binary>
-// child -endpoint URL -guard URL -proc N -locks N -names N -workers N
-// -ttl D"): it connects, waits at the parent's start barrier, makes its
-// acquisitions, each with an enter and an exit write through the parent's
-// guard, closes everything and prints a JSON report line on stdout. It
-// returns the process's exit code.
+// Child is the body of the harness's child processes, "<Binary> child
+// ROLE ...", and returns the process's exit code. Roles:
+//
+//   - storm: the storm's holder process (see Storm); it reads the parent's
+//     word of the restore on stdin.
+//   - procs -endpoint URL -guard URL -proc N -locks N -names N -workers N
+//     -ttl D: a process of the processes phase. It connects, waits at the
+//     parent's start barrier, makes its acquisitions, each with an enter
+//     and an exit write through the parent's guard, closes everything and
+//     prints a JSON report line on stdout.
 func Child(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("child", flag.ContinueOnError)
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "child: a role is needed: storm or procs")
+		return 2
+	}
+	switch args[0] {
+	case "storm":
+		return stormHolder(ctx, args[1:], stdout, stderr, os.Stdin)
+	case "procs":
+		return procChildMain(ctx, args[1:], stdout, stderr)
+	default:
+		fmt.Fprintf(stderr, "child: no role %q (have storm, procs)\n", args[0])
+		return 2
+	}
+}
+
+func procChildMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("child procs", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	endpoint := fs.String("endpoint", "", "etcd client URL")
 	guardURL := fs.String("guard", "", "the parent's guard URL")

@@ -1,14 +1,23 @@
 package scale
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -24,9 +33,17 @@ import (
 )
 
 // StormConfig sizes the storm phase: Locks mutexes held across Sessions
-// baton sessions whose clients reach one embedded etcd member (fsync on)
-// through a netproxy, which is blackholed for Outage and then restored.
+// baton sessions in a holder process of their own (Binary run as
+// "<Binary> child storm ..."), whose clients reach one embedded etcd member
+// (fsync on, in this process) through a netproxy, which is blackholed for
+// Outage and then restored. The holders live in another process so that
+// their heap (about 1 KiB per lock) and its garbage collection do not
+// slow the member whose latency is measured, as in production.
 type StormConfig struct {
+	// Binary is the executable run as "<Binary> child storm <args>"; its
+	// child command must call Child. DefaultStormConfig sets this
+	// program's own executable.
+	Binary string
 	// Locks is the number of mutexes held, each on its own name.
 	Locks int
 	// Sessions is the number of baton sessions (one etcd client each).
@@ -55,10 +72,20 @@ type StormConfig struct {
 
 // DefaultStormConfig is the full-size storm: 100,000 locks, 20 sessions,
 // a 20 s outage, 6 s leases, re-acquisition capped at a quarter of the
-// rate measured while taking the locks.
+// rate measured while taking the locks; the holders run in this program's
+// executable.
 func DefaultStormConfig() StormConfig {
-	return StormConfig{Locks: 100_000, Sessions: 20, Outage: 20 * time.Second, TTL: 6 * time.Second,
+	return StormConfig{Binary: stormExecutable(), Locks: 100_000, Sessions: 20, Outage: 20 * time.Second, TTL: 6 * time.Second,
 		Quiet: 5 * time.Second, AttemptTimeout: 2 * time.Second}
+}
+
+// stormExecutable is this program's executable, empty if unknown.
+func stormExecutable() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	return exe
 }
 
 // stormWorkers is how many Lock calls of one session run at once, while
@@ -72,6 +99,11 @@ const stormMaxAttempts = 1000
 // its bound.
 func (c StormConfig) Validate() error {
 	var errs []error
+	if c.Binary == "" {
+		errs = append(errs, errors.New("storm: Binary must name the executable to run as <Binary> child storm"))
+	} else if _, err := exec.LookPath(c.Binary); err != nil {
+		errs = append(errs, fmt.Errorf("storm: Binary %q: %w", c.Binary, err))
+	}
 	if c.Locks <= 0 {
 		errs = append(errs, fmt.Errorf("storm: Locks must be at least 1, got %d", c.Locks))
 	}
@@ -101,8 +133,19 @@ func (c StormConfig) Validate() error {
 	if c.Deadline < 0 {
 		errs = append(errs, fmt.Errorf("storm: Deadline must be at least 0 (0: 3 × Locks/Rate + 30s), got %v", c.Deadline))
 	}
+	if c.Locks > 0 {
+		if _, mem := procLimits(); mem > 0 && uint64(c.Locks)*stormMemPerLock > mem {
+			errs = append(errs, fmt.Errorf("storm: Locks must be at most %d with %d MiB available (%d B allowed per lock), got %d",
+				mem/stormMemPerLock, mem>>20, stormMemPerLock, c.Locks))
+		}
+	}
 	return errors.Join(errs...)
 }
+
+// stormMemPerLock is what the memory check allows per lock, for the holder
+// process (about 9 KiB a lock at 100,000 measured, Mutex and handles
+// included) and the member's index and watch buffers.
+const stormMemPerLock = 24 << 10
 
 // StormResult is what the storm measured.
 type StormResult struct {
@@ -119,6 +162,8 @@ type StormResult struct {
 	AcquirePerSecond float64 `json:"acquire_per_second"`
 	// RequestsPerAcquire is requests sent per lock while taking them.
 	RequestsPerAcquire float64 `json:"requests_per_acquire"`
+	// HolderMaxRSS is the holder process's peak resident memory.
+	HolderMaxRSS int64 `json:"holder_max_rss_bytes"`
 
 	// Lost counts holders whose Context ended. EndedBeforeExpiry counts
 	// those that ended before the send time of their lease's last
@@ -154,9 +199,16 @@ type StormResult struct {
 	// that failed (all of them while etcd was cut off).
 	Attempts       int64 `json:"attempts"`
 	FailedAttempts int64 `json:"failed_attempts"`
-	// Reheld counts locks held again; RecoverySeconds from the restore to
-	// the last re-acquisition; PredictedSeconds is Locks/Rate + the
-	// longest backoff, what the cap alone allows.
+	// Relost counts holds taken again after the restore that were lost
+	// again before every lock was held (etcd answering renewals too late),
+	// by cause; RelostSlackMin is the least time such a loss left to its
+	// lease's earliest expiry.
+	Relost         int            `json:"relost"`
+	RelostCauses   map[string]int `json:"relost_causes,omitempty"`
+	RelostSlackMin time.Duration  `json:"relost_slack_min_ns"`
+	// Reheld counts locks held again; RecoverySeconds is from the restore
+	// to the instant every lock was held at once; PredictedSeconds is
+	// Locks/Rate + the longest backoff, what the cap alone allows.
 	Reheld           int     `json:"reheld"`
 	RecoverySeconds  float64 `json:"recovery_seconds"`
 	PredictedSeconds float64 `json:"predicted_seconds"`
@@ -170,9 +222,24 @@ type StormResult struct {
 	// ProbeSamples: Gets quiet, Gets during recovery, Puts quiet, Puts
 	// during recovery.
 	ProbeSamples [4]int `json:"probe_samples"`
-	// KeysLeft counts keys under the storm's namespace after cleanup, but
-	// the namespace's release mark (/<ns>/v1/released).
+	// Timeline is one entry per second from the cut to the end of the
+	// recovery.
+	Timeline []StormSecond `json:"timeline"`
+	// KeysLeft counts keys under the storm's namespace after the holder
+	// process closed its sessions, but the namespace's release mark
+	// (/<ns>/v1/released).
 	KeysLeft int `json:"keys_left"`
+}
+
+// StormSecond is one second of the storm: requests the sessions sent, locks
+// held at its end, and the direct probes' p99.
+type StormSecond struct {
+	// Second counts from the cut; the restore is at the outage's length.
+	Second   int           `json:"second"`
+	Requests int64         `json:"requests"`
+	Held     int64         `json:"held"`
+	GetP99   time.Duration `json:"get_p99_ns"`
+	PutP99   time.Duration `json:"put_p99_ns"`
 }
 
 // stormGate paces one session's re-acquirers. While the session is
@@ -274,16 +341,49 @@ func (g *stormGate) done(probe bool, err error) {
 	g.mu.Unlock()
 }
 
-type stormLock struct {
-	m     *mutex.Mutex
-	sess  int
-	first *mutex.Lock
+// stormNamespace holds the storm's keys.
+const stormNamespace = "scale-storm"
 
-	mu       sync.Mutex
-	lostAt   time.Time
-	expiry   time.Time // the last acknowledged renewal's send time + TTL
-	reheldAt time.Time
-	reheld   *mutex.Lock
+// stormWindow is 100 ms of the holder process: requests its clients sent,
+// and locks held at its end. At is wall-clock Unix ns, so that the parent
+// can lay it beside its own instants.
+type stormWindow struct {
+	At   int64 `json:"at"`
+	N    int64 `json:"n"`
+	Held int64 `json:"held"`
+}
+
+// stormLoss is the end of a lock's first hold: when (Unix ns; zero if it
+// never ended) and its lease's earliest expiry, the send time of the last
+// acknowledged renewal + TTL.
+type stormLoss struct {
+	Key    string `json:"key"`
+	Lost   int64  `json:"lost"`
+	Expiry int64  `json:"expiry"`
+	Cause  string `json:"cause,omitempty"`
+}
+
+// stormReady is the holder's first stdout line, once every lock is held.
+type stormReady struct {
+	AcquireSeconds     float64 `json:"acquire_seconds"`
+	AcquirePerSecond   float64 `json:"acquire_per_second"`
+	RequestsPerAcquire float64 `json:"requests_per_acquire"`
+	Rate               float64 `json:"rate"`
+	Deadline           int64   `json:"deadline_ns"`
+}
+
+// stormReport is what the holder writes to its report file at its end.
+type stormReport struct {
+	Windows        []stormWindow  `json:"windows"`
+	Losses         []stormLoss    `json:"losses"`
+	Reheld         int            `json:"reheld"`
+	AllHeld        int64          `json:"all_held"` // Unix ns when every lock was last held at once
+	Attempts       int64          `json:"attempts"`
+	Failed         int64          `json:"failed"`
+	Relost         int            `json:"relost"`
+	RelostCauses   map[string]int `json:"relost_causes"`
+	RelostSlackMin time.Duration  `json:"relost_slack_min"`
+	Errors         []string       `json:"errors"`
 }
 
 type stormSample struct {
@@ -291,17 +391,15 @@ type stormSample struct {
 	lat time.Duration
 }
 
-// stormNamespace holds the storm's keys.
-const stormNamespace = "scale-storm"
-
-// Storm runs the storm phase: take Locks locks across Sessions sessions,
-// cut etcd off for Outage, restore it, and take every lock again under
-// the rate cap. It checks that every holder's Context ended before its
-// lease could expire, that the requests stayed under the bound the cap
-// implies, that a direct client's p99 latency during the recovery stayed
-// within 5× its quiet p99, and that every lock was held again. A failed
-// check is in StormResult.Failures (OK false); an error means the phase
-// could not run.
+// Storm runs the storm phase: a holder process takes Locks locks across
+// Sessions sessions; etcd is cut off for Outage, then restored, and the
+// holder takes every lock again under the rate cap. It checks that every
+// holder's Context ended before its lease could expire (and before the
+// server deleted its key), that the requests stayed under the bound the
+// cap implies, that a direct client's p99 latency during the recovery
+// stayed within 5× its quiet p99, and that every lock was held again.
+// A failed check is in StormResult.Failures (OK false); an error means the
+// phase could not run.
 func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResult, error) {
 	if err := cfg.Validate(); err != nil {
 		return StormResult{}, err
@@ -309,11 +407,7 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 	if progress == nil {
 		progress = io.Discard
 	}
-	if cfg.RateFraction == 0 {
-		cfg.RateFraction = 0.25
-	}
 	res := StormResult{Locks: cfg.Locks, Sessions: cfg.Sessions, OutageSeconds: cfg.Outage.Seconds(), TTLSeconds: cfg.TTL.Seconds()}
-	margin := cfg.TTL / 5
 
 	srv, err := embedetcd.New(embedetcd.Config{})
 	if err != nil {
@@ -330,142 +424,74 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 		return res, err
 	}
 	defer probeCli.Close()
+	dir, err := os.MkdirTemp("", "baton-storm-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	reportPath := filepath.Join(dir, "report.json")
 
-	counter := bench.NewCounter()
-	sessions := make([]*session.Session, cfg.Sessions)
-	clients := make([]*clientv3.Client, cfg.Sessions)
-	defer func() {
-		for i := range sessions {
-			if sessions[i] != nil {
-				_ = sessions[i].Close()
-			}
-			if clients[i] != nil {
-				_ = clients[i].Close()
-			}
+	// The holder process. Its hard limit: taking the locks at 200/s at
+	// worst, then the quiet time, the outage and the recovery's deadline.
+	hardCtx, cancelHard := context.WithTimeout(ctx, time.Duration(cfg.Locks/200)*time.Second+time.Minute+cfg.Quiet+cfg.Outage+
+		max(cfg.Deadline, time.Duration(3*cfg.Locks/100)*time.Second+30*time.Second)+time.Minute)
+	defer cancelHard()
+	cmd := exec.CommandContext(hardCtx, cfg.Binary, "child", "storm", "-endpoint", proxy.Endpoint(),
+		"-locks", strconv.Itoa(cfg.Locks), "-sessions", strconv.Itoa(cfg.Sessions), "-ttl", cfg.TTL.String(),
+		"-rate", strconv.FormatFloat(cfg.Rate, 'g', -1, 64), "-fraction", strconv.FormatFloat(cfg.RateFraction, 'g', -1, 64),
+		"-attempt-timeout", cfg.AttemptTimeout.String(), "-deadline", cfg.Deadline.String(), "-report", reportPath)
+	var stderr procTail
+	cmd.Stderr = &stderr
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 15 * time.Second
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return res, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return res, err
+	}
+	if err := cmd.Start(); err != nil {
+		return res, fmt.Errorf("storm: starting the holder process: %w", err)
+	}
+	waited := make(chan error, 1)
+	var readyLine []byte
+	readyErr := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		if sc.Scan() {
+			readyLine = slices.Clone(sc.Bytes())
+			readyErr <- nil
+		} else {
+			readyErr <- fmt.Errorf("no ready line: %v", sc.Err())
 		}
+		_, _ = io.Copy(io.Discard, stdout)
+		waited <- cmd.Wait()
 	}()
-	for i := range sessions {
-		cli, err := clientv3.New(clientv3.Config{
-			Endpoints: []string{proxy.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-			DialOptions: counter.DialOptions(),
-		})
-		if err != nil {
-			return res, err
-		}
-		clients[i] = cli
-		s, err := session.New(cli, session.WithTTL(cfg.TTL), session.WithSafetyMargin(margin))
-		if err != nil {
-			return res, err
-		}
-		sessions[i] = s
+	holderFailed := func(what string, err error) (StormResult, error) {
+		_ = stdin.Close()
+		cancelHard()
+		<-waited
+		return res, fmt.Errorf("storm: holder process: %s: %v: %s", what, err, strings.TrimSpace(stderr.String()))
 	}
-
-	// Take every lock, unthrottled: stormWorkers Lock calls at once per
-	// session.
-	locks := make([]*stormLock, cfg.Locks)
-	defer func() {
-		// The sessions' Close revokes their leases (every key at once);
-		// the Mutexes then have nothing left to release.
-		for i := range sessions {
-			if sessions[i] != nil {
-				_ = sessions[i].Close()
-			}
-		}
-		stormEach(len(locks), func(i int) {
-			if locks[i] != nil {
-				_ = locks[i].m.Close()
-			}
-		})
-	}()
-	start := time.Now()
-	counter.Reset()
-	{
-		var wg sync.WaitGroup
-		var first atomic.Pointer[error]
-		for si := range sessions {
-			for w := range stormWorkers {
-				wg.Go(func() {
-					for i := si + w*cfg.Sessions; i < cfg.Locks; i += stormWorkers * cfg.Sessions {
-						if first.Load() != nil {
-							return
-						}
-						m, err := mutex.New(clients[si], fmt.Sprintf("storm-%d", i), mutex.WithNamespace(stormNamespace), mutex.WithSession(sessions[si]))
-						if err == nil {
-							var l *mutex.Lock
-							lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-							l, err = m.Lock(lctx)
-							cancel()
-							if err == nil {
-								locks[i] = &stormLock{m: m, sess: si, first: l}
-								continue
-							}
-							_ = m.Close()
-						}
-						err = fmt.Errorf("storm: taking lock %d: %w", i, err)
-						first.CompareAndSwap(nil, &err)
-						return
-					}
-				})
-			}
-		}
-		wg.Wait()
-		if e := first.Load(); e != nil {
-			return res, *e
-		}
+	if err := <-readyErr; err != nil {
+		return holderFailed("taking the locks", err)
 	}
-	acq := time.Since(start)
-	res.AcquireSeconds = acq.Seconds()
-	res.AcquirePerSecond = float64(cfg.Locks) / acq.Seconds()
-	res.RequestsPerAcquire = float64(stormTotal(counter)) / float64(cfg.Locks)
-	fmt.Fprintf(progress, "storm: took %d locks on %d sessions in %.2f s (%.0f/s, %.2f requests each)\n",
-		cfg.Locks, cfg.Sessions, acq.Seconds(), res.AcquirePerSecond, res.RequestsPerAcquire)
-
-	res.Rate = cfg.Rate
-	if res.Rate == 0 {
-		res.Rate = res.AcquirePerSecond * cfg.RateFraction
+	var ready stormReady
+	if err := json.Unmarshal(readyLine, &ready); err != nil {
+		return holderFailed("ready line", err)
 	}
+	res.AcquireSeconds, res.AcquirePerSecond, res.RequestsPerAcquire, res.Rate = ready.AcquireSeconds, ready.AcquirePerSecond, ready.RequestsPerAcquire, ready.Rate
 	res.PredictedSeconds = float64(cfg.Locks)/res.Rate + stormMaxBackoff.Seconds()
-	if cfg.Deadline == 0 {
-		cfg.Deadline = time.Duration(3*float64(cfg.Locks)/res.Rate*float64(time.Second)) + 30*time.Second
-	}
-	perSession := res.Rate / float64(cfg.Sessions)
-	gates := make([]*stormGate, cfg.Sessions)
-	for i := range gates {
-		gates[i] = newStormGate(time.Duration(float64(time.Second) / perSession))
-	}
+	fmt.Fprintf(progress, "storm: took %d locks on %d sessions in %.2f s (%.0f/s, %.2f requests each)\n",
+		cfg.Locks, cfg.Sessions, res.AcquireSeconds, res.AcquirePerSecond, res.RequestsPerAcquire)
 
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	var bg sync.WaitGroup
 	defer bg.Wait()
 	defer stopRun()
-
-	// Requests sent, in 100 ms windows.
-	type window struct {
-		at time.Time
-		n  int64
-	}
-	var (
-		winMu   sync.Mutex
-		windows []window
-	)
-	bg.Go(func() {
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		last := stormTotal(counter)
-		for {
-			select {
-			case <-runCtx.Done():
-				return
-			case now := <-t.C:
-				n := stormTotal(counter)
-				winMu.Lock()
-				windows = append(windows, window{now, n - last})
-				winMu.Unlock()
-				last = n
-			}
-		}
-	})
 
 	// Probes by a client that bypasses the proxy.
 	var (
@@ -505,17 +531,15 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 		probe(50*time.Millisecond, func(c context.Context) error { _, err := probeCli.Put(c, "scale-storm-probe", "x"); return err }, &putProbes)
 	})
 
-	// The server's deletions of the first holders' keys, seen directly.
+	// The server's deletions of the holders' keys, seen directly.
 	var (
 		delMu   sync.Mutex
-		deleted = make(map[string]time.Time, cfg.Locks)
+		deleted = make(map[string]int64, cfg.Locks)
 	)
-	wctx, stopWatch := context.WithCancel(clientv3.WithRequireLeader(runCtx))
-	defer stopWatch()
-	wch := probeCli.Watch(wctx, "/"+stormNamespace+"/", clientv3.WithPrefix(), clientv3.WithFilterPut())
+	wch := probeCli.Watch(clientv3.WithRequireLeader(runCtx), "/"+stormNamespace+"/", clientv3.WithPrefix(), clientv3.WithFilterPut())
 	bg.Go(func() {
 		for wr := range wch {
-			now := time.Now()
+			now := time.Now().UnixNano()
 			delMu.Lock()
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
@@ -529,167 +553,84 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 	})
 
 	quietStart := time.Now()
-	quietFrom := stormTotal(counter)
 	if err := stormSleep(ctx, cfg.Quiet); err != nil {
-		return res, err
+		return holderFailed("quiet", err)
 	}
-	res.QuietPerSecond = float64(stormTotal(counter)-quietFrom) / time.Since(quietStart).Seconds()
-
-	// Every holder: when its Context ends, note when and its lease's
-	// earliest expiry, and queue it for its session's re-acquirers.
-	var (
-		reheld   atomic.Int64
-		attempts atomic.Int64
-		failed   atomic.Int64
-		allHeld  = make(chan struct{})
-		errMu    sync.Mutex
-		lockErrs []string
-	)
-	queues := make([]chan *stormLock, cfg.Sessions)
-	for i := range queues {
-		queues[i] = make(chan *stormLock, cfg.Locks/cfg.Sessions+1)
-	}
-	for _, sl := range locks {
-		context.AfterFunc(sl.first.Context(), func() {
-			now := time.Now()
-			sl.mu.Lock()
-			sl.lostAt = now
-			sl.expiry = sl.first.Deadline().Add(margin)
-			sl.mu.Unlock()
-			gates[sl.sess].fail()
-			queues[sl.sess] <- sl
-		})
-	}
-	reacquire := func(sl *stormLock) {
-		g := gates[sl.sess]
-		for range stormMaxAttempts {
-			probe, err := g.admit(runCtx)
-			if err != nil {
-				return
-			}
-			actx, cancel := context.WithTimeout(runCtx, cfg.AttemptTimeout)
-			nl, err := sl.m.Lock(actx)
-			cancel()
-			attempts.Add(1)
-			g.done(probe, err)
-			if err == nil {
-				sl.mu.Lock()
-				sl.reheld, sl.reheldAt = nl, time.Now()
-				sl.mu.Unlock()
-				if reheld.Add(1) == int64(len(locks)) {
-					close(allHeld)
-				}
-				return
-			}
-			failed.Add(1)
-			if runCtx.Err() != nil {
-				return
-			}
-			if errors.Is(err, mutex.ErrInvalid) || errors.Is(err, mutex.ErrClosed) {
-				errMu.Lock()
-				lockErrs = append(lockErrs, fmt.Sprintf("re-acquiring %s: %v", sl.m.Name(), err))
-				errMu.Unlock()
-				return
-			}
-		}
-		errMu.Lock()
-		lockErrs = append(lockErrs, fmt.Sprintf("re-acquiring %s: no success in %d attempts", sl.m.Name(), stormMaxAttempts))
-		errMu.Unlock()
-	}
-	var workers sync.WaitGroup
-	defer workers.Wait()
-	defer stopRun()
-	for si := range cfg.Sessions {
-		for range stormWorkers {
-			workers.Go(func() {
-				for {
-					select {
-					case <-runCtx.Done():
-						return
-					case sl := <-queues[si]:
-						reacquire(sl)
-					}
-				}
-			})
-		}
-	}
-
 	cut := time.Now()
 	proxy.Blackhole()
-	fmt.Fprintf(progress, "storm: quiet %.1f s at %.0f requests/s; etcd cut off for %v\n", cfg.Quiet.Seconds(), res.QuietPerSecond, cfg.Outage)
+	fmt.Fprintf(progress, "storm: etcd cut off for %v\n", cfg.Outage)
 	if err := stormSleep(ctx, cfg.Outage); err != nil {
-		return res, err
+		proxy.Restore()
+		return holderFailed("outage", err)
 	}
 	restore := time.Now()
 	proxy.Restore()
-	lost := 0
-	for _, sl := range locks {
-		sl.mu.Lock()
-		if !sl.lostAt.IsZero() {
-			lost++
-		}
-		sl.mu.Unlock()
+	if _, err := io.WriteString(stdin, "restored\n"); err != nil {
+		return holderFailed("telling it the restore", err)
 	}
-	fmt.Fprintf(progress, "storm: traffic restored; %d of %d holders had seen their Context end; re-acquiring at most %.0f/s (predicted %.1f s)\n",
-		lost, cfg.Locks, res.Rate, res.PredictedSeconds)
-
-	dl := time.NewTimer(cfg.Deadline)
-	defer dl.Stop()
-	select {
-	case <-allHeld:
-	case <-dl.C:
-		res.Failures = append(res.Failures, fmt.Sprintf("only %d of %d locks held again within %v", reheld.Load(), cfg.Locks, cfg.Deadline))
-	case <-ctx.Done():
-		return res, ctx.Err()
+	fmt.Fprintf(progress, "storm: traffic restored; re-acquiring at most %.0f/s (predicted %.1f s)\n", res.Rate, res.PredictedSeconds)
+	werr := <-waited
+	stopRun()
+	bg.Wait()
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		res.HolderMaxRSS = int64(ru.Maxrss) << 10
+	}
+	if werr != nil {
+		return res, fmt.Errorf("storm: holder process: %v: %s", werr, strings.TrimSpace(stderr.String()))
+	}
+	b, err := os.ReadFile(reportPath)
+	if err != nil {
+		return res, fmt.Errorf("storm: holder process's report: %w", err)
+	}
+	var rep stormReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return res, fmt.Errorf("storm: holder process's report: %w", err)
+	}
+	res.Failures = append(res.Failures, stormFirst(rep.Errors, 5)...)
+	res.Attempts, res.FailedAttempts, res.Reheld = rep.Attempts, rep.Failed, rep.Reheld
+	res.Relost, res.RelostCauses, res.RelostSlackMin = rep.Relost, rep.RelostCauses, rep.RelostSlackMin
+	if rep.Relost > 0 {
+		res.Failures = append(res.Failures, fmt.Sprintf("%d holds taken again were lost again before every lock was held (%v)", rep.Relost, rep.RelostCauses))
 	}
 	end := time.Now()
-	stopRun()
-	workers.Wait()
-	bg.Wait()
-	res.Attempts, res.FailedAttempts = attempts.Load(), failed.Load()
+	if rep.AllHeld > 0 {
+		end = time.Unix(0, rep.AllHeld)
+		res.RecoverySeconds = end.Sub(restore).Seconds()
+	} else {
+		res.Failures = append(res.Failures, "the locks were never all held again")
+	}
 
-	// Losses.
+	// Losses of the first holds, against their leases' expiry as the
+	// client knows it and the server's deletion of their keys.
 	res.SlackMin, res.ServerSlackMin, res.LossAfterCutMin = 1<<62, 1<<62, 1<<62
-	var last time.Time
 	var late, lateServer []string
-	for i, sl := range locks {
-		sl.mu.Lock()
-		if !sl.lostAt.IsZero() {
+	for i, l := range rep.Losses {
+		if l.Lost != 0 {
 			res.Lost++
-			if sl.lostAt.Before(sl.expiry) {
+			if l.Lost < l.Expiry {
 				res.EndedBeforeExpiry++
 			} else {
-				late = append(late, fmt.Sprintf("lock %d: Context ended %v after renewal+TTL", i, sl.lostAt.Sub(sl.expiry)))
+				late = append(late, fmt.Sprintf("lock %d: Context ended %v after renewal+TTL", i, time.Duration(l.Lost-l.Expiry)))
 			}
-			res.SlackMin = min(res.SlackMin, sl.expiry.Sub(sl.lostAt))
-			res.LossAfterCutMin = min(res.LossAfterCutMin, sl.lostAt.Sub(cut))
-			res.LossAfterCutMax = max(res.LossAfterCutMax, sl.lostAt.Sub(cut))
-			if sl.lostAt.Before(cut) {
-				res.Failures = append(res.Failures, fmt.Sprintf("lock %d lost before the cut: %v", i, context.Cause(sl.first.Context())))
+			res.SlackMin = min(res.SlackMin, time.Duration(l.Expiry-l.Lost))
+			res.LossAfterCutMin = min(res.LossAfterCutMin, time.Duration(l.Lost-cut.UnixNano()))
+			res.LossAfterCutMax = max(res.LossAfterCutMax, time.Duration(l.Lost-cut.UnixNano()))
+			if l.Lost < cut.UnixNano() {
+				late = append(late, fmt.Sprintf("lock %d lost before the cut: %s", i, l.Cause))
 			}
 		}
-		if at, ok := deleted[sl.first.Key()]; ok {
+		if at, ok := deleted[l.Key]; ok {
 			res.ServerDeleted++
 			switch {
-			case sl.lostAt.IsZero():
+			case l.Lost == 0:
 				lateServer = append(lateServer, fmt.Sprintf("lock %d: key deleted by the server, Context never ended", i))
-			case sl.lostAt.Before(at):
+			case l.Lost < at:
 				res.EndedBeforeDelete++
-				res.ServerSlackMin = min(res.ServerSlackMin, at.Sub(sl.lostAt))
+				res.ServerSlackMin = min(res.ServerSlackMin, time.Duration(at-l.Lost))
 			default:
-				lateServer = append(lateServer, fmt.Sprintf("lock %d: Context ended %v after the server deleted the key", i, sl.lostAt.Sub(at)))
+				lateServer = append(lateServer, fmt.Sprintf("lock %d: Context ended %v after the server deleted the key", i, time.Duration(l.Lost-at)))
 			}
 		}
-		if sl.reheld != nil {
-			res.Reheld++
-			if sl.reheldAt.After(last) {
-				last = sl.reheldAt
-			}
-			if sl.reheld.Context().Err() != nil {
-				res.Failures = append(res.Failures, fmt.Sprintf("lock %d's new hold ended: %v", i, context.Cause(sl.reheld.Context())))
-			}
-		}
-		sl.mu.Unlock()
 	}
 	if res.Lost == 0 {
 		res.SlackMin, res.LossAfterCutMin = 0, 0
@@ -699,9 +640,6 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 	}
 	res.Failures = append(res.Failures, stormFirst(late, 5)...)
 	res.Failures = append(res.Failures, stormFirst(lateServer, 5)...)
-	if !last.IsZero() {
-		res.RecoverySeconds = last.Sub(restore).Seconds()
-	}
 	if res.Lost != cfg.Locks {
 		res.Failures = append(res.Failures, fmt.Sprintf("%d of %d holders' Context ended", res.Lost, cfg.Locks))
 	}
@@ -711,26 +649,32 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 	if res.Reheld != cfg.Locks {
 		res.Failures = append(res.Failures, fmt.Sprintf("%d of %d locks held again", res.Reheld, cfg.Locks))
 	}
-	res.Failures = append(res.Failures, stormFirst(lockErrs, 5)...)
 
-	// Requests.
+	// Requests: the quiet rate, then the peaks of any 1 s.
+	var quietN int64
+	for _, w := range rep.Windows {
+		if w.At > quietStart.UnixNano() && w.At <= cut.UnixNano() {
+			quietN += w.N
+		}
+	}
+	res.QuietPerSecond = float64(quietN) / cut.Sub(quietStart).Seconds()
 	res.RequestBound = res.Rate*res.RequestsPerAcquire + res.QuietPerSecond + 4*float64(cfg.Sessions)
-	for i := range windows {
-		if !windows[i].at.After(cut.Add(100 * time.Millisecond)) {
+	for i, w := range rep.Windows {
+		if w.At <= cut.UnixNano()+int64(100*time.Millisecond) {
 			continue
 		}
 		var n int64
 		j := i
-		for ; j < len(windows) && windows[j].at.Before(windows[i].at.Add(time.Second)); j++ {
-			n += windows[j].n
+		for ; j < len(rep.Windows) && rep.Windows[j].At < w.At+int64(time.Second); j++ {
+			n += rep.Windows[j].N
 		}
-		if j == len(windows) && j-i < 10 {
+		if j == len(rep.Windows) && j-i < 10 {
 			n = n * 10 / int64(j-i) // a short tail, scaled to 1 s
 		}
 		switch {
-		case !windows[i].at.Before(restore) && !windows[i].at.After(end):
+		case w.At >= restore.UnixNano() && w.At <= end.UnixNano():
 			res.PeakPerSecond = max(res.PeakPerSecond, float64(n))
-		case windows[i].at.Before(restore.Add(-time.Second)):
+		case w.At < restore.UnixNano()-int64(time.Second):
 			res.OutagePeakPerSecond = max(res.OutagePeakPerSecond, float64(n))
 		}
 	}
@@ -763,12 +707,8 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 	if res.QuietPutP99 > 0 && res.RecoveryPutP99 > 5*res.QuietPutP99 {
 		res.Failures = append(res.Failures, fmt.Sprintf("Put p99 during recovery %v exceeds 5× the quiet p99 %v", res.RecoveryPutP99, res.QuietPutP99))
 	}
+	res.Timeline = stormTimeline(cut, end, rep.Windows, getProbes, putProbes)
 
-	// Cleanup: the sessions' leases go, with every key; then the Mutexes.
-	for i := range sessions {
-		_ = sessions[i].Close()
-	}
-	stormEach(len(locks), func(i int) { _ = locks[i].m.Close() })
 	left, err := stormKeysLeft(ctx, probeCli, stormNamespace)
 	if err != nil {
 		return res, fmt.Errorf("storm: %w", err)
@@ -777,12 +717,419 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 	if res.KeysLeft != 0 {
 		res.Failures = append(res.Failures, fmt.Sprintf("%d keys left under /%s/ after cleanup, first %q", res.KeysLeft, stormNamespace, left[0]))
 	}
-
 	fmt.Fprintf(progress, "storm: %d of %d held again in %.2f s (cap %.0f/s, predicted %.1f s); peak %.0f requests/s (bound %.0f); Get p99 quiet %v recovery %v; Put p99 quiet %v recovery %v\n",
 		res.Reheld, cfg.Locks, res.RecoverySeconds, res.Rate, res.PredictedSeconds, res.PeakPerSecond, res.RequestBound,
 		res.QuietGetP99, res.RecoveryGetP99, res.QuietPutP99, res.RecoveryPutP99)
 	res.OK = len(res.Failures) == 0
 	return res, nil
+}
+
+// stormTimeline buckets the windows and probes by second from cut to end.
+func stormTimeline(cut, end time.Time, windows []stormWindow, getProbes, putProbes []stormSample) []StormSecond {
+	secs := int(end.Sub(cut)/time.Second) + 1
+	if secs < 1 {
+		return nil
+	}
+	tl := make([]StormSecond, secs)
+	gets, puts := make([][]time.Duration, secs), make([][]time.Duration, secs)
+	for i := range tl {
+		tl[i].Second = i
+	}
+	bucket := func(ns int64) int {
+		if ns < cut.UnixNano() {
+			return -1
+		}
+		if b := int((ns - cut.UnixNano()) / int64(time.Second)); b < secs {
+			return b
+		}
+		return -1
+	}
+	for _, w := range windows {
+		if b := bucket(w.At); b >= 0 {
+			tl[b].Requests += w.N
+			tl[b].Held = w.Held
+		}
+	}
+	for _, p := range getProbes {
+		if b := bucket(p.at.UnixNano()); b >= 0 {
+			gets[b] = append(gets[b], p.lat)
+		}
+	}
+	for _, p := range putProbes {
+		if b := bucket(p.at.UnixNano()); b >= 0 {
+			puts[b] = append(puts[b], p.lat)
+		}
+	}
+	for i := range tl {
+		tl[i].GetP99, tl[i].PutP99 = stormPercentile(gets[i], 99), stormPercentile(puts[i], 99)
+	}
+	return tl
+}
+
+// stormHolder is the holder process ("<Binary> child storm ..."): it takes
+// the locks, prints a stormReady line, and from then on takes every lost
+// lock again through its session's gate; once the parent has written
+// "restored" on stdin and every lock is held, it closes its sessions and
+// writes its report.
+func stormHolder(ctx context.Context, args []string, stdout, stderr io.Writer, stdin io.Reader) int {
+	fs := flag.NewFlagSet("child storm", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	endpoint := fs.String("endpoint", "", "etcd client URL (the proxy)")
+	nLocks := fs.Int("locks", 0, "locks to hold")
+	nSessions := fs.Int("sessions", 0, "sessions")
+	ttl := fs.Duration("ttl", 6*time.Second, "lease TTL")
+	rate := fs.Float64("rate", 0, "re-acquisitions per second (0: -fraction of the measured rate)")
+	fraction := fs.Float64("fraction", 0, "share of the measured rate (0: 1/4)")
+	attemptTimeout := fs.Duration("attempt-timeout", 2*time.Second, "bound of one Lock attempt")
+	deadline := fs.Duration("deadline", 0, "bound of the recovery (0: 3 × locks/rate + 30s)")
+	reportPath := fs.String("report", "", "file to write the report to")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *endpoint == "" || *reportPath == "" || *nLocks < 1 || *nSessions < 1 || *nSessions > *nLocks {
+		fmt.Fprintln(stderr, "child storm: -endpoint, -report, -locks and -sessions (at most -locks) are required")
+		return 2
+	}
+	if *fraction == 0 {
+		*fraction = 0.25
+	}
+	rep, err := stormHold(ctx, *endpoint, *nLocks, *nSessions, *ttl, *rate, *fraction, *attemptTimeout, *deadline, stdout, stdin)
+	if err != nil {
+		fmt.Fprintf(stderr, "child storm: %v\n", err)
+		return 1
+	}
+	b, err := json.Marshal(rep)
+	if err == nil {
+		err = os.WriteFile(*reportPath, b, 0o600)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "child storm: report: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+type stormLock struct {
+	m     *mutex.Mutex
+	sess  int
+	first *mutex.Lock
+
+	mu     sync.Mutex
+	loss   stormLoss
+	reheld bool
+}
+
+func stormHold(ctx context.Context, endpoint string, nLocks, nSessions int, ttl time.Duration, rate, fraction float64,
+	attemptTimeout, deadline time.Duration, stdout io.Writer, stdin io.Reader) (*stormReport, error) {
+	margin := ttl / 5
+	counter := bench.NewCounter()
+	sessions := make([]*session.Session, nSessions)
+	clients := make([]*clientv3.Client, nSessions)
+	locks := make([]*stormLock, nLocks)
+	defer func() {
+		// The sessions' Close revokes their leases (every key at once);
+		// the Mutexes then have nothing left to release.
+		for i := range sessions {
+			if sessions[i] != nil {
+				_ = sessions[i].Close()
+			}
+		}
+		stormEach(len(locks), func(i int) {
+			if locks[i] != nil {
+				_ = locks[i].m.Close()
+			}
+		})
+		for _, c := range clients {
+			if c != nil {
+				_ = c.Close()
+			}
+		}
+	}()
+	for i := range sessions {
+		cli, err := clientv3.New(clientv3.Config{
+			Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+			DialOptions: counter.DialOptions(),
+		})
+		if err != nil {
+			return nil, err
+		}
+		clients[i] = cli
+		s, err := session.New(cli, session.WithTTL(ttl), session.WithSafetyMargin(margin))
+		if err != nil {
+			return nil, err
+		}
+		sessions[i] = s
+	}
+
+	// Take every lock, unthrottled: stormWorkers Lock calls at once per
+	// session.
+	start := time.Now()
+	var wg sync.WaitGroup
+	var first atomic.Pointer[error]
+	for si := range sessions {
+		for w := range stormWorkers {
+			wg.Go(func() {
+				for i := si + w*nSessions; i < nLocks; i += stormWorkers * nSessions {
+					if first.Load() != nil {
+						return
+					}
+					m, err := mutex.New(clients[si], fmt.Sprintf("storm-%d", i), mutex.WithNamespace(stormNamespace), mutex.WithSession(sessions[si]))
+					if err == nil {
+						var l *mutex.Lock
+						lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+						l, err = m.Lock(lctx)
+						cancel()
+						if err == nil {
+							locks[i] = &stormLock{m: m, sess: si, first: l, loss: stormLoss{Key: l.Key()}}
+							continue
+						}
+						_ = m.Close()
+					}
+					err = fmt.Errorf("taking lock %d: %w", i, err)
+					first.CompareAndSwap(nil, &err)
+					return
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if e := first.Load(); e != nil {
+		return nil, *e
+	}
+	acq := time.Since(start)
+	ready := stormReady{AcquireSeconds: acq.Seconds(), AcquirePerSecond: float64(nLocks) / acq.Seconds(),
+		RequestsPerAcquire: float64(stormTotal(counter)) / float64(nLocks), Rate: rate}
+	if ready.Rate == 0 {
+		ready.Rate = ready.AcquirePerSecond * fraction
+	}
+	if deadline == 0 {
+		deadline = time.Duration(3*float64(nLocks)/ready.Rate*float64(time.Second)) + 30*time.Second
+	}
+	ready.Deadline = int64(deadline)
+	perSession := ready.Rate / float64(nSessions)
+	gates := make([]*stormGate, nSessions)
+	for i := range gates {
+		gates[i] = newStormGate(time.Duration(float64(time.Second) / perSession))
+	}
+
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	defer stopRun()
+
+	// Requests sent and locks held, in 100 ms windows.
+	var held atomic.Int64
+	held.Store(int64(nLocks))
+	var (
+		winMu   sync.Mutex
+		windows []stormWindow
+	)
+	bg.Go(func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		last := stormTotal(counter)
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case now := <-t.C:
+				n := stormTotal(counter)
+				winMu.Lock()
+				windows = append(windows, stormWindow{now.UnixNano(), n - last, held.Load()})
+				winMu.Unlock()
+				last = n
+			}
+		}
+	})
+
+	// Every hold: when its Context ends, note when, and how far that was
+	// from its lease's earliest expiry, and queue the lock for its
+	// session's re-acquirers; a hold taken again and lost again (etcd too
+	// slow to renew it in time) is taken again too.
+	rep := &stormReport{RelostCauses: map[string]int{}, RelostSlackMin: 1 << 62}
+	var (
+		attempts atomic.Int64
+		failed   atomic.Int64
+		allHeld  atomic.Int64
+		full     = make(chan struct{}, 1)
+		repMu    sync.Mutex
+	)
+	report := func(f func()) {
+		repMu.Lock()
+		f()
+		repMu.Unlock()
+	}
+	queues := make([]chan *stormLock, nSessions)
+	for i := range queues {
+		queues[i] = make(chan *stormLock, nLocks/nSessions+1)
+	}
+	lose := func(sl *stormLock) {
+		held.Add(-1)
+		gates[sl.sess].fail()
+		queues[sl.sess] <- sl
+	}
+	for _, sl := range locks {
+		context.AfterFunc(sl.first.Context(), func() {
+			now := time.Now()
+			if runCtx.Err() != nil {
+				return // the run's end releases it
+			}
+			sl.mu.Lock()
+			sl.loss.Lost = now.UnixNano()
+			sl.loss.Expiry = sl.first.Deadline().Add(margin).UnixNano()
+			sl.loss.Cause = fmt.Sprint(context.Cause(sl.first.Context()))
+			sl.mu.Unlock()
+			lose(sl)
+		})
+	}
+	watchAgain := func(sl *stormLock, l *mutex.Lock) {
+		context.AfterFunc(l.Context(), func() {
+			now := time.Now()
+			if runCtx.Err() != nil {
+				return
+			}
+			expiry := l.Deadline().Add(margin)
+			report(func() {
+				rep.Relost++
+				rep.RelostCauses[fmt.Sprint(context.Cause(l.Context()))]++
+				rep.RelostSlackMin = min(rep.RelostSlackMin, expiry.Sub(now))
+				if !now.Before(expiry) && len(rep.Errors) < 20 {
+					rep.Errors = append(rep.Errors, fmt.Sprintf("%s: a later hold's Context ended %v after renewal+TTL", sl.m.Name(), now.Sub(expiry)))
+				}
+			})
+			lose(sl)
+		})
+	}
+	reacquire := func(sl *stormLock) {
+		g := gates[sl.sess]
+		for range stormMaxAttempts {
+			probe, err := g.admit(runCtx)
+			if err != nil {
+				return
+			}
+			actx, cancel := context.WithTimeout(runCtx, attemptTimeout)
+			nl, err := sl.m.Lock(actx)
+			cancel()
+			attempts.Add(1)
+			g.done(probe, err)
+			if err == nil {
+				sl.mu.Lock()
+				sl.reheld = true
+				sl.mu.Unlock()
+				watchAgain(sl, nl)
+				if held.Add(1) == int64(nLocks) {
+					allHeld.Store(time.Now().UnixNano())
+					select {
+					case full <- struct{}{}:
+					default:
+					}
+				}
+				return
+			}
+			failed.Add(1)
+			if runCtx.Err() != nil {
+				return
+			}
+			if errors.Is(err, mutex.ErrInvalid) || errors.Is(err, mutex.ErrClosed) {
+				report(func() { rep.Errors = append(rep.Errors, fmt.Sprintf("re-acquiring %s: %v", sl.m.Name(), err)) })
+				return
+			}
+		}
+		report(func() {
+			rep.Errors = append(rep.Errors, fmt.Sprintf("re-acquiring %s: no success in %d attempts", sl.m.Name(), stormMaxAttempts))
+		})
+	}
+	var workers sync.WaitGroup
+	defer workers.Wait()
+	defer stopRun()
+	for si := range nSessions {
+		for range stormWorkers {
+			workers.Go(func() {
+				for {
+					select {
+					case <-runCtx.Done():
+						return
+					case sl := <-queues[si]:
+						reacquire(sl)
+					}
+				}
+			})
+		}
+	}
+
+	b, err := json.Marshal(ready)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := fmt.Fprintf(stdout, "%s\n", b); err != nil {
+		return nil, err
+	}
+
+	// Wait for the parent's "restored", then for every lock held.
+	restored := make(chan struct{})
+	eof := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdin)
+		for sc.Scan() {
+			if sc.Text() == "restored" {
+				close(restored)
+				break
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdin)
+		close(eof)
+	}()
+	select {
+	case <-restored:
+	case <-eof:
+		return nil, errors.New("stdin closed before the restore")
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	dl := time.NewTimer(deadline)
+	defer dl.Stop()
+wait:
+	for range nLocks + 1 { // each turn but the last follows a re-acquisition
+		if held.Load() == int64(nLocks) {
+			break
+		}
+		select {
+		case <-full:
+		case <-dl.C:
+			report(func() {
+				rep.Errors = append(rep.Errors, fmt.Sprintf("only %d of %d locks held at once within %v of the restore", held.Load(), nLocks, deadline))
+			})
+			break wait
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	stopRun()
+	workers.Wait()
+	bg.Wait()
+
+	repMu.Lock()
+	defer repMu.Unlock()
+	rep.Windows = windows
+	rep.AllHeld = allHeld.Load()
+	if held.Load() == int64(nLocks) && rep.AllHeld == 0 {
+		rep.AllHeld = time.Now().UnixNano() // every lock held without a loss
+	}
+	rep.Attempts, rep.Failed = attempts.Load(), failed.Load()
+	if rep.Relost == 0 {
+		rep.RelostSlackMin = 0
+	}
+	rep.Losses = make([]stormLoss, nLocks)
+	for i, sl := range locks {
+		sl.mu.Lock()
+		rep.Losses[i] = sl.loss
+		if sl.reheld {
+			rep.Reheld++
+		}
+		sl.mu.Unlock()
+	}
+	return rep, nil
 }
 
 // stormKeysLeft lists the keys under namespace ns but its release mark

@@ -2,6 +2,7 @@ package scale_test
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -10,9 +11,10 @@ import (
 )
 
 // smallStorm is a storm CI can afford: a few hundred locks, 2 s leases, a
-// 3 s outage.
+// 3 s outage; the holder process is this test binary (TestMain dispatches
+// "child").
 func smallStorm() scale.StormConfig {
-	return scale.StormConfig{Locks: 300, Sessions: 4, Outage: 3 * time.Second, TTL: 2 * time.Second,
+	return scale.StormConfig{Binary: os.Args[0], Locks: 300, Sessions: 4, Outage: 3 * time.Second, TTL: 2 * time.Second,
 		Quiet: 500 * time.Millisecond, AttemptTimeout: time.Second, Deadline: time.Minute}
 }
 
@@ -59,7 +61,9 @@ func TestStormRefusesBadConfig(t *testing.T) {
 		edit func(*scale.StormConfig)
 		want string
 	}{
+		{"no binary", func(c *scale.StormConfig) { c.Binary = "" }, "Binary must name the executable"},
 		{"no locks", func(c *scale.StormConfig) { c.Locks = 0 }, "Locks must be at least 1"},
+		{"more locks than memory", func(c *scale.StormConfig) { c.Locks = 1 << 40 }, "MiB available"},
 		{"negative sessions", func(c *scale.StormConfig) { c.Sessions = -1 }, "Sessions must be at least 1"},
 		{"more sessions than locks", func(c *scale.StormConfig) { c.Sessions = c.Locks + 1 }, "Sessions must be at most Locks"},
 		{"outage within the TTL", func(c *scale.StormConfig) { c.Outage = c.TTL }, "Outage must exceed TTL"},
