@@ -88,11 +88,19 @@ func readOldest(t *testing.T, cli *clientv3.Client, prefix string, from int64) o
 // Under Oldest, a Transfer past the next candidate hands over to the named
 // one in one transaction: C leads, A's term ended first, B never leads in
 // between and leads after C, each token greater than the one before.
+// With a lock-delay the waiters confirm by writing their record: the
+// skipped one must not take the leader's deletion for its turn either.
 func TestTransferUnderOldestPastTheNext(t *testing.T) {
+	t.Run("plain", func(t *testing.T) { transferPastTheNext(t, "transfer-oldest") })
+	t.Run("lock-delay", func(t *testing.T) {
+		transferPastTheNext(t, "transfer-oldest-delay", election.WithLockDelay(2*time.Second))
+	})
+}
+
+func transferPastTheNext(t *testing.T, name string, opts ...election.Option) {
 	cli := client(t)
 	ctx := etcdtest.Context(t, 30*time.Second)
-	const name = "transfer-oldest"
-	a, b, c := newElection(t, cli, name), newElection(t, client(t), name), newElection(t, client(t), name)
+	a, b, c := newElection(t, cli, name, opts...), newElection(t, client(t), name, opts...), newElection(t, client(t), name, opts...)
 	from := revNow(t, cli)
 	ta := await(t, campaignAsync(ctx, a, "A"), 5*time.Second, "A")
 	bres := campaignAsync(ctx, b, "B")
@@ -381,5 +389,37 @@ func TestTransferUnderOldestHundredTimesPastB(t *testing.T) {
 	}
 	if len(h.gaps) > 0 {
 		t.Fatalf("revisions without a leader: %v", h.gaps)
+	}
+}
+
+// Thirty hand-overs past B, each on a fresh election: whichever way B's
+// wait hears of the leader's release (following the namespace's watch, or
+// a watch of the key ahead when that watch is not live yet), B never takes
+// it for its turn, although the same revision carries the release mark.
+func TestTransferUnderOldestSkippedNeverTakesTheRelease(t *testing.T) {
+	rounds := 30
+	if testing.Short() {
+		rounds = 5
+	}
+	for i := range rounds {
+		cli := client(t)
+		ctx := etcdtest.Context(t, 30*time.Second)
+		name := fmt.Sprintf("transfer-release-%d", i)
+		a, b, c := newElection(t, cli, name), newElection(t, client(t), name), newElection(t, client(t), name)
+		ta := await(t, campaignAsync(ctx, a, "A"), 5*time.Second, "A")
+		bres := campaignAsync(ctx, b, "B")
+		waitCandidates(t, a, 2)
+		cres := campaignAsync(ctx, c, "C")
+		cands := waitCandidates(t, a, 3)
+		if err := ta.Transfer(ctx, cands[2].Key); err != nil {
+			t.Fatal(err)
+		}
+		tc := await(t, cres, 5*time.Second, "C")
+		if cs := waitCandidates(t, a, 2); cs[1].Value != "B" {
+			t.Fatalf("round %d: candidates %+v, want C then B", i, cs)
+		}
+		notYet(t, bres, "B")
+		_ = tc.Resign(ctx)
+		_ = await(t, bres, 5*time.Second, "B").Resign(ctx)
 	}
 }

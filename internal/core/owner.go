@@ -374,8 +374,11 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 			continue
 		case err != nil:
 			return 0, err
-		case done && complete && (req.Confirms || released):
-			return at, nil // every key ahead was followed: the events confirm
+		case done && complete && (released || req.Confirms && req.Moved == nil):
+			// Every key ahead was followed: the events confirm. A wait a
+			// hand-over may move reads its own key (unless following the
+			// namespace showed it): a watch of the key ahead does not see it go.
+			return at, nil
 		case done && complete:
 			err := queue.Confirm(ctx, o.sess.cli, key, rev, at)
 			if moved(&err) {
