@@ -92,6 +92,9 @@ func stormExecutable() string {
 // taking the locks and while taking them again (paced by the gate then).
 const stormWorkers = 32
 
+// stormScanPeriod is how often the holder process looks for ended holds.
+const stormScanPeriod = 10 * time.Millisecond
+
 // stormMaxAttempts bounds the Lock attempts of one re-acquisition.
 const stormMaxAttempts = 1000
 
@@ -178,6 +181,15 @@ type StormResult struct {
 	ServerDeleted     int           `json:"server_deleted"`
 	EndedBeforeDelete int           `json:"ended_before_delete"`
 	ServerSlackMin    time.Duration `json:"server_slack_min_ns"`
+	// ScanMax is the longest scan of the holder process for ended holds:
+	// each loss is timed late by at most stormScanPeriod (10 ms) plus it.
+	// HolderLagOutage is the holder process's worst scheduling delay
+	// during the outage (a 5 ms sleep's oversleep), HolderLagRecovery
+	// during the recovery: a loss timed late by less than that may be
+	// the machine's starvation of the process rather than baton's.
+	ScanMax           time.Duration `json:"scan_max_ns"`
+	HolderLagOutage   time.Duration `json:"holder_lag_outage_ns"`
+	HolderLagRecovery time.Duration `json:"holder_lag_recovery_ns"`
 	// LossAfterCut is the spread of Context ends after the cut.
 	LossAfterCutMin time.Duration `json:"loss_after_cut_min_ns"`
 	LossAfterCutMax time.Duration `json:"loss_after_cut_max_ns"`
@@ -200,9 +212,10 @@ type StormResult struct {
 	Attempts       int64 `json:"attempts"`
 	FailedAttempts int64 `json:"failed_attempts"`
 	// Relost counts holds taken again after the restore that were lost
-	// again before every lock was held (etcd answering renewals too late),
-	// by cause; RelostSlackMin is the least time such a loss left to its
-	// lease's earliest expiry.
+	// again before every lock was held, by cause, and taken again; a
+	// figure, not a failure (each such Context still has to end before
+	// its lease's expiry, which is checked). RelostSlackMin is the least
+	// time such a loss left to its lease's earliest expiry.
 	Relost         int            `json:"relost"`
 	RelostCauses   map[string]int `json:"relost_causes,omitempty"`
 	RelostSlackMin time.Duration  `json:"relost_slack_min_ns"`
@@ -235,11 +248,13 @@ type StormResult struct {
 // held at its end, and the direct probes' p99.
 type StormSecond struct {
 	// Second counts from the cut; the restore is at the outage's length.
-	Second   int           `json:"second"`
-	Requests int64         `json:"requests"`
-	Held     int64         `json:"held"`
-	GetP99   time.Duration `json:"get_p99_ns"`
-	PutP99   time.Duration `json:"put_p99_ns"`
+	Second   int   `json:"second"`
+	Requests int64 `json:"requests"`
+	Held     int64 `json:"held"`
+	// HolderLag is the holder process's worst scheduling delay.
+	HolderLag time.Duration `json:"holder_lag_ns"`
+	GetP99    time.Duration `json:"get_p99_ns"`
+	PutP99    time.Duration `json:"put_p99_ns"`
 }
 
 // stormGate paces one session's re-acquirers. While the session is
@@ -351,6 +366,9 @@ type stormWindow struct {
 	At   int64 `json:"at"`
 	N    int64 `json:"n"`
 	Held int64 `json:"held"`
+	// Lag is the longest a 5 ms sleep overslept in the window: the
+	// process's scheduling delay (CPU starvation).
+	Lag time.Duration `json:"lag"`
 }
 
 // stormLoss is the end of a lock's first hold: when (Unix ns; zero if it
@@ -383,7 +401,9 @@ type stormReport struct {
 	Relost         int            `json:"relost"`
 	RelostCauses   map[string]int `json:"relost_causes"`
 	RelostSlackMin time.Duration  `json:"relost_slack_min"`
-	Errors         []string       `json:"errors"`
+	// ScanMax is the longest scan for ended holds.
+	ScanMax time.Duration `json:"scan_max"`
+	Errors  []string      `json:"errors"`
 }
 
 type stormSample struct {
@@ -587,11 +607,8 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 		return res, fmt.Errorf("storm: holder process's report: %w", err)
 	}
 	res.Failures = append(res.Failures, stormFirst(rep.Errors, 5)...)
-	res.Attempts, res.FailedAttempts, res.Reheld = rep.Attempts, rep.Failed, rep.Reheld
+	res.Attempts, res.FailedAttempts, res.Reheld, res.ScanMax = rep.Attempts, rep.Failed, rep.Reheld, rep.ScanMax
 	res.Relost, res.RelostCauses, res.RelostSlackMin = rep.Relost, rep.RelostCauses, rep.RelostSlackMin
-	if rep.Relost > 0 {
-		res.Failures = append(res.Failures, fmt.Sprintf("%d holds taken again were lost again before every lock was held (%v)", rep.Relost, rep.RelostCauses))
-	}
 	end := time.Now()
 	if rep.AllHeld > 0 {
 		end = time.Unix(0, rep.AllHeld)
@@ -656,6 +673,12 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 		if w.At > quietStart.UnixNano() && w.At <= cut.UnixNano() {
 			quietN += w.N
 		}
+		switch {
+		case w.At > cut.UnixNano() && w.At <= restore.UnixNano():
+			res.HolderLagOutage = max(res.HolderLagOutage, w.Lag)
+		case w.At > restore.UnixNano() && w.At <= end.UnixNano()+int64(100*time.Millisecond):
+			res.HolderLagRecovery = max(res.HolderLagRecovery, w.Lag)
+		}
 	}
 	res.QuietPerSecond = float64(quietN) / cut.Sub(quietStart).Seconds()
 	res.RequestBound = res.Rate*res.RequestsPerAcquire + res.QuietPerSecond + 4*float64(cfg.Sessions)
@@ -717,6 +740,12 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 	if res.KeysLeft != 0 {
 		res.Failures = append(res.Failures, fmt.Sprintf("%d keys left under /%s/ after cleanup, first %q", res.KeysLeft, stormNamespace, left[0]))
 	}
+	fmt.Fprintf(progress, "storm: %d of %d holders' Context ended before renewal+TTL (least slack %v), %d of %d before the server deleted their key (least lead %v); losses timed within %v; holder process's scheduling lag up to %v in the outage\n",
+		res.EndedBeforeExpiry, res.Lost, res.SlackMin.Round(time.Millisecond), res.EndedBeforeDelete, res.ServerDeleted, res.ServerSlackMin.Round(time.Millisecond),
+		(stormScanPeriod + res.ScanMax).Round(time.Millisecond), res.HolderLagOutage.Round(time.Millisecond))
+	if res.Relost > 0 {
+		fmt.Fprintf(progress, "storm: %d holds taken again after the restore were lost again (%v) and taken again\n", res.Relost, res.RelostCauses)
+	}
 	fmt.Fprintf(progress, "storm: %d of %d held again in %.2f s (cap %.0f/s, predicted %.1f s); peak %.0f requests/s (bound %.0f); Get p99 quiet %v recovery %v; Put p99 quiet %v recovery %v\n",
 		res.Reheld, cfg.Locks, res.RecoverySeconds, res.Rate, res.PredictedSeconds, res.PeakPerSecond, res.RequestBound,
 		res.QuietGetP99, res.RecoveryGetP99, res.QuietPutP99, res.RecoveryPutP99)
@@ -748,6 +777,7 @@ func stormTimeline(cut, end time.Time, windows []stormWindow, getProbes, putProb
 		if b := bucket(w.At); b >= 0 {
 			tl[b].Requests += w.N
 			tl[b].Held = w.Held
+			tl[b].HolderLag = max(tl[b].HolderLag, w.Lag)
 		}
 	}
 	for _, p := range getProbes {
@@ -813,6 +843,7 @@ type stormLock struct {
 	m     *mutex.Mutex
 	sess  int
 	first *mutex.Lock
+	cur   atomic.Pointer[mutex.Lock] // the hold the scanner watches; nil while lost
 
 	mu     sync.Mutex
 	loss   stormLoss
@@ -918,7 +949,8 @@ func stormHold(ctx context.Context, endpoint string, nLocks, nSessions int, ttl 
 	defer bg.Wait()
 	defer stopRun()
 
-	// Requests sent and locks held, in 100 ms windows.
+	// Requests sent, locks held and scheduling lag, in 100 ms windows.
+	var lagMax atomic.Int64
 	var held atomic.Int64
 	held.Store(int64(nLocks))
 	var (
@@ -936,7 +968,7 @@ func stormHold(ctx context.Context, endpoint string, nLocks, nSessions int, ttl 
 			case now := <-t.C:
 				n := stormTotal(counter)
 				winMu.Lock()
-				windows = append(windows, stormWindow{now.UnixNano(), n - last, held.Load()})
+				windows = append(windows, stormWindow{now.UnixNano(), n - last, held.Load(), time.Duration(lagMax.Swap(0))})
 				winMu.Unlock()
 				last = n
 			}
@@ -969,38 +1001,67 @@ func stormHold(ctx context.Context, endpoint string, nLocks, nSessions int, ttl 
 		gates[sl.sess].fail()
 		queues[sl.sess] <- sl
 	}
+	// One scanner, not a goroutine per hold, notes every hold's end: its
+	// timestamp is late by at most the scan period plus one scan (both
+	// reported), where 100,000 AfterFunc goroutines started at once would
+	// each be late by their own scheduling.
 	for _, sl := range locks {
-		context.AfterFunc(sl.first.Context(), func() {
-			now := time.Now()
-			if runCtx.Err() != nil {
-				return // the run's end releases it
-			}
-			sl.mu.Lock()
-			sl.loss.Lost = now.UnixNano()
-			sl.loss.Expiry = sl.first.Deadline().Add(margin).UnixNano()
-			sl.loss.Cause = fmt.Sprint(context.Cause(sl.first.Context()))
-			sl.mu.Unlock()
-			lose(sl)
-		})
+		sl.cur.Store(sl.first)
 	}
-	watchAgain := func(sl *stormLock, l *mutex.Lock) {
-		context.AfterFunc(l.Context(), func() {
-			now := time.Now()
-			if runCtx.Err() != nil {
-				return
-			}
-			expiry := l.Deadline().Add(margin)
+	ended := func(sl *stormLock, l *mutex.Lock, now time.Time) {
+		expiry := l.Deadline().Add(margin)
+		cause := fmt.Sprint(context.Cause(l.Context()))
+		if l == sl.first {
+			sl.mu.Lock()
+			sl.loss.Lost, sl.loss.Expiry, sl.loss.Cause = now.UnixNano(), expiry.UnixNano(), cause
+			sl.mu.Unlock()
+		} else {
 			report(func() {
 				rep.Relost++
-				rep.RelostCauses[fmt.Sprint(context.Cause(l.Context()))]++
+				rep.RelostCauses[cause]++
 				rep.RelostSlackMin = min(rep.RelostSlackMin, expiry.Sub(now))
 				if !now.Before(expiry) && len(rep.Errors) < 20 {
 					rep.Errors = append(rep.Errors, fmt.Sprintf("%s: a later hold's Context ended %v after renewal+TTL", sl.m.Name(), now.Sub(expiry)))
 				}
 			})
-			lose(sl)
-		})
+		}
+		lose(sl)
 	}
+	bg.Go(func() {
+		t := time.NewTicker(stormScanPeriod)
+		defer t.Stop()
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-t.C:
+			}
+			start := time.Now()
+			for _, sl := range locks {
+				l := sl.cur.Load()
+				if l == nil {
+					continue
+				}
+				select {
+				case <-l.Done():
+					sl.cur.Store(nil)
+					ended(sl, l, time.Now())
+				default:
+				}
+			}
+			report(func() { rep.ScanMax = max(rep.ScanMax, time.Since(start)) })
+		}
+	})
+	// Scheduling lag of this process: how late a 5 ms sleep wakes.
+	bg.Go(func() {
+		for runCtx.Err() == nil {
+			t0 := time.Now()
+			time.Sleep(5 * time.Millisecond)
+			if lag := int64(time.Since(t0) - 5*time.Millisecond); lag > lagMax.Load() {
+				lagMax.Store(lag)
+			}
+		}
+	})
 	reacquire := func(sl *stormLock) {
 		g := gates[sl.sess]
 		for range stormMaxAttempts {
@@ -1017,7 +1078,7 @@ func stormHold(ctx context.Context, endpoint string, nLocks, nSessions int, ttl 
 				sl.mu.Lock()
 				sl.reheld = true
 				sl.mu.Unlock()
-				watchAgain(sl, nl)
+				sl.cur.Store(nl)
 				if held.Add(1) == int64(nLocks) {
 					allHeld.Store(time.Now().UnixNano())
 					select {
