@@ -21,6 +21,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -56,6 +57,7 @@ type options struct {
 	waiterRuns int
 	rawWaiters int
 	jsonPath   string
+	cpuProfile string
 	deadline   time.Duration
 	// Set by the phase file of the storm, processes and clusters phases.
 	processes, processLocks int
@@ -75,6 +77,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.deadline)
 	defer cancel()
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "baton-scale: -cpuprofile: %v\n", err)
+			return 1
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
 	rep, err := measure(ctx, o, stderr)
 	if rep != nil && o.jsonPath != "" {
 		if b, jerr := json.MarshalIndent(rep, "", "  "); jerr == nil {
@@ -111,6 +124,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.rawWaiters, "raw-waiters", 1000, "largest queue raw etcd concurrency drains too (0: none)")
 	fs.StringVar(&o.jsonPath, "json", "scale.json", "file to write every figure to as JSON; empty for none")
 	fs.DurationVar(&o.deadline, "deadline", 20*time.Minute, "bound on the whole run")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server and clients) to this file")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -289,7 +303,7 @@ func serverPhase(ctx context.Context, o options, endpoint string, rep *report, p
 // etcd client costs this process (its socket and the member's).
 const (
 	heldBytes    = 8 << 10
-	waiterBytes  = 96 << 10
+	waiterBytes  = 128 << 10
 	fdsPerClient = 2
 	fdsReserved  = 256 // the member's files, listeners and the phases' own clients
 )

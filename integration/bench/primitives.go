@@ -418,10 +418,10 @@ func RunPrimitives(ctx context.Context, srv *embedetcd.Server, cfg Config, progr
 			}
 		}
 	}
-	rep.FdatasyncP50, rep.FdatasyncP99 = summarize(fsP50), summarize(fsP99)
+	rep.FdatasyncP50, rep.FdatasyncP99 = Summarize(fsP50), Summarize(fsP99)
 	for _, key := range order {
 		wl, metric, _ := strings.Cut(key, "\x00")
-		m := Measure{Workload: wl, Metric: metric, Baton: summarize(values[key+"\x00baton"]), Raw: summarize(values[key+"\x00raw"])}
+		m := Measure{Workload: wl, Metric: metric, Baton: Summarize(values[key+"\x00baton"]), Raw: Summarize(values[key+"\x00raw"])}
 		if m.Raw.Median != 0 {
 			m.Ratio = m.Baton.Median / m.Raw.Median
 		}

@@ -226,11 +226,11 @@ func Run(ctx context.Context, srv *embedetcd.Server, cfg Config, progress io.Wri
 			}
 		}
 	}
-	rep.FdatasyncP50, rep.FdatasyncP99 = summarize(fsP50), summarize(fsP99)
+	rep.FdatasyncP50, rep.FdatasyncP99 = Summarize(fsP50), Summarize(fsP99)
 	for _, key := range order {
 		wl, metric, _ := strings.Cut(key, "\x00")
 		m := Measure{Workload: wl, Metric: metric,
-			Baton: summarize(values[wl]["baton"][metric]), Raw: summarize(values[wl]["raw"][metric])}
+			Baton: Summarize(values[wl]["baton"][metric]), Raw: Summarize(values[wl]["raw"][metric])}
 		if m.Raw.Median != 0 {
 			m.Ratio = m.Baton.Median / m.Raw.Median
 		}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"slices"
 	"time"
 )
@@ -14,13 +15,22 @@ type Summary struct {
 	Runs   []float64 `json:"runs"`
 }
 
-func summarize(runs []float64) Summary {
+// Summarize is runs' median, lowest and highest.
+func Summarize(runs []float64) Summary {
 	if len(runs) == 0 {
 		return Summary{}
 	}
 	s := slices.Clone(runs)
 	slices.Sort(s)
 	return Summary{Median: median(s), Min: s[0], Max: s[len(s)-1], Runs: runs}
+}
+
+// String is "median [min–max]", or the median alone for one run.
+func (s Summary) String() string {
+	if len(s.Runs) < 2 {
+		return fmt.Sprintf("%.4g", s.Median)
+	}
+	return fmt.Sprintf("%.4g [%.4g–%.4g]", s.Median, s.Min, s.Max)
 }
 
 // median of sorted values; the mean of the middle two for an even count.

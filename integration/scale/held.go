@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"sync"
 	"time"
 
@@ -90,33 +89,9 @@ type HeldResult struct {
 }
 
 // Spread is a median with the lowest and highest run.
-type Spread struct {
-	Median float64   `json:"median"`
-	Min    float64   `json:"min"`
-	Max    float64   `json:"max"`
-	Runs   []float64 `json:"runs"`
-}
+type Spread = bench.Summary
 
-func spread(v []float64) Spread {
-	if len(v) == 0 {
-		return Spread{}
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	m := s[len(s)/2]
-	if len(s)%2 == 0 {
-		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return Spread{Median: m, Min: s[0], Max: s[len(s)-1], Runs: v}
-}
-
-// String is "median [min–max]", or the median alone for one run.
-func (s Spread) String() string {
-	if len(s.Runs) < 2 {
-		return fmt.Sprintf("%.4g", s.Median)
-	}
-	return fmt.Sprintf("%.4g [%.4g–%.4g]", s.Median, s.Min, s.Max)
-}
+func spread(v []float64) Spread { return bench.Summarize(v) }
 
 // Held runs the held phase against the member at endpoint, which must run
 // in this process (its metrics are read while the child holds).

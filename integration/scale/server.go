@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,6 +43,25 @@ type ServerStats struct {
 	Ranges, Txns, Puts, Deletes float64
 }
 
+// fields are s's figures by metric name; a label after a space keeps only
+// the samples with that label (grpc_type=unary: unary calls alone).
+func (s *ServerStats) fields() map[string]*float64 {
+	return map[string]*float64{
+		"etcd_debugging_mvcc_watcher_total":            &s.Watchers,
+		"etcd_debugging_mvcc_watch_stream_total":       &s.WatchStreams,
+		"etcd_debugging_mvcc_keys_total":               &s.Keys,
+		"etcd_mvcc_db_total_size_in_bytes":             &s.DBBytes,
+		"etcd_mvcc_db_total_size_in_use_in_bytes":      &s.DBInUseBytes,
+		"etcd_debugging_mvcc_events_total":             &s.Events,
+		"grpc_server_msg_sent_total grpc_method=Watch": &s.WatchMessages,
+		"grpc_server_handled_total grpc_type=unary":    &s.Unary,
+		"etcd_mvcc_range_total":                        &s.Ranges,
+		"etcd_mvcc_txn_total":                          &s.Txns,
+		"etcd_mvcc_put_total":                          &s.Puts,
+		"etcd_mvcc_delete_total":                       &s.Deletes,
+	}
+}
+
 // ReadServer gathers the member's metrics from g (nil: the process's
 // default gatherer, where an embedded member registers them).
 func ReadServer(g prometheus.Gatherer) (ServerStats, error) {
@@ -52,42 +72,19 @@ func ReadServer(g prometheus.Gatherer) (ServerStats, error) {
 	if err != nil {
 		return ServerStats{}, fmt.Errorf("gather etcd metrics: %w", err)
 	}
+	byName := make(map[string]*dto.MetricFamily, len(mfs))
+	for _, mf := range mfs {
+		byName[mf.GetName()] = mf
+	}
 	var s ServerStats
 	found := 0
-	for _, mf := range mfs {
-		var p *float64
-		switch mf.GetName() {
-		case "etcd_debugging_mvcc_watcher_total":
-			p = &s.Watchers
-		case "etcd_debugging_mvcc_watch_stream_total":
-			p = &s.WatchStreams
-		case "etcd_debugging_mvcc_keys_total":
-			p = &s.Keys
-		case "etcd_mvcc_db_total_size_in_bytes":
-			p = &s.DBBytes
-		case "etcd_mvcc_db_total_size_in_use_in_bytes":
-			p = &s.DBInUseBytes
-		case "etcd_debugging_mvcc_events_total":
-			p = &s.Events
-		case "etcd_mvcc_range_total":
-			p = &s.Ranges
-		case "etcd_mvcc_txn_total":
-			p = &s.Txns
-		case "etcd_mvcc_put_total":
-			p = &s.Puts
-		case "etcd_mvcc_delete_total":
-			p = &s.Deletes
-		case "grpc_server_msg_sent_total":
-			s.WatchMessages = sumWhere(mf, "grpc_method", "Watch")
-			continue
-		case "grpc_server_handled_total":
-			s.Unary = sumWhere(mf, "grpc_type", "unary")
-			continue
-		default:
-			continue
+	for spec, p := range s.fields() {
+		name, filter, _ := strings.Cut(spec, " ")
+		label, value, _ := strings.Cut(filter, "=")
+		if mf := byName[name]; mf != nil {
+			*p = sumWhere(mf, label, value)
+			found++
 		}
-		found++
-		*p = sumWhere(mf, "", "")
 	}
 	if found < 3 {
 		return ServerStats{}, fmt.Errorf("no etcd server metrics in the registry (is an embedded member running in this process?)")
@@ -126,23 +123,22 @@ func hasLabel(m *dto.Metric, name, value string) bool {
 
 // Sub is s minus earlier, field by field: the growth between two reads.
 func (s ServerStats) Sub(earlier ServerStats) ServerStats {
-	return ServerStats{
-		Watchers: s.Watchers - earlier.Watchers, WatchStreams: s.WatchStreams - earlier.WatchStreams,
-		Keys: s.Keys - earlier.Keys, DBBytes: s.DBBytes - earlier.DBBytes, DBInUseBytes: s.DBInUseBytes - earlier.DBInUseBytes,
-		Events: s.Events - earlier.Events, WatchMessages: s.WatchMessages - earlier.WatchMessages, Unary: s.Unary - earlier.Unary,
-		Ranges: s.Ranges - earlier.Ranges, Txns: s.Txns - earlier.Txns, Puts: s.Puts - earlier.Puts, Deletes: s.Deletes - earlier.Deletes,
-	}
+	return s.combine(earlier, func(a, b float64) float64 { return a - b })
 }
 
 // Max is the field-by-field maximum of s and o, for the peak of gauges
 // sampled over a phase.
 func (s ServerStats) Max(o ServerStats) ServerStats {
-	return ServerStats{
-		Watchers: max(s.Watchers, o.Watchers), WatchStreams: max(s.WatchStreams, o.WatchStreams),
-		Keys: max(s.Keys, o.Keys), DBBytes: max(s.DBBytes, o.DBBytes), DBInUseBytes: max(s.DBInUseBytes, o.DBInUseBytes),
-		Events: max(s.Events, o.Events), WatchMessages: max(s.WatchMessages, o.WatchMessages), Unary: max(s.Unary, o.Unary),
-		Ranges: max(s.Ranges, o.Ranges), Txns: max(s.Txns, o.Txns), Puts: max(s.Puts, o.Puts), Deletes: max(s.Deletes, o.Deletes),
+	return s.combine(o, func(a, b float64) float64 { return max(a, b) })
+}
+
+func (s ServerStats) combine(o ServerStats, f func(a, b float64) float64) ServerStats {
+	var out ServerStats
+	fo, fs := o.fields(), s.fields()
+	for k, p := range out.fields() {
+		*p = f(*fs[k], *fo[k])
 	}
+	return out
 }
 
 // ServerCostConfig sizes the server-cost phase: Locks mutexes held, spread
@@ -267,11 +263,15 @@ func MeasureServerCost(ctx context.Context, endpoint string, cfg ServerCostConfi
 			_ = m.Close()
 		}
 	}
-	left, err := cli.Get(ctx, fmt.Sprintf("/scale-cost-%d-", run), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	left, err := cli.Get(ctx, fmt.Sprintf("/scale-cost-%d-", run), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		return out, err
 	}
-	out.KeysLeft = int(left.Count) - cfg.Namespaces // each namespace's release mark stays
+	for _, kv := range left.Kvs {
+		if !strings.HasSuffix(string(kv.Key), "/released") { // a namespace's release mark stays
+			out.KeysLeft++
+		}
+	}
 	out.WatchersLeft = watchersBack(ctx, base.Watchers)
 	w, err := Waiters(ctx, endpoint, WaitersConfig{Impl: "baton", Waiters: cfg.Waiters, Clients: cfg.Clients, Rounds: 1,
 		TTL: 60 * time.Second, Deadline: cfg.Deadline}, nil)

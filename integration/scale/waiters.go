@@ -489,7 +489,7 @@ func WaitersRuns(n, clients, rounds, rawMax int) []WaitersConfig {
 				r = rounds
 			}
 			out = append(out, WaitersConfig{Impl: impl, Waiters: s, Clients: min(clients, s), Rounds: r,
-				TTL: 60 * time.Second, Deadline: 10 * time.Minute})
+				TTL: 120 * time.Second, Deadline: 10 * time.Minute})
 		}
 	}
 	return out

@@ -136,7 +136,8 @@ type Deletions interface {
 // queue (prefix) or the first blocker alone from the current revision,
 // which etcd serves at once. Done means that happened at the revision
 // returned; not done, read again (at that revision, if any). Released says
-// every deletion the wait used came with a release mark (through d only).
+// every deletion the wait used came with a release mark: through d, or
+// read at the deletion's revision when one key is watched.
 func WaitGone(ctx context.Context, cli *clientv3.Client, d Deletions, queue, own string, prefix bool, blockers []*mvccpb.KeyValue, allowed int, read int64) (at int64, done, released bool, err error) {
 	left := make(map[string]int64, len(blockers))
 	for _, kv := range blockers {
@@ -185,7 +186,7 @@ func WaitGone(ctx context.Context, cli *clientv3.Client, d Deletions, queue, own
 			at = max(at, ev.Kv.ModRevision)
 		}
 		if at > 0 && (!whole || len(left) <= allowed) {
-			return at, whole, false, nil
+			return at, whole, !prefix && markedAt(ctx, cli, own, at), nil
 		}
 	}
 	if ctx.Err() != nil {
@@ -244,6 +245,23 @@ func follow(ctx context.Context, d Deletions, own string, left map[string]int64,
 	}
 }
 
+// markedAt reads whether the revision at, which deleted the one key
+// watched, also put the namespace's release mark (Release): the key was
+// its holder's, released by it; and whether own outlived that revision (a
+// hand-over that skips a waiter deletes its key in the same revision: it
+// must not take the leader's release for its turn). Point reads at one
+// revision; false when unsure.
+func markedAt(ctx context.Context, cli *clientv3.Client, own string, at int64) bool {
+	r, err := cli.Txn(clientv3.WithRequireLeader(ctx)).Then(
+		clientv3.OpGet(keys.ReleasedKey(own), clientv3.WithRev(at), clientv3.WithKeysOnly()),
+		clientv3.OpGet(own, clientv3.WithRev(at), clientv3.WithKeysOnly())).Commit()
+	if err != nil {
+		return false
+	}
+	mark, kept := r.Responses[0].GetResponseRange().Kvs, r.Responses[1].GetResponseRange().Kvs
+	return len(mark) == 1 && mark[0].ModRevision == at && len(kept) == 1
+}
+
 // goneSince reads whether kv's key is gone at a revision from or later.
 func goneSince(ctx context.Context, cli *clientv3.Client, kv *mvccpb.KeyValue, from int64) (int64, bool, error) {
 	g, err := cli.Get(clientv3.WithRequireLeader(ctx), string(kv.Key), clientv3.WithKeysOnly(), clientv3.WithSerializable())
@@ -293,9 +311,11 @@ func DeleteOnce(ctx context.Context, cli *clientv3.Client, lease clientv3.LeaseI
 // ReadAhead reads the keys older than key (created at rev: without a
 // Policy the newest of them, with one all) and key itself, serializably
 // when minRev > 0. A member without a leader refuses rather than answer
-// from a state that may be stale.
+// from a state that may be stale. Keys only: etcd sorts a read by
+// CreateRevision after visiting every key of the prefix, which it does in
+// its index alone when no value is asked for.
 func ReadAhead(ctx context.Context, cli *clientv3.Client, prefix, key string, rev int64, p Policy, minRev int64) (resp *clientv3.TxnResponse, err error) {
-	older := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))
+	older := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1), clientv3.WithKeysOnly())
 	if p != nil {
 		older = []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(rev - 1),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
