@@ -19,6 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/batonhq/baton/integration/bench"
 	"github.com/batonhq/baton/internal/embedetcd"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/router"
@@ -90,8 +91,8 @@ type ClustersRow struct {
 	Clusters int `json:"clusters"`
 	// Acquisitions is baton's lock+unlock cycles per second, Puts the raw
 	// etcd Put floor on the same members.
-	Acquisitions ClustersSpread `json:"acquisitions_per_second"`
-	Puts         ClustersSpread `json:"puts_per_second"`
+	Acquisitions Spread `json:"acquisitions_per_second"`
+	Puts         Spread `json:"puts_per_second"`
 	// WritesPerAcquisition is etcd revisions per cycle (the lock's and
 	// the release's transactions): FloorAcquisitions = Puts /
 	// WritesPerAcquisition is what the Put floor allows, and OfFloor the
@@ -113,26 +114,6 @@ type ClustersRow struct {
 	Limit string `json:"limit"`
 }
 
-// ClustersSpread is a median with the least and greatest of the runs.
-type ClustersSpread struct {
-	Median float64 `json:"median"`
-	Min    float64 `json:"min"`
-	Max    float64 `json:"max"`
-}
-
-func cluSpread(v []float64) ClustersSpread {
-	if len(v) == 0 {
-		return ClustersSpread{}
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return ClustersSpread{Median: s[len(s)/2], Min: s[0], Max: s[len(s)-1]}
-}
-
-func (s ClustersSpread) String() string {
-	return fmt.Sprintf("%.0f [%.0f–%.0f]", s.Median, s.Min, s.Max)
-}
-
 // ClustersResult is what the across-clusters phase measured.
 type ClustersResult struct {
 	OK       bool          `json:"ok"`
@@ -141,6 +122,11 @@ type ClustersResult struct {
 	Window   time.Duration `json:"window_ns"`
 	Runs     int           `json:"runs"`
 	Rows     []ClustersRow `json:"rows"`
+	// FdatasyncP50 and FdatasyncP99 are a 4 KiB write + fdatasync on the
+	// members' disk, measured in the same run (bench.FdatasyncFloor): the
+	// least one acknowledged etcd write batch costs.
+	FdatasyncP50 time.Duration `json:"fdatasync_p50_ns"`
+	FdatasyncP99 time.Duration `json:"fdatasync_p99_ns"`
 	// KeysLeft counts keys left under the phase's namespaces, but their
 	// release marks.
 	KeysLeft int `json:"keys_left"`
@@ -157,7 +143,8 @@ func (r ClustersResult) Table() string {
 			100*row.CPU, row.Cores, 100*row.FsyncBusy, row.FsyncMean.Round(10*time.Microsecond), row.Limit)
 	}
 	tw.Flush()
-	fmt.Fprintf(&b, "(%d lock loops per cluster, %d runs of %v each; median [min–max])\n", r.Workers, r.Runs, r.Window)
+	fmt.Fprintf(&b, "(%d lock loops per cluster, %d runs of %v each; median [min–max]; fdatasync on the members' disk p50 %v p99 %v)\n",
+		r.Workers, r.Runs, r.Window, r.FdatasyncP50.Round(10*time.Microsecond), r.FdatasyncP99.Round(10*time.Microsecond))
 	return b.String()
 }
 
@@ -228,6 +215,12 @@ func Clusters(ctx context.Context, cfg ClustersConfig, progress io.Writer) (Clus
 		}
 		members = append(members, m)
 	}
+	syncs, err := bench.FdatasyncFloor(members[0].Dir(), 200)
+	if err != nil {
+		return res, fmt.Errorf("clusters: fdatasync floor: %w", err)
+	}
+	res.FdatasyncP50, res.FdatasyncP99 = pct(syncs, 50), pct(syncs, 99)
+
 	// One router over every member; a row uses the first n namespaces.
 	var m router.Map
 	for i, mem := range members {
@@ -333,7 +326,7 @@ func Clusters(ctx context.Context, cfg ClustersConfig, progress io.Writer) (Clus
 			}
 			puts = append(puts, float64(count)/after.at.Sub(before.at).Seconds())
 		}
-		row.Acquisitions, row.Puts = cluSpread(acq), cluSpread(puts)
+		row.Acquisitions, row.Puts = spread(acq), spread(puts)
 		if cycles > 0 {
 			row.WritesPerAcquisition = float64(revs) / float64(cycles)
 		}
@@ -341,8 +334,8 @@ func Clusters(ctx context.Context, cfg ClustersConfig, progress io.Writer) (Clus
 			row.FloorAcquisitions = row.Puts.Median / row.WritesPerAcquisition
 			row.OfFloor = row.Acquisitions.Median / row.FloorAcquisitions
 		}
-		row.CPU, row.OwnCores, row.FsyncBusy = cluSpread(cpu).Median, cluSpread(own).Median, cluSpread(fsyncBusy).Median
-		row.FsyncMean = time.Duration(cluSpread(fsyncMean).Median * float64(time.Second))
+		row.CPU, row.OwnCores, row.FsyncBusy = spread(cpu).Median, spread(own).Median, spread(fsyncBusy).Median
+		row.FsyncMean = time.Duration(spread(fsyncMean).Median * float64(time.Second))
 		row.Limit = cluLimit(row)
 		res.Rows = append(res.Rows, row)
 		fmt.Fprintf(progress, "clusters: %d: %s acquisitions/s, floor %s Puts/s (%.2f writes each: %.0f %% of the floor); CPU %.0f %%, fsync busy %.0f %%: %s\n",

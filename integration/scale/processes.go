@@ -94,15 +94,24 @@ func procLimits() (fds uint64, mem uint64) {
 	return fds, mem
 }
 
+// procCheckBinary checks the Binary field of a phase that runs children.
+func procCheckBinary(phase, bin string) error {
+	if bin == "" {
+		return fmt.Errorf("%s: Binary must name the executable to run as <Binary> child", phase)
+	}
+	if _, err := exec.LookPath(bin); err != nil {
+		return fmt.Errorf("%s: Binary %q: %w", phase, bin, err)
+	}
+	return nil
+}
+
 // Validate rejects sizes the phase cannot run with, naming the field and
 // its bound; the bounds of Processes include this machine's
 // file-descriptor limit and available memory.
 func (c ProcessesConfig) Validate() error {
 	var errs []error
-	if c.Binary == "" {
-		errs = append(errs, errors.New("processes: Binary must name the executable to run as <Binary> child"))
-	} else if _, err := exec.LookPath(c.Binary); err != nil {
-		errs = append(errs, fmt.Errorf("processes: Binary %q: %w", c.Binary, err))
+	if err := procCheckBinary("processes", c.Binary); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Processes <= 0 {
 		errs = append(errs, fmt.Errorf("processes: Processes must be at least 1, got %d", c.Processes))
@@ -382,6 +391,10 @@ func Processes(ctx context.Context, cfg ProcessesConfig, progress io.Writer) (Pr
 			"-locks", strconv.Itoa(cfg.Locks), "-names", strconv.Itoa(cfg.Names),
 			"-workers", strconv.Itoa(cfg.Workers), "-ttl", cfg.TTL.String())
 		c.cmd.Stdout, c.cmd.Stderr = &c.stdout, &c.stderr
+		// One core each: fifty garbage collectors that each take every
+		// idle core while they mark would stall the member as processes
+		// on machines of their own would not.
+		c.cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 		c.cmd.Cancel = func() error { return c.cmd.Process.Signal(syscall.SIGTERM) }
 		c.cmd.WaitDelay = 10 * time.Second
 		if err := c.cmd.Start(); err != nil {
@@ -447,7 +460,7 @@ func Processes(ctx context.Context, cfg ProcessesConfig, progress io.Writer) (Pr
 	ledger.mu.Lock()
 	res.Writes, res.Overlaps, res.Handoffs, res.Contended = ledger.writes, ledger.overlaps, ledger.handoffs, ledger.contended
 	res.Acquisitions = len(ledger.lat)
-	res.P50, res.P99 = stormPercentile(ledger.lat, 50), stormPercentile(ledger.lat, 99)
+	res.P50, res.P99 = pct(ledger.lat, 50), pct(ledger.lat, 99)
 	for _, d := range ledger.lat {
 		res.Max = max(res.Max, d)
 	}
