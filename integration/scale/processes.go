@@ -181,6 +181,13 @@ type ProcessesResult struct {
 	StartSeconds float64 `json:"start_seconds"`
 	RunSeconds   float64 `json:"run_seconds"`
 	PerSecond    float64 `json:"per_second"`
+	// EventsPerAcquisition, WatchMessagesPerAcquisition and
+	// UnaryPerAcquisition are what the member counted from every child
+	// connected to the last one's exit (etcd_debugging_mvcc_events_total,
+	// Watch messages sent, unary requests answered), per acquisition.
+	EventsPerAcquisition        float64 `json:"events_per_acquisition"`
+	WatchMessagesPerAcquisition float64 `json:"watch_messages_per_acquisition"`
+	UnaryPerAcquisition         float64 `json:"unary_per_acquisition"`
 	// ChildMaxRSS is the largest child's peak resident memory; ParentFDs
 	// the parent's open file descriptors with every child connected.
 	ChildMaxRSS int64 `json:"child_max_rss_bytes"`
@@ -416,9 +423,12 @@ func Processes(ctx context.Context, cfg ProcessesConfig, progress io.Writer) (Pr
 		})
 	}
 	var runStart time.Time
+	var srvStart ServerStats
+	var srvErr error
 	select {
 	case <-allReady:
 		runStart = time.Now()
+		srvStart, srvErr = ReadServer(nil)
 		res.StartSeconds = runStart.Sub(start).Seconds()
 		res.ParentFDs = procOpenFDs()
 		fmt.Fprintf(progress, "processes: %d children connected in %.1f s (parent has %d fds open); locking\n", cfg.Processes, res.StartSeconds, res.ParentFDs)
@@ -429,6 +439,11 @@ func Processes(ctx context.Context, cfg ProcessesConfig, progress io.Writer) (Pr
 	}
 	waits.Wait()
 	end := time.Now()
+	if srvEnd, err := ReadServer(nil); err == nil && srvErr == nil && !runStart.IsZero() {
+		d := srvEnd.Sub(srvStart)
+		n := float64(cfg.Processes * cfg.Locks)
+		res.EventsPerAcquisition, res.WatchMessagesPerAcquisition, res.UnaryPerAcquisition = d.Events/n, d.WatchMessages/n, d.Unary/n
+	}
 	if !runStart.IsZero() {
 		res.RunSeconds = end.Sub(runStart).Seconds()
 	} else {
@@ -493,9 +508,10 @@ func Processes(ctx context.Context, cfg ProcessesConfig, progress io.Writer) (Pr
 	}
 	res.Failures = stormFirst(failures, 20)
 	res.OK = len(res.Failures) == 0
-	fmt.Fprintf(progress, "processes: %d × %d acquisitions in %.1f s (%.0f/s), %d handoffs between processes (%d contended), %d fenced writes, %d overlaps, %d rejected; acquire p50 %v p99 %v max %v; child max RSS %d MiB\n",
+	fmt.Fprintf(progress, "processes: %d × %d acquisitions in %.1f s (%.0f/s), %d handoffs between processes (%d contended), %d fenced writes, %d overlaps, %d rejected; acquire p50 %v p99 %v max %v; child max RSS %d MiB; the member sent %.1f watch events (%.1f messages) and answered %.1f unary requests per acquisition\n",
 		cfg.Processes, cfg.Locks, res.RunSeconds, res.PerSecond, res.Handoffs, res.Contended, res.Writes, res.Overlaps, res.Rejected,
-		res.P50.Round(time.Microsecond), res.P99.Round(time.Microsecond), res.Max.Round(time.Microsecond), res.ChildMaxRSS>>20)
+		res.P50.Round(time.Microsecond), res.P99.Round(time.Microsecond), res.Max.Round(time.Microsecond), res.ChildMaxRSS>>20,
+		res.EventsPerAcquisition, res.WatchMessagesPerAcquisition, res.UnaryPerAcquisition)
 	return res, nil
 }
 
