@@ -55,6 +55,10 @@ type record struct {
 	Priority int    `json:"priority"`
 	Version  string `json:"version,omitempty"`
 	Strategy string `json:"strategy"`
+	// Moves: the candidate puts its key again when a hand-over skips it
+	// (Transfer under Oldest); a record without it is an older release's,
+	// whose candidate would take the skip for a loss.
+	Moves bool `json:"moves,omitempty"`
 }
 
 // entry is a record as read.
@@ -239,6 +243,6 @@ func (allowAll) Blockers(string, []*mvccpb.KeyValue) ([]*mvccpb.KeyValue, int) {
 // putRecord writes this candidate's record on its lease and returns its
 // hold, which ends if the record or the lease is lost.
 func (e *Election) putRecord(ctx context.Context, value string) (*core.Hold, error) {
-	b, _ := json.Marshal(record{Value: value, Priority: e.cand.Priority, Version: e.cand.Version, Strategy: e.strategy().String()})
+	b, _ := json.Marshal(record{Value: value, Priority: e.cand.Priority, Version: e.cand.Version, Strategy: e.strategy().String(), Moves: true})
 	return e.recs.Acquire(ctx, core.Request{Value: string(b), Policy: allowAll{}}, func(h *core.Hold) *core.Hold { return h })
 }

@@ -62,19 +62,24 @@ func (e *Election) moved(ctx context.Context, key, value string, rev int64) (int
 	return 0, false
 }
 
-// unmark is core.Request.Unmark: the deletion of key's mark, if a
-// hand-over left one for key created at rev.
+// unmark is core.Request.Unmark for a wait that failed with key created
+// at rev: it deletes key's mark, if a hand-over left one, and the key if a
+// move whose reply was lost put it again (on this lease, later than rev;
+// the failing wait still reserves the key, so no other Campaign of this
+// session can have). A move that applies later finds no mark and puts
+// nothing.
 func (e *Election) unmark(key string, rev int64) []clientv3.Op {
-	mk := e.movedKey(leaseOf(key))
-	return []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(mk), "=", strconv.FormatInt(rev, 10))},
-		[]clientv3.Op{clientv3.OpDelete(mk)}, nil)}
+	lease := leaseOf(key)
+	return []clientv3.Op{clientv3.OpDelete(e.movedKey(lease)),
+		clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(key), "=", lease), clientv3.Compare(clientv3.CreateRevision(key), ">", rev)},
+			[]clientv3.Op{clientv3.OpDelete(key)}, nil)}
 }
 
 // foreign returns the first key of the election, but the leader's, without
 // a baton candidate's record on its lease.
 func (st *state) foreign() *mvccpb.KeyValue {
 	for _, kv := range st.keys[min(1, len(st.keys)):] {
-		if st.recs[Oldest][clientv3.LeaseID(kv.Lease)] == nil {
+		if en := st.recs[Oldest][clientv3.LeaseID(kv.Lease)]; en == nil || !en.Moves {
 			return kv
 		}
 	}
@@ -123,10 +128,8 @@ func (t *Term) transferOldest(ctx context.Context, st *state, to string) (int64,
 	if err != nil {
 		return 0, err
 	}
-	if len(skipped) == 0 {
-		return t.transferNext(ctx, st.keys[1])
-	}
-	leads := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(own), "=", token),
+	mod := st.keys[0].ModRevision // a takeover by another Campaign through this lease rewrites the key
+	leads := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(own), "=", token), clientv3.Compare(clientv3.ModRevision(own), "=", mod),
 		clientv3.Compare(clientv3.CreateRevision(to), "=", target.CreateRevision)}
 	if f := t.e.hooks.beforeHandOver; f != nil {
 		f(to)
@@ -138,19 +141,36 @@ func (t *Term) transferOldest(ctx context.Context, st *state, to string) (int64,
 	if t.e.delay != nil {
 		ops = append(ops, clientv3.OpDelete(t.e.delay.RecordKey(own)))
 	}
+	reads := []clientv3.Op{clientv3.OpGet(own), clientv3.OpGet(to)}
+	if len(skipped) > 0 {
+		reads = append(reads, clientv3.OpGet(string(skipped[0].Key)))
+	}
 	var resp *clientv3.TxnResponse
+	unheard := false // an attempt failed: it may have applied
 	err = retry.Do(ctx, func(actx context.Context) (err error) {
-		resp, err = t.e.o.Client().Txn(clientv3.WithRequireLeader(actx)).If(leads...).Then(ops...).
-			Else(clientv3.OpGet(own), clientv3.OpGet(to)).Commit()
+		resp, err = t.e.o.Client().Txn(clientv3.WithRequireLeader(actx)).If(leads...).Then(ops...).Else(reads...).Commit()
+		unheard = unheard || err != nil
 		return err
 	})
 	if err == nil && !resp.Succeeded {
 		mine, them := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
-		if len(mine) == 0 && len(them) > 0 && them[0].CreateRevision == target.CreateRevision {
+		applied := len(them) > 0 && them[0].CreateRevision == target.CreateRevision
+		if len(skipped) > 0 { // skipped: gone, or put again behind
+			first := resp.Responses[2].GetResponseRange().Kvs
+			applied = applied && (len(first) == 0 || first[0].CreateRevision > target.CreateRevision)
+		}
+		switch {
+		case unheard && len(mine) == 0 && applied:
 			t.dropRecord(ctx)
 			return target.CreateRevision, nil // an earlier attempt applied unheard
+		case len(mine) == 1 && mine[0].CreateRevision == token && mine[0].ModRevision != mod:
+			t.dropRecord(ctx)
+			return 0, fmt.Errorf("transfer: %w: another Campaign through this lease took the key over", ErrNotLeader) // the key is its now
+		case len(mine) == 0 || mine[0].CreateRevision != token:
+			err = fmt.Errorf("transfer: %w: the leader's key was deleted before the hand-over", ErrNotLeader)
+		default:
+			err = fmt.Errorf("%w: %s left before the hand-over; the term was resigned instead", ErrNoCandidate, to)
 		}
-		err = fmt.Errorf("%w: %s left before the hand-over; the term was resigned instead", ErrNoCandidate, to)
 	}
 	if err != nil {
 		t.deleteOwn(own, token)

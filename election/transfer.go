@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/internal/core"
@@ -108,23 +107,6 @@ func (t *Term) ended() error {
 		return fmt.Errorf("%w: %w", ErrNotLeader, context.Cause(t.ctx))
 	}
 	return nil
-}
-
-// transferNext resigns in favour of next, the next candidate of the
-// queue, and returns its token.
-func (t *Term) transferNext(ctx context.Context, next *mvccpb.KeyValue) (int64, error) {
-	to := string(next.Key)
-	if f := t.e.hooks.beforeHandOver; f != nil {
-		f(to)
-	}
-	t.cancel(ErrTransferred)
-	telemetry.HoldFrom(t.hold.Context()).TransferredTo(to)
-	err := core.Release(ctx, t.hold)
-	t.dropRecord(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return next.CreateRevision, nil
 }
 
 // handOverBest hands over to the best live candidate but this one;

@@ -190,8 +190,7 @@ func transferHolderKey(cmd *cobra.Command, g *globals, cli *clientv3.Client, h h
 		return g.failed("hand over with the audit record", err)
 	}
 	if !resp.Succeeded {
-		fmt.Fprintf(out, "the leader or %s changed meanwhile: nothing was forced\n", safe(ho.To.Key))
-		return nil
+		return withCode(ExitRefused, fmt.Errorf("the leader or %s changed meanwhile: nothing was forced", safe(ho.To.Key)))
 	}
 	fmt.Fprintf(out, "handed %s from key %s to %s (%s); recorded as %s\n",
 		h.what(), safe(h.Key), safe(ho.To.Key), safe(dash(ho.To.Value)), safe(akey))

@@ -1,0 +1,97 @@
+package cli
+
+// Edges of baton resign --to under the default strategy.
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/batonhq/baton/election"
+)
+
+// A forced hand-over whose target leaves while baton watches the leader's
+// lease: the transaction's guard fails and nothing is done. The operator
+// asked for the target to lead and it does not, yet baton exits 0.
+func TestResignToEdgeForceTransferThatDidNothingExitsZero(t *testing.T) {
+	ctx := testContext(t)
+	cli := srv.Client(t)
+	const ns = "review-force-nothing"
+	opts := []election.Option{election.WithNamespace(ns)}
+	a, _ := election.New(cli, "sched", opts...)
+	defer a.Close()
+	b, _ := election.New(srv.Client(t), "sched", opts...)
+	defer b.Close()
+	c, _ := election.New(srv.Client(t), "sched", opts...)
+	defer c.Close()
+	ta, err := a.Campaign(ctx, "host-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ta.Resign(ctx) }()
+	go func() { _, _ = b.Campaign(ctx, "host-b") }()
+	candidateKey(ctx, t, a, "host-b")
+	cctx, ccancel := context.WithCancel(ctx)
+	defer ccancel()
+	go func() { _, _ = c.Campaign(cctx, "host-c") }()
+	candidateKey(ctx, t, a, "host-c")
+	go func() {
+		time.Sleep(700 * time.Millisecond) // during the lease watch
+		ccancel()
+	}()
+	code, out, errOut := run(ctx, t, ns, "resign", "sched", "--to", "host-c", "--force", "--reason", "drain host-a",
+		"--even-if-alive", "--watch", "2s")
+	if !strings.Contains(errOut, "nothing was forced") || code != ExitRefused {
+		t.Fatalf("exit %d, want the hand-over refused by its guard\n%s\n%s", code, out, errOut)
+	}
+	if code == ExitOK {
+		t.Fatalf("forced hand-over to host-c did nothing (host-c left) and exits 0:\n%s", out)
+	}
+}
+
+// A key under the election's prefix that is not baton's may be named
+// anything: the refusal names it, escaped.
+func TestResignToEdgeForeignKeyNamedEscapedInTheRefusal(t *testing.T) {
+	ctx := testContext(t)
+	cli := srv.Client(t)
+	const ns = "review-foreign-hostile"
+	opts := []election.Option{election.WithNamespace(ns)}
+	a, _ := election.New(cli, "sched", opts...)
+	defer a.Close()
+	c, _ := election.New(srv.Client(t), "sched", opts...)
+	defer c.Close()
+	ta, err := a.Campaign(ctx, "host-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ta.Resign(ctx) }()
+	g, err := cli.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = cli.Revoke(context.Background(), g.ID) }()
+	if _, err := cli.Put(ctx, a.Prefix()+"evil\x1b[2J\rFAKE\u202e", "x", clientv3.WithLease(g.ID)); err != nil {
+		t.Fatal(err)
+	}
+	cctx, ccancel := context.WithCancel(ctx)
+	defer ccancel()
+	go func() { _, _ = c.Campaign(cctx, "host-c") }()
+	candidateKey(ctx, t, a, "host-c")
+	for _, args := range [][]string{
+		{"resign", "sched", "--to", "host-c", "--force", "--reason", "drain", "--even-if-alive", "--watch", "100ms"},
+		{"resign", "sched", "--to", "host-c", "--deadline", "2s"},
+	} {
+		code, out, errOut := run(ctx, t, ns, args...)
+		if code != ExitRefused {
+			t.Errorf("%v: exit %d, want %d\n%s\n%s", args, code, ExitRefused, out, errOut)
+		}
+		for _, s := range []string{out, errOut} {
+			if strings.ContainsAny(s, "\x1b\r\u202e") {
+				t.Errorf("%v: raw control text printed: %q", args, s)
+			}
+		}
+	}
+}

@@ -1,0 +1,369 @@
+package election_test
+
+// Edges of Transfer under Oldest past the next candidate: each test forces
+// an interleaving (a lost reply, a wait on its own watch, a takeover, a
+// target that leaves) that once went wrong.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/batonhq/baton/election"
+	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/config"
+	"github.com/batonhq/baton/internal/core"
+)
+
+// overflowHooks make the session's namespace watch drop out of reach of a
+// waiter's Follow: right after the election key's enqueue (BeforeWait),
+// more deletions than the watch keeps (64) go by in the namespace, so the
+// wait uses a watch of its own on the key ahead alone, as it does whenever
+// the session's stream is not (yet) established.
+func overflowHooks(t *testing.T, cli *clientv3.Client, prefix, tag string) *core.Hooks {
+	var seen atomic.Int64
+	const n = 80
+	junk := "/baton/v1/zz-review/" + tag + "/"
+	return &core.Hooks{
+		Deleted: func(key string) {
+			if strings.HasPrefix(key, junk) {
+				seen.Add(1)
+			}
+		},
+		BeforeWait: func(key string) {
+			if !strings.HasPrefix(key, prefix) {
+				return
+			}
+			for i := range n {
+				k := fmt.Sprintf("%s%03d", junk, i)
+				if _, err := cli.Put(context.Background(), k, "x"); err != nil {
+					t.Error(err)
+				}
+				if _, err := cli.Delete(context.Background(), k); err != nil {
+					t.Error(err)
+				}
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for seen.Load() < n && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+		},
+	}
+}
+
+// skippedOwnWatch: A leads, B waits (on a watch of its own on A's key), C
+// waits; A transfers to C. B must wait on and lead after C.
+func skippedOwnWatch(t *testing.T, name string, opts ...election.Option) {
+	cli := client(t)
+	ctx := etcdtest.Context(t, 30*time.Second)
+	a := newElection(t, cli, name, opts...)
+	prefix := a.Prefix()
+	bcli := client(t)
+	b := newElection(t, bcli, name, append(opts, config.Hooks(overflowHooks(t, client(t), prefix, name)))...)
+	c := newElection(t, client(t), name, opts...)
+	ta := await(t, campaignAsync(ctx, a, "A"), 5*time.Second, "A")
+	bres := campaignAsync(ctx, b, "B")
+	waitCandidates(t, a, 2)
+	time.Sleep(300 * time.Millisecond) // B's hook ran, B waits
+	cres := campaignAsync(ctx, c, "C")
+	cands := waitCandidates(t, a, 3)
+	if err := ta.Transfer(ctx, cands[2].Key); err != nil {
+		t.Fatalf("Transfer past B = %v", err)
+	}
+	tc := await(t, cres, 5*time.Second, "C")
+	time.Sleep(time.Second)
+	select {
+	case r := <-bres:
+		t.Fatalf("the skipped B's Campaign returned (term %v) with %v while C leads; want it to wait on; keys now %v",
+			r.term != nil, r.err, etcdtest.Keys(t, cli, "/baton/v1/candidate/"+name+"/"))
+	default:
+	}
+	if err := tc.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tb := await(t, bres, 5*time.Second, "B")
+	_ = tb.Resign(ctx)
+}
+
+// Control: without a lock-delay a skipped waiter on its own watch confirms
+// its key after the deletion it saw, finds it moved, and waits on.
+func TestTransferEdgeSkippedWaiterOnItsOwnWatch(t *testing.T) {
+	skippedOwnWatch(t, "review-own-watch")
+}
+
+// With WithLockDelay the waiter skips the confirming read (req.Confirms):
+// its own watch of A's key alone tells it "done", the hold is made on the
+// old (deleted) key, and the lock-delay record write refuses it. B never
+// leads beside C, but its Campaign fails instead of waiting on (and its
+// moved mark stays on its lease).
+func TestTransferEdgeSkippedLockDelayedWaiterOnItsOwnWatch(t *testing.T) {
+	skippedOwnWatch(t, "review-own-watch-delay", election.WithLockDelay(2*time.Second))
+}
+
+// lostReplyClient is a client whose first moved transaction (the skipped
+// waiter's re-put of its key) applies, but whose reply is lost while the
+// caller's ctx ends: cancel is called after the apply and Canceled returned.
+func lostReplyClient(t *testing.T, cancel func()) *clientv3.Client {
+	var fired atomic.Bool
+	icpt := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		tr, ok := req.(*etcdserverpb.TxnRequest)
+		if !ok || err != nil || fired.Load() {
+			return err
+		}
+		moved := false
+		for _, c := range tr.Compare {
+			if strings.Contains(string(c.Key), "/moved/") {
+				moved = true
+			}
+		}
+		if moved && len(tr.Success) == 2 && tr.Success[0].GetRequestPut() != nil && reply.(*etcdserverpb.TxnResponse).Succeeded {
+			fired.Store(true)
+			cancel()
+			return status.Error(codes.Canceled, "review: the reply was lost as the caller's ctx ended")
+		}
+		return err
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(icpt)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// The skipped waiter's moved transaction applies, but its Campaign's ctx
+// ends before the reply arrives. The failed wait deletes "its" key guarded
+// by the old CreateRevision: the key put again stays on the live lease, a
+// candidate nobody waits for. Once C resigns it is the oldest key: Leader
+// names B, nobody leads, and D waits for as long as B's Election is open.
+func TestTransferEdgeMovedReplyLostLeavesAPhantomCandidate(t *testing.T) {
+	cli := client(t)
+	ctx := etcdtest.Context(t, 30*time.Second)
+	const name = "review-moved-lost"
+	a := newElection(t, cli, name)
+	bctx, bcancel := context.WithCancel(ctx)
+	defer bcancel()
+	b := newElection(t, lostReplyClient(t, bcancel), name)
+	c := newElection(t, client(t), name)
+	d := newElection(t, client(t), name)
+	ta := await(t, campaignAsync(ctx, a, "A"), 5*time.Second, "A")
+	bres := campaignAsync(bctx, b, "B")
+	waitCandidates(t, a, 2)
+	cres := campaignAsync(ctx, c, "C")
+	cands := waitCandidates(t, a, 3)
+	if err := ta.Transfer(ctx, cands[2].Key); err != nil {
+		t.Fatalf("Transfer past B = %v", err)
+	}
+	tc := await(t, cres, 5*time.Second, "C")
+	select {
+	case r := <-bres:
+		if !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("B's Campaign = %v, want context.Canceled", r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("B's Campaign did not end")
+	}
+	time.Sleep(500 * time.Millisecond) // B's cleanup
+	keys := etcdtest.Keys(t, cli, a.Prefix())
+	if len(keys) != 1 {
+		t.Errorf("after B's Campaign failed: election keys %v, want C's alone", keys)
+	}
+	dres := campaignAsync(ctx, d, "D")
+	waitCandidates(t, a, len(keys)+1)
+	if err := tc.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-dres:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		_ = r.term.Resign(ctx)
+	case <-time.After(3 * time.Second):
+		l, err := a.Leader(ctx)
+		t.Fatalf("D did not lead within 3 s of C's Resign; Leader() = %q (key %s), %v: a phantom candidate of B's blocks the election while B's Election is open",
+			l.Value, l.Key, err)
+	}
+}
+
+// The leader's key is deleted (an operator's `baton resign --force`, or its
+// lease expiring) after Transfer checked the target and before its
+// transaction. The transaction's guard fails on the first attempt, nothing
+// was handed over and B, the next, leads; Transfer takes the target's key
+// still being there for "an earlier attempt applied unheard" and returns
+// nil, as if C led.
+func TestTransferEdgeTransferReportsSuccessWhenItsKeyWentFirst(t *testing.T) {
+	cli := client(t)
+	ctx := etcdtest.Context(t, 30*time.Second)
+	const name = "review-key-went-first"
+	a, b, c := newElection(t, cli, name), newElection(t, client(t), name), newElection(t, client(t), name)
+	ta := await(t, campaignAsync(ctx, a, "A"), 5*time.Second, "A")
+	bres := campaignAsync(ctx, b, "B")
+	waitCandidates(t, a, 2)
+	cres := campaignAsync(ctx, c, "C")
+	cands := waitCandidates(t, a, 3)
+	election.SetHandOverHook(a, func(string) {
+		if _, err := client(t).Delete(context.Background(), ta.Key()); err != nil { // the operator's force
+			t.Error(err)
+		}
+	})
+	err := ta.Transfer(ctx, cands[2].Key)
+	tb := await(t, bres, 5*time.Second, "B")
+	defer func() { _ = tb.Resign(ctx) }()
+	notYet(t, cres, "C")
+	if err == nil {
+		t.Fatalf("Transfer to C = nil (success) but B leads (token %d) and C waits", tb.Token())
+	}
+	t.Logf("Transfer = %v", err)
+}
+
+// Transfer to the next candidate, which leaves after the check: Transfer
+// resigns, the one after it (B) leads, and Transfer returns nil although
+// its doc promises an error wrapping ErrNoCandidate.
+func TestTransferEdgeTransferToTheNextThatLeavesReturnsNil(t *testing.T) {
+	cli := client(t)
+	ctx := etcdtest.Context(t, 30*time.Second)
+	const name = "review-next-leaves"
+	a, c, b := newElection(t, cli, name), newElection(t, client(t), name), newElection(t, client(t), name)
+	ta := await(t, campaignAsync(ctx, a, "A"), 5*time.Second, "A")
+	cctx, ccancel := context.WithCancel(ctx)
+	defer ccancel()
+	cres := campaignAsync(cctx, c, "C")
+	waitCandidates(t, a, 2)
+	bres := campaignAsync(ctx, b, "B")
+	cands := waitCandidates(t, a, 3)
+	election.SetHandOverHook(a, func(string) {
+		ccancel()
+		<-cres
+		etcdtest.WaitKeys(t, cli, a.Prefix(), 2) // C's key is gone
+	})
+	err := ta.Transfer(ctx, cands[1].Key)
+	tb := await(t, bres, 5*time.Second, "B")
+	_ = tb.Resign(ctx)
+	if !errors.Is(err, election.ErrNoCandidate) {
+		t.Fatalf("Transfer to the next candidate, which left = %v, want ErrNoCandidate (B leads)", err)
+	}
+}
+
+// A second Campaign through the leader's lease takes its key over while
+// the leader's Transfer is between its check and its transaction: the
+// replaced Term's transaction (guarded by the key's CreateRevision alone,
+// which the takeover keeps) still deletes the key, now the new Term's,
+// and hands over. Transfer of a Term that had ended returns nil, and the
+// new Term is deposed by a hand-over it never asked for.
+func TestTransferEdgeTransferOfAReplacedTermHandsOverTheNewOne(t *testing.T) {
+	cli := client(t)
+	ctx := etcdtest.Context(t, 30*time.Second)
+	const name = "review-replaced"
+	cs, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	a1 := newElection(t, cli, name, election.WithSession(cs))
+	a2 := newElection(t, cli, name, election.WithSession(cs))
+	b, c := newElection(t, client(t), name), newElection(t, client(t), name)
+	t1 := await(t, campaignAsync(ctx, a1, "A1"), 5*time.Second, "A1")
+	bres := campaignAsync(ctx, b, "B")
+	waitCandidates(t, a1, 2)
+	cres := campaignAsync(ctx, c, "C")
+	cands := waitCandidates(t, a1, 3)
+	var t2 *election.Term
+	election.SetHandOverHook(a1, func(string) {
+		t2 = await(t, campaignAsync(ctx, a2, "A2"), 5*time.Second, "A2")
+	})
+	err = t1.Transfer(ctx, cands[2].Key)
+	if !errors.Is(err, election.ErrNotLeader) {
+		t.Errorf("Transfer of a Term replaced before its transaction = %v; want ErrNotLeader and the new Term left alone", err)
+	}
+	if l, lerr := a1.Leader(ctx); lerr != nil || l.Value != "A2" || !t2.IsLeader() {
+		t.Fatalf("Leader = %+v, %v; the new Term leads: %v (%v)", l, lerr, t2.IsLeader(), context.Cause(t2.Context()))
+	}
+	notYet(t, bres, "B")
+	notYet(t, cres, "C")
+	_ = t2.Resign(ctx)
+	_ = await(t, bres, 5*time.Second, "B").Resign(ctx)
+	_ = await(t, cres, 5*time.Second, "C").Resign(ctx)
+}
+
+// A candidate of the release before moves (it wrote an oldest/ record
+// when it set a candidate option, without "moves") is not baton's for a
+// hand-over: it would take the skip for a loss. Its record is planted as
+// that release wrote it, beside an etcd candidate's key.
+func TestTransferEdgeOlderBatonWithAnAttributeIsSkipped(t *testing.T) {
+	cli := client(t)
+	ctx := etcdtest.Context(t, 30*time.Second)
+	const name = "review-older-baton"
+	a, c := newElection(t, cli, name), newElection(t, client(t), name)
+	ta := await(t, campaignAsync(ctx, a, "A"), 5*time.Second, "A")
+	s, err := concurrency.NewSession(client(t), concurrency.WithTTL(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rec := fmt.Sprintf("/baton/v1/candidate/%s/oldest/%x", name, int64(s.Lease()))
+	if _, err := cli.Put(ctx, rec, `{"value":"OLD","priority":0,"version":"v1","strategy":"oldest"}`, clientv3.WithLease(s.Lease())); err != nil {
+		t.Fatal(err)
+	}
+	ee := concurrency.NewElection(s, strings.TrimSuffix(a.Prefix(), "/"))
+	ectx, ecancel := context.WithCancel(ctx)
+	defer ecancel()
+	eres := make(chan error, 1)
+	go func() { eres <- ee.Campaign(ectx, "OLD") }()
+	waitCandidates(t, a, 2)
+	cres := campaignAsync(ctx, c, "C")
+	cands := waitCandidates(t, a, 3)
+	if err := ta.Transfer(ctx, cands[2].Key); !errors.Is(err, election.ErrForeignCandidate) {
+		t.Fatalf("Transfer past an older release's candidate = %v, want ErrForeignCandidate", err)
+	}
+	if !ta.IsLeader() {
+		t.Fatal("the term ended after a refused transfer")
+	}
+	_ = ta.Resign(ctx)
+	if err := <-eres; err != nil {
+		t.Fatalf("the older candidate, next in line, did not lead: %v", err)
+	}
+	_ = ee.Resign(ctx)
+	_ = await(t, cres, 10*time.Second, "C").Resign(ctx)
+}
+
+// With WithLockDelay, Transfer to the next candidate (also what a
+// hand-over under Oldest does when no one is skipped: Run's, `baton resign
+// --to` the next) releases the key without the leader's lock-delay record,
+// unlike Resign: the successor finds the record of a holder gone and waits
+// out the whole delay, as after a crash.
+func TestTransferEdgeTransferToTheNextWaitsOutTheLockDelay(t *testing.T) {
+	cli := client(t)
+	ctx := etcdtest.Context(t, 30*time.Second)
+	const name = "review-next-delay"
+	const d = 3 * time.Second
+	a, b := newElection(t, cli, name, election.WithLockDelay(d)), newElection(t, client(t), name, election.WithLockDelay(d))
+	ta := await(t, campaignAsync(ctx, a, "A"), 5*time.Second, "A")
+	bres := campaignAsync(ctx, b, "B")
+	cands := waitCandidates(t, a, 2)
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	if err := ta.Transfer(ctx, cands[1].Key); err != nil {
+		t.Fatal(err)
+	}
+	tb := await(t, bres, 10*time.Second, "B")
+	took := time.Since(start)
+	_ = tb.Resign(ctx)
+	if took > d/2 {
+		t.Fatalf("B led %v after a graceful Transfer to it (lock-delay %v): the delay ran as after a loss", took.Round(time.Millisecond), d)
+	}
+}
