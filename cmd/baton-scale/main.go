@@ -99,10 +99,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "baton-scale: %v\n", err)
+		if rep != nil {
+			fmt.Fprintln(stdout, scale.Summarize(rep.Summary)) // what ran before it
+		}
 		return 1
 	}
 	fmt.Fprintln(stdout, scale.Summarize(rep.Summary))
-	if !rep.Summary.OK() {
+	if problems := rep.Summary.Problems(); len(problems) > 0 {
+		for _, p := range problems {
+			fmt.Fprintf(stderr, "baton-scale: FAILED: %s\n", p)
+		}
 		return 1
 	}
 	return 0
@@ -117,7 +123,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.quick, "quick", false, "small sizes for a smoke run (a minute or two)")
 	fs.IntVar(&o.held, "held", 100_000, "locks held on one session")
 	fs.IntVar(&o.heldSmall, "held-small", 1000, "locks held when renewals are compared with -held")
-	fs.IntVar(&o.heldRuns, "held-runs", 3, "runs of each held size and implementation (median, min and max)")
+	fs.IntVar(&o.heldRuns, "held-runs", 2, "runs of each held size and implementation (median, min and max)")
 	fs.IntVar(&o.waiters, "waiters", 10_000, "waiters queued on one name")
 	fs.IntVar(&o.clients, "clients", 10, "etcd clients the waiters are spread over")
 	fs.IntVar(&o.waiterRuns, "waiter-rounds", 25, "drains of the 8-waiter queue whose handoff p99 is the baseline")
@@ -218,7 +224,19 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 		start := time.Now()
 		fmt.Fprintf(progress, "phase %s: started\n", p.name)
 		if err := p.run(ctx, o, rep, progress); err != nil {
-			return rep, fmt.Errorf("%s: %w", p.name, err)
+			// The phase failed: the summary says so, the next phases run.
+			fmt.Fprintf(progress, "phase %s: failed after %.1fs: %v\n", p.name, time.Since(start).Seconds(), err)
+			rep.Summary.Failures = append(rep.Summary.Failures, fmt.Sprintf("%s: %v", p.name, err))
+			switch p.name {
+			case "storm":
+				rep.Summary.StormRan = true
+			case "processes":
+				rep.Summary.ProcessesRan = true
+			}
+			if ctx.Err() != nil {
+				return rep, err
+			}
+			continue
 		}
 		fmt.Fprintf(progress, "phase %s: done in %.1fs\n", p.name, time.Since(start).Seconds())
 	}

@@ -137,7 +137,8 @@ type Deletions interface {
 // which etcd serves at once. Done means that happened at the revision
 // returned; not done, read again (at that revision, if any). Released says
 // every deletion the wait used came with a release mark: through d, or
-// read at the deletion's revision when one key is watched.
+// read at the deletion's revision when the one key watched was the last
+// ahead (done; a wait that reads the queue again would not use it).
 func WaitGone(ctx context.Context, cli *clientv3.Client, d Deletions, queue, own string, prefix bool, blockers []*mvccpb.KeyValue, allowed int, read int64) (at int64, done, released bool, err error) {
 	left := make(map[string]int64, len(blockers))
 	for _, kv := range blockers {
@@ -186,7 +187,7 @@ func WaitGone(ctx context.Context, cli *clientv3.Client, d Deletions, queue, own
 			at = max(at, ev.Kv.ModRevision)
 		}
 		if at > 0 && (!whole || len(left) <= allowed) {
-			return at, whole, !prefix && markedAt(ctx, cli, own, at), nil
+			return at, whole, whole && !prefix && markedAt(ctx, cli, own, at), nil
 		}
 	}
 	if ctx.Err() != nil {
