@@ -61,7 +61,7 @@ type ProcessesConfig struct {
 // over 2,000 shared names, 4 Lock calls at once per process, this
 // program's executable as the child.
 func DefaultProcessesConfig() ProcessesConfig {
-	return ProcessesConfig{Binary: stormExecutable(), Processes: 50, Locks: 2000, Workers: 4, TTL: 10 * time.Second, Deadline: 3 * time.Minute}
+	return ProcessesConfig{Binary: stormExecutable(), Processes: 50, Locks: 2000, Workers: 4, TTL: 10 * time.Second, Deadline: 3*time.Minute + 30*time.Second}
 }
 
 // procFDsPerChild is what one child costs the parent in file descriptors:
