@@ -73,9 +73,8 @@ func skippedOwnWatch(t *testing.T, name string, opts ...election.Option) {
 	bcli := client(t)
 	b := newElection(t, bcli, name, append(opts, config.Hooks(overflowHooks(t, client(t), prefix, name)))...)
 	c := newElection(t, client(t), name, opts...)
-	ta := await(t, campaignAsync(ctx, a, "A"), 5*time.Second, "A")
-	bres := campaignAsync(ctx, b, "B")
-	waitCandidates(t, a, 2)
+	ta, res, _ := leadThenQueue(t, ctx, a, "A", queued{e: b, v: "B"})
+	bres := res[0]
 	time.Sleep(300 * time.Millisecond) // B's hook ran, B waits
 	cres := campaignAsync(ctx, c, "C")
 	cands := waitCandidates(t, a, 3)
@@ -97,19 +96,17 @@ func skippedOwnWatch(t *testing.T, name string, opts ...election.Option) {
 	_ = tb.Resign(ctx)
 }
 
-// Control: without a lock-delay a skipped waiter on its own watch confirms
-// its key after the deletion it saw, finds it moved, and waits on.
+// A skipped waiter on its own watch confirms its key after the deletion
+// it saw, finds it moved, and waits on.
 func TestTransferEdgeSkippedWaiterOnItsOwnWatch(t *testing.T) {
-	skippedOwnWatch(t, "review-own-watch")
+	skippedOwnWatch(t, "edge-own-watch")
 }
 
-// With WithLockDelay the waiter skips the confirming read (req.Confirms):
-// its own watch of A's key alone tells it "done", the hold is made on the
-// old (deleted) key, and the lock-delay record write refuses it. B never
-// leads beside C, but its Campaign fails instead of waiting on (and its
-// moved mark stays on its lease).
+// With WithLockDelay too (whose waiters otherwise let the record's write
+// confirm): a watch of A's key alone does not show B's own key gone, so B
+// reads it, finds it moved and waits on, leaving no mark.
 func TestTransferEdgeSkippedLockDelayedWaiterOnItsOwnWatch(t *testing.T) {
-	skippedOwnWatch(t, "review-own-watch-delay", election.WithLockDelay(2*time.Second))
+	skippedOwnWatch(t, "edge-own-watch-delay", election.WithLockDelay(2*time.Second))
 }
 
 // lostReplyClient is a client whose first moved transaction (the skipped
@@ -146,25 +143,21 @@ func lostReplyClient(t *testing.T, cancel func()) *clientv3.Client {
 }
 
 // The skipped waiter's moved transaction applies, but its Campaign's ctx
-// ends before the reply arrives. The failed wait deletes "its" key guarded
-// by the old CreateRevision: the key put again stays on the live lease, a
-// candidate nobody waits for. Once C resigns it is the oldest key: Leader
-// names B, nobody leads, and D waits for as long as B's Election is open.
-func TestTransferEdgeMovedReplyLostLeavesAPhantomCandidate(t *testing.T) {
+// ends before the reply arrives: the failed wait deletes the key put again
+// too (on its lease, newer than the one it knew), so no candidate nobody
+// waits for is left to block the election, and D leads after C.
+func TestTransferEdgeMovedReplyLostLeavesNoPhantomCandidate(t *testing.T) {
 	cli := client(t)
 	ctx := etcdtest.Context(t, 30*time.Second)
-	const name = "review-moved-lost"
+	const name = "edge-moved-lost"
 	a := newElection(t, cli, name)
 	bctx, bcancel := context.WithCancel(ctx)
 	defer bcancel()
 	b := newElection(t, lostReplyClient(t, bcancel), name)
 	c := newElection(t, client(t), name)
 	d := newElection(t, client(t), name)
-	ta := await(t, campaignAsync(ctx, a, "A"), 5*time.Second, "A")
-	bres := campaignAsync(bctx, b, "B")
-	waitCandidates(t, a, 2)
-	cres := campaignAsync(ctx, c, "C")
-	cands := waitCandidates(t, a, 3)
+	ta, res, cands := leadThenQueue(t, ctx, a, "A", queued{e: b, v: "B", ctx: bctx}, queued{e: c, v: "C"})
+	bres, cres := res[0], res[1]
 	if err := ta.Transfer(ctx, cands[2].Key); err != nil {
 		t.Fatalf("Transfer past B = %v", err)
 	}
@@ -202,20 +195,16 @@ func TestTransferEdgeMovedReplyLostLeavesAPhantomCandidate(t *testing.T) {
 
 // The leader's key is deleted (an operator's `baton resign --force`, or its
 // lease expiring) after Transfer checked the target and before its
-// transaction. The transaction's guard fails on the first attempt, nothing
-// was handed over and B, the next, leads; Transfer takes the target's key
-// still being there for "an earlier attempt applied unheard" and returns
-// nil, as if C led.
-func TestTransferEdgeTransferReportsSuccessWhenItsKeyWentFirst(t *testing.T) {
+// transaction: the guard fails on the first attempt, nothing was handed
+// over and B, the next, leads; Transfer says so (ErrNotLeader), never that
+// C leads.
+func TestTransferEdgeTransferFailsWhenItsKeyWentFirst(t *testing.T) {
 	cli := client(t)
 	ctx := etcdtest.Context(t, 30*time.Second)
-	const name = "review-key-went-first"
+	const name = "edge-key-went-first"
 	a, b, c := newElection(t, cli, name), newElection(t, client(t), name), newElection(t, client(t), name)
-	ta := await(t, campaignAsync(ctx, a, "A"), 5*time.Second, "A")
-	bres := campaignAsync(ctx, b, "B")
-	waitCandidates(t, a, 2)
-	cres := campaignAsync(ctx, c, "C")
-	cands := waitCandidates(t, a, 3)
+	ta, res, cands := leadThenQueue(t, ctx, a, "A", queued{e: b, v: "B"}, queued{e: c, v: "C"})
+	bres, cres := res[0], res[1]
 	election.SetHandOverHook(a, func(string) {
 		if _, err := client(t).Delete(context.Background(), ta.Key()); err != nil { // the operator's force
 			t.Error(err)
@@ -225,27 +214,23 @@ func TestTransferEdgeTransferReportsSuccessWhenItsKeyWentFirst(t *testing.T) {
 	tb := await(t, bres, 5*time.Second, "B")
 	defer func() { _ = tb.Resign(ctx) }()
 	notYet(t, cres, "C")
-	if err == nil {
-		t.Fatalf("Transfer to C = nil (success) but B leads (token %d) and C waits", tb.Token())
+	if !errors.Is(err, election.ErrNotLeader) {
+		t.Fatalf("Transfer to C = %v, want ErrNotLeader: B leads (token %d) and C waits", err, tb.Token())
 	}
-	t.Logf("Transfer = %v", err)
 }
 
-// Transfer to the next candidate, which leaves after the check: Transfer
-// resigns, the one after it (B) leads, and Transfer returns nil although
-// its doc promises an error wrapping ErrNoCandidate.
-func TestTransferEdgeTransferToTheNextThatLeavesReturnsNil(t *testing.T) {
+// Transfer to the next candidate, which leaves after the check: the one
+// after it (B) leads, and Transfer returns an error wrapping
+// ErrNoCandidate, as documented.
+func TestTransferEdgeTransferToTheNextThatLeaves(t *testing.T) {
 	cli := client(t)
 	ctx := etcdtest.Context(t, 30*time.Second)
-	const name = "review-next-leaves"
+	const name = "edge-next-leaves"
 	a, c, b := newElection(t, cli, name), newElection(t, client(t), name), newElection(t, client(t), name)
-	ta := await(t, campaignAsync(ctx, a, "A"), 5*time.Second, "A")
 	cctx, ccancel := context.WithCancel(ctx)
 	defer ccancel()
-	cres := campaignAsync(cctx, c, "C")
-	waitCandidates(t, a, 2)
-	bres := campaignAsync(ctx, b, "B")
-	cands := waitCandidates(t, a, 3)
+	ta, res, cands := leadThenQueue(t, ctx, a, "A", queued{e: c, v: "C", ctx: cctx}, queued{e: b, v: "B"})
+	cres, bres := res[0], res[1]
 	election.SetHandOverHook(a, func(string) {
 		ccancel()
 		<-cres
@@ -260,15 +245,13 @@ func TestTransferEdgeTransferToTheNextThatLeavesReturnsNil(t *testing.T) {
 }
 
 // A second Campaign through the leader's lease takes its key over while
-// the leader's Transfer is between its check and its transaction: the
-// replaced Term's transaction (guarded by the key's CreateRevision alone,
-// which the takeover keeps) still deletes the key, now the new Term's,
-// and hands over. Transfer of a Term that had ended returns nil, and the
-// new Term is deposed by a hand-over it never asked for.
-func TestTransferEdgeTransferOfAReplacedTermHandsOverTheNewOne(t *testing.T) {
+// the leader's Transfer is between its check and its transaction (a
+// takeover keeps the key's CreateRevision, not its ModRevision): the
+// replaced Term's Transfer returns ErrNotLeader and the new Term leads on.
+func TestTransferEdgeTransferOfAReplacedTermLeavesTheNewOne(t *testing.T) {
 	cli := client(t)
 	ctx := etcdtest.Context(t, 30*time.Second)
-	const name = "review-replaced"
+	const name = "edge-replaced"
 	cs, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
 	if err != nil {
 		t.Fatal(err)
@@ -277,11 +260,8 @@ func TestTransferEdgeTransferOfAReplacedTermHandsOverTheNewOne(t *testing.T) {
 	a1 := newElection(t, cli, name, election.WithSession(cs))
 	a2 := newElection(t, cli, name, election.WithSession(cs))
 	b, c := newElection(t, client(t), name), newElection(t, client(t), name)
-	t1 := await(t, campaignAsync(ctx, a1, "A1"), 5*time.Second, "A1")
-	bres := campaignAsync(ctx, b, "B")
-	waitCandidates(t, a1, 2)
-	cres := campaignAsync(ctx, c, "C")
-	cands := waitCandidates(t, a1, 3)
+	t1, res, cands := leadThenQueue(t, ctx, a1, "A1", queued{e: b, v: "B"}, queued{e: c, v: "C"})
+	bres, cres := res[0], res[1]
 	var t2 *election.Term
 	election.SetHandOverHook(a1, func(string) {
 		t2 = await(t, campaignAsync(ctx, a2, "A2"), 5*time.Second, "A2")
@@ -304,10 +284,10 @@ func TestTransferEdgeTransferOfAReplacedTermHandsOverTheNewOne(t *testing.T) {
 // when it set a candidate option, without "moves") is not baton's for a
 // hand-over: it would take the skip for a loss. Its record is planted as
 // that release wrote it, beside an etcd candidate's key.
-func TestTransferEdgeOlderBatonWithAnAttributeIsSkipped(t *testing.T) {
+func TestTransferEdgeOlderBatonCandidateIsNotSkipped(t *testing.T) {
 	cli := client(t)
 	ctx := etcdtest.Context(t, 30*time.Second)
-	const name = "review-older-baton"
+	const name = "edge-older-baton"
 	a, c := newElection(t, cli, name), newElection(t, client(t), name)
 	ta := await(t, campaignAsync(ctx, a, "A"), 5*time.Second, "A")
 	s, err := concurrency.NewSession(client(t), concurrency.WithTTL(10))
@@ -341,15 +321,13 @@ func TestTransferEdgeOlderBatonWithAnAttributeIsSkipped(t *testing.T) {
 	_ = await(t, cres, 10*time.Second, "C").Resign(ctx)
 }
 
-// With WithLockDelay, Transfer to the next candidate (also what a
-// hand-over under Oldest does when no one is skipped: Run's, `baton resign
-// --to` the next) releases the key without the leader's lock-delay record,
-// unlike Resign: the successor finds the record of a holder gone and waits
-// out the whole delay, as after a crash.
-func TestTransferEdgeTransferToTheNextWaitsOutTheLockDelay(t *testing.T) {
+// With WithLockDelay, Transfer to the next candidate (also Run's hand-over
+// and `baton resign --to` the next) deletes the leader's lock-delay record
+// with its key, as Resign does: the successor waits out no delay.
+func TestTransferEdgeTransferToTheNextWaitsOutNoLockDelay(t *testing.T) {
 	cli := client(t)
 	ctx := etcdtest.Context(t, 30*time.Second)
-	const name = "review-next-delay"
+	const name = "edge-next-delay"
 	const d = 3 * time.Second
 	a, b := newElection(t, cli, name, election.WithLockDelay(d)), newElection(t, client(t), name, election.WithLockDelay(d))
 	ta := await(t, campaignAsync(ctx, a, "A"), 5*time.Second, "A")

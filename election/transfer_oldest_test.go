@@ -1,6 +1,7 @@
 package election_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,28 @@ import (
 	"github.com/batonhq/baton/integration/etcdtest"
 	"github.com/batonhq/baton/integration/history"
 )
+
+// queued is a candidate leadThenQueue queues: its election, value and,
+// if not nil, its own Campaign context.
+type queued struct {
+	e   *election.Election
+	v   string
+	ctx context.Context
+}
+
+// leadThenQueue campaigns with leader first and, once it leads, queues each
+// of ws in turn; it returns the leader's term, the waiters' results and
+// the candidates in queue order.
+func leadThenQueue(t *testing.T, ctx context.Context, leader *election.Election, lv string, ws ...queued) (*election.Term, []<-chan campaignResult, []election.Candidate) {
+	t.Helper()
+	term := await(t, campaignAsync(ctx, leader, lv), 5*time.Second, lv)
+	var res []<-chan campaignResult
+	for i, w := range ws {
+		res = append(res, campaignAsync(cmp.Or(w.ctx, ctx), w.e, w.v))
+		waitCandidates(t, leader, i+2)
+	}
+	return term, res, waitCandidates(t, leader, len(ws)+1)
+}
 
 // oldestHistory is an Oldest election's history as etcd recorded it: the
 // leader (the live key with the smallest CreateRevision) after every
@@ -102,11 +125,8 @@ func transferPastTheNext(t *testing.T, name string, opts ...election.Option) {
 	ctx := etcdtest.Context(t, 30*time.Second)
 	a, b, c := newElection(t, cli, name, opts...), newElection(t, client(t), name, opts...), newElection(t, client(t), name, opts...)
 	from := revNow(t, cli)
-	ta := await(t, campaignAsync(ctx, a, "A"), 5*time.Second, "A")
-	bres := campaignAsync(ctx, b, "B")
-	waitCandidates(t, a, 2)
-	cres := campaignAsync(ctx, c, "C")
-	cands := waitCandidates(t, a, 3)
+	ta, res, cands := leadThenQueue(t, ctx, a, "A", queued{e: b, v: "B"}, queued{e: c, v: "C"})
+	bres, cres := res[0], res[1]
 	octx, ocancel := context.WithCancel(ctx)
 	defer ocancel()
 	obs := b.Observe(octx)
@@ -229,13 +249,10 @@ func TestTransferUnderOldestToATargetThatDies(t *testing.T) {
 	a, b := newElection(t, cli, name), newElection(t, client(t), name)
 	c := newElection(t, client(t), name)
 	from := revNow(t, cli)
-	ta := await(t, campaignAsync(ctx, a, "A"), 5*time.Second, "A")
-	bres := campaignAsync(ctx, b, "B")
-	waitCandidates(t, a, 2)
 	cctx, ccancel := context.WithCancel(ctx)
 	defer ccancel()
-	cres := campaignAsync(cctx, c, "C")
-	cands := waitCandidates(t, a, 3)
+	ta, res, cands := leadThenQueue(t, ctx, a, "A", queued{e: b, v: "B"}, queued{e: c, v: "C", ctx: cctx})
+	bres, cres := res[0], res[1]
 	election.SetHandOverHook(a, func(string) {
 		ccancel()
 		<-cres
@@ -268,13 +285,10 @@ func TestTransferUnderOldestSkippedCandidateLeaves(t *testing.T) {
 	ctx := etcdtest.Context(t, 30*time.Second)
 	const name = "transfer-skipped-leaves"
 	a, b, c := newElection(t, cli, name), newElection(t, client(t), name), newElection(t, client(t), name)
-	ta := await(t, campaignAsync(ctx, a, "A"), 5*time.Second, "A")
 	bctx, bcancel := context.WithCancel(ctx)
 	defer bcancel()
-	bres := campaignAsync(bctx, b, "B")
-	waitCandidates(t, a, 2)
-	cres := campaignAsync(ctx, c, "C")
-	cands := waitCandidates(t, a, 3)
+	ta, res, cands := leadThenQueue(t, ctx, a, "A", queued{e: b, v: "B", ctx: bctx}, queued{e: c, v: "C"})
+	bres, cres := res[0], res[1]
 	election.SetHandOverHook(a, func(string) { bcancel() })
 	if err := ta.Transfer(ctx, cands[2].Key); err != nil {
 		t.Fatalf("Transfer = %v", err)
@@ -406,11 +420,8 @@ func TestTransferUnderOldestSkippedNeverTakesTheRelease(t *testing.T) {
 		ctx := etcdtest.Context(t, 30*time.Second)
 		name := fmt.Sprintf("transfer-release-%d", i)
 		a, b, c := newElection(t, cli, name), newElection(t, client(t), name), newElection(t, client(t), name)
-		ta := await(t, campaignAsync(ctx, a, "A"), 5*time.Second, "A")
-		bres := campaignAsync(ctx, b, "B")
-		waitCandidates(t, a, 2)
-		cres := campaignAsync(ctx, c, "C")
-		cands := waitCandidates(t, a, 3)
+		ta, res, cands := leadThenQueue(t, ctx, a, "A", queued{e: b, v: "B"}, queued{e: c, v: "C"})
+		bres, cres := res[0], res[1]
 		if err := ta.Transfer(ctx, cands[2].Key); err != nil {
 			t.Fatal(err)
 		}

@@ -26,19 +26,10 @@ type observed struct {
 // graceful failover (Resign returns → the follower's Campaign returns) and
 // the Observe latency (Resign called → the observer hears the new leader).
 func graceful(ctx context.Context, env *env, impl Impl, name string) ([]Value, error) {
-	els := make([]Election, 2)
-	sessions, closeSessions, err := ownSessions(env, len(els))
-	defer closeSessions()
+	els, _, closeAll, err := ownElections(env, impl, name, 2)
+	defer closeAll()
 	if err != nil {
 		return nil, err
-	}
-	for i, sess := range sessions {
-		e, err := impl.NewElection(sess.Client(), sess, name, 0)
-		if err != nil {
-			return nil, err
-		}
-		defer e.Close()
-		els[i] = e
 	}
 	ocli, err := NewClient(env.endpoint, nil)
 	if err != nil {
@@ -148,6 +139,30 @@ func graceful(ctx context.Context, env *env, impl Impl, name string) ([]Value, e
 		{Metric: "observe floor p50 ms", V: percentile(fl, 50)},
 		{Metric: "observe floor p99 ms", V: percentile(fl, 99)},
 	}, nil
+}
+
+// ownElections opens n elections on name, each with its own client and
+// session, as n processes would; closeAll closes what was opened, even
+// after an error.
+func ownElections(env *env, impl Impl, name string, n int) (els []Election, sessions []*concurrency.Session, closeAll func(), err error) {
+	sessions, closeSessions, err := ownSessions(env, n)
+	closeAll = func() {
+		for _, e := range els {
+			_ = e.Close()
+		}
+		closeSessions()
+	}
+	if err != nil {
+		return nil, nil, closeAll, err
+	}
+	for _, sess := range sessions {
+		e, err := impl.NewElection(sess.Client(), sess, name, 0)
+		if err != nil {
+			return els, sessions, closeAll, err
+		}
+		els = append(els, e)
+	}
+	return els, sessions, closeAll, nil
 }
 
 // heardAt waits until key is heard of on heard.

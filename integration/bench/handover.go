@@ -26,19 +26,10 @@ type transferer interface {
 // led first); then the old leader campaigns again, at the queue's end.
 func handover(ctx context.Context, env *env, impl Impl, name string) ([]Value, error) {
 	const n = 3
-	els := make([]Election, n)
-	sessions, closeSessions, err := ownSessions(env, n)
-	defer closeSessions()
+	els, sessions, closeAll, err := ownElections(env, impl, name, n)
+	defer closeAll()
 	if err != nil {
 		return nil, err
-	}
-	for i, sess := range sessions {
-		e, err := impl.NewElection(sess.Client(), sess, name, 0)
-		if err != nil {
-			return nil, err
-		}
-		defer e.Close()
-		els[i] = e
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	type won struct {

@@ -14,12 +14,12 @@ import (
 )
 
 // A forced hand-over whose target leaves while baton watches the leader's
-// lease: the transaction's guard fails and nothing is done. The operator
-// asked for the target to lead and it does not, yet baton exits 0.
-func TestResignToEdgeForceTransferThatDidNothingExitsZero(t *testing.T) {
+// lease: the transaction's guard fails and nothing is done; the operator
+// asked for the target to lead and it does not: baton exits 77.
+func TestResignToEdgeForceTransferThatDidNothingIsRefused(t *testing.T) {
 	ctx := testContext(t)
 	cli := srv.Client(t)
-	const ns = "review-force-nothing"
+	const ns = "edge-force-nothing"
 	opts := []election.Option{election.WithNamespace(ns)}
 	a, _ := election.New(cli, "sched", opts...)
 	defer a.Close()
@@ -57,7 +57,7 @@ func TestResignToEdgeForceTransferThatDidNothingExitsZero(t *testing.T) {
 func TestResignToEdgeForeignKeyNamedEscapedInTheRefusal(t *testing.T) {
 	ctx := testContext(t)
 	cli := srv.Client(t)
-	const ns = "review-foreign-hostile"
+	const ns = "edge-foreign-hostile"
 	opts := []election.Option{election.WithNamespace(ns)}
 	a, _ := election.New(cli, "sched", opts...)
 	defer a.Close()

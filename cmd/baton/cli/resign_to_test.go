@@ -29,6 +29,39 @@ func candidateKey(ctx context.Context, t *testing.T, e *election.Election, value
 	return key
 }
 
+// askedLeaderAndTwo runs a as host-a under Run, whose fn returns once its
+// term is asked to end (the request sent on asked), then queues b as
+// host-b and c as host-c, in that order, on rctx; the terms they win go
+// to won.
+func askedLeaderAndTwo(ctx, rctx context.Context, t *testing.T, a, b, c *election.Election) (asked <-chan election.EndRequest, runDone <-chan error, won <-chan *election.Term) {
+	t.Helper()
+	ask, done, w := make(chan election.EndRequest, 2), make(chan error, 1), make(chan *election.Term, 2)
+	go func() {
+		done <- a.Run(rctx, "host-a", func(ctx context.Context, term *election.Term) error {
+			select {
+			case <-term.EndRequested():
+				r, _ := term.EndRequest()
+				ask <- r
+			case <-ctx.Done():
+			}
+			return nil
+		})
+	}()
+	waitFor(t, func() bool { return a.IsLeader() })
+	for _, x := range []struct {
+		e *election.Election
+		v string
+	}{{b, "host-b"}, {c, "host-c"}} {
+		go func() {
+			if term, err := x.e.Campaign(rctx, x.v); err == nil {
+				w <- term
+			}
+		}()
+		candidateKey(ctx, t, a, x.v)
+	}
+	return ask, done, w
+}
+
 // Without --force the Preferred leader is asked and hands over under Run.
 func TestResignToAsksThePreferredLeader(t *testing.T) {
 	ctx := testContext(t)
@@ -43,32 +76,7 @@ func TestResignToAsksThePreferredLeader(t *testing.T) {
 	defer c.Close()
 	rctx, rcancel := context.WithCancel(ctx)
 	defer rcancel()
-	asked := make(chan election.EndRequest, 1)
-	runDone := make(chan error, 1)
-	go func() {
-		runDone <- a.Run(rctx, "host-a", func(ctx context.Context, term *election.Term) error {
-			select {
-			case <-term.EndRequested():
-				r, _ := term.EndRequest()
-				asked <- r
-			case <-ctx.Done():
-			}
-			return nil
-		})
-	}()
-	waitFor(t, func() bool { return a.IsLeader() })
-	won := make(chan *election.Term, 2)
-	for _, x := range []struct {
-		e *election.Election
-		v string
-	}{{b, "host-b"}, {c, "host-c"}} {
-		go func() {
-			term, err := x.e.Campaign(rctx, x.v)
-			if err == nil {
-				won <- term
-			}
-		}()
-	}
+	asked, runDone, won := askedLeaderAndTwo(ctx, rctx, t, a, b, c)
 	bkey := candidateKey(ctx, t, a, "host-b") // the worst candidate: only asked for by name
 	candidateKey(ctx, t, a, "host-c")
 
@@ -107,33 +115,7 @@ func TestResignToAsksTheOldestLeader(t *testing.T) {
 	defer c.Close()
 	rctx, rcancel := context.WithCancel(ctx)
 	defer rcancel()
-	asked := make(chan election.EndRequest, 2)
-	runDone := make(chan error, 1)
-	go func() {
-		runDone <- a.Run(rctx, "host-a", func(ctx context.Context, term *election.Term) error {
-			select {
-			case <-term.EndRequested():
-				r, _ := term.EndRequest()
-				asked <- r
-			case <-ctx.Done():
-			}
-			return nil
-		})
-	}()
-	waitFor(t, func() bool { return a.IsLeader() })
-	won := make(chan *election.Term, 2)
-	for _, x := range []struct {
-		e *election.Election
-		v string
-	}{{b, "host-b"}, {c, "host-c"}} {
-		go func() {
-			term, err := x.e.Campaign(rctx, x.v)
-			if err == nil {
-				won <- term
-			}
-		}()
-		candidateKey(ctx, t, a, x.v)
-	}
+	asked, runDone, won := askedLeaderAndTwo(ctx, rctx, t, a, b, c)
 	ckey := candidateKey(ctx, t, a, "host-c")
 
 	code, out, errOut := run(ctx, t, ns, "resign", "sched", "--to", "host-c", "--deadline", "10s")
