@@ -68,6 +68,12 @@ type StormConfig struct {
 	// recovery was 5.4× its quiet p99, at 1/8 2.2×, at 1/16 3.7× (the
 	// machine's own noise).
 	RateFraction float64
+	// RecoveryBudget, when set with Rate zero, raises the cap to
+	// Locks/RecoveryBudget where RateFraction of the measured rate would
+	// take longer (a loaded machine measures a low rate): the phase's
+	// time budget. StormResult.RateShare says what share of the measured
+	// rate the cap was.
+	RecoveryBudget time.Duration
 	// Quiet is how long etcd's latency is probed before the cut.
 	Quiet time.Duration
 	// AttemptTimeout bounds one Lock attempt of a re-acquirer.
@@ -78,11 +84,11 @@ type StormConfig struct {
 
 // DefaultStormConfig is the full-size storm: 100,000 locks, 20 sessions,
 // a 20 s outage, 6 s leases, re-acquisition capped at an eighth of the
-// rate measured while taking the locks; the holders run in this program's
-// executable.
+// rate measured while taking the locks but no lower than 100,000 in 2
+// minutes; the holders run in this program's executable.
 func DefaultStormConfig() StormConfig {
 	return StormConfig{Binary: stormExecutable(), Locks: 100_000, Sessions: 20, Outage: 20 * time.Second, TTL: 6 * time.Second,
-		Quiet: 5 * time.Second, AttemptTimeout: 2 * time.Second}
+		Quiet: 5 * time.Second, AttemptTimeout: 2 * time.Second, RecoveryBudget: 2 * time.Minute}
 }
 
 // stormExecutable is this program's executable, empty if unknown.
@@ -128,6 +134,9 @@ func (c StormConfig) Validate() error {
 	}
 	if c.Outage <= c.TTL {
 		errs = append(errs, fmt.Errorf("storm: Outage must exceed TTL (%v) so that the server expires the leases, got %v", c.TTL, c.Outage))
+	}
+	if c.RecoveryBudget < 0 {
+		errs = append(errs, fmt.Errorf("storm: RecoveryBudget must be at least 0 (0: none), got %v", c.RecoveryBudget))
 	}
 	if c.Rate < 0 {
 		errs = append(errs, fmt.Errorf("storm: Rate must be at least 0 (0: RateFraction of the measured rate), got %g", c.Rate))
@@ -202,6 +211,8 @@ type StormResult struct {
 	LossAfterCutMin time.Duration `json:"loss_after_cut_min_ns"`
 	LossAfterCutMax time.Duration `json:"loss_after_cut_max_ns"`
 
+	// RateShare is Rate / AcquirePerSecond.
+	RateShare float64 `json:"rate_share"`
 	// Rate is the re-acquisition cap used. RequestBound is the request
 	// rate it implies: Rate × RequestsPerAcquire + the quiet background
 	// (renewals) + 4 requests per session re-established (lease grant,
@@ -461,7 +472,7 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 	defer cancelHard()
 	cmd := exec.CommandContext(hardCtx, cfg.Binary, "child", "storm", "-endpoint", proxy.Endpoint(),
 		"-locks", strconv.Itoa(cfg.Locks), "-sessions", strconv.Itoa(cfg.Sessions), "-ttl", cfg.TTL.String(),
-		"-rate", strconv.FormatFloat(cfg.Rate, 'g', -1, 64), "-fraction", strconv.FormatFloat(cfg.RateFraction, 'g', -1, 64),
+		"-rate", strconv.FormatFloat(cfg.Rate, 'g', -1, 64), "-fraction", strconv.FormatFloat(cfg.RateFraction, 'g', -1, 64), "-budget", cfg.RecoveryBudget.String(),
 		"-attempt-timeout", cfg.AttemptTimeout.String(), "-deadline", cfg.Deadline.String(), "-report", reportPath)
 	var stderr procTail
 	cmd.Stderr = &stderr
@@ -525,6 +536,7 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 	}
 	res.AcquireSeconds, res.AcquirePerSecond, res.RequestsPerAcquire, res.Rate = ready.AcquireSeconds, ready.AcquirePerSecond, ready.RequestsPerAcquire, ready.Rate
 	res.PredictedSeconds = float64(cfg.Locks)/res.Rate + stormMaxBackoff.Seconds()
+	res.RateShare = res.Rate / res.AcquirePerSecond
 	fmt.Fprintf(progress, "storm: took %d locks on %d sessions in %.2f s (%.0f/s, %.2f requests each)\n",
 		cfg.Locks, cfg.Sessions, res.AcquireSeconds, res.AcquirePerSecond, res.RequestsPerAcquire)
 
@@ -613,7 +625,7 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 	if _, err := io.WriteString(stdin, "restored\n"); err != nil {
 		return holderFailed("telling it the restore", err)
 	}
-	fmt.Fprintf(progress, "storm: traffic restored; re-acquiring at most %.0f/s (predicted %.1f s)\n", res.Rate, res.PredictedSeconds)
+	fmt.Fprintf(progress, "storm: traffic restored; re-acquiring at most %.0f/s (%.2f of the measured rate; predicted %.1f s)\n", res.Rate, res.RateShare, res.PredictedSeconds)
 	werr := <-waited
 	stopRun()
 	bg.Wait()
@@ -854,6 +866,7 @@ func stormHolder(ctx context.Context, args []string, stdout, stderr io.Writer, s
 	ttl := fs.Duration("ttl", 6*time.Second, "lease TTL")
 	rate := fs.Float64("rate", 0, "re-acquisitions per second (0: -fraction of the measured rate)")
 	fraction := fs.Float64("fraction", 0, "share of the measured rate (0: 1/8)")
+	budget := fs.Duration("budget", 0, "least rate: -locks per budget (0: none)")
 	attemptTimeout := fs.Duration("attempt-timeout", 2*time.Second, "bound of one Lock attempt")
 	deadline := fs.Duration("deadline", 0, "bound of the recovery (0: 3 × locks/rate + 30s)")
 	reportPath := fs.String("report", "", "file to write the report to")
@@ -867,7 +880,7 @@ func stormHolder(ctx context.Context, args []string, stdout, stderr io.Writer, s
 	if *fraction == 0 {
 		*fraction = stormDefaultFraction
 	}
-	rep, err := stormHold(ctx, *endpoint, *nLocks, *nSessions, *ttl, *rate, *fraction, *attemptTimeout, *deadline, stdout, stdin)
+	rep, err := stormHold(ctx, *endpoint, *nLocks, *nSessions, *ttl, *rate, *fraction, *budget, *attemptTimeout, *deadline, stdout, stdin)
 	if err != nil {
 		fmt.Fprintf(stderr, "child storm: %v\n", err)
 		return 1
@@ -895,7 +908,7 @@ type stormLock struct {
 }
 
 func stormHold(ctx context.Context, endpoint string, nLocks, nSessions int, ttl time.Duration, rate, fraction float64,
-	attemptTimeout, deadline time.Duration, stdout io.Writer, stdin io.Reader) (*stormReport, error) {
+	budget, attemptTimeout, deadline time.Duration, stdout io.Writer, stdin io.Reader) (*stormReport, error) {
 	margin := ttl / 5
 	counter := bench.NewCounter()
 	sessions := make([]*session.Session, nSessions)
@@ -976,6 +989,9 @@ func stormHold(ctx context.Context, endpoint string, nLocks, nSessions int, ttl 
 		RequestsPerAcquire: float64(stormTotal(counter)) / float64(nLocks), Rate: rate}
 	if ready.Rate == 0 {
 		ready.Rate = ready.AcquirePerSecond * fraction
+		if budget > 0 {
+			ready.Rate = max(ready.Rate, float64(nLocks)/budget.Seconds())
+		}
 	}
 	if deadline == 0 {
 		deadline = time.Duration(3*float64(nLocks)/ready.Rate*float64(time.Second)) + 30*time.Second
