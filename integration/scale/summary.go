@@ -134,8 +134,15 @@ func verdict(ok bool) string {
 	return "FAIL"
 }
 
-// num prints a figure in at most four significant digits, 0 as 0.
-func num(v float64) string { return fmt.Sprintf("%.4g", v) }
+// num prints a figure with at most four decimals, trailing zeros dropped.
+func num(v float64) string {
+	s := strconv.FormatFloat(v, 'f', 4, 64)
+	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	if s == "" || s == "-" {
+		return "0"
+	}
+	return s
+}
 
 // CPUs is the number of CPUs this process may use.
 func CPUs() int { return runtime.NumCPU() }
