@@ -356,14 +356,14 @@ func drainOnce(ctx context.Context, clis []*clientv3.Client, counter *bench.Coun
 	return out, nil
 }
 
-// settled reads the server once its watcher count reached want, or stayed
-// put for 300 ms (raw waiters watch only while they wait), within 5 s.
+// settled reads the server once its watcher count reached want (each
+// queued waiter watches one key), or stayed put for a second, within 10 s.
 func settled(ctx context.Context, want float64) (ServerStats, error) {
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	last, since := -1.0, time.Now()
 	for {
 		s, err := ReadServer(nil)
-		if err != nil || s.Watchers >= want || time.Now().After(deadline) || time.Since(since) > 300*time.Millisecond {
+		if err != nil || s.Watchers >= want || time.Now().After(deadline) || time.Since(since) > time.Second {
 			return s, err
 		}
 		if s.Watchers != last {
