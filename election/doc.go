@@ -124,6 +124,10 @@
 //     deadline its key is deleted first and the successor takes in a later
 //     transaction, and the old leader learns it from its watch (fencing
 //     covers the rest). The deadline runs on the requester's clock.
+//   - Transfer's report after a reply lost in flight: if its transaction
+//     applied unheard and the successor resigned before the retry read
+//     the election, Transfer returns an error wrapping ErrNotLeader
+//     although it handed over.
 //   - A skipped candidate's place: it puts its key again once it heard
 //     of the hand-over, behind the successor and after any candidate
 //     that campaigned meanwhile (the old leader's Run among them).

@@ -2,6 +2,7 @@ package election
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -118,6 +119,20 @@ func skipTarget(st *state, to string) (target *mvccpb.KeyValue, skipped []*mvccp
 	return st.keys[i], st.keys[1:i], nil
 }
 
+// resignOwn deletes this term's key, guarded by its CreateRevision, as a
+// Resign does: with the release mark and the lock-delay record.
+func (t *Term) resignOwn(ctx context.Context, own string, token int64) {
+	ops := queue.Release(own, true)
+	if t.e.delay != nil {
+		ops = append(ops, clientv3.OpDelete(t.e.delay.RecordKey(own)))
+	}
+	_ = retry.Do(ctx, func(actx context.Context) error {
+		_, err := t.e.o.Client().Txn(clientv3.WithRequireLeader(actx)).
+			If(clientv3.Compare(clientv3.CreateRevision(own), "=", token)).Then(ops...).Commit()
+		return err
+	})
+}
+
 // transferOldest is Transfer under Oldest; it returns the successor's token.
 func (t *Term) transferOldest(ctx context.Context, st *state, to string) (int64, error) {
 	own, token := t.Key(), int64(t.Token())
@@ -129,14 +144,22 @@ func (t *Term) transferOldest(ctx context.Context, st *state, to string) (int64,
 		return 0, err
 	}
 	mod := st.keys[0].ModRevision // a takeover by another Campaign through this lease rewrites the key
-	leads := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(own), "=", token), clientv3.Compare(clientv3.ModRevision(own), "=", mod),
-		clientv3.Compare(clientv3.CreateRevision(to), "=", target.CreateRevision)}
+	leads := func() []clientv3.Cmp {
+		return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(own), "=", token), clientv3.Compare(clientv3.ModRevision(own), "=", mod),
+			clientv3.Compare(clientv3.CreateRevision(to), "=", target.CreateRevision)}
+	}
 	if f := t.e.hooks.beforeHandOver; f != nil {
 		f(to)
 	}
 	t.cancel(ErrTransferred) // before the successor can lead
+	if cause := context.Cause(t.ctx); !errors.Is(cause, ErrTransferred) {
+		return 0, fmt.Errorf("transfer: %w: %w", ErrNotLeader, cause) // it ended otherwise meanwhile: nothing to hand over
+	}
+	// The caller's ctx may be the term's own, ended just now.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
 	telemetry.HoldFrom(t.hold.Context()).TransferredTo(to)
-	core.Abandon(t.hold)                                             // the transaction below deletes the key
+	defer core.Abandon(t.hold)()                                     // the transaction below deletes the key
 	ops := append(t.e.skipOps(skipped), queue.Release(own, true)...) // the holder knew first: its release's mark
 	if t.e.delay != nil {
 		ops = append(ops, clientv3.OpDelete(t.e.delay.RecordKey(own)))
@@ -147,11 +170,25 @@ func (t *Term) transferOldest(ctx context.Context, st *state, to string) (int64,
 	}
 	var resp *clientv3.TxnResponse
 	unheard := false // an attempt failed: it may have applied
-	err = retry.Do(ctx, func(actx context.Context) (err error) {
-		resp, err = t.e.o.Client().Txn(clientv3.WithRequireLeader(actx)).If(leads...).Then(ops...).Else(reads...).Commit()
-		unheard = unheard || err != nil
-		return err
-	})
+	for range 3 {
+		err = retry.Do(ctx, func(actx context.Context) (err error) {
+			resp, err = t.e.o.Client().Txn(clientv3.WithRequireLeader(actx)).If(leads()...).Then(ops...).Else(reads...).Commit()
+			unheard = unheard || err != nil
+			return err
+		})
+		// A takeover ended the term before the cancel above (its cause is
+		// not ErrTransferred), and none can happen since (the hold is over,
+		// its key still reserved): a key rewritten meanwhile is this term's
+		// own late write, a Proclaim whose reply was lost. Again, with it.
+		if err != nil || resp.Succeeded {
+			break
+		}
+		mine := resp.Responses[0].GetResponseRange().Kvs
+		if len(mine) == 0 || mine[0].CreateRevision != token || mine[0].ModRevision == mod {
+			break
+		}
+		mod = mine[0].ModRevision
+	}
 	if err == nil && !resp.Succeeded {
 		mine, them := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
 		applied := len(them) > 0 && them[0].CreateRevision == target.CreateRevision
@@ -163,13 +200,12 @@ func (t *Term) transferOldest(ctx context.Context, st *state, to string) (int64,
 		case unheard && len(mine) == 0 && applied:
 			t.dropRecord(ctx)
 			return target.CreateRevision, nil // an earlier attempt applied unheard
-		case len(mine) == 1 && mine[0].CreateRevision == token && mine[0].ModRevision != mod:
-			t.dropRecord(ctx)
-			return 0, fmt.Errorf("transfer: %w: another Campaign through this lease took the key over", ErrNotLeader) // the key is its now
 		case len(mine) == 0 || mine[0].CreateRevision != token:
 			err = fmt.Errorf("transfer: %w: the leader's key was deleted before the hand-over", ErrNotLeader)
 		default:
-			err = fmt.Errorf("%w: %s left before the hand-over; the term was resigned instead", ErrNoCandidate, to)
+			t.resignOwn(ctx, own, token) // with its release mark and lock-delay record, as Resign
+			t.dropRecord(ctx)
+			return 0, fmt.Errorf("%w: %s left before the hand-over; the term was resigned instead", ErrNoCandidate, to)
 		}
 	}
 	if err != nil {

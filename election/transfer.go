@@ -135,12 +135,18 @@ func (t *Term) handTo(ctx context.Context, to *entry, cause error) (int64, error
 		f(to.key)
 	}
 	t.cancel(cause)
+	if c := context.Cause(t.ctx); !errors.Is(c, cause) {
+		return 0, fmt.Errorf("%w: %w", ErrNotLeader, c) // it ended otherwise meanwhile: nothing to hand over
+	}
+	// The caller's ctx may be the term's own, ended just now.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
 	prefix, own, lease, token := t.e.Prefix(), t.Key(), t.Lease(), int64(t.Token())
 	next := keys.LeaseKey(prefix, int64(to.lease))
 	if errors.Is(cause, ErrTransferred) { // the transfer's span says whether the successor got it
 		telemetry.HoldFrom(t.hold.Context()).TransferredTo(next)
 	}
-	core.Abandon(t.hold) // released: the transaction deletes the key
+	defer core.Abandon(t.hold)() // released: the transaction deletes the key
 	ops := []clientv3.Op{clientv3.OpDelete(own), clientv3.OpDelete(t.e.endKey(lease)),
 		clientv3.OpPut(next, to.Value, clientv3.WithLease(to.lease))}
 	if t.rec != nil {

@@ -310,8 +310,25 @@ func (h *Hold) finish(result error) error {
 	return result
 }
 
-// Abandon ends h as released but leaves its key, for a caller's hand-over.
-func Abandon(h *Hold) { h.abandon() }
+// Abandon ends h as released but leaves its key, for a caller's hand-over
+// that deletes it in its own transaction; done, called once that
+// transaction's outcome is known, frees the key's reservation: until then
+// another acquisition of the key in this session (a Campaign through the
+// same lease) waits rather than take over a key being handed over.
+func Abandon(h *Hold) (done func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.finished {
+		return func() {}
+	}
+	result := h.lostErr()
+	h.endReleased()
+	h.finished, h.result = true, result
+	return sync.OnceFunc(func() {
+		h.l.s.free(h.res, h)
+		h.ended.Wait()
+	})
+}
 
 // abandon ends the hold without deleting the key: the lease's revoke will.
 func (h *Hold) abandon() {
