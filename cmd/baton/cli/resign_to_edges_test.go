@@ -95,3 +95,42 @@ func TestResignToEdgeForeignKeyNamedEscapedInTheRefusal(t *testing.T) {
 		}
 	}
 }
+
+// A forced hand-over takes the operators access level, as unlock --force:
+// a contender is refused (exit 78), nothing is written and the leader
+// leads on; an operator hands over past the next candidate, audited with
+// who, from whom and to whom.
+func TestResignToForceRefusedWithoutTheRight(t *testing.T) {
+	as := startSecureDev(t, "worker,oncall,root", "namespaces:\n  - name: jobs\n    contenders: [worker]\n    operators: [oncall]\n")
+	for _, host := range []string{"host-a", "host-b", "host-c"} {
+		go func() { _, _, _ = as("worker", "--namespace", "jobs", "elect", "sched", host, "--", "sleep", "30") }()
+		waitFor(t, func() bool {
+			code, out, _ := as("oncall", "--namespace", "jobs", "candidates", "sched")
+			return code == ExitOK && strings.Contains(out, host)
+		})
+	}
+	force := []string{"--namespace", "jobs", "resign", "sched", "--to", "host-c", "--force", "--reason", "drain host-a", "--even-if-alive", "--watch", "100ms"}
+	code, _, errOut := as("worker", force...)
+	if code != ExitDenied || !strings.Contains(errOut, "permission denied") {
+		t.Fatalf("a contender's forced hand-over: exit %d, want %d: %s", code, ExitDenied, errOut)
+	}
+	if code, out, _ := as("oncall", "--namespace", "jobs", "leader", "sched"); code != ExitOK || !strings.Contains(out, "host-a") {
+		t.Fatalf("after a refused hand-over: exit %d, leader %s", code, out)
+	}
+	if code, out, _ := as("oncall", "--namespace", "jobs", "-o", "json", "audit"); code != ExitOK || strings.Contains(out, actionForceTransfer) {
+		t.Fatalf("the refused hand-over left an audit record (exit %d): %s", code, out)
+	}
+	code, out, errOut := as("oncall", force...)
+	if code != ExitOK || !strings.Contains(out, "handed election") {
+		t.Fatalf("an operator's forced hand-over: exit %d: %s%s", code, out, errOut)
+	}
+	waitFor(t, func() bool {
+		code, out, _ := as("oncall", "--namespace", "jobs", "leader", "sched")
+		return code == ExitOK && strings.Contains(out, "host-c")
+	})
+	code, out, _ = as("oncall", "--namespace", "jobs", "-o", "json", "audit")
+	if code != ExitOK || !strings.Contains(out, `"to_holder": "host-c"`) || !strings.Contains(out, `"holder": "host-a"`) ||
+		!strings.Contains(out, `"etcd_identity": "oncall"`) {
+		t.Fatalf("audit (exit %d): %s", code, out)
+	}
+}
