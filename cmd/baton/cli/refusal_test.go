@@ -16,6 +16,15 @@ import (
 func startSecureDev(t *testing.T, users, policy string) func(user string, args ...string) (int, string, string) {
 	t.Helper()
 	ctx := testContext(t)
+	as := startSecureDevCtx(t, users, policy)
+	return func(user string, args ...string) (int, string, string) { return as(ctx, user, args...) }
+}
+
+// startSecureDevCtx is startSecureDev whose commands run with a context of
+// the caller's (to stop a long-running one).
+func startSecureDevCtx(t *testing.T, users, policy string) func(ctx context.Context, user string, args ...string) (int, string, string) {
+	t.Helper()
+	ctx := testContext(t)
 	dir := t.TempDir()
 	if code, _, errOut := run(ctx, t, "", "certs", "init", "--dir", dir, "--users", users); code != ExitOK {
 		t.Fatalf("certs init: %s", errOut)
@@ -50,7 +59,7 @@ func startSecureDev(t *testing.T, users, policy string) func(user string, args .
 		}
 		return strings.Contains(out.String(), "press Ctrl-C")
 	})
-	return func(user string, args ...string) (int, string, string) {
+	return func(ctx context.Context, user string, args ...string) (int, string, string) {
 		f := rbac.ClientFiles(dir, user)
 		flags := []string{"--endpoints", "https://" + listen, "--cacert", f.CA}
 		if user != "" {

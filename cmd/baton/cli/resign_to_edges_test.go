@@ -5,6 +5,7 @@ package cli
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -101,9 +102,14 @@ func TestResignToEdgeForeignKeyNamedEscapedInTheRefusal(t *testing.T) {
 // leads on; an operator hands over past the next candidate, audited with
 // who, from whom and to whom.
 func TestResignToForceRefusedWithoutTheRight(t *testing.T) {
-	as := startSecureDev(t, "worker,oncall,root", "namespaces:\n  - name: jobs\n    contenders: [worker]\n    operators: [oncall]\n")
+	asCtx := startSecureDevCtx(t, "worker,oncall,root", "namespaces:\n  - name: jobs\n    contenders: [worker]\n    operators: [oncall]\n")
+	ctx := testContext(t)
+	as := func(user string, args ...string) (int, string, string) { return asCtx(ctx, user, args...) }
+	ectx, stop := context.WithCancel(ctx)
+	var elects sync.WaitGroup
+	defer func() { stop(); elects.Wait() }()
 	for _, host := range []string{"host-a", "host-b", "host-c"} {
-		go func() { _, _, _ = as("worker", "--namespace", "jobs", "elect", "sched", host, "--", "sleep", "30") }()
+		elects.Go(func() { _, _, _ = asCtx(ectx, "worker", "--namespace", "jobs", "elect", "sched", host) })
 		waitFor(t, func() bool {
 			code, out, _ := as("oncall", "--namespace", "jobs", "candidates", "sched")
 			return code == ExitOK && strings.Contains(out, host)
