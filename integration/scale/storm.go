@@ -563,14 +563,7 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 		putProbes []stormSample
 	)
 	probe := func(every time.Duration, op func(context.Context) error, out *[]stormSample) {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-runCtx.Done():
-				return
-			case <-t.C:
-			}
+		stormEvery(runCtx, every, func(time.Time) {
 			pctx, cancel := context.WithTimeout(runCtx, 5*time.Second)
 			s := time.Now()
 			err := op(pctx)
@@ -585,7 +578,7 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 			probeMu.Lock()
 			*out = append(*out, stormSample{s, lat})
 			probeMu.Unlock()
-		}
+		})
 	}
 	bg.Go(func() {
 		probe(10*time.Millisecond, func(c context.Context) error { _, err := probeCli.Get(c, "scale-storm-probe"); return err }, &getProbes)
@@ -1040,21 +1033,14 @@ func stormHold(ctx context.Context, endpoint string, nLocks, nSessions int, ttl 
 		windows []stormWindow
 	)
 	bg.Go(func() {
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
 		last := stormTotal(counter)
-		for {
-			select {
-			case <-runCtx.Done():
-				return
-			case now := <-t.C:
-				n := stormTotal(counter)
-				winMu.Lock()
-				windows = append(windows, stormWindow{now.UnixNano(), n - last, held.Load(), time.Duration(lagMax.Swap(0))})
-				winMu.Unlock()
-				last = n
-			}
-		}
+		stormEvery(runCtx, 100*time.Millisecond, func(now time.Time) {
+			n := stormTotal(counter)
+			winMu.Lock()
+			windows = append(windows, stormWindow{now.UnixNano(), n - last, held.Load(), time.Duration(lagMax.Swap(0))})
+			winMu.Unlock()
+			last = n
+		})
 	})
 
 	// Every hold: when its Context ends, note when, and how far that was
@@ -1110,15 +1096,7 @@ func stormHold(ctx context.Context, endpoint string, nLocks, nSessions int, ttl 
 		lose(sl)
 	}
 	bg.Go(func() {
-		t := time.NewTicker(stormScanPeriod)
-		defer t.Stop()
-		for {
-			select {
-			case <-runCtx.Done():
-				return
-			case <-t.C:
-			}
-			start := time.Now()
+		stormEvery(runCtx, stormScanPeriod, func(start time.Time) {
 			for _, sl := range locks {
 				l := sl.cur.Load()
 				if l == nil {
@@ -1132,7 +1110,7 @@ func stormHold(ctx context.Context, endpoint string, nLocks, nSessions int, ttl 
 				}
 			}
 			report(func() { rep.ScanMax = max(rep.ScanMax, time.Since(start)) })
-		}
+		})
 	})
 	// Scheduling lag of this process: how late a 5 ms sleep wakes.
 	bg.Go(func() {
@@ -1317,6 +1295,20 @@ func stormTotal(c *bench.Counter) int64 {
 		n += v
 	}
 	return n
+}
+
+// stormEvery runs f with the tick's time every d until ctx ends.
+func stormEvery(ctx context.Context, d time.Duration, f func(now time.Time)) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			f(now)
+		}
+	}
 }
 
 // stormEach runs f(0..n-1) on workers goroutines.
