@@ -374,6 +374,11 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 			continue
 		case err != nil:
 			return 0, err
+		case released && p == nil && o.cfg.Kind == Mutex:
+			// The key just ahead went with its holder's release: it held, so
+			// it was the oldest, and no older key can appear. No read of the
+			// queue, however long (a waiter knows at most queue.MaxRead).
+			return at, nil
 		case done && complete && (released || req.Confirms && req.Moved == nil):
 			// Every key ahead was followed: the events confirm. A wait a
 			// hand-over may move reads its own key (unless following the

@@ -187,7 +187,7 @@ func WaitGone(ctx context.Context, cli *clientv3.Client, d Deletions, queue, own
 			at = max(at, ev.Kv.ModRevision)
 		}
 		if at > 0 && (!whole || len(left) <= allowed) {
-			return at, whole, whole && !prefix && markedAt(ctx, cli, own, at), nil
+			return at, whole, !prefix && markedAt(ctx, cli, own, at), nil
 		}
 	}
 	if ctx.Err() != nil {
