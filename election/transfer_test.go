@@ -4,10 +4,15 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/integration/etcdtest"
@@ -306,13 +311,22 @@ func gracefulFailovers(t *testing.T, cli *clientv3.Client, n int) []time.Duratio
 // A hand-over whose transaction applied but whose reply was lost is retried;
 // the retry's compare fails, and its read must recognise the successor's
 // key as the hand-over's own result (on etcd 3.7 a keys-only range returns
-// no lease, so that read must not be keys-only). Forced: the hook applies
-// the hand-over before the term's own transaction, as the lost attempt did.
+// no lease, so that read must not be keys-only). Forced: the leader's
+// client applies its first hand-over transaction and reports it lost.
 func TestTransferWhoseFirstAttemptAppliedUnheardSucceeds(t *testing.T) {
-	cli := client(t)
 	ctx := etcdtest.Context(t, 30*time.Second)
 	const name = "transfer-unheard"
-	a, b := preferred(t, cli, name), preferred(t, cli, name)
+	var nextKey atomic.Value
+	nextKey.Store("")
+	var lost atomic.Bool
+	icli := icptClient(t, func(ictx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ictx, method, req, reply, cc, opts...)
+		if tr, ok := req.(*etcdserverpb.TxnRequest); ok && err == nil && putsKey(tr.Success, nextKey.Load().(string)) && lost.CompareAndSwap(false, true) {
+			return status.Error(codes.Unavailable, "the reply was lost")
+		}
+		return err
+	})
+	a, b := preferred(t, icli, name), preferred(t, client(t), name)
 	ta := await(t, campaignAsync(ctx, a, "A"), 5*time.Second, "A")
 	bres := campaignAsync(ctx, b, "B")
 	var next election.Candidate
@@ -321,14 +335,12 @@ func TestTransferWhoseFirstAttemptAppliedUnheardSucceeds(t *testing.T) {
 			next = c
 		}
 	}
-	election.SetHandOverHook(a, func(string) {
-		if _, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(ta.Key()), "=", int64(ta.Token()))).
-			Then(clientv3.OpDelete(ta.Key()), clientv3.OpPut(next.Key, next.Value, clientv3.WithLease(next.LeaseID))).Commit(); err != nil {
-			t.Error(err)
-		}
-	})
+	nextKey.Store(next.Key)
 	if err := ta.Transfer(ctx, next.Key); err != nil {
 		t.Fatalf("Transfer whose first attempt applied unheard = %v, want nil (B leads)", err)
+	}
+	if !lost.Load() {
+		t.Fatal("no hand-over transaction went through the leader's client")
 	}
 	tb := await(t, bres, 5*time.Second, "B")
 	if tb.Key() != next.Key {
