@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -18,14 +19,15 @@ import (
 	bsession "github.com/batonhq/baton/session"
 )
 
-// rangeClient counts the Range requests it sends.
+// rangeClient counts the reads it sends: Range requests, and transactions
+// that only read (no put, no delete).
 func rangeClient(t *testing.T, n *atomic.Int64) *clientv3.Client {
 	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
 			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				if method == "/etcdserverpb.KV/Range" {
+				if method == "/etcdserverpb.KV/Range" || method == "/etcdserverpb.KV/Txn" && readOnly(req) {
 					n.Add(1)
 				}
 				return invoker(ctx, method, req, reply, cc, opts...)
@@ -38,10 +40,29 @@ func rangeClient(t *testing.T, n *atomic.Int64) *clientv3.Client {
 	return cli
 }
 
+// readOnly says whether req is a transaction of reads only.
+func readOnly(req any) bool {
+	t, ok := req.(*etcdserverpb.TxnRequest)
+	if !ok {
+		return false
+	}
+	for _, ops := range [][]*etcdserverpb.RequestOp{t.Success, t.Failure} {
+		for _, op := range ops {
+			if op.GetRequestRange() == nil {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // A waiter that follows its session's namespace watch takes over from an
-// Unlock without a read: the release's mark says its holder knew first.
-// After an admin's delete, which carries no mark, it still reads once (the
-// old holder's head start, TestHolderKnowsBeforeTheNextWaiterAcquires).
+// Unlock with one point read, of the release's mark (and its own key) at
+// the deletion's revision: the mark says its holder knew first. The
+// namespace watch carries no puts (TestNamespaceWatchCarriesNoPuts), so
+// the mark is read, not received. After an admin's delete, which carries
+// no mark, it also confirms its key once (the old holder's head start,
+// TestHolderKnowsBeforeTheNextWaiterAcquires).
 func TestReleaseHandsOverWithoutARead(t *testing.T) {
 	ctx := etcdtest.Context(t, 30*time.Second)
 	admin := client(t)
@@ -71,7 +92,7 @@ func TestReleaseHandsOverWithoutARead(t *testing.T) {
 		got := make(chan error, 1)
 		var lb *mutex.Lock
 		go func() { var err error; lb, err = b.Lock(ctx); got <- err }()
-		var before int64 // from here the waiter follows the watch: no request of its own
+		var before int64 // from here the waiter follows the watch
 		select {
 		case before = <-waiting:
 		case err := <-got:
@@ -90,10 +111,10 @@ func TestReleaseHandsOverWithoutARead(t *testing.T) {
 		}
 		n := reads.Load() - before
 		switch {
-		case how == "unlock" && n != 0:
-			t.Errorf("after an Unlock the waiter read %d times before it held, want 0", n)
-		case how == "admin delete" && n != 1:
-			t.Errorf("after an admin's delete the waiter read %d times before it held, want 1", n)
+		case how == "unlock" && n != 1:
+			t.Errorf("after an Unlock the waiter read %d times before it held, want 1 (the mark)", n)
+		case how == "admin delete" && n != 2:
+			t.Errorf("after an admin's delete the waiter read %d times before it held, want 2 (the mark, its key)", n)
 		}
 		if err := lb.Unlock(ctx); err != nil {
 			t.Fatal(err)

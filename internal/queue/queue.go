@@ -128,7 +128,7 @@ func MayHold(p Policy, read *etcdserverpb.RangeResponse, put bool, key string, r
 // Deletions is a watch already running over the queue's namespace (the
 // session's, package watch), followed instead of a watch of one's own.
 type Deletions interface {
-	Follow(keys []string, read int64, f func(key string, at int64, released bool)) (stop func(), ok bool)
+	Follow(keys []string, read int64, f func(key string, at int64)) (stop func(), ok bool)
 }
 
 // WaitGone is the one wait for deletions after read, until at most allowed
@@ -136,17 +136,18 @@ type Deletions interface {
 // queue (prefix) or the first blocker alone from the current revision,
 // which etcd serves at once. Done means that happened at the revision
 // returned; not done, read again (at that revision, if any). Released says
-// every deletion the wait used came with a release mark: through d, or
-// read at the deletion's revision when the one key watched was the last
-// ahead (done; a wait that reads the queue again would not use it).
+// every deletion the wait used came with a release mark, read at the
+// deletion's revision: through d when they were of one revision, or when
+// the one key watched was the last ahead (done; a wait that reads the
+// queue again would not use it).
 func WaitGone(ctx context.Context, cli *clientv3.Client, d Deletions, queue, own string, prefix bool, blockers []*mvccpb.KeyValue, allowed int, read int64) (at int64, done, released bool, err error) {
 	left := make(map[string]int64, len(blockers))
 	for _, kv := range blockers {
 		left[string(kv.Key)] = kv.CreateRevision
 	}
 	if d != nil {
-		if at, done, released, err, ok := follow(ctx, d, own, left, allowed, read); ok {
-			return at, done, released, err
+		if at, revs, err, ok := follow(ctx, d, own, left, allowed, read); ok {
+			return at, at > 0, at > 0 && markedAt(ctx, cli, own, revs...), err
 		}
 	}
 	whole := prefix || len(blockers) == 1 // the watch below sees every blocker go
@@ -197,24 +198,26 @@ func WaitGone(ctx context.Context, cli *clientv3.Client, d Deletions, queue, own
 }
 
 // follow is WaitGone through d; ok is false when d does not cover the wait.
-func follow(ctx context.Context, d Deletions, own string, left map[string]int64, allowed int, read int64) (at int64, done, released bool, err error, ok bool) {
+// At, when done, is the revision that ended it and revs those of every
+// deletion it used; 0 means read again.
+func follow(ctx context.Context, d Deletions, own string, left map[string]int64, allowed int, read int64) (at int64, revs []int64, err error, ok bool) {
 	ks := []string{own}
 	for k := range left {
 		ks = append(ks, k)
 	}
 	type ending struct {
-		at       int64 // the revision that ended the wait; 0: stream broken, -1: own key gone
-		released bool
+		at   int64   // the revision that ended the wait; 0: stream broken, -1: own key gone
+		revs []int64 // of the deletions used
 	}
 	ch := make(chan ending, 1)
-	last := ending{released: true} // released: every deletion the wait used was marked
+	var last ending
 	end := func(e ending) {
 		select {
 		case ch <- e:
 		default: // ended already
 		}
 	}
-	stop, ok := d.Follow(ks, read, func(k string, rev int64, rel bool) { // serial, under d's lock
+	stop, ok := d.Follow(ks, read, func(k string, rev int64) { // serial, under d's lock
 		switch _, blocks := left[k]; {
 		case rev == 0:
 			end(ending{})
@@ -222,46 +225,64 @@ func follow(ctx context.Context, d Deletions, own string, left map[string]int64,
 			end(ending{at: -1})
 		case blocks:
 			delete(left, k)
-			last = ending{max(last.at, rev), last.released && rel}
+			last.at = max(last.at, rev)
+			if !slices.Contains(last.revs, rev) {
+				last.revs = append(last.revs, rev)
+			}
 			if len(left) <= allowed {
-				end(last)
+				end(ending{last.at, slices.Clone(last.revs)})
 			}
 		}
 	})
 	if !ok {
-		return 0, false, false, nil, false
+		return 0, nil, nil, false
 	}
 	defer stop()
 	select {
 	case e := <-ch:
 		switch {
 		case e.at == 0:
-			return 0, false, false, nil, true
+			return 0, nil, nil, true
 		case e.at < 0:
-			return 0, false, false, ErrOwnKeyGone, true
+			return 0, nil, ErrOwnKeyGone, true
 		}
-		return e.at, true, e.released, nil, true
+		return e.at, e.revs, nil, true
 	case <-ctx.Done():
-		return 0, false, false, context.Cause(ctx), true
+		return 0, nil, context.Cause(ctx), true
 	}
 }
 
-// markedAt reads whether the revision at, which deleted the one key
-// watched, also put the namespace's release mark (Release): the key was
-// its holder's, released by it; and whether own outlived that revision (a
+// markedAt reads whether each revision of revs, which deleted a key the
+// wait was for, also put the namespace's release mark (Release): the key
+// was its holder's, released by it; and whether own outlived it (a
 // hand-over that skips a waiter deletes its key in the same revision: it
-// must not take the leader's release for its turn). Point reads at one
-// revision; false when unsure.
-func markedAt(ctx context.Context, cli *clientv3.Client, own string, at int64) bool {
-	r, err := cli.Txn(clientv3.WithRequireLeader(ctx)).Then(
-		clientv3.OpGet(keys.ReleasedKey(own), clientv3.WithRev(at), clientv3.WithKeysOnly()),
-		clientv3.OpGet(own, clientv3.WithRev(at), clientv3.WithKeysOnly())).Commit()
+// must not take the leader's release for its turn). One transaction of
+// point reads at those revisions; false when unsure, or for more than
+// maxMarkReads revisions.
+func markedAt(ctx context.Context, cli *clientv3.Client, own string, revs ...int64) bool {
+	if len(revs) == 0 || len(revs) > maxMarkReads {
+		return false
+	}
+	var ops []clientv3.Op
+	for _, at := range revs {
+		ops = append(ops, clientv3.OpGet(keys.ReleasedKey(own), clientv3.WithRev(at), clientv3.WithKeysOnly()),
+			clientv3.OpGet(own, clientv3.WithRev(at), clientv3.WithKeysOnly()))
+	}
+	r, err := cli.Txn(clientv3.WithRequireLeader(ctx)).Then(ops...).Commit()
 	if err != nil {
 		return false
 	}
-	mark, kept := r.Responses[0].GetResponseRange().Kvs, r.Responses[1].GetResponseRange().Kvs
-	return len(mark) == 1 && mark[0].ModRevision == at && len(kept) == 1
+	for i, at := range revs {
+		mark, kept := r.Responses[2*i].GetResponseRange().Kvs, r.Responses[2*i+1].GetResponseRange().Kvs
+		if len(mark) != 1 || mark[0].ModRevision != at || len(kept) != 1 {
+			return false
+		}
+	}
+	return true
 }
+
+// maxMarkReads bounds the revisions markedAt reads in one transaction.
+const maxMarkReads = 8
 
 // goneSince reads whether kv's key is gone at a revision from or later.
 func goneSince(ctx context.Context, cli *clientv3.Client, kv *mvccpb.KeyValue, from int64) (int64, bool, error) {

@@ -3,7 +3,6 @@
 package watch
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -13,7 +12,6 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/retry"
 )
 
@@ -23,7 +21,7 @@ const linger = 15 * time.Second
 
 // New returns the watcher of the namespace prefix.
 func New[H comparable](c *Config[H], prefix string) *Watcher[H] {
-	return &Watcher[H]{c: c, prefix: prefix, mark: []byte(keys.ReleasedKey(prefix)), keys: make(map[string]H), expected: make(map[string]int64)}
+	return &Watcher[H]{c: c, prefix: prefix, keys: make(map[string]H), expected: make(map[string]int64)}
 }
 
 // Config is what the watches of one session share; H is its hold type.
@@ -52,7 +50,6 @@ type Config[H comparable] struct {
 type Watcher[H comparable] struct {
 	c      *Config[H]
 	prefix string
-	mark   []byte // keys.ReleasedKey(prefix)
 	cancel context.CancelFunc
 
 	mu       sync.Mutex
@@ -74,15 +71,14 @@ type Watcher[H comparable] struct {
 }
 
 type deletion struct {
-	key      string
-	at       int64
-	released bool
+	key string
+	at  int64
 }
 
 type follower struct {
 	keys []string
 	read int64
-	f    func(key string, at int64, released bool)
+	f    func(key string, at int64)
 }
 
 // maxRecent bounds the deletions kept for a Follow that comes after them.
@@ -138,12 +134,12 @@ func (w *Watcher[H]) Register(h H) {
 
 // Follow calls f, serially and with the watcher's lock held (so f must
 // only note and signal), for each deletion of one of keys at a revision
-// after read, whether delivered already or later, with whether it came with
-// a release mark (keys.ReleasedKey) in its revision, and f("", 0, false)
-// once if the stream breaks. It returns false, calling nothing, when the stream runs
+// after read, whether delivered already or later, and f("", 0) once if the
+// stream breaks. The stream carries no puts (so not the release marks:
+// the caller reads the mark at the deletion's revision when it matters). It returns false, calling nothing, when the stream runs
 // not or may have missed such a deletion: the caller watches itself. A
 // waiter whose session holds already so shares its stream.
-func (w *Watcher[H]) Follow(keys []string, read int64, f func(key string, at int64, released bool)) (stop func(), ok bool) {
+func (w *Watcher[H]) Follow(keys []string, read int64, f func(key string, at int64)) (stop func(), ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.live || read+1 < w.recentFrom {
@@ -152,7 +148,7 @@ func (w *Watcher[H]) Follow(keys []string, read int64, f func(key string, at int
 	fl := &follower{keys: keys, read: read, f: f}
 	for i := range w.recent { // oldest first: the ring's next slot is its oldest
 		if d := w.recent[(w.next+i)%len(w.recent)]; d.at > read && slices.Contains(keys, d.key) {
-			f(d.key, d.at, d.released)
+			f(d.key, d.at)
 		}
 	}
 	if w.followers == nil {
@@ -197,7 +193,7 @@ func (w *Watcher[H]) broken(gen int) {
 		for _, fl := range l {
 			if !seen[fl] {
 				seen[fl] = true
-				fl.f("", 0, false)
+				fl.f("", 0)
 			}
 		}
 	}
@@ -279,8 +275,10 @@ func (w *Watcher[H]) loop(ctx context.Context, gen int, from int64) {
 			return true, nil
 		}
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		// Puts too: a release's mark is one, in the revision of its deletion.
-		for wr := range w.c.Client.Watch(wctx, w.prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify()) {
+		// Deletions only: with puts every session watching a namespace
+		// would receive every acquisition in it (issue 34: 20 sessions, 20
+		// events per lock taken).
+		for wr := range w.c.Client.Watch(wctx, w.prefix, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify()) {
 			if wr.Err() != nil {
 				break
 			}
@@ -292,10 +290,9 @@ func (w *Watcher[H]) loop(ctx context.Context, gen int, from int64) {
 				}
 				w.established(gen, wr.Header.Revision+1) // etcd delivers every event after it
 			}
-			marked := w.marks(wr.Events)
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
-					w.deleted(string(ev.Kv.Key), ev.Kv.ModRevision, slices.Contains(marked, ev.Kv.ModRevision))
+					w.deleted(string(ev.Kv.Key), ev.Kv.ModRevision)
 				}
 			}
 		}
@@ -320,21 +317,9 @@ const rereadPause = 100 * time.Millisecond
 
 var errReread = errors.New("namespace re-read failed")
 
-// marks returns the revisions among evs that carry a release mark (one
-// response holds whole revisions).
-func (w *Watcher[H]) marks(evs []*clientv3.Event) []int64 {
-	var revs []int64
-	for _, ev := range evs {
-		if ev.Type == mvccpb.PUT && bytes.Equal(ev.Kv.Key, w.mark) {
-			revs = append(revs, ev.Kv.ModRevision)
-		}
-	}
-	return revs
-}
-
 // deleted ends the hold of key in this goroutine, if the key was created
 // before the deletion.
-func (w *Watcher[H]) deleted(key string, at int64, released bool) {
+func (w *Watcher[H]) deleted(key string, at int64) {
 	w.mu.Lock()
 	if _, ok := w.expected[key]; ok {
 		w.expected[key] = at
@@ -345,15 +330,15 @@ func (w *Watcher[H]) deleted(key string, at int64, released bool) {
 		delete(w.keys, key)
 	}
 	if len(w.recent) < maxRecent {
-		w.recent = append(w.recent, deletion{key, at, released})
+		w.recent = append(w.recent, deletion{key, at})
 	} else {
 		w.recentFrom = w.recent[w.next].at + 1
-		w.recent[w.next] = deletion{key, at, released}
+		w.recent[w.next] = deletion{key, at}
 		w.next = (w.next + 1) % maxRecent
 	}
 	for _, fl := range w.followers[key] {
 		if at > fl.read {
-			fl.f(key, at, released)
+			fl.f(key, at)
 		}
 	}
 	w.mu.Unlock()
