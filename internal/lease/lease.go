@@ -46,6 +46,7 @@ type Lease struct {
 
 	mu       sync.Mutex
 	deadline time.Time
+	sent     time.Time // of the grant or renewal that set deadline
 	timer    Timer
 }
 
@@ -116,7 +117,7 @@ func (l *Lease) extend(sent time.Time, ttl time.Duration) {
 	if l.ctx.Err() != nil || deadline.Before(l.deadline) {
 		return
 	}
-	l.deadline = deadline
+	l.deadline, l.sent = deadline, sent
 	if l.timer != nil {
 		l.timer.Stop()
 	}
@@ -130,14 +131,17 @@ func (l *Lease) extend(sent time.Time, ttl time.Duration) {
 	})
 }
 
-// Watchdog renews every TTL/3, each attempt bounded by TTL/6 and retried at
-// once after a failure, so two failures fit inside the validity deadline.
+// Watchdog renews TTL/3 after the send of the grant or renewal last
+// acknowledged (at once after a late answer: a grant answered as a
+// partition heals may leave less than TTL/3 of validity), each attempt
+// bounded by TTL/6 and retried at once after a failure, so two failures
+// fit inside the validity deadline.
 // After a loss it revokes a granted lease for up to twice the TTL, or until
 // stop ends: a healed partition or a new etcd leader would otherwise keep
 // its keys in the queue.
 func (l *Lease) Watchdog(stop context.Context) {
 	interval, attempt := l.ttl/3, l.ttl/6
-	wait, failures := interval, 0
+	wait, failures := l.due(interval), 0
 	for l.ctx.Err() == nil {
 		if !l.sleep(wait) {
 			break
@@ -149,8 +153,8 @@ func (l *Lease) Watchdog(stop context.Context) {
 		switch {
 		case l.ctx.Err() != nil:
 		case err == nil:
-			failures, wait = 0, interval
 			l.extend(sent, time.Duration(resp.TTL)*time.Second)
+			failures, wait = 0, l.due(interval)
 			call(l.cfg.OnRenewed)
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			l.Lose(errs.ErrLeaseExpired)
@@ -180,6 +184,13 @@ func (l *Lease) Watchdog(stop context.Context) {
 	if planted.On("b") && !errors.Is(context.Cause(l.ctx), errs.ErrReleased) {
 		l.onEnd(context.Cause(l.ctx)) // a released lease's holds: after the closer's revoke
 	}
+}
+
+// due is how long until interval after the last acknowledged send.
+func (l *Lease) due(interval time.Duration) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sent.Add(interval).Sub(l.cfg.Clock.Now())
 }
 
 // sleep waits d on the clock; false when the lease ended.
