@@ -16,7 +16,7 @@ var others = []other{
 	{"storm", func(ctx context.Context, o options, rep *report, progress io.Writer) error {
 		cfg := scale.DefaultStormConfig()
 		if o.quick {
-			cfg.Locks, cfg.Sessions, cfg.Outage, cfg.TTL, cfg.Quiet = 2000, 4, 5*time.Second, 2*time.Second, time.Second
+			cfg.Locks, cfg.Sessions, cfg.Outage, cfg.TTL, cfg.Quiet, cfg.Floor = 2000, 4, 5*time.Second, 2*time.Second, time.Second, 3*time.Second
 		}
 		r, err := scale.Storm(ctx, cfg, progress)
 		if err != nil {

@@ -22,6 +22,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/integration/bench"
@@ -80,6 +81,11 @@ type StormConfig struct {
 	AttemptTimeout time.Duration
 	// Deadline bounds the recovery; zero means 3 × Locks/Rate + 30 s.
 	Deadline time.Duration
+	// Floor, when set, is how long raw etcd concurrency takes new locks
+	// after the recovery, on as many sessions through the same proxy and
+	// clients at the same rate, while the probes run: the latency this
+	// machine gives under that load without baton, the recovery's floor.
+	Floor time.Duration
 }
 
 // DefaultStormConfig is the full-size storm: 100,000 locks, 20 sessions,
@@ -88,7 +94,7 @@ type StormConfig struct {
 // minutes; the holders run in this program's executable.
 func DefaultStormConfig() StormConfig {
 	return StormConfig{Binary: stormExecutable(), Locks: 100_000, Sessions: 20, Outage: 20 * time.Second, TTL: 6 * time.Second,
-		Quiet: 5 * time.Second, AttemptTimeout: 2 * time.Second, RecoveryBudget: 2 * time.Minute}
+		Quiet: 5 * time.Second, AttemptTimeout: 2 * time.Second, RecoveryBudget: 2 * time.Minute, Floor: 20 * time.Second}
 }
 
 // stormExecutable is this program's executable, empty if unknown.
@@ -152,6 +158,9 @@ func (c StormConfig) Validate() error {
 	}
 	if c.Deadline < 0 {
 		errs = append(errs, fmt.Errorf("storm: Deadline must be at least 0 (0: 3 × Locks/Rate + 30s), got %v", c.Deadline))
+	}
+	if c.Floor < 0 {
+		errs = append(errs, fmt.Errorf("storm: Floor must be at least 0 (0: none), got %v", c.Floor))
 	}
 	if c.Locks > 0 {
 		if _, mem := procLimits(); mem > 0 && uint64(c.Locks)*stormMemPerLock > mem {
@@ -264,6 +273,18 @@ type StormResult struct {
 	// ProbeSamples: Gets quiet, Gets during recovery, Puts quiet, Puts
 	// during recovery.
 	ProbeSamples [4]int `json:"probe_samples"`
+	// The floor (StormConfig.Floor): FloorLocks taken by raw etcd
+	// concurrency at Rate in FloorSeconds, and the probes' p99 meanwhile,
+	// with their ratios to the quiet p99 beside baton's recovery's.
+	FloorLocks         int           `json:"floor_locks,omitempty"`
+	FloorSeconds       float64       `json:"floor_seconds,omitempty"`
+	FloorGetP99        time.Duration `json:"floor_get_p99_ns,omitempty"`
+	FloorPutP99        time.Duration `json:"floor_put_p99_ns,omitempty"`
+	FloorGetRatio      float64       `json:"floor_get_ratio,omitempty"`
+	FloorPutRatio      float64       `json:"floor_put_ratio,omitempty"`
+	RecoveryGetRatio   float64       `json:"recovery_get_ratio,omitempty"`
+	RecoveryPutRatio   float64       `json:"recovery_put_ratio,omitempty"`
+	FloorFailedAttempt int           `json:"floor_failed_attempts,omitempty"`
 	// Timeline is one entry per second from the cut to the end of the
 	// recovery.
 	Timeline []StormSecond `json:"timeline"`
@@ -272,9 +293,9 @@ type StormResult struct {
 	// so deletes its keys), then of its Mutexes.
 	CloseSessionsSeconds float64 `json:"close_sessions_seconds"`
 	CloseMutexesSeconds  float64 `json:"close_mutexes_seconds"`
-	// KeysLeft counts keys under the storm's namespace after the holder
-	// process closed its sessions, but the namespace's release mark
-	// (/<ns>/v1/released).
+	// KeysLeft counts keys under the storm's namespace (and the raw
+	// floor's) after the holder process closed its sessions, but the
+	// namespace's release mark (/<ns>/v1/released).
 	KeysLeft int `json:"keys_left"`
 }
 
@@ -425,7 +446,13 @@ type stormReport struct {
 	CloseMutexes  time.Duration `json:"close_mutexes"`
 	// ScanMax is the longest scan for ended holds.
 	ScanMax time.Duration `json:"scan_max"`
-	Errors  []string      `json:"errors"`
+	// FloorStart and FloorEnd (Unix ns) bound the raw floor's window,
+	// FloorLocks the locks it took, FloorFailed its failed attempts.
+	FloorStart  int64    `json:"floor_start,omitempty"`
+	FloorEnd    int64    `json:"floor_end,omitempty"`
+	FloorLocks  int      `json:"floor_locks,omitempty"`
+	FloorFailed int      `json:"floor_failed,omitempty"`
+	Errors      []string `json:"errors"`
 }
 
 type stormSample struct {
@@ -475,13 +502,13 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 
 	// The holder process. Its hard limit: taking the locks at 200/s at
 	// worst, then the quiet time, the outage and the recovery's deadline.
-	hardCtx, cancelHard := context.WithTimeout(ctx, time.Duration(cfg.Locks/200)*time.Second+time.Minute+cfg.Quiet+cfg.Outage+
+	hardCtx, cancelHard := context.WithTimeout(ctx, time.Duration(cfg.Locks/200)*time.Second+time.Minute+cfg.Quiet+cfg.Outage+cfg.Floor+
 		max(cfg.Deadline, time.Duration(3*cfg.Locks/100)*time.Second+30*time.Second)+time.Minute)
 	defer cancelHard()
 	cmd := exec.CommandContext(hardCtx, cfg.Binary, "child", "storm", "-endpoint", proxy.Endpoint(),
 		"-locks", strconv.Itoa(cfg.Locks), "-sessions", strconv.Itoa(cfg.Sessions), "-ttl", cfg.TTL.String(),
 		"-rate", strconv.FormatFloat(cfg.Rate, 'g', -1, 64), "-fraction", strconv.FormatFloat(cfg.RateFraction, 'g', -1, 64), "-budget", cfg.RecoveryBudget.String(),
-		"-attempt-timeout", cfg.AttemptTimeout.String(), "-deadline", cfg.Deadline.String(), "-report", reportPath)
+		"-attempt-timeout", cfg.AttemptTimeout.String(), "-deadline", cfg.Deadline.String(), "-floor", cfg.Floor.String(), "-report", reportPath)
 	var stderr procTail
 	cmd.Stderr = &stderr
 	// One core for the holder process, the other for the member: on a
@@ -799,11 +826,37 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 		res.Failures = append(res.Failures, fmt.Sprintf("Put p99 during recovery %v exceeds 5× the quiet p99 %v", res.RecoveryPutP99, res.QuietPutP99))
 	}
 	res.Timeline = stormTimeline(cut, end, rep.Windows, getProbes, putProbes)
+	if rep.FloorEnd > rep.FloorStart {
+		from, to := time.Unix(0, rep.FloorStart), time.Unix(0, rep.FloorEnd)
+		within := func(ps []stormSample) (out []time.Duration) {
+			for _, p := range ps {
+				if !p.at.Before(from) && !p.at.After(to) {
+					out = append(out, p.lat)
+				}
+			}
+			return out
+		}
+		res.FloorLocks, res.FloorSeconds, res.FloorFailedAttempt = rep.FloorLocks, to.Sub(from).Seconds(), rep.FloorFailed
+		res.FloorGetP99, res.FloorPutP99 = pct(within(getProbes), 99), pct(within(putProbes), 99)
+		ratio := func(a, b time.Duration) float64 {
+			if b <= 0 {
+				return 0
+			}
+			return float64(a) / float64(b)
+		}
+		res.FloorGetRatio, res.FloorPutRatio = ratio(res.FloorGetP99, res.QuietGetP99), ratio(res.FloorPutP99, res.QuietPutP99)
+		res.RecoveryGetRatio, res.RecoveryPutRatio = ratio(res.RecoveryGetP99, res.QuietGetP99), ratio(res.RecoveryPutP99, res.QuietPutP99)
+	}
 
 	left, err := stormKeysLeft(ctx, probeCli, stormNamespace)
 	if err != nil {
 		return res, fmt.Errorf("storm: %w", err)
 	}
+	rawLeft, err := stormKeysLeft(ctx, probeCli, stormNamespace+"-raw")
+	if err != nil {
+		return res, fmt.Errorf("storm: %w", err)
+	}
+	left = append(left, rawLeft...)
 	res.KeysLeft = len(left)
 	if res.KeysLeft != 0 {
 		res.Failures = append(res.Failures, fmt.Sprintf("%d keys left under /%s/ after cleanup, first %q", res.KeysLeft, stormNamespace, left[0]))
@@ -820,6 +873,10 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 	fmt.Fprintf(progress, "storm: %d of %d held again in %.2f s (cap %.0f/s, predicted %.1f s); requests/s at most %.0f over 5 s, %.0f over 1 s (bound %.0f); Get p99 quiet %v recovery %v; Put p99 quiet %v recovery %v\n",
 		res.Reheld, cfg.Locks, res.RecoverySeconds, res.Rate, res.PredictedSeconds, res.Peak5sPerSecond, res.PeakPerSecond, res.RequestBound,
 		res.QuietGetP99, res.RecoveryGetP99, res.QuietPutP99, res.RecoveryPutP99)
+	if res.FloorLocks > 0 {
+		fmt.Fprintf(progress, "storm: floor: raw etcd concurrency took %d locks at the same cap in %.1f s: Get p99 %v (%.1f× quiet; baton's recovery %.1f×), Put p99 %v (%.1f× quiet; baton's recovery %.1f×)\n",
+			res.FloorLocks, res.FloorSeconds, res.FloorGetP99, res.FloorGetRatio, res.RecoveryGetRatio, res.FloorPutP99, res.FloorPutRatio, res.RecoveryPutRatio)
+	}
 	res.OK = len(res.Failures) == 0
 	return res, nil
 }
@@ -884,6 +941,7 @@ func stormHolder(ctx context.Context, args []string, stdout, stderr io.Writer, s
 	budget := fs.Duration("budget", 0, "least rate: -locks per budget (0: none)")
 	attemptTimeout := fs.Duration("attempt-timeout", 2*time.Second, "bound of one Lock attempt")
 	deadline := fs.Duration("deadline", 0, "bound of the recovery (0: 3 × locks/rate + 30s)")
+	floor := fs.Duration("floor", 0, "how long raw etcd concurrency takes locks at the same rate after the recovery (0: none)")
 	reportPath := fs.String("report", "", "file to write the report to")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -895,7 +953,7 @@ func stormHolder(ctx context.Context, args []string, stdout, stderr io.Writer, s
 	if *fraction == 0 {
 		*fraction = stormDefaultFraction
 	}
-	rep, err := stormHold(ctx, *endpoint, *nLocks, *nSessions, *ttl, *rate, *fraction, *budget, *attemptTimeout, *deadline, stdout, stdin)
+	rep, err := stormHold(ctx, *endpoint, *nLocks, *nSessions, *ttl, *rate, *fraction, *budget, *attemptTimeout, *deadline, *floor, stdout, stdin)
 	if err != nil {
 		fmt.Fprintf(stderr, "child storm: %v\n", err)
 		return 1
@@ -923,7 +981,7 @@ type stormLock struct {
 }
 
 func stormHold(ctx context.Context, endpoint string, nLocks, nSessions int, ttl time.Duration, rate, fraction float64,
-	budget, attemptTimeout, deadline time.Duration, stdout io.Writer, stdin io.Reader) (*stormReport, error) {
+	budget, attemptTimeout, deadline, floor time.Duration, stdout io.Writer, stdin io.Reader) (*stormReport, error) {
 	margin := ttl / 5
 	counter := bench.NewCounter()
 	sessions := make([]*session.Session, nSessions)
@@ -1233,6 +1291,11 @@ wait:
 	workers.Wait()
 	bg.Wait()
 
+	var fl stormFloorResult
+	if floor > 0 {
+		fl = stormFloor(ctx, clients, ttl, ready.Rate, floor)
+	}
+
 	// Cleanup, timed: the sessions' Close revokes their leases (every key
 	// at once). A Mutex's Close still sends a guarded delete of its hold,
 	// which the revoke already deleted: a Raft round trip each (20,000
@@ -1249,6 +1312,10 @@ wait:
 	repMu.Lock()
 	defer repMu.Unlock()
 	rep.Windows = windows
+	rep.FloorStart, rep.FloorEnd, rep.FloorLocks, rep.FloorFailed = fl.start, fl.end, fl.locks, fl.failed
+	if fl.err != nil {
+		rep.Errors = append(rep.Errors, fmt.Sprintf("the raw floor: %v", fl.err))
+	}
 	rep.AllHeld = allHeld.Load()
 	if held.Load() == int64(nLocks) && rep.AllHeld == 0 {
 		rep.AllHeld = time.Now().UnixNano() // every lock held without a loss
@@ -1267,6 +1334,76 @@ wait:
 		sl.mu.Unlock()
 	}
 	return rep, nil
+}
+
+type stormFloorResult struct {
+	start, end    int64
+	locks, failed int
+	err           error
+}
+
+// stormFloor takes new locks with raw etcd concurrency for d, one session
+// per client, each paced at rate/len(clients) as baton's re-acquirers are,
+// at most stormWorkers at once per session; the sessions' Close at the end
+// (outside the window) revokes them.
+func stormFloor(ctx context.Context, clients []*clientv3.Client, ttl time.Duration, rate float64, d time.Duration) stormFloorResult {
+	var r stormFloorResult
+	sessions := make([]*concurrency.Session, 0, len(clients))
+	defer func() {
+		for _, s := range sessions {
+			_ = s.Close()
+		}
+	}()
+	for _, c := range clients {
+		s, err := concurrency.NewSession(c, concurrency.WithTTL(int(ttl/time.Second)))
+		if err != nil {
+			r.err = err
+			return r
+		}
+		sessions = append(sessions, s)
+	}
+	every := time.Duration(float64(time.Second) * float64(len(clients)) / rate)
+	fctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var locks, failed atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for si, s := range sessions {
+		wg.Go(func() {
+			tick := time.NewTicker(every)
+			defer tick.Stop()
+			slots := make(chan struct{}, stormWorkers)
+			var inflight sync.WaitGroup
+			defer inflight.Wait()
+			for i := 0; ; i++ {
+				select {
+				case <-tick.C:
+				case <-fctx.Done():
+					return
+				}
+				select {
+				case slots <- struct{}{}:
+				case <-fctx.Done():
+					return
+				}
+				inflight.Go(func() {
+					defer func() { <-slots }()
+					m := concurrency.NewMutex(s, fmt.Sprintf("/%s-raw/%d/%d", stormNamespace, si, i))
+					lctx, lcancel := context.WithTimeout(ctx, 5*time.Second)
+					defer lcancel()
+					if err := m.Lock(lctx); err != nil {
+						failed.Add(1)
+						return
+					}
+					locks.Add(1)
+				})
+			}
+		})
+	}
+	wg.Wait()
+	r.start, r.end = start.UnixNano(), time.Now().UnixNano()
+	r.locks, r.failed = int(locks.Load()), int(failed.Load())
+	return r
 }
 
 // stormKeysLeft lists the keys under namespace ns but its release mark

@@ -15,7 +15,7 @@ import (
 // "child").
 func smallStorm() scale.StormConfig {
 	return scale.StormConfig{Binary: os.Args[0], Locks: 300, Sessions: 4, Outage: 3 * time.Second, TTL: 2 * time.Second,
-		Quiet: 500 * time.Millisecond, AttemptTimeout: time.Second, Deadline: time.Minute}
+		Quiet: 500 * time.Millisecond, AttemptTimeout: time.Second, Deadline: time.Minute, Floor: time.Second}
 }
 
 // TestStormEveryHolderEndsFirstAndEveryLockIsReheld cuts etcd off from
@@ -45,6 +45,9 @@ func TestStormEveryHolderEndsFirstAndEveryLockIsReheld(t *testing.T) {
 	if res.KeysLeft != 0 {
 		t.Errorf("%d keys left behind", res.KeysLeft)
 	}
+	if res.FloorLocks == 0 || res.FloorSeconds == 0 {
+		t.Errorf("the raw floor took %d locks in %.1f s, want some", res.FloorLocks, res.FloorSeconds)
+	}
 	// Whether a re-acquirer tried while etcd was still cut off depends on
 	// timing (on a loaded machine its first try may come after the
 	// restore); that the outage reached every holder is checked above.
@@ -71,6 +74,7 @@ func TestStormRefusesBadConfig(t *testing.T) {
 		{"TTL too short", func(c *scale.StormConfig) { c.TTL = time.Second }, "TTL must be whole seconds and at least"},
 		{"negative rate", func(c *scale.StormConfig) { c.Rate = -1 }, "Rate must be at least 0"},
 		{"rate fraction above 1", func(c *scale.StormConfig) { c.RateFraction = 2 }, "RateFraction must be in"},
+		{"negative floor", func(c *scale.StormConfig) { c.Floor = -time.Second }, "Floor must be at least 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := smallStorm()
