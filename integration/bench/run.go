@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -310,8 +311,20 @@ func HeldClient(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	locks := fs.Int("locks", 10000, "locks to hold")
 	ttl := fs.Duration("ttl", 3*time.Second, "the session's lease TTL")
 	window := fs.Duration("window", 6*time.Second, "how long renewals are counted")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this client to this file")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "held-client: -cpuprofile: %v\n", err)
+			return 2
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
 	}
 	impl, err := ImplByName(*implName)
 	if err != nil {
