@@ -94,7 +94,7 @@ func TestEnqueueGoesInAfterTheFenceMoved(t *testing.T) {
 	}
 	var behind queue.Fence // still at version 0
 	key := keys.LeaseKey(prefix, int64(l.ID()))
-	resp, _, err := queue.Enqueue(ctx, cli, &behind, fkey, l.ID(), key, "v", prefix, nil, nil)
+	resp, _, err := queue.Enqueue(ctx, cli, nil, &behind, fkey, l.ID(), key, "v", prefix, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestEnqueueGoesInAfterTheFenceKeyWasDeleted(t *testing.T) {
 	ectx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	key := keys.LeaseKey(prefix, int64(l.ID()))
-	resp, _, err := queue.Enqueue(ectx, cli, &l.Fence, fkey, l.ID(), key, "v", prefix, nil, nil)
+	resp, _, err := queue.Enqueue(ectx, cli, nil, &l.Fence, fkey, l.ID(), key, "v", prefix, nil, nil)
 	if err != nil || !resp.Succeeded {
 		t.Fatalf("enqueue after the fence key was deleted: %v (succeeded %v)", err, resp != nil && resp.Succeeded)
 	}

@@ -244,7 +244,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 			stale = r.Kvs
 		}
 	}
-	resp, unheard, err := queue.Enqueue(ctx, s.cli, &l.Fence, queue.FenceKey(prefix, l.ID()), l.ID(), key, req.Value, prefix, req.Policy, req.If)
+	resp, unheard, err := queue.Enqueue(ctx, s.cli, s.enq, &l.Fence, queue.FenceKey(prefix, l.ID()), l.ID(), key, req.Value, prefix, req.Policy, req.If)
 	none := int64(-1) // a refusal wrote nothing, unless an earlier attempt went unheard
 	if unheard {
 		none = 0

@@ -67,7 +67,8 @@ type Session struct {
 
 	ctx    context.Context // ends with errs.ErrReleased when Close begins
 	cancel context.CancelCauseFunc
-	wg     sync.WaitGroup // watchdog, grants, watches: Close waits for them
+	wg     sync.WaitGroup // watchdog, grants, watches, enqueue groups: Close waits for them
+	enq    *queue.Batcher // groups the enqueues sent at once
 	dels   sync.WaitGroup // background deletions: Close waits a bounded time
 
 	doneOnce sync.Once
@@ -106,6 +107,7 @@ func newSession(cli *clientv3.Client, cs *concurrency.Session, cfg Config) *Sess
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	s := &Session{cli: cli, cfg: cfg, etcd: cs, ctx: ctx, cancel: cancel}
+	s.enq = queue.NewBatcher(cli, func(fn func()) bool { return s.goIn(&s.wg, fn) })
 	if !cfg.Untraced {
 		s.tracer = telemetry.Tracer(cfg.TracerProvider)
 	}

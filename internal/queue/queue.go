@@ -67,14 +67,19 @@ const MaxRead = 32
 // safe to retry) and if conds hold, and reads the queue beside it. The
 // lease's fence (fkey, in f) voids it once a cleanup raised it. unheard
 // says an attempt failed without an answer: it may still apply, even when
-// a later one was refused.
-func Enqueue(ctx context.Context, cli *clientv3.Client, f *Fence, fkey string, lease clientv3.LeaseID, key, value, prefix string, p Policy, conds []clientv3.Cmp) (resp *clientv3.TxnResponse, unheard bool, err error) {
+// a later one was refused. b, when not nil, groups it with the session's
+// other enqueues sent meanwhile.
+func Enqueue(ctx context.Context, cli *clientv3.Client, b *Batcher, f *Fence, fkey string, lease clientv3.LeaseID, key, value, prefix string, p Policy, conds []clientv3.Cmp) (resp *clientv3.TxnResponse, unheard bool, err error) {
 	err = retry.Do(ctx, func(actx context.Context) (err error) {
 		// Without the reads that explain a refusal first: each is a part of
 		// every enqueue's raft entry, and a refusal is rare.
 		for _, why := range []bool{false, true} {
-			txn, v := EnqueueTxn(actx, cli, f, fkey, lease, key, value, prefix, p, conds, why)
-			resp, err = txn.Commit()
+			cmps, then, els, v := enqueueOps(f, fkey, lease, key, value, prefix, p, conds, why)
+			if b != nil {
+				resp, err = b.commit(actx, lease, prefix, len(key)+len(value), cmps, then, els)
+			} else {
+				resp, err = cli.Txn(clientv3.WithRequireLeader(actx)).If(cmps...).Then(then...).Else(els...).Commit()
+			}
 			unheard = unheard || (err != nil && !retry.Permanent(err))
 			switch {
 			case err != nil || resp.Succeeded:
@@ -92,18 +97,23 @@ func Enqueue(ctx context.Context, cli *clientv3.Client, f *Fence, fkey string, l
 	return resp, unheard, err
 }
 
-// EnqueueTxn is one attempt of Enqueue as sent, and the fence version it
-// compares; why adds the reads that tell a refusal's cause (the key, the
-// oldest key, the fence).
+// EnqueueTxn is one attempt of Enqueue as sent alone, and the fence
+// version it compares; why adds the reads that tell a refusal's cause (the
+// key, the oldest key, the fence).
 func EnqueueTxn(ctx context.Context, cli *clientv3.Client, f *Fence, fkey string, lease clientv3.LeaseID, key, value, prefix string, p Policy, conds []clientv3.Cmp, why bool) (clientv3.Txn, int64) {
+	cmps, then, els, v := enqueueOps(f, fkey, lease, key, value, prefix, p, conds, why)
+	return cli.Txn(clientv3.WithRequireLeader(ctx)).If(cmps...).Then(then...).Else(els...), v
+}
+
+// enqueueOps are the compares and branches of one attempt.
+func enqueueOps(f *Fence, fkey string, lease clientv3.LeaseID, key, value, prefix string, p Policy, conds []clientv3.Cmp, why bool) (cmps []clientv3.Cmp, then, els []clientv3.Op, v int64) {
 	fence, v := f.Cmp(fkey)
-	txn := cli.Txn(clientv3.WithRequireLeader(ctx)).
-		If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0), fence}, conds...)...).
-		Then(clientv3.OpPut(key, value, clientv3.WithLease(lease)), Read(prefix, p, true))
+	cmps = append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0), fence}, conds...)
+	then = []clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(lease)), Read(prefix, p, true)}
 	if why {
-		txn = txn.Else(clientv3.OpGet(key), Read(prefix, p, false), FenceGet(fkey))
+		els = []clientv3.Op{clientv3.OpGet(key), Read(prefix, p, false), FenceGet(fkey)}
 	}
-	return txn, v
+	return cmps, then, els, v
 }
 
 // MayHold tells from the enqueue's read whether key, created at rev, holds;

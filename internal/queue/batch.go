@@ -1,0 +1,213 @@
+package queue
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/batonhq/baton/internal/retry"
+)
+
+// Batcher sends the enqueues of one session as a database commits groups:
+// one that finds fewer than maxInflight in flight goes at once, alone;
+// those that come while that many are go together as soon as one returns,
+// as one transaction of nested ones (each with its own compares and
+// branches, as if sent alone), so that many acquisitions at once cost one
+// request and one Raft entry instead of one each.
+//
+// What may share a transaction: enqueues on the same lease (a put on a
+// lease etcd no longer has fails the whole transaction, and would tell a
+// live lease's enqueue it expired) and of different queues (their keys
+// get the same CreateRevision, which within one queue would leave two
+// keys neither of which is ahead of the other). A refusal of the whole
+// (permission, size) sends each again alone, for its own answer.
+type Batcher struct {
+	cli *clientv3.Client
+	// Go runs the sender of a group in a goroutine its session waits for;
+	// false once the session is closing (the group is then sent alone).
+	Go func(fn func()) bool
+
+	mu       sync.Mutex
+	inflight int // senders: direct calls and groups' goroutines
+	queued   []*pending
+}
+
+// NewBatcher returns the Batcher of a session's client.
+func NewBatcher(cli *clientv3.Client, goFn func(fn func()) bool) *Batcher {
+	return &Batcher{cli: cli, Go: goFn}
+}
+
+type pending struct {
+	ctx    context.Context
+	lease  clientv3.LeaseID
+	queue  string
+	size   int
+	cmps   []clientv3.Cmp
+	then   []clientv3.Op
+	els    []clientv3.Op
+	done   chan struct{}
+	resp   *clientv3.TxnResponse
+	err    error
+	waited atomic.Bool // its caller stopped waiting
+}
+
+// maxInflight is how many enqueues of a session go alone at once, before
+// the next wait to go as a group: a few acquisitions at once see no added
+// round trip. maxBatch bounds the enqueues of one transaction (etcd's
+// --max-txn-ops is 128 by default) and maxBatchBytes their keys and values
+// (its request limit is 1.5 MiB).
+const (
+	maxInflight   = 4
+	maxBatch      = 64
+	maxBatchBytes = 256 << 10
+)
+
+// commit sends one enqueue, of queue (its prefix) on lease, with others
+// when one is in flight.
+func (b *Batcher) commit(ctx context.Context, lease clientv3.LeaseID, queue string, size int, cmps []clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, error) {
+	b.mu.Lock()
+	if b.inflight < maxInflight && len(b.queued) == 0 {
+		b.inflight++
+		b.mu.Unlock()
+		resp, err := b.cli.Txn(clientv3.WithRequireLeader(ctx)).If(cmps...).Then(then...).Else(els...).Commit()
+		b.release()
+		return resp, err
+	}
+	p := &pending{ctx: ctx, lease: lease, queue: queue, size: size, cmps: cmps, then: then, els: els, done: make(chan struct{})}
+	b.queued = append(b.queued, p)
+	b.mu.Unlock()
+	select {
+	case <-p.done:
+		return p.resp, p.err
+	case <-ctx.Done():
+		p.waited.Store(true)
+		return nil, context.Cause(ctx) // as a call cut short: it may still apply
+	}
+}
+
+// release ends a direct sender's turn: its slot goes on sending what
+// queued meanwhile, in a goroutine, or is freed.
+func (b *Batcher) release() {
+	b.mu.Lock()
+	if len(b.queued) == 0 {
+		b.inflight--
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Unlock()
+	if !b.Go(b.run) {
+		b.run() // closing: in the caller's goroutine
+	}
+}
+
+// run sends groups until none is queued.
+func (b *Batcher) run() {
+	for {
+		g := b.take()
+		if g == nil {
+			return
+		}
+		b.send(g)
+	}
+}
+
+// take removes the next group from the queue: the oldest enqueue and
+// those after it on its lease, of other queues, within the bounds; nil,
+// freeing the sender's slot, when none is queued.
+func (b *Batcher) take() []*pending {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queued) == 0 {
+		b.inflight--
+		return nil
+	}
+	first := b.queued[0]
+	g := []*pending{first}
+	queues := map[string]bool{first.queue: true}
+	size := first.size
+	rest := b.queued[:0]
+	for _, p := range b.queued[1:] {
+		if len(g) < maxBatch && p.lease == first.lease && !queues[p.queue] && size+p.size <= maxBatchBytes {
+			g, queues[p.queue], size = append(g, p), true, size+p.size
+		} else {
+			rest = append(rest, p)
+		}
+	}
+	clear(b.queued[len(rest):])
+	b.queued = rest
+	return g
+}
+
+// send commits a group and hands each its answer.
+func (b *Batcher) send(g []*pending) {
+	live := g[:0:0]
+	for _, p := range g {
+		if p.waited.Load() || p.ctx.Err() != nil {
+			p.finish(nil, context.Cause(p.ctx)) // gone: not sent at all
+		} else {
+			live = append(live, p)
+		}
+	}
+	switch len(live) {
+	case 0:
+		return
+	case 1:
+		live[0].alone(b.cli)
+		return
+	}
+	// One request for all: it lives while any caller waits, bounded as one
+	// attempt; values of the first's ctx (its trace) go with it.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(live[0].ctx), retry.AttemptTimeout)
+	defer cancel()
+	var left atomic.Int32
+	left.Store(int32(len(live)))
+	for _, p := range live {
+		stop := context.AfterFunc(p.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+		defer stop()
+	}
+	ops := make([]clientv3.Op, len(live))
+	for i, p := range live {
+		ops[i] = clientv3.OpTxn(p.cmps, p.then, p.els)
+	}
+	resp, err := b.cli.Txn(clientv3.WithRequireLeader(ctx)).Then(ops...).Commit()
+	if err != nil && retry.Permanent(err) {
+		for _, p := range live { // refused as a whole: each on its own
+			p.alone(b.cli)
+		}
+		return
+	}
+	for i, p := range live {
+		if err != nil {
+			p.finish(nil, err)
+			continue
+		}
+		p.finish(nested(resp, i), nil)
+	}
+}
+
+// alone sends p by itself, with its own ctx.
+func (p *pending) alone(cli *clientv3.Client) {
+	p.finish(cli.Txn(clientv3.WithRequireLeader(p.ctx)).If(p.cmps...).Then(p.then...).Else(p.els...).Commit())
+}
+
+func (p *pending) finish(resp *clientv3.TxnResponse, err error) {
+	p.resp, p.err = resp, err
+	close(p.done)
+}
+
+// nested is the i-th nested transaction's answer as if sent alone: with
+// the header (revision) of the whole.
+func nested(resp *clientv3.TxnResponse, i int) *clientv3.TxnResponse {
+	n, h := resp.Responses[i].GetResponseTxn(), resp.Header
+	return &clientv3.TxnResponse{
+		Header:    &etcdserverpb.ResponseHeader{ClusterId: h.ClusterId, MemberId: h.MemberId, Revision: h.Revision, RaftTerm: h.RaftTerm},
+		Succeeded: n.Succeeded, Responses: n.Responses,
+	}
+}

@@ -1,0 +1,195 @@
+package queue_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/queue"
+)
+
+// gatedClient holds its first n transactions until open is called, and
+// counts every transaction it sends.
+func gatedClient(t *testing.T, n int) (cli *clientv3.Client, held func() int, sent func() int, open func()) {
+	t.Helper()
+	var mu sync.Mutex
+	gate := make(chan struct{})
+	var once sync.Once
+	open = func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(open)
+	var blocked, total int
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
+			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				if method == "/etcdserverpb.KV/Txn" {
+					mu.Lock()
+					total++
+					wait := total <= n
+					if wait {
+						blocked++
+					}
+					mu.Unlock()
+					if wait {
+						<-gate
+					}
+				}
+				return invoker(ctx, method, req, reply, cc, opts...)
+			})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	count := func(p *int) func() int { return func() int { mu.Lock(); defer mu.Unlock(); return *p } }
+	return cli, count(&blocked), count(&total), open
+}
+
+func waitUntil(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+type enqueued struct {
+	resp *clientv3.TxnResponse
+	err  error
+}
+
+// Enqueues sent while a session's slots are all in flight go together, as
+// one transaction when they fit one, and each answer is what it would
+// have been alone: its own key put at the whole's revision and the read
+// of its own queue; an enqueue of a queue already in the group waits for
+// the next one, so that two keys of one queue never share a revision.
+func TestBatcherSendsWhatQueuedAsOneTransaction(t *testing.T) {
+	ctx := etcdtest.Context(t, 30*time.Second)
+	cli, held, sent, open := gatedClient(t, queue.MaxInflight)
+	g, err := cli.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	b := queue.NewBatcher(cli, func(fn func()) bool { wg.Go(fn); return true })
+	base := fmt.Sprintf("/batch-%d/v1/mutex/", time.Now().UnixNano())
+	var f queue.Fence
+	const n = 20
+	res := make([]enqueued, n+1)
+	var calls sync.WaitGroup
+	enqueue := func(i int, name string) {
+		calls.Go(func() {
+			prefix := base + name + "/"
+			key := fmt.Sprintf("%s%x-%d", prefix, g.ID, i)
+			resp, _, err := queue.Enqueue(ctx, cli, b, &f, queue.FenceKey(prefix, g.ID), g.ID, key, "v", prefix, nil, nil)
+			res[i] = enqueued{resp, err}
+		})
+	}
+	for i := range queue.MaxInflight {
+		enqueue(i, fmt.Sprintf("direct-%d", i))
+	}
+	waitUntil(t, func() bool { return held() == queue.MaxInflight }, "the direct enqueues in flight")
+	for i := queue.MaxInflight; i < n; i++ {
+		enqueue(i, fmt.Sprintf("grouped-%d", i))
+	}
+	enqueue(n, fmt.Sprintf("grouped-%d", n-1)) // the same queue as the last
+	waitUntil(t, func() bool { return queue.Queued(b) == n+1-queue.MaxInflight }, "the others queued")
+	open()
+	calls.Wait()
+	if got, want := sent(), queue.MaxInflight+2; got != want {
+		t.Errorf("%d transactions sent for %d enqueues, want %d: %d alone, then one group, then the one of a queue already in it", got, n+1, want, queue.MaxInflight)
+	}
+	for i, r := range res {
+		if r.err != nil {
+			t.Fatalf("enqueue %d: %v", i, r.err)
+		}
+	}
+	groupRev := res[queue.MaxInflight].resp.Header.Revision
+	sameQueue := map[int64]int{} // revisions of the two enqueues of one queue
+	for i, r := range res {
+		if !r.resp.Succeeded {
+			t.Fatalf("enqueue %d refused", i)
+		}
+		own := r.resp.Responses[1].GetResponseRange().Kvs // newest first
+		if len(own) == 0 || own[0].CreateRevision != r.resp.Header.Revision {
+			t.Fatalf("enqueue %d: its queue read %v at revision %d, want its own key created then", i, own, r.resp.Header.Revision)
+		}
+		switch {
+		case i >= n-1:
+			sameQueue[r.resp.Header.Revision]++
+		case i >= queue.MaxInflight && r.resp.Header.Revision != groupRev:
+			t.Errorf("enqueue %d of the group at revision %d, the group's first at %d", i, r.resp.Header.Revision, groupRev)
+		}
+	}
+	if len(sameQueue) != 2 || sameQueue[groupRev] != 1 {
+		t.Errorf("the two enqueues of one queue at revisions %v, want one in the group (%d) and one after", sameQueue, groupRev)
+	}
+}
+
+// A group etcd refuses as a whole (here: two enqueues of one key, which no
+// session sends, but it makes etcd refuse the request) is sent again one
+// by one, so that each gets its own answer; an enqueue whose caller gave
+// up while it was queued is not sent.
+func TestBatcherRefusedGroupGoesOneByOne(t *testing.T) {
+	ctx := etcdtest.Context(t, 30*time.Second)
+	cli, held, sent, open := gatedClient(t, queue.MaxInflight)
+	g, err := cli.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	b := queue.NewBatcher(cli, func(fn func()) bool { wg.Go(fn); return true })
+	base := fmt.Sprintf("/batch-refused-%d/v1/mutex/", time.Now().UnixNano())
+	var f queue.Fence
+	var calls sync.WaitGroup
+	res := make([]enqueued, queue.MaxInflight+3)
+	enqueue := func(ctx context.Context, i int, prefix, key string) {
+		calls.Go(func() {
+			resp, _, err := queue.Enqueue(ctx, cli, b, &f, queue.FenceKey(prefix, g.ID), g.ID, key, "v", prefix, nil, nil)
+			res[i] = enqueued{resp, err}
+		})
+	}
+	for i := range queue.MaxInflight {
+		p := fmt.Sprintf("%sdirect-%d/", base, i)
+		enqueue(ctx, i, p, p+"k")
+	}
+	waitUntil(t, func() bool { return held() == queue.MaxInflight }, "the direct enqueues in flight")
+	dup := base + "dup/k"
+	i := queue.MaxInflight
+	enqueue(ctx, i, base+"dup-a/", dup)
+	enqueue(ctx, i+1, base+"dup-b/", dup)
+	gone, cancel := context.WithCancel(ctx)
+	enqueue(gone, i+2, base+"gone/", base+"gone/k")
+	waitUntil(t, func() bool { return queue.Queued(b) == 3 }, "the three queued")
+	cancel()
+	open()
+	calls.Wait()
+	// Alone, then the group (refused), then each of the two on its own,
+	// and the refused one's second attempt, which reads why.
+	if got, want := sent(), queue.MaxInflight+4; got != want {
+		t.Errorf("%d transactions sent, want %d", got, want)
+	}
+	a, c := res[i], res[i+1]
+	if a.err != nil || c.err != nil {
+		t.Fatalf("after the group's refusal: %v, %v; want each answered on its own", a.err, c.err)
+	}
+	if a.resp.Succeeded == c.resp.Succeeded {
+		t.Errorf("both enqueues of one key answered Succeeded=%v: want the first put, the second refused", a.resp.Succeeded)
+	}
+	if res[i+2].err == nil {
+		t.Error("an enqueue whose caller gave up while queued succeeded")
+	}
+	if r, err := cli.Get(ctx, base+"gone/k"); err != nil || len(r.Kvs) != 0 {
+		t.Errorf("the given-up enqueue's key: %v, %v; want it never sent", r, err)
+	}
+}
