@@ -70,6 +70,9 @@
 //     no quorum.
 //   - That waiters see every holder: a waiter only learns that those ahead
 //     of it are gone.
+//   - That tokens of different names differ: Locks of several names taken
+//     at once on one session may go to etcd as one transaction and get the
+//     same token. A token orders the holders of one name only.
 //   - That an admin's delete or revoke reaches the holder before everyone
 //     else: etcd tells every watcher at once, and the holder can only be
 //     first by a round trip. Fencing covers that window.

@@ -283,25 +283,37 @@ func (c *Config) adoptShared(cli *clientv3.Client) error {
 // except) against the session's settings.
 func (c *Config) agree(theirs core.Config, except ...string) error {
 	mine := c.Session
-	values := map[string][2]string{
-		"WithTTL":            {mine.TTL.String(), theirs.TTL.String()},
-		"WithMaxTTL":         {mine.MaxTTL.String(), theirs.MaxTTL.String()},
-		"WithSafetyMargin":   {mine.Margin.String(), theirs.Margin.String()},
-		"WithMaxHeld":        {fmt.Sprint(mine.MaxHeld), fmt.Sprint(theirs.MaxHeld)},
-		"WithLogger":         {fmt.Sprintf("%p", mine.Logger), fmt.Sprintf("%p", theirs.Logger)},
-		"WithRegisterer":     {fmt.Sprintf("%p", mine.Registerer), fmt.Sprintf("%p", theirs.Registerer)},
-		"WithClock":          {fmt.Sprintf("%v", mine.Clock), fmt.Sprintf("%v", theirs.Clock)},
-		"WithHooks":          {fmt.Sprintf("%p", mine.Hooks), fmt.Sprintf("%p", theirs.Hooks)},
-		"WithTracerProvider": {fmt.Sprintf("%p", mine.TracerProvider), fmt.Sprintf("%p", theirs.TracerProvider)},
+	// Formatted only for the options given: a Mutex per name on a shared
+	// session passes here once per name.
+	values := func(name string) (string, string) {
+		switch name {
+		case "WithTTL":
+			return mine.TTL.String(), theirs.TTL.String()
+		case "WithMaxTTL":
+			return mine.MaxTTL.String(), theirs.MaxTTL.String()
+		case "WithSafetyMargin":
+			return mine.Margin.String(), theirs.Margin.String()
+		case "WithMaxHeld":
+			return fmt.Sprint(mine.MaxHeld), fmt.Sprint(theirs.MaxHeld)
+		case "WithLogger":
+			return fmt.Sprintf("%p", mine.Logger), fmt.Sprintf("%p", theirs.Logger)
+		case "WithRegisterer":
+			return fmt.Sprintf("%p", mine.Registerer), fmt.Sprintf("%p", theirs.Registerer)
+		case "WithClock":
+			return fmt.Sprintf("%v", mine.Clock), fmt.Sprintf("%v", theirs.Clock)
+		case "WithHooks":
+			return fmt.Sprintf("%p", mine.Hooks), fmt.Sprintf("%p", theirs.Hooks)
+		}
+		return fmt.Sprintf("%p", mine.TracerProvider), fmt.Sprintf("%p", theirs.TracerProvider) // WithTracerProvider
 	}
 	var out []error
 	for _, name := range []string{"WithTTL", "WithMaxTTL", "WithSafetyMargin", "WithMaxHeld", "WithLogger", "WithRegisterer", "WithClock", "WithHooks", "WithTracerProvider"} {
 		if _, given := c.set[name]; !given || slices.Contains(except, name) {
 			continue
 		}
-		if v := values[name]; v[0] != v[1] {
+		if v0, v1 := values(name); v0 != v1 {
 			out = append(out, fmt.Errorf("%w: %s(%s) conflicts with the session's %s: session-wide settings are set once, on the session",
-				errs.ErrInvalid, name, v[0], v[1]))
+				errs.ErrInvalid, name, v0, v1))
 		}
 	}
 	return errors.Join(out...)
