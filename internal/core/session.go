@@ -107,7 +107,7 @@ func newSession(cli *clientv3.Client, cs *concurrency.Session, cfg Config) *Sess
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	s := &Session{cli: cli, cfg: cfg, etcd: cs, ctx: ctx, cancel: cancel}
-	s.enq = queue.NewBatcher(cli, func(fn func()) bool { return s.goIn(&s.wg, fn) })
+	s.enq = queue.NewBatcher(cli, ctx, func(fn func()) bool { return s.goIn(&s.wg, fn) })
 	if !cfg.Untraced {
 		s.tracer = telemetry.Tracer(cfg.TracerProvider)
 	}

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -26,8 +27,11 @@ import (
 // (permission, size) sends each again alone, for its own answer.
 type Batcher struct {
 	cli *clientv3.Client
+	// stop ends when the session's Close begins: what a sender goroutine
+	// sends then is cut short, so that Close never waits on etcd.
+	stop context.Context
 	// Go runs the sender of a group in a goroutine its session waits for;
-	// false once the session is closing (the group is then sent alone).
+	// false once the session is closing (what is queued is then not sent).
 	Go func(fn func()) bool
 
 	mu       sync.Mutex
@@ -35,10 +39,14 @@ type Batcher struct {
 	queued   []*pending
 }
 
-// NewBatcher returns the Batcher of a session's client.
-func NewBatcher(cli *clientv3.Client, goFn func(fn func()) bool) *Batcher {
-	return &Batcher{cli: cli, Go: goFn}
+// NewBatcher returns the Batcher of a session's client; stop ends with the
+// session.
+func NewBatcher(cli *clientv3.Client, stop context.Context, goFn func(fn func()) bool) *Batcher {
+	return &Batcher{cli: cli, stop: stop, Go: goFn}
 }
+
+// ErrNotSent is returned for an enqueue a closing session never sent.
+var ErrNotSent = errors.New("the session closed before the enqueue was sent")
 
 type pending struct {
 	ctx    context.Context
@@ -84,7 +92,15 @@ func (b *Batcher) commit(ctx context.Context, lease clientv3.LeaseID, queue stri
 		return p.resp, p.err
 	case <-ctx.Done():
 		p.waited.Store(true)
-		return nil, context.Cause(ctx) // as a call cut short: it may still apply
+		select {
+		case <-p.done: // answered meanwhile: that is its outcome
+			return p.resp, p.err
+		default:
+		}
+		// As a call cut short: it may still apply. ctx.Err, not the cause,
+		// which a caller may have set to any error (one that reads as a
+		// refusal, or as the lease's expiry, would skip the cleanup).
+		return nil, ctx.Err()
 	}
 }
 
@@ -99,7 +115,19 @@ func (b *Batcher) release() {
 	}
 	b.mu.Unlock()
 	if !b.Go(b.run) {
-		b.run() // closing: in the caller's goroutine
+		b.drop() // closing
+	}
+}
+
+// drop answers everything queued with ErrNotSent and frees the slot.
+func (b *Batcher) drop() {
+	b.mu.Lock()
+	queued := b.queued
+	b.queued = nil
+	b.inflight--
+	b.mu.Unlock()
+	for _, p := range queued {
+		p.finish(nil, ErrNotSent)
 	}
 }
 
@@ -155,13 +183,15 @@ func (b *Batcher) send(g []*pending) {
 	case 0:
 		return
 	case 1:
-		live[0].alone(b.cli)
+		b.alone(live[0])
 		return
 	}
-	// One request for all: it lives while any caller waits, bounded as one
-	// attempt; values of the first's ctx (its trace) go with it.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(live[0].ctx), retry.AttemptTimeout)
+	// One request for all: it lives while any caller waits, as a call
+	// sent alone lives while its caller does, and ends with the session;
+	// values of the first's ctx (its trace) go with it.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(live[0].ctx))
 	defer cancel()
+	defer context.AfterFunc(b.stop, cancel)()
 	var left atomic.Int32
 	left.Store(int32(len(live)))
 	for _, p := range live {
@@ -179,7 +209,7 @@ func (b *Batcher) send(g []*pending) {
 	resp, err := b.cli.Txn(clientv3.WithRequireLeader(ctx)).Then(ops...).Commit()
 	if err != nil && retry.Permanent(err) {
 		for _, p := range live { // refused as a whole: each on its own
-			p.alone(b.cli)
+			b.alone(p)
 		}
 		return
 	}
@@ -192,9 +222,13 @@ func (b *Batcher) send(g []*pending) {
 	}
 }
 
-// alone sends p by itself, with its own ctx.
-func (p *pending) alone(cli *clientv3.Client) {
-	p.finish(cli.Txn(clientv3.WithRequireLeader(p.ctx)).If(p.cmps...).Then(p.then...).Else(p.els...).Commit())
+// alone sends p by itself, with its own ctx, cut short by the session's
+// end.
+func (b *Batcher) alone(p *pending) {
+	ctx, cancel := context.WithCancel(p.ctx)
+	defer cancel()
+	defer context.AfterFunc(b.stop, cancel)()
+	p.finish(b.cli.Txn(clientv3.WithRequireLeader(ctx)).If(p.cmps...).Then(p.then...).Else(p.els...).Commit())
 }
 
 func (p *pending) finish(resp *clientv3.TxnResponse, err error) {

@@ -2,17 +2,20 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	"github.com/batonhq/baton/integration/etcdtest"
 	"github.com/batonhq/baton/internal/queue"
+	"github.com/batonhq/baton/internal/retry"
 )
 
 // gatedClient holds its first n transactions until open is called, and
@@ -80,7 +83,7 @@ func TestBatcherSendsWhatQueuedAsOneTransaction(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	t.Cleanup(wg.Wait)
-	b := queue.NewBatcher(cli, func(fn func()) bool { wg.Go(fn); return true })
+	b := queue.NewBatcher(cli, ctx, func(fn func()) bool { wg.Go(fn); return true })
 	base := fmt.Sprintf("/batch-%d/v1/mutex/", time.Now().UnixNano())
 	var f queue.Fence
 	const n = 20
@@ -148,7 +151,7 @@ func TestBatcherRefusedGroupGoesOneByOne(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	t.Cleanup(wg.Wait)
-	b := queue.NewBatcher(cli, func(fn func()) bool { wg.Go(fn); return true })
+	b := queue.NewBatcher(cli, ctx, func(fn func()) bool { wg.Go(fn); return true })
 	base := fmt.Sprintf("/batch-refused-%d/v1/mutex/", time.Now().UnixNano())
 	var f queue.Fence
 	var calls sync.WaitGroup
@@ -191,5 +194,165 @@ func TestBatcherRefusedGroupGoesOneByOne(t *testing.T) {
 	}
 	if r, err := cli.Get(ctx, base+"gone/k"); err != nil || len(r.Kvs) != 0 {
 		t.Errorf("the given-up enqueue's key: %v, %v; want it never sent", r, err)
+	}
+}
+
+// stagedClient holds its first n transactions until release is called and
+// the next one until its ctx ends: a group's request that never returns
+// unless cut short.
+func stagedClient(t *testing.T, n int) (cli *clientv3.Client, held func() int, release func()) {
+	t.Helper()
+	var mu sync.Mutex
+	gate := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	var calls, blocked int
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
+			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				if method != "/etcdserverpb.KV/Txn" {
+					return invoker(ctx, method, req, reply, cc, opts...)
+				}
+				mu.Lock()
+				calls++
+				call := calls
+				if call <= n {
+					blocked++
+				}
+				mu.Unlock()
+				if call <= n {
+					<-gate
+					return invoker(ctx, method, req, reply, cc, opts...)
+				}
+				if call == n+1 {
+					<-ctx.Done()
+					return ctx.Err()
+				}
+				return invoker(ctx, method, req, reply, cc, opts...)
+			})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli, func() int { mu.Lock(); defer mu.Unlock(); return blocked }, release
+}
+
+// fillSlots sends maxInflight enqueues through b on cli and waits until
+// they are all in flight.
+func fillSlots(t *testing.T, ctx context.Context, cli *clientv3.Client, b *queue.Batcher, lease clientv3.LeaseID, held func() int, base string) *sync.WaitGroup {
+	t.Helper()
+	var f queue.Fence
+	var wg sync.WaitGroup
+	for i := range queue.MaxInflight {
+		wg.Go(func() {
+			p := fmt.Sprintf("%sdirect-%d/", base, i)
+			_, _, _ = queue.Enqueue(ctx, cli, b, &f, queue.FenceKey(p, lease), lease, p+"k", "v", p, nil, nil)
+		})
+	}
+	waitUntil(t, func() bool { return held() == queue.MaxInflight }, "the direct enqueues in flight")
+	return &wg
+}
+
+// A queued enqueue whose caller gives up returns as a call cut short
+// does, whatever the caller's cause: ctx.Err, and unheard (its group may
+// still apply it, and only the fence's cleanup makes that harmless). A
+// cause that reads as a refusal would otherwise skip the cleanup and
+// leave the key on the live lease.
+func TestBatcherQueuedCallerGivingUpIsUnheard(t *testing.T) {
+	ctx := etcdtest.Context(t, 30*time.Second)
+	cli, held, release := stagedClient(t, queue.MaxInflight)
+	g, err := cli.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	b := queue.NewBatcher(cli, ctx, func(fn func()) bool { wg.Go(fn); return true })
+	base := fmt.Sprintf("/batch-gaveup-%d/v1/mutex/", time.Now().UnixNano())
+	direct := fillSlots(t, ctx, cli, b, g.ID, held, base)
+	cctx, cancel := context.WithCancelCause(ctx)
+	type out struct {
+		unheard bool
+		err     error
+	}
+	got := make(chan out, 1)
+	go func() {
+		var f queue.Fence
+		p := base + "queued/"
+		_, unheard, err := queue.Enqueue(cctx, cli, b, &f, queue.FenceKey(p, g.ID), g.ID, p+"k", "v", p, nil, nil)
+		got <- out{unheard, err}
+	}()
+	waitUntil(t, func() bool { return queue.Queued(b) == 1 }, "the enqueue queued")
+	cancel(rpctypes.ErrGRPCPermissionDenied)
+	o := <-got
+	if !o.unheard || !errors.Is(o.err, context.Canceled) || retry.Permanent(o.err) {
+		t.Errorf("a queued enqueue given up: unheard=%v err=%v; want unheard, context.Canceled", o.unheard, o.err)
+	}
+	release()
+	direct.Wait()
+}
+
+// A sender goroutine's request ends with the session (stop), so that
+// Close, which waits for it, never waits on etcd; and once the session is
+// closing (Go refuses), what is queued is answered ErrNotSent, not sent,
+// and not unheard.
+func TestBatcherEndsWithTheSession(t *testing.T) {
+	for _, how := range []string{"stop", "closing"} {
+		t.Run(how, func(t *testing.T) {
+			ctx := etcdtest.Context(t, 30*time.Second)
+			cli, held, release := stagedClient(t, queue.MaxInflight)
+			g, err := cli.Grant(ctx, 30)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop, end := context.WithCancel(ctx)
+			defer end()
+			var senders sync.WaitGroup
+			b := queue.NewBatcher(cli, stop, func(fn func()) bool {
+				if how == "closing" {
+					return false
+				}
+				senders.Go(fn)
+				return true
+			})
+			base := fmt.Sprintf("/batch-%s-%d/v1/mutex/", how, time.Now().UnixNano())
+			direct := fillSlots(t, ctx, cli, b, g.ID, held, base)
+			type out struct {
+				unheard bool
+				err     error
+			}
+			got := make(chan out, 1)
+			p := base + "queued/"
+			go func() {
+				var f queue.Fence
+				_, unheard, err := queue.Enqueue(context.Background(), cli, b, &f, queue.FenceKey(p, g.ID), g.ID, p+"k", "v", p, nil, nil)
+				got <- out{unheard, err}
+			}()
+			waitUntil(t, func() bool { return queue.Queued(b) == 1 }, "the enqueue queued")
+			release()
+			direct.Wait()
+			if how == "stop" {
+				// Its request (a group of one, on a ctx without end) hangs
+				// until the session ends.
+				end()
+				done := make(chan struct{})
+				go func() { senders.Wait(); close(done) }()
+				etcdtest.Within(t, done, 5*time.Second, "the sender's end after the session's")
+				if o := <-got; o.err == nil {
+					t.Errorf("an enqueue cut short by the session's end succeeded")
+				}
+				return
+			}
+			o := <-got
+			if !errors.Is(o.err, queue.ErrNotSent) || o.unheard {
+				t.Errorf("an enqueue queued as the session closed: unheard=%v err=%v; want ErrNotSent, not unheard", o.unheard, o.err)
+			}
+			if r, err := cli.Get(ctx, p+"k"); err != nil || len(r.Kvs) != 0 {
+				t.Errorf("its key: %v, %v; want none", r, err)
+			}
+		})
 	}
 }

@@ -80,7 +80,7 @@ func Enqueue(ctx context.Context, cli *clientv3.Client, b *Batcher, f *Fence, fk
 			} else {
 				resp, err = cli.Txn(clientv3.WithRequireLeader(actx)).If(cmps...).Then(then...).Else(els...).Commit()
 			}
-			unheard = unheard || (err != nil && !retry.Permanent(err))
+			unheard = unheard || (err != nil && !retry.Permanent(err) && !errors.Is(err, ErrNotSent))
 			switch {
 			case err != nil || resp.Succeeded:
 				return err
