@@ -4,8 +4,10 @@ import (
 	"context"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -23,7 +25,12 @@ const (
 type Counter struct {
 	mu sync.Mutex
 	n  map[string]int64
+	// events counts the watch events received.
+	events atomic.Int64
 }
+
+// Events is the number of watch events the client received.
+func (c *Counter) Events() int64 { return c.events.Load() }
 
 // NewCounter returns a zeroed counter.
 func NewCounter() *Counter { return &Counter{n: make(map[string]int64)} }
@@ -74,6 +81,14 @@ type countedStream struct {
 func (s *countedStream) SendMsg(m any) error {
 	s.c.add(s.method)
 	return s.ClientStream.SendMsg(m)
+}
+
+func (s *countedStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if wr, ok := m.(*etcdserverpb.WatchResponse); ok && err == nil {
+		s.c.events.Add(int64(len(wr.Events)))
+	}
+	return err
 }
 
 // newClient connects to endpoint; counter may be nil.

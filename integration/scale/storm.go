@@ -58,22 +58,23 @@ type StormConfig struct {
 	TTL time.Duration
 	// Rate caps re-acquisitions per second across all sessions once etcd
 	// answers again (each session gets Rate/Sessions). Zero means
-	// RateFraction of the unthrottled rate measured while taking the locks
-	// in the same run.
+	// RateFraction of the request rate measured while taking the locks in
+	// the same run (a paced re-acquisition is one request: the sessions'
+	// enqueue groups form only when many go at once).
 	Rate float64
-	// RateFraction is the share of the measured rate used when Rate is
-	// zero: more than 0, at most 1; zero means 1/8. The unthrottled rate
-	// is what etcd gave these sessions a moment before: an eighth of it
+	// RateFraction is the share of the measured request rate used when
+	// Rate is zero: more than 0, at most 1; zero means 1/8. That rate is
+	// what etcd served these sessions a moment before: an eighth of it
 	// leaves most of the member to everyone else. Measured here (20,000
-	// locks, 20 sessions): at 1/4 the direct client's Get p99 during the
-	// recovery was 5.4× its quiet p99, at 1/8 2.2×, at 1/16 3.7× (the
-	// machine's own noise).
+	// locks, 20 sessions, before enqueues were grouped): at 1/4 the direct
+	// client's Get p99 during the recovery was 5.4× its quiet p99, at 1/8
+	// 2.2×, at 1/16 3.7× (the machine's own noise).
 	RateFraction float64
 	// RecoveryBudget, when set with Rate zero, raises the cap to
 	// Locks/RecoveryBudget where RateFraction of the measured rate would
 	// take longer (a loaded machine measures a low rate): the phase's
 	// time budget. StormResult.RateShare says what share of the measured
-	// rate the cap was.
+	// request rate the cap was.
 	RecoveryBudget time.Duration
 	// Quiet is how long etcd's latency is probed before the cut.
 	Quiet time.Duration
@@ -220,12 +221,13 @@ type StormResult struct {
 	LossAfterCutMin time.Duration `json:"loss_after_cut_min_ns"`
 	LossAfterCutMax time.Duration `json:"loss_after_cut_max_ns"`
 
-	// RateShare is Rate / AcquirePerSecond.
+	// RateShare is Rate / (AcquirePerSecond × RequestsPerAcquire): of the
+	// request rate measured while taking the locks.
 	RateShare float64 `json:"rate_share"`
 	// Rate is the re-acquisition cap used. RequestBound is the request
-	// rate it implies: Rate × RequestsPerAcquire + the quiet background
-	// (renewals) + 4 requests per session re-established (lease grant,
-	// namespace watch).
+	// rate it implies: Rate × stormRequestsPerReacquire + the quiet
+	// background (renewals) + 4 requests per session re-established
+	// (lease grant, namespace watch).
 	Rate         float64 `json:"rate"`
 	RequestBound float64 `json:"request_bound_per_second"`
 	// QuietPerSecond is requests/s while the locks were held (renewals).
@@ -308,6 +310,8 @@ type StormSecond struct {
 	Held     int64 `json:"held"`
 	// HolderLag is the holder process's worst scheduling delay.
 	HolderLag time.Duration `json:"holder_lag_ns"`
+	// Events is the watch events the holder's clients received.
+	Events int64 `json:"events"`
 	GetP99    time.Duration `json:"get_p99_ns"`
 	PutP99    time.Duration `json:"put_p99_ns"`
 }
@@ -327,6 +331,10 @@ type stormGate struct {
 	failures  int
 	recovered chan struct{}
 }
+
+// stormRequestsPerReacquire is what a paced re-acquisition may send: its
+// enqueue, and a tenth more for retries and lost replies' cleanups.
+const stormRequestsPerReacquire = 1.1
 
 // stormMaxBackoff is the longest backoff of a failing session's probe.
 const stormMaxBackoff = 2 * time.Second
@@ -409,6 +417,8 @@ type stormWindow struct {
 	// Lag is the longest a 5 ms sleep overslept in the window: the
 	// process's scheduling delay (CPU starvation).
 	Lag time.Duration `json:"lag"`
+	// Events is the watch events its clients received.
+	Events int64 `json:"events"`
 }
 
 // stormLoss is the end of a lock's first hold: when (Unix ns; zero if it
@@ -573,7 +583,7 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 	}
 	res.AcquireSeconds, res.AcquirePerSecond, res.RequestsPerAcquire, res.Rate = ready.AcquireSeconds, ready.AcquirePerSecond, ready.RequestsPerAcquire, ready.Rate
 	res.PredictedSeconds = float64(cfg.Locks)/res.Rate + stormMaxBackoff.Seconds()
-	res.RateShare = res.Rate / res.AcquirePerSecond
+	res.RateShare = res.Rate / (res.AcquirePerSecond * res.RequestsPerAcquire)
 	fmt.Fprintf(progress, "storm: took %d locks on %d sessions in %.2f s (%.0f/s, %.2f requests each)\n",
 		cfg.Locks, cfg.Sessions, res.AcquireSeconds, res.AcquirePerSecond, res.RequestsPerAcquire)
 
@@ -665,7 +675,7 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 	if _, err := io.WriteString(stdin, "restored\n"); err != nil {
 		return holderFailed("telling it the restore", err)
 	}
-	fmt.Fprintf(progress, "storm: traffic restored; re-acquiring at most %.0f/s (%.2f of the measured rate; predicted %.1f s)\n", res.Rate, res.RateShare, res.PredictedSeconds)
+	fmt.Fprintf(progress, "storm: traffic restored; re-acquiring at most %.0f/s (%.2f of the measured request rate; predicted %.1f s)\n", res.Rate, res.RateShare, res.PredictedSeconds)
 	werr := <-waited
 	stopRun()
 	bg.Wait()
@@ -772,7 +782,7 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 		}
 	}
 	res.QuietPerSecond = float64(quietN) / cut.Sub(quietStart).Seconds()
-	res.RequestBound = res.Rate*res.RequestsPerAcquire + res.QuietPerSecond + 4*float64(cfg.Sessions)
+	res.RequestBound = res.Rate*stormRequestsPerReacquire + res.QuietPerSecond + 4*float64(cfg.Sessions)
 	// The most requests in any span (1 s, 5 s) starting in [from, to].
 	peak := func(span time.Duration, from, to int64) float64 {
 		var best float64
@@ -904,6 +914,7 @@ func stormTimeline(cut, end time.Time, windows []stormWindow, getProbes, putProb
 	for _, w := range windows {
 		if b := bucket(w.At); b >= 0 {
 			tl[b].Requests += w.N
+			tl[b].Events += w.Events
 			tl[b].Held = w.Held
 			tl[b].HolderLag = max(tl[b].HolderLag, w.Lag)
 		}
@@ -1061,7 +1072,7 @@ func stormHold(ctx context.Context, endpoint string, nLocks, nSessions int, ttl 
 	ready := stormReady{AcquireSeconds: acq.Seconds(), AcquirePerSecond: float64(nLocks) / acq.Seconds(),
 		RequestsPerAcquire: float64(stormTotal(counter)) / float64(nLocks), Rate: rate}
 	if ready.Rate == 0 {
-		ready.Rate = ready.AcquirePerSecond * fraction
+		ready.Rate = ready.AcquirePerSecond * ready.RequestsPerAcquire * fraction
 		if budget > 0 {
 			ready.Rate = max(ready.Rate, float64(nLocks)/budget.Seconds())
 		}
@@ -1091,13 +1102,13 @@ func stormHold(ctx context.Context, endpoint string, nLocks, nSessions int, ttl 
 		windows []stormWindow
 	)
 	bg.Go(func() {
-		last := stormTotal(counter)
+		last, lastEv := stormTotal(counter), counter.Events()
 		stormEvery(runCtx, 100*time.Millisecond, func(now time.Time) {
-			n := stormTotal(counter)
+			n, ev := stormTotal(counter), counter.Events()
 			winMu.Lock()
-			windows = append(windows, stormWindow{now.UnixNano(), n - last, held.Load(), time.Duration(lagMax.Swap(0))})
+			windows = append(windows, stormWindow{now.UnixNano(), n - last, held.Load(), time.Duration(lagMax.Swap(0)), ev - lastEv})
 			winMu.Unlock()
-			last = n
+			last, lastEv = n, ev
 		})
 	})
 
