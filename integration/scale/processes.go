@@ -193,7 +193,7 @@ type ProcessesResult struct {
 	ChildMaxRSS int64 `json:"child_max_rss_bytes"`
 	ParentFDs   int   `json:"parent_fds"`
 	// KeysLeft counts keys under the phase's namespace after every child
-	// exited, but the namespace's release mark (/<ns>/v1/released).
+	// exited, but the namespace's release marks (/<ns>/v1/released, released-b).
 	KeysLeft int `json:"keys_left"`
 }
 

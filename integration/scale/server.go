@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/integration/bench"
+	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/session"
 )
@@ -268,7 +269,7 @@ func MeasureServerCost(ctx context.Context, endpoint string, cfg ServerCostConfi
 		return out, err
 	}
 	for _, kv := range left.Kvs {
-		if !strings.HasSuffix(string(kv.Key), "/released") { // a namespace's release mark stays
+		if !keys.IsReleased(string(kv.Key)) { // a namespace's release marks stay
 			out.KeysLeft++
 		}
 	}

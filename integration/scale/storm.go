@@ -297,7 +297,7 @@ type StormResult struct {
 	CloseMutexesSeconds  float64 `json:"close_mutexes_seconds"`
 	// KeysLeft counts keys under the storm's namespace (and the raw
 	// floor's) after the holder process closed its sessions, but the
-	// namespace's release mark (/<ns>/v1/released).
+	// namespace's release marks (/<ns>/v1/released, released-b).
 	KeysLeft int `json:"keys_left"`
 }
 
@@ -311,9 +311,9 @@ type StormSecond struct {
 	// HolderLag is the holder process's worst scheduling delay.
 	HolderLag time.Duration `json:"holder_lag_ns"`
 	// Events is the watch events the holder's clients received.
-	Events int64 `json:"events"`
-	GetP99    time.Duration `json:"get_p99_ns"`
-	PutP99    time.Duration `json:"put_p99_ns"`
+	Events int64         `json:"events"`
+	GetP99 time.Duration `json:"get_p99_ns"`
+	PutP99 time.Duration `json:"put_p99_ns"`
 }
 
 // stormGate paces one session's re-acquirers. While the session is
@@ -1418,7 +1418,7 @@ func stormFloor(ctx context.Context, clients []*clientv3.Client, ttl time.Durati
 }
 
 // stormKeysLeft lists the keys under namespace ns but its release mark
-// (/<ns>/v1/released, one per namespace, no lease: kept by design).
+// marks (/<ns>/v1/released and released-b, no lease: kept by design).
 func stormKeysLeft(ctx context.Context, cli *clientv3.Client, ns string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -1429,7 +1429,7 @@ func stormKeysLeft(ctx context.Context, cli *clientv3.Client, ns string) ([]stri
 	}
 	var left []string
 	for _, kv := range r.Kvs {
-		if k := string(kv.Key); k != keys.ReleasedKey(pfx+"v1/") {
+		if k := string(kv.Key); !keys.IsReleased(k) {
 			left = append(left, k)
 		}
 	}

@@ -160,11 +160,21 @@ func LeaseKey(prefix string, lease int64) string {
 	return prefix + strconv.FormatInt(lease, 16)
 }
 
-// ReleasedKey is the key every release in the namespace of key (a prefix
-// or key under it) puts in the transaction of its deletion:
-// /<namespace>/v1/released, no lease, one per namespace. A deletion that
-// comes with it was a holder's own release, which its holder knew of first.
+// ReleasedKey and ReleasedAltKey are the namespace's two release marks
+// (of key, a prefix or key under it): /<namespace>/v1/released and
+// /<namespace>/v1/released-b, no lease. A release's transaction deletes
+// whichever exists and puts the other, so that the deletion of a mark in
+// the revision of a key's deletion tells a watch of deletions alone that
+// it was a holder's own release, which its holder knew of first.
 func ReleasedKey(key string) string { return NamespaceOf(key) + "released" }
+
+// ReleasedAltKey is the namespace's other release mark (ReleasedKey).
+func ReleasedAltKey(key string) string { return NamespaceOf(key) + "released-b" }
+
+// IsReleased says whether key is one of its namespace's release marks.
+func IsReleased(key string) bool {
+	return key == ReleasedKey(key) || key == ReleasedAltKey(key)
+}
 
 // Parsed is a contender key taken apart.
 type Parsed struct {

@@ -138,7 +138,7 @@ func MayHold(p Policy, read *etcdserverpb.RangeResponse, put bool, key string, r
 // Deletions is a watch already running over the queue's namespace (the
 // session's, package watch), followed instead of a watch of one's own.
 type Deletions interface {
-	Follow(keys []string, read int64, f func(key string, at int64)) (stop func(), ok bool)
+	Follow(keys []string, read int64, f func(key string, at int64, released bool)) (stop func(), ok bool)
 }
 
 // WaitGone is the one wait for deletions after read, until at most allowed
@@ -146,9 +146,9 @@ type Deletions interface {
 // queue (prefix) or the first blocker alone from the current revision,
 // which etcd serves at once. Done means that happened at the revision
 // returned; not done, read again (at that revision, if any). Released says
-// every deletion the wait used came with a release mark, read at the
-// deletion's revision: through d when they were of one revision, or when
-// the one key watched was the last ahead (done; a wait that reads the
+// every deletion the wait used came with a release mark: through d (the
+// mark's deletion in its revision), or read at the deletion's revision
+// when the one key watched was the last ahead (done; a wait that reads the
 // queue again would not use it).
 func WaitGone(ctx context.Context, cli *clientv3.Client, d Deletions, queue, own string, prefix bool, blockers []*mvccpb.KeyValue, allowed int, read int64) (at int64, done, released bool, err error) {
 	left := make(map[string]int64, len(blockers))
@@ -156,8 +156,8 @@ func WaitGone(ctx context.Context, cli *clientv3.Client, d Deletions, queue, own
 		left[string(kv.Key)] = kv.CreateRevision
 	}
 	if d != nil {
-		if at, revs, err, ok := follow(ctx, d, own, left, allowed, read); ok {
-			return at, at > 0, at > 0 && markedAt(ctx, cli, own, revs...), err
+		if at, done, released, err, ok := follow(ctx, d, own, left, allowed, read); ok {
+			return at, done, released, err
 		}
 	}
 	whole := prefix || len(blockers) == 1 // the watch below sees every blocker go
@@ -208,26 +208,24 @@ func WaitGone(ctx context.Context, cli *clientv3.Client, d Deletions, queue, own
 }
 
 // follow is WaitGone through d; ok is false when d does not cover the wait.
-// At, when done, is the revision that ended it and revs those of every
-// deletion it used; 0 means read again.
-func follow(ctx context.Context, d Deletions, own string, left map[string]int64, allowed int, read int64) (at int64, revs []int64, err error, ok bool) {
+func follow(ctx context.Context, d Deletions, own string, left map[string]int64, allowed int, read int64) (at int64, done, released bool, err error, ok bool) {
 	ks := []string{own}
 	for k := range left {
 		ks = append(ks, k)
 	}
 	type ending struct {
-		at   int64   // the revision that ended the wait; 0: stream broken, -1: own key gone
-		revs []int64 // of the deletions used
+		at       int64 // the revision that ended the wait; 0: stream broken, -1: own key gone
+		released bool
 	}
 	ch := make(chan ending, 1)
-	var last ending
+	last := ending{released: true} // released: every deletion the wait used was marked
 	end := func(e ending) {
 		select {
 		case ch <- e:
 		default: // ended already
 		}
 	}
-	stop, ok := d.Follow(ks, read, func(k string, rev int64) { // serial, under d's lock
+	stop, ok := d.Follow(ks, read, func(k string, rev int64, rel bool) { // serial, under d's lock
 		switch _, blocks := left[k]; {
 		case rev == 0:
 			end(ending{})
@@ -235,30 +233,27 @@ func follow(ctx context.Context, d Deletions, own string, left map[string]int64,
 			end(ending{at: -1})
 		case blocks:
 			delete(left, k)
-			last.at = max(last.at, rev)
-			if !slices.Contains(last.revs, rev) {
-				last.revs = append(last.revs, rev)
-			}
+			last = ending{max(last.at, rev), last.released && rel}
 			if len(left) <= allowed {
-				end(ending{last.at, slices.Clone(last.revs)})
+				end(last)
 			}
 		}
 	})
 	if !ok {
-		return 0, nil, nil, false
+		return 0, false, false, nil, false
 	}
 	defer stop()
 	select {
 	case e := <-ch:
 		switch {
 		case e.at == 0:
-			return 0, nil, nil, true
+			return 0, false, false, nil, true
 		case e.at < 0:
-			return 0, nil, ErrOwnKeyGone, true
+			return 0, false, false, ErrOwnKeyGone, true
 		}
-		return e.at, e.revs, nil, true
+		return e.at, true, e.released, nil, true
 	case <-ctx.Done():
-		return 0, nil, context.Cause(ctx), true
+		return 0, false, false, context.Cause(ctx), true
 	}
 }
 
@@ -276,15 +271,17 @@ func markedAt(ctx context.Context, cli *clientv3.Client, own string, revs ...int
 	var ops []clientv3.Op
 	for _, at := range revs {
 		ops = append(ops, clientv3.OpGet(keys.ReleasedKey(own), clientv3.WithRev(at), clientv3.WithKeysOnly()),
+			clientv3.OpGet(keys.ReleasedAltKey(own), clientv3.WithRev(at), clientv3.WithKeysOnly()),
 			clientv3.OpGet(own, clientv3.WithRev(at), clientv3.WithKeysOnly()))
 	}
 	r, err := cli.Txn(clientv3.WithRequireLeader(ctx)).Then(ops...).Commit()
 	if err != nil {
 		return false
 	}
+	putAt := func(kvs []*mvccpb.KeyValue, at int64) bool { return len(kvs) == 1 && kvs[0].ModRevision == at }
 	for i, at := range revs {
-		mark, kept := r.Responses[2*i].GetResponseRange().Kvs, r.Responses[2*i+1].GetResponseRange().Kvs
-		if len(mark) != 1 || mark[0].ModRevision != at || len(kept) != 1 {
+		a, b, kept := r.Responses[3*i].GetResponseRange().Kvs, r.Responses[3*i+1].GetResponseRange().Kvs, r.Responses[3*i+2].GetResponseRange().Kvs
+		if !putAt(a, at) && !putAt(b, at) || len(kept) != 1 {
 			return false
 		}
 	}
@@ -307,14 +304,19 @@ func goneSince(ctx context.Context, cli *clientv3.Client, kv *mvccpb.KeyValue, f
 }
 
 // Release is a holder's release of key, the ops under its guard: the
-// deletion and, when mark, a put of the namespace's release mark
-// (keys.ReleasedKey) in the same revision, which tells waiters that its
-// holder knew first.
+// deletion and, when mark, in the same revision, the deletion of the
+// namespace's release mark that exists and a put of the other
+// (keys.ReleasedKey, keys.ReleasedAltKey), which tells waiters that its
+// holder knew first: a watch that carries deletions only sees the mark's.
 func Release(key string, mark bool) []clientv3.Op {
 	if !mark {
 		return []clientv3.Op{clientv3.OpDelete(key)}
 	}
-	return []clientv3.Op{clientv3.OpDelete(key), clientv3.OpPut(keys.ReleasedKey(key), "")}
+	a, b := keys.ReleasedKey(key), keys.ReleasedAltKey(key)
+	return []clientv3.Op{clientv3.OpDelete(key), clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.Version(a), ">", 0)},
+		[]clientv3.Op{clientv3.OpDelete(a), clientv3.OpPut(b, "")},
+		[]clientv3.Op{clientv3.OpDelete(b), clientv3.OpPut(a, "")})}
 }
 
 // DeleteOnce deletes key if its CreateRevision is *rev (0: read it first);

@@ -9,7 +9,7 @@ import (
 // Follow replays the deletions it kept oldest first, also once the ring
 // has wrapped: a follower that may hold after some of them must meet them
 // in the order etcd applied them (a waiter ends on the first revision that
-// frees it).
+// frees it, with whether every deletion it used was a marked release).
 func TestFollowReplaysRecentDeletionsOldestFirst(t *testing.T) {
 	w := New(&Config[*int]{}, "/ns/v1/")
 	w.established(w.gen, 1)
@@ -19,10 +19,13 @@ func TestFollowReplaysRecentDeletionsOldestFirst(t *testing.T) {
 	}
 	total := maxRecent + maxRecent/2 // wrapped
 	for i := 1; i <= total; i++ {
-		w.deleted(ks[i%len(ks)], int64(i))
+		w.deleted(ks[i%len(ks)], int64(i), i%2 == 0)
 	}
 	var got []int64
-	stop, ok := w.Follow(ks, int64(total-maxRecent), func(_ string, at int64) {
+	stop, ok := w.Follow(ks, int64(total-maxRecent), func(_ string, at int64, released bool) {
+		if released != (at%2 == 0) {
+			t.Errorf("deletion at %d replayed with released=%v", at, released)
+		}
 		got = append(got, at)
 	})
 	if !ok {

@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/retry"
 )
 
@@ -71,14 +72,15 @@ type Watcher[H comparable] struct {
 }
 
 type deletion struct {
-	key string
-	at  int64
+	key      string
+	at       int64
+	released bool
 }
 
 type follower struct {
 	keys []string
 	read int64
-	f    func(key string, at int64)
+	f    func(key string, at int64, released bool)
 }
 
 // maxRecent bounds the deletions kept for a Follow that comes after them.
@@ -134,12 +136,13 @@ func (w *Watcher[H]) Register(h H) {
 
 // Follow calls f, serially and with the watcher's lock held (so f must
 // only note and signal), for each deletion of one of keys at a revision
-// after read, whether delivered already or later, and f("", 0) once if the
-// stream breaks. The stream carries no puts (so not the release marks:
-// the caller reads the mark at the deletion's revision when it matters). It returns false, calling nothing, when the stream runs
+// after read, whether delivered already or later, with whether its
+// revision also deleted one of the namespace's release marks
+// (keys.ReleasedKey: it was a holder's own release), and f("", 0, false)
+// once if the stream breaks. It returns false, calling nothing, when the stream runs
 // not or may have missed such a deletion: the caller watches itself. A
 // waiter whose session holds already so shares its stream.
-func (w *Watcher[H]) Follow(keys []string, read int64, f func(key string, at int64)) (stop func(), ok bool) {
+func (w *Watcher[H]) Follow(keys []string, read int64, f func(key string, at int64, released bool)) (stop func(), ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.live || read+1 < w.recentFrom {
@@ -148,7 +151,7 @@ func (w *Watcher[H]) Follow(keys []string, read int64, f func(key string, at int
 	fl := &follower{keys: keys, read: read, f: f}
 	for i := range w.recent { // oldest first: the ring's next slot is its oldest
 		if d := w.recent[(w.next+i)%len(w.recent)]; d.at > read && slices.Contains(keys, d.key) {
-			f(d.key, d.at)
+			f(d.key, d.at, d.released)
 		}
 	}
 	if w.followers == nil {
@@ -193,7 +196,7 @@ func (w *Watcher[H]) broken(gen int) {
 		for _, fl := range l {
 			if !seen[fl] {
 				seen[fl] = true
-				fl.f("", 0)
+				fl.f("", 0, false)
 			}
 		}
 	}
@@ -277,7 +280,7 @@ func (w *Watcher[H]) loop(ctx context.Context, gen int, from int64) {
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		// Deletions only: with puts every session watching a namespace
 		// would receive every acquisition in it (issue 34: 20 sessions, 20
-		// events per lock taken).
+		// events per lock taken). A release deletes a mark in its revision.
 		for wr := range w.c.Client.Watch(wctx, w.prefix, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify()) {
 			if wr.Err() != nil {
 				break
@@ -290,9 +293,10 @@ func (w *Watcher[H]) loop(ctx context.Context, gen int, from int64) {
 				}
 				w.established(gen, wr.Header.Revision+1) // etcd delivers every event after it
 			}
+			marked := marks(wr.Events)
 			for _, ev := range wr.Events {
-				if ev.Type == mvccpb.DELETE {
-					w.deleted(string(ev.Kv.Key), ev.Kv.ModRevision)
+				if k := string(ev.Kv.Key); ev.Type == mvccpb.DELETE && !keys.IsReleased(k) {
+					w.deleted(k, ev.Kv.ModRevision, slices.Contains(marked, ev.Kv.ModRevision))
 				}
 			}
 		}
@@ -312,6 +316,18 @@ func (w *Watcher[H]) loop(ctx context.Context, gen int, from int64) {
 	}, nil)
 }
 
+// marks returns the revisions among evs that deleted a release mark (one
+// response holds whole revisions).
+func marks(evs []*clientv3.Event) []int64 {
+	var revs []int64
+	for _, ev := range evs {
+		if ev.Type == mvccpb.DELETE && keys.IsReleased(string(ev.Kv.Key)) {
+			revs = append(revs, ev.Kv.ModRevision)
+		}
+	}
+	return revs
+}
+
 // rereadPause spaces the re-reads of a namespace while they fail.
 const rereadPause = 100 * time.Millisecond
 
@@ -319,7 +335,7 @@ var errReread = errors.New("namespace re-read failed")
 
 // deleted ends the hold of key in this goroutine, if the key was created
 // before the deletion.
-func (w *Watcher[H]) deleted(key string, at int64) {
+func (w *Watcher[H]) deleted(key string, at int64, released bool) {
 	w.mu.Lock()
 	if _, ok := w.expected[key]; ok {
 		w.expected[key] = at
@@ -330,15 +346,15 @@ func (w *Watcher[H]) deleted(key string, at int64) {
 		delete(w.keys, key)
 	}
 	if len(w.recent) < maxRecent {
-		w.recent = append(w.recent, deletion{key, at})
+		w.recent = append(w.recent, deletion{key, at, released})
 	} else {
 		w.recentFrom = w.recent[w.next].at + 1
-		w.recent[w.next] = deletion{key, at}
+		w.recent[w.next] = deletion{key, at, released}
 		w.next = (w.next + 1) % maxRecent
 	}
 	for _, fl := range w.followers[key] {
 		if at > fl.read {
-			fl.f(key, at)
+			fl.f(key, at, released)
 		}
 	}
 	w.mu.Unlock()
