@@ -2,6 +2,7 @@ package mutex_test
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -82,6 +83,14 @@ func TestReleaseHandsOverWithoutARead(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = other.Unlock(context.Background()) })
+	// A namespace's first release ever has no mark to delete: one before,
+	// so that the test does not depend on the tests run ahead of it.
+	if err := other.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if other, err = newMutex(t, wcli, "release-mark-other", mutex.WithSession(sess)).Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
 	for _, how := range []string{"unlock", "admin delete"} {
 		a := newMutex(t, client(t), "release-mark", mutex.WithTTL(5*time.Second))
 		b := newMutex(t, wcli, "release-mark", mutex.WithSession(sess))
@@ -164,4 +173,75 @@ func TestReleaseMarkLeavesNothingOnTheLease(t *testing.T) {
 	if err != nil || len(ttl.Keys) != 0 {
 		t.Fatalf("the caller's lease carries %q (%v) after the release", ttl.Keys, err)
 	}
+}
+
+// A waiter whose own key goes in the revision that deleted the key ahead
+// of it and the namespace's mark (one operator's transaction, or a range
+// delete) does not take that for a release: it reads, finds its key gone
+// and fails, where it used to return a hold already lost.
+func TestWaiterDeletedWithTheKeyAheadAndTheMarkDoesNotHold(t *testing.T) {
+	ctx := etcdtest.Context(t, 30*time.Second)
+	admin := client(t)
+	wcli := client(t)
+	waiting := make(chan struct{}, 1)
+	sess, err := bsession.New(wcli, bsession.WithTTL(5*time.Second), config.Hooks(&core.Hooks{
+		BeforeWait: func(string) { waiting <- struct{}{} },
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sess.Close() })
+	other, err := newMutex(t, wcli, "own-key-with-mark-other", mutex.WithSession(sess)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Unlock(ctx); err != nil { // a mark exists from here on
+		t.Fatal(err)
+	}
+	if other, err = newMutex(t, wcli, "own-key-with-mark-other", mutex.WithSession(sess)).Lock(ctx); err != nil {
+		t.Fatal(err) // the waiter's session holds: its wait follows the namespace watch
+	}
+	t.Cleanup(func() { _ = other.Unlock(context.Background()) })
+	a := newMutex(t, client(t), "own-key-with-mark", mutex.WithTTL(5*time.Second))
+	la, err := a.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newMutex(t, wcli, "own-key-with-mark", mutex.WithSession(sess))
+	got := make(chan error, 1)
+	var lb *mutex.Lock
+	go func() { var err error; lb, err = b.Lock(ctx); got <- err }()
+	select {
+	case <-waiting:
+	case err := <-got:
+		t.Fatalf("Lock returned before it waited: %v", err)
+	}
+	name := la.Key()[:strings.LastIndex(la.Key(), "/")+1]
+	r, err := admin.Get(ctx, name, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil || len(r.Kvs) != 2 {
+		t.Fatalf("the queue: %v, %v; want the holder's key and the waiter's", r, err)
+	}
+	own := string(r.Kvs[0].Key)
+	if own == la.Key() {
+		own = string(r.Kvs[1].Key)
+	}
+	ops := []clientv3.Op{clientv3.OpDelete(la.Key()), clientv3.OpDelete(own)} // the key ahead first
+	for _, mark := range []string{keys.ReleasedKey(own), keys.ReleasedAltKey(own)} {
+		ops = append(ops, clientv3.OpDelete(mark))
+	}
+	if _, err := admin.Txn(ctx).Then(ops...).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err == nil {
+			cause := context.Cause(lb.Context())
+			_ = lb.Unlock(ctx)
+			t.Fatalf("Lock returned a hold though its key was deleted with the one ahead (its Context: %v)", cause)
+		}
+	case <-ctx.Done():
+		t.Fatal("Lock did not return after its key was deleted")
+	}
+	_ = a.Close()
+	_ = b.Close()
 }

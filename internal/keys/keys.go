@@ -3,7 +3,8 @@
 //
 //	/<namespace>/v1/lock/<escaped name>/<lease id hex>
 //	/<namespace>/v1/election/<escaped name>/<lease id hex>
-//	/<namespace>/v1/released   (every release's mark, ReleasedKey)
+//	/<namespace>/v1/released   (the releases' marks, toggled by each:
+//	/<namespace>/v1/released-b  ReleasedKey, ReleasedAltKey)
 //
 // Escaping makes the name's path segment free of '/', so that no name's
 // prefix is a prefix of another name's ("jobs" and "jobs/x" never see each
@@ -171,9 +172,15 @@ func ReleasedKey(key string) string { return NamespaceOf(key) + "released" }
 // ReleasedAltKey is the namespace's other release mark (ReleasedKey).
 func ReleasedAltKey(key string) string { return NamespaceOf(key) + "released-b" }
 
-// IsReleased says whether key is one of its namespace's release marks.
+// IsReleased says whether key is one of its namespace's release marks
+// (without allocating: it runs on every event of a namespace watch).
 func IsReleased(key string) bool {
-	return key == ReleasedKey(key) || key == ReleasedAltKey(key)
+	ns := NamespaceOf(key)
+	if len(ns) >= len(key) || !strings.HasPrefix(key, ns) {
+		return false
+	}
+	rest := key[len(ns):]
+	return rest == "released" || rest == "released-b"
 }
 
 // Parsed is a contender key taken apart.

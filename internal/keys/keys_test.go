@@ -156,3 +156,34 @@ func FuzzNamespaceOf(f *testing.F) {
 		}
 	})
 }
+
+// The two release marks, and nothing else, are marks: not another
+// namespace's, nor a lock whose name is "released".
+func TestIsReleased(t *testing.T) {
+	for key, want := range map[string]bool{
+		"/ns/v1/released":             true,
+		"/ns/v1/released-b":           true,
+		"/other/v1/released":          true,
+		"/ns/v1/released-c":           false,
+		"/ns/v1/lock/released/1a":     false,
+		"/ns/v1/lock/released-b/1a":   false,
+		"/ns/v1/":                     false,
+		"/ns/v1":                      false,
+		"ns/v1/released":              false,
+		"":                            false,
+		"/ns/v1/releasedx":            false,
+		"/ns/v1/released/":            false,
+		"/ns/audit/v1/released":       false,
+		"/ns/v1/candidate/x/released": false,
+	} {
+		if got := IsReleased(key); got != want {
+			t.Errorf("IsReleased(%q) = %v, want %v", key, got, want)
+		}
+		if want && (IsReleased(key) != (key == ReleasedKey(key) || key == ReleasedAltKey(key))) {
+			t.Errorf("IsReleased(%q) disagrees with ReleasedKey and ReleasedAltKey", key)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { IsReleased("/ns/v1/lock/some-long-name-over-thirty-two-bytes/1a2b3c") }); n != 0 {
+		t.Errorf("IsReleased allocates %v times, want 0", n)
+	}
+}

@@ -257,39 +257,24 @@ func follow(ctx context.Context, d Deletions, own string, left map[string]int64,
 	}
 }
 
-// markedAt reads whether each revision of revs, which deleted a key the
-// wait was for, also put the namespace's release mark (Release): the key
-// was its holder's, released by it; and whether own outlived it (a
-// hand-over that skips a waiter deletes its key in the same revision: it
-// must not take the leader's release for its turn). One transaction of
-// point reads at those revisions; false when unsure, or for more than
-// maxMarkReads revisions.
-func markedAt(ctx context.Context, cli *clientv3.Client, own string, revs ...int64) bool {
-	if len(revs) == 0 || len(revs) > maxMarkReads {
-		return false
-	}
-	var ops []clientv3.Op
-	for _, at := range revs {
-		ops = append(ops, clientv3.OpGet(keys.ReleasedKey(own), clientv3.WithRev(at), clientv3.WithKeysOnly()),
-			clientv3.OpGet(keys.ReleasedAltKey(own), clientv3.WithRev(at), clientv3.WithKeysOnly()),
-			clientv3.OpGet(own, clientv3.WithRev(at), clientv3.WithKeysOnly()))
-	}
-	r, err := cli.Txn(clientv3.WithRequireLeader(ctx)).Then(ops...).Commit()
+// markedAt reads whether revision at, which deleted the key the wait was
+// for, also put one of the namespace's release marks
+// (Release): the key was its holder's, released by it; and whether own
+// outlived it (a hand-over that skips a waiter deletes its key in the same
+// revision: it must not take the leader's release for its turn). One
+// transaction of point reads at that revision; false when unsure.
+func markedAt(ctx context.Context, cli *clientv3.Client, own string, at int64) bool {
+	r, err := cli.Txn(clientv3.WithRequireLeader(ctx)).Then(
+		clientv3.OpGet(keys.ReleasedKey(own), clientv3.WithRev(at), clientv3.WithKeysOnly()),
+		clientv3.OpGet(keys.ReleasedAltKey(own), clientv3.WithRev(at), clientv3.WithKeysOnly()),
+		clientv3.OpGet(own, clientv3.WithRev(at), clientv3.WithKeysOnly())).Commit()
 	if err != nil {
 		return false
 	}
-	putAt := func(kvs []*mvccpb.KeyValue, at int64) bool { return len(kvs) == 1 && kvs[0].ModRevision == at }
-	for i, at := range revs {
-		a, b, kept := r.Responses[3*i].GetResponseRange().Kvs, r.Responses[3*i+1].GetResponseRange().Kvs, r.Responses[3*i+2].GetResponseRange().Kvs
-		if !putAt(a, at) && !putAt(b, at) || len(kept) != 1 {
-			return false
-		}
-	}
-	return true
+	putAt := func(kvs []*mvccpb.KeyValue) bool { return len(kvs) == 1 && kvs[0].ModRevision == at }
+	a, b, kept := r.Responses[0].GetResponseRange().Kvs, r.Responses[1].GetResponseRange().Kvs, r.Responses[2].GetResponseRange().Kvs
+	return (putAt(a) || putAt(b)) && len(kept) == 1
 }
-
-// maxMarkReads bounds the revisions markedAt reads in one transaction.
-const maxMarkReads = 8
 
 // goneSince reads whether kv's key is gone at a revision from or later.
 func goneSince(ctx context.Context, cli *clientv3.Client, kv *mvccpb.KeyValue, from int64) (int64, bool, error) {

@@ -316,13 +316,27 @@ func (w *Watcher[H]) loop(ctx context.Context, gen int, from int64) {
 	}, nil)
 }
 
-// marks returns the revisions among evs that deleted a release mark (one
-// response holds whole revisions).
+// marks returns the revisions among evs that are a holder's release: one
+// release mark and one other key deleted, nothing else (one response holds
+// whole revisions, in the order of their ops). A range delete that spans a
+// mark, a revoke of a lease a mark was put on, a hand-over that skips
+// candidates, or a waiter's own key going with the key ahead are not:
+// their followers read before they hold.
 func marks(evs []*clientv3.Event) []int64 {
 	var revs []int64
-	for _, ev := range evs {
-		if ev.Type == mvccpb.DELETE && keys.IsReleased(string(ev.Kv.Key)) {
-			revs = append(revs, ev.Kv.ModRevision)
+	for i := 0; i < len(evs); {
+		rev, mark, other := evs[i].Kv.ModRevision, 0, 0
+		for ; i < len(evs) && evs[i].Kv.ModRevision == rev; i++ {
+			switch {
+			case evs[i].Type != mvccpb.DELETE:
+			case keys.IsReleased(string(evs[i].Kv.Key)):
+				mark++
+			default:
+				other++
+			}
+		}
+		if mark == 1 && other == 1 {
+			revs = append(revs, rev)
 		}
 	}
 	return revs
