@@ -119,8 +119,8 @@ bench-shard:
 # costs the etcd server (its own metrics), a partition storm over 100,000
 # holders, 50 processes x 2,000 locks, the router over 1, 2 and 4 clusters.
 # A progress line per phase on stderr, one summary line on stdout, every
-# figure in SCALE_JSON. About 16 minutes on 2 cores (10,000 waiters drain
-# in 2 of them, docs/scaling.md says why); SCALE_FLAGS="-quick" for a smoke
+# figure in SCALE_JSON. About 10 minutes on 2 cores (the storm's 100,000
+# re-acquisitions, paced, take 2 of them); SCALE_FLAGS="-quick" for a smoke
 # run, -only held,waiters,server,storm,processes,clusters for some phases.
 SCALE_JSON ?= scale.json
 SCALE_FLAGS ?=
