@@ -2,6 +2,7 @@ package mutex_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/queue"
 	"github.com/batonhq/baton/mutex"
 	bsession "github.com/batonhq/baton/session"
 )
@@ -243,5 +245,107 @@ func TestWaiterDeletedWithTheKeyAheadAndTheMarkDoesNotHold(t *testing.T) {
 		t.Fatal("Lock did not return after its key was deleted")
 	}
 	_ = a.Close()
+	_ = b.Close()
+}
+
+// A waiter that read the queue again waits for the key just ahead alone; a
+// revision that deletes that key and the namespace's mark without being a
+// release (an operator's range delete, a revoke of a lease a mark was put
+// on) must not make it hold while an older key still holds: it reads the
+// release (a mark put at that revision) before it takes it for one.
+func TestWaiterAfterARereadDoesNotTakeAFakeReleaseForOne(t *testing.T) {
+	ctx := etcdtest.Context(t, 30*time.Second)
+	admin := client(t)
+	wcli := client(t)
+	waiting := make(chan struct{}, 1)
+	reread := make(chan struct{}, 4)
+	sess, err := bsession.New(wcli, bsession.WithTTL(5*time.Second), config.Hooks(&core.Hooks{
+		BeforeWait: func(string) { waiting <- struct{}{} },
+		ReadAhead:  func(string) { reread <- struct{}{} },
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sess.Close() })
+	other, err := newMutex(t, wcli, "fake-release-other", mutex.WithSession(sess)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Unlock(ctx); err != nil { // a mark exists from here on
+		t.Fatal(err)
+	}
+	if other, err = newMutex(t, wcli, "fake-release-other", mutex.WithSession(sess)).Lock(ctx); err != nil {
+		t.Fatal(err) // the waiter's session holds: its wait follows the namespace watch
+	}
+	t.Cleanup(func() { _ = other.Unlock(context.Background()) })
+	a := newMutex(t, client(t), "fake-release", mutex.WithTTL(5*time.Second))
+	la, err := a.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	// Waiters' keys behind the holder, on a lease of the admin's: X, then
+	// more than queue.MaxRead, so that the waiter's first read is partial.
+	name := la.Key()[:strings.LastIndex(la.Key(), "/")+1]
+	g, err := admin.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := name + "x"
+	if _, err := admin.Put(ctx, x, "", clientv3.WithLease(g.ID)); err != nil {
+		t.Fatal(err)
+	}
+	var ys []clientv3.Op
+	for i := range queue.MaxRead {
+		y := fmt.Sprintf("%sy%02d", name, i)
+		if _, err := admin.Put(ctx, y, "", clientv3.WithLease(g.ID)); err != nil {
+			t.Fatal(err)
+		}
+		ys = append(ys, clientv3.OpDelete(y))
+	}
+	b := newMutex(t, wcli, "fake-release", mutex.WithSession(sess))
+	got := make(chan error, 1)
+	var lb *mutex.Lock
+	go func() { var err error; lb, err = b.Lock(ctx); got <- err }()
+	select {
+	case <-waiting:
+	case err := <-got:
+		t.Fatalf("Lock returned before it waited: %v", err)
+	}
+	step := func(what string) {
+		t.Helper()
+		select {
+		case <-reread:
+		case err := <-got:
+			t.Fatalf("%s: Lock returned (%v) while %s holds", what, err, la.Key())
+		case <-ctx.Done():
+			t.Fatalf("%s: the waiter did not read the queue again", what)
+		}
+	}
+	// The waiters it knew go (not a release): it reads again, and waits
+	// for X alone.
+	if _, err := admin.Txn(ctx).Then(ys...).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	step("after the partial read's keys went")
+	// X and the mark in one revision: a release to the namespace watch,
+	// but no mark was put. The waiter reads again and waits for the holder.
+	ops := []clientv3.Op{clientv3.OpDelete(x)}
+	for _, mark := range []string{keys.ReleasedKey(x), keys.ReleasedAltKey(x)} {
+		ops = append(ops, clientv3.OpDelete(mark))
+	}
+	if _, err := admin.Txn(ctx).Then(ops...).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	step("after X and the mark went in one revision")
+	if err := la.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if err := lb.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
 	_ = b.Close()
 }

@@ -14,6 +14,7 @@ type (
 // exact step. Production code leaves them nil.
 type Hooks struct {
 	BeforeWait    func(key string) // after the enqueue found keys ahead, before the wait for them
+	ReadAhead     func(key string) // after a wait read the queue ahead of key again
 	AfterConfirm  func(key string) // between the confirming read and the registration for deletion news
 	BeforeArm     func(key string) // after the hold is made, before it is armed
 	StreamEnded   func()           // a namespace watch's stream ended (broken or stopped), before its followers are told

@@ -325,6 +325,7 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 	defer cancel(nil)
 	defer context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })()
 	minRev := int64(0) // 0: read linearizably
+	reread := false    // blockers come from ReadAhead, not from the enqueue
 	rev := *revp
 	// moved is a key gone while waiting that a hand-over moved: wait on.
 	// A wait that ends meanwhile ends with ctx's cause (its failure deletes
@@ -361,7 +362,8 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 				}
 				return 0, err
 			}
-			read = resp.Header.Revision
+			read, reread = resp.Header.Revision, true
+			callKey(o.sess.cfg.Hooks.ReadAhead, key)
 			blockers, allowed, complete = resp.Responses[0].GetResponseRange().Kvs, 0, p != nil
 			if p != nil {
 				blockers, allowed = p.Blockers(key, blockers)
@@ -370,7 +372,11 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 				return read, nil
 			}
 		}
-		at, done, released, err := queue.WaitGone(ctx, o.sess.cli, w, o.cfg.Prefix, key, p != nil, blockers, allowed, read)
+		// After a read of the queue a mutex waits for the key just ahead
+		// alone: holding on its release alone, that release is read, not
+		// taken from the namespace watch (a range delete or a revoke can
+		// delete one key and a mark there, and the holder would stay).
+		at, done, released, err := queue.WaitGone(ctx, o.sess.cli, w, o.cfg.Prefix, key, p != nil, blockers, allowed, read, reread && p == nil)
 		switch {
 		case moved(&err):
 			continue
@@ -379,7 +385,10 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 		case released && p == nil && o.cfg.Kind == Mutex:
 			// The key just ahead went with its holder's release: it held, so
 			// it was the oldest, and no older key can appear. No read of the
-			// queue, however long (a waiter knows at most queue.MaxRead).
+			// queue, however long (a waiter knows at most queue.MaxRead);
+			// from the enqueue's read, a wait for MaxRead keys whose every
+			// deletion was a release (one real release among them shows
+			// every older key gone).
 			return at, nil
 		case done && complete && (released || req.Confirms && req.Moved == nil):
 			// Every key ahead was followed: the events confirm. A wait a

@@ -146,17 +146,24 @@ type Deletions interface {
 // queue (prefix) or the first blocker alone from the current revision,
 // which etcd serves at once. Done means that happened at the revision
 // returned; not done, read again (at that revision, if any). Released says
-// every deletion the wait used came with a release mark: through d (the
-// mark's deletion in its revision), or read at the deletion's revision
-// when the one key watched was the last ahead (done; a wait that reads the
-// queue again would not use it).
-func WaitGone(ctx context.Context, cli *clientv3.Client, d Deletions, queue, own string, prefix bool, blockers []*mvccpb.KeyValue, allowed int, read int64) (at int64, done, released bool, err error) {
+// every deletion the wait used was a holder's release: through d (a
+// revision that deleted one key and one mark, watch.marks), or read at the
+// deletion's revision (markedAt: a mark put then, own key kept) when the
+// one key watched was the last ahead (done; a wait that reads the queue
+// again would not use it). Verify asks the read through d too, for a
+// caller that holds on released alone where its blockers are not every
+// key ahead: a range delete or a revoke can delete one key and a mark,
+// but puts no mark.
+func WaitGone(ctx context.Context, cli *clientv3.Client, d Deletions, queue, own string, prefix bool, blockers []*mvccpb.KeyValue, allowed int, read int64, verify bool) (at int64, done, released bool, err error) {
 	left := make(map[string]int64, len(blockers))
 	for _, kv := range blockers {
 		left[string(kv.Key)] = kv.CreateRevision
 	}
 	if d != nil {
 		if at, done, released, err, ok := follow(ctx, d, own, left, allowed, read); ok {
+			if released && verify {
+				released = len(blockers) == 1 && markedAt(ctx, cli, own, at)
+			}
 			return at, done, released, err
 		}
 	}

@@ -90,7 +90,7 @@ func TestWaitGoneOnOneKeyTellsAReleaseFromAPlainDelete(t *testing.T) {
 			}
 			ch := make(chan result, 1)
 			go func() {
-				at, done, released, err := queue.WaitGone(ctx, cli, nil, prefix, own, false, g.Kvs, 0, r.Header.Revision)
+				at, done, released, err := queue.WaitGone(ctx, cli, nil, prefix, own, false, g.Kvs, 0, r.Header.Revision, false)
 				ch <- result{at, done, released, err}
 			}()
 			time.Sleep(200 * time.Millisecond) // the watch is established; a deletion before it is read, not marked

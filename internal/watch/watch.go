@@ -137,11 +137,12 @@ func (w *Watcher[H]) Register(h H) {
 // Follow calls f, serially and with the watcher's lock held (so f must
 // only note and signal), for each deletion of one of keys at a revision
 // after read, whether delivered already or later, with whether its
-// revision also deleted one of the namespace's release marks
-// (keys.ReleasedKey: it was a holder's own release), and f("", 0, false)
-// once if the stream breaks. It returns false, calling nothing, when the stream runs
-// not or may have missed such a deletion: the caller watches itself. A
-// waiter whose session holds already so shares its stream.
+// revision looks like a holder's own release (marks: it deleted that key
+// and one of the namespace's release marks, nothing else), and f("", 0,
+// false) once if the stream breaks. It returns false, calling nothing,
+// when the stream runs not or may have missed such a deletion: the caller
+// watches itself. A waiter whose session holds already so shares its
+// stream.
 func (w *Watcher[H]) Follow(keys []string, read int64, f func(key string, at int64, released bool)) (stop func(), ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
