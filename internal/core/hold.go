@@ -274,6 +274,12 @@ func (h *Hold) deleteGuarded(ctx context.Context) error {
 	if lostErr != nil && (errors.Is(h.cause, errs.ErrKeyDeleted) || errors.Is(h.cause, errs.ErrLeaseExpired)) {
 		return h.finish(lostErr) // the key is gone: nothing to delete
 	}
+	if h.l.Revoked() { // by its session's Close or after a loss: the key went with it
+		if lostErr == nil {
+			lostErr = fmt.Errorf("%w: key %s was gone before release (its lease was revoked)", h.o.config().NotHeld, h.key)
+		}
+		return h.finish(lostErr)
+	}
 	var resp *clientv3.TxnResponse
 	unknown := false // an attempt may have applied without our hearing
 	err := retry.Do(ctx, func(ctx context.Context) (err error) {

@@ -19,6 +19,7 @@ type Hooks struct {
 	BeforeArm     func(key string) // after the hold is made, before it is armed
 	StreamEnded   func()           // a namespace watch's stream ended (broken or stopped), before its followers are told
 	BeforeReread  func()           // after the namespace watch broke, before its re-read
+	Established   func()           // a namespace watch's stream is live: waits follow it from here
 	InClose       func()           // in an Owner's Close, before it waits for the calls in flight
 	Deleted       func(key string) // in the namespace watch, for every deletion
 	OnRenewed     func()           // after each acknowledged renewal

@@ -376,7 +376,7 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 		// alone: holding on its release alone, that release is read, not
 		// taken from the namespace watch (a range delete or a revoke can
 		// delete one key and a mark there, and the holder would stay).
-		at, done, released, err := queue.WaitGone(ctx, o.sess.cli, w, o.cfg.Prefix, key, p != nil, blockers, allowed, read, reread && p == nil)
+		at, done, released, err := queue.WaitGone(ctx, o.sess.cli, w, o.cfg.Prefix, key, p != nil, blockers, allowed, read, reread && p == nil && o.cfg.Kind == Mutex)
 		switch {
 		case moved(&err):
 			continue
@@ -386,9 +386,10 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 			// The key just ahead went with its holder's release: it held, so
 			// it was the oldest, and no older key can appear. No read of the
 			// queue, however long (a waiter knows at most queue.MaxRead);
-			// from the enqueue's read, a wait for MaxRead keys whose every
-			// deletion was a release (one real release among them shows
-			// every older key gone).
+			// from the enqueue's read, a wait for the MaxRead-1 keys ahead
+			// whose every deletion was a release (one real release among
+			// them shows every older key gone; a forged one, by a contender
+			// that writes the marks, docs/security.md, is not excluded).
 			return at, nil
 		case done && complete && (released || req.Confirms && req.Moved == nil):
 			// Every key ahead was followed: the events confirm. A wait a

@@ -597,6 +597,7 @@ func (s *Session) watcher(key string) *watch.Watcher[*Hold] {
 			StreamEnded:  func() { call(s.cfg.Hooks.StreamEnded) },
 			BeforeReread: func() { call(s.cfg.Hooks.BeforeReread) },
 			Deleted:      func(key string) { callKey(s.cfg.Hooks.Deleted, key) },
+			Established:  func() { call(s.cfg.Hooks.Established) },
 		}
 	}
 	w, ok := s.watchers[prefix]

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -48,6 +49,8 @@ type Lease struct {
 	deadline time.Time
 	sent     time.Time // of the grant or renewal that set deadline
 	timer    Timer
+
+	revoked atomic.Bool // etcd answered a revoke: the lease and its keys are gone
 }
 
 // New returns the lease id of the granted ttl, valid until sent + ttl −
@@ -229,8 +232,13 @@ func (l *Lease) Revoke(stop context.Context, d time.Duration) error {
 	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return fmt.Errorf("revoke lease %x: %w", int64(l.id), err)
 	}
+	l.revoked.Store(true)
 	return nil
 }
+
+// Revoked says whether etcd answered a Revoke of the lease (or said it was
+// gone): every key on it is deleted, and nothing needs deleting one.
+func (l *Lease) Revoked() bool { return l.revoked.Load() }
 
 // Gone reports whether the lease no longer exists on the server; false
 // when it cannot tell.

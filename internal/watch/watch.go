@@ -37,10 +37,12 @@ type Config[H comparable] struct {
 	Key     func(H) string
 	Rev, At func(H) int64
 	Gone    func(H)
-	// StreamEnded, BeforeReread and Deleted are test hooks, read when called.
+	// StreamEnded, BeforeReread, Deleted and Established are test hooks,
+	// read when called.
 	StreamEnded  func()
 	BeforeReread func()
 	Deleted      func(key string)
+	Established  func()
 }
 
 // Watcher tells the holds of one session under one namespace when their
@@ -178,10 +180,14 @@ func (w *Watcher[H]) Follow(keys []string, read int64, f func(key string, at int
 // established marks loop gen's stream live from revision first on.
 func (w *Watcher[H]) established(gen int, first int64) {
 	w.mu.Lock()
-	if gen == w.gen {
+	live := gen == w.gen
+	if live {
 		w.live, w.recent, w.next, w.recentFrom = true, w.recent[:0], 0, first
 	}
 	w.mu.Unlock()
+	if live {
+		call(w.c.Established)
+	}
 }
 
 // broken tells every follower that loop gen's stream ended.
