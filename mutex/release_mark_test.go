@@ -375,6 +375,7 @@ func TestCloseAfterTheSessionsRevokeSendsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = sess.Close() })
 	var ms []*mutex.Mutex
 	var ls []*mutex.Lock
 	for i := range 3 {

@@ -275,7 +275,7 @@ func (h *Hold) deleteGuarded(ctx context.Context) error {
 		return h.finish(lostErr) // the key is gone: nothing to delete
 	}
 	if h.l.Revoked() { // by its session's Close or after a loss: the key went with it
-		if lostErr == nil {
+		if lostErr == nil && !h.deleting { // a retry after "deletion continues" counts as released
 			lostErr = fmt.Errorf("%w: key %s was gone before release (its lease was revoked)", h.o.config().NotHeld, h.key)
 		}
 		return h.finish(lostErr)
