@@ -75,13 +75,13 @@ func NamespacePermission(ns string, access Access) Permission {
 // force-unlocks and release requests). It lies outside the namespace's
 // prefix, so that the contenders' grant does not cover it:
 // "/<ns>/audit/v1/".
-func AuditPrefix(ns string) string { return "/" + ns + "/audit/v1/" }
+func AuditPrefix(ns string) string { return keys.AuditPrefix(ns) }
 
 // RequestAuditPrefix is the part of namespace ns's audit trail that holds
 // the records of release requests, "/<ns>/audit/v1/request/", so that the
 // requesters' role can write there and nowhere else in the trail. Older
 // versions wrote request records directly under AuditPrefix.
-func RequestAuditPrefix(ns string) string { return AuditPrefix(ns) + "request/" }
+func RequestAuditPrefix(ns string) string { return keys.RequestAuditPrefix(ns) }
 
 // AuditPermission is the permission access on namespace ns's audit trail.
 func AuditPermission(ns string, access Access) Permission {

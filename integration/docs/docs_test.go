@@ -1,7 +1,8 @@
-// Package docs_test checks that the documentation's code runs: every Go
-// block of README.md and docs/*.md compiles against the module, and every
-// baton command line of its shell blocks names existing commands and
-// flags.
+// Package docs_test checks that the documentation says what the code
+// does: every Go block of README.md and docs/*.md compiles against the
+// module, every baton command line of its shell blocks names existing
+// commands and flags, and the module's imports follow docs/design.md's
+// package map, with a library that links no tool (packages_test.go).
 package docs_test
 
 import (

@@ -5,6 +5,8 @@
 //	/<namespace>/v1/election/<escaped name>/<lease id hex>
 //	/<namespace>/v1/released   (the releases' marks, toggled by each:
 //	/<namespace>/v1/released-b  ReleasedKey, ReleasedAltKey)
+//	/<namespace>/audit/v1/...   (the audit trail, outside the namespace:
+//	                             AuditPrefix, RequestAuditPrefix)
 //
 // Escaping makes the name's path segment free of '/', so that no name's
 // prefix is a prefix of another name's ("jobs" and "jobs/x" never see each

@@ -187,3 +187,17 @@ func TestIsReleased(t *testing.T) {
 		t.Errorf("IsReleased allocates %v times, want 0", n)
 	}
 }
+
+func TestAuditTrailLiesOutsideTheNamespace(t *testing.T) {
+	ns := "team"
+	audit, req := AuditPrefix(ns), RequestAuditPrefix(ns)
+	if audit != "/team/audit/v1/" || req != "/team/audit/v1/request/" {
+		t.Fatalf("AuditPrefix = %q, RequestAuditPrefix = %q", audit, req)
+	}
+	if strings.HasPrefix(audit, NamespacePrefix(ns)) || strings.HasPrefix(NamespacePrefix(ns), audit) {
+		t.Errorf("audit trail %s and namespace %s nest: the contenders' grant would cover the trail", audit, NamespacePrefix(ns))
+	}
+	if !strings.HasPrefix(req, audit) {
+		t.Errorf("request records %s are not in the trail %s", req, audit)
+	}
+}

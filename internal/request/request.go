@@ -3,7 +3,7 @@
 // A request is a key /<ns>/v1/release/<kind>/<escaped name>/<token>,
 // put on the holder's lease in a transaction guarded by the holder key's
 // CreateRevision, together with an audit record under the request records
-// of the namespace's audit trail (rbac.RequestAuditPrefix), which only
+// of the namespace's audit trail (keys.RequestAuditPrefix), which only
 // requesters, operators (and root) may write: a user without that right is
 // refused and nothing is written. The put on the holder's lease also needs
 // write permission on every key already attached to that lease (etcd
@@ -34,7 +34,6 @@ import (
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/retry"
 	"github.com/batonhq/baton/internal/telemetry"
-	"github.com/batonhq/baton/rbac"
 )
 
 // Release is the key kind of requests.
@@ -131,7 +130,7 @@ func Make(ctx context.Context, cli *clientv3.Client, ns string, kind keys.Kind, 
 		kv := g.Kvs[0]
 		now := time.Now().UTC()
 		lease := clientv3.LeaseID(kv.Lease)
-		akey := rbac.RequestAuditPrefix(ns) + now.Format("20060102T150405.000000000Z") + "-request-" + strconv.FormatInt(kv.CreateRevision, 10)
+		akey := keys.RequestAuditPrefix(ns) + now.Format("20060102T150405.000000000Z") + "-request-" + strconv.FormatInt(kv.CreateRevision, 10)
 		m := Made{Request: Request{Reason: reason, By: by, At: now, Key: string(kv.Key), Token: kv.CreateRevision, Audit: akey}, Holder: string(kv.Value)}
 		rb, _ := json.Marshal(m.Request)
 		ab, _ := json.Marshal(auditRecord{Time: now, Action: "request-release", Kind: string(kind), Name: name, Key: m.Key,
