@@ -274,3 +274,74 @@ func TestALateEndOfAStoppedWatchLeavesTheNextOneLive(t *testing.T) {
 	}
 	waitsWithoutAWatchOfItsOwn(t, ctx, hooks, newMutex(t, cli, "late-end-c", mutex.WithSession(sess)), h, "the session's stream was taken for down")
 }
+
+// A namespace watch stopped while idle must not take followers: a waiter
+// that follows before the stopped loop reports its end, while a new hold
+// starts the next loop, would hear of neither the holder's deletion (the
+// stopped stream no longer runs, the next one starts after it) nor the old
+// stream's end (a stopped loop's news is ignored), and would wait until its
+// context ends although the lock is free. Forced: the stopped loop is held
+// in its StreamEnded hook while the waiter follows, the holder unlocks and
+// the next loop starts.
+func TestAWaiterDoesNotFollowAStoppedWatch(t *testing.T) {
+	ctx := etcdtest.Context(t, 30*time.Second)
+	cli := client(t)
+	established := make(chan struct{}, 8)
+	hooks := &core.Hooks{Established: func() {
+		select {
+		case established <- struct{}{}:
+		default:
+		}
+	}}
+	sess, err := bsession.New(cli, config.Hooks(hooks))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sess.Close() })
+	first, err := newMutex(t, cli, "stopped-a", mutex.WithSession(sess)).Lock(ctx) // the first loop starts
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.Within(t, established, 5*time.Second, "the first stream")
+	ended, release := make(chan struct{}), make(chan struct{})
+	var once, released sync.Once
+	hooks.StreamEnded = func() { once.Do(func() { close(ended); <-release }) }
+	unhold := func() { released.Do(func() { close(release) }) }
+	defer unhold() // a failure below leaves no loop held
+	// Held once: its watch stops at once.
+	if err := first.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.Within(t, ended, 5*time.Second, "the stopped stream's end")
+
+	holder, err := newMutex(t, client(t), "stopped-b").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	followed := make(chan struct{})
+	var follows sync.Once
+	hooks.Followed = func(bool) { follows.Do(func() { close(followed) }) }
+	got := make(chan error, 1)
+	go func() {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		l, err := newMutex(t, cli, "stopped-b", mutex.WithSession(sess)).Lock(lctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	etcdtest.Within(t, followed, 5*time.Second, "the waiter's wait")
+	if err := holder.Unlock(ctx); err != nil { // no stream runs
+		t.Fatal(err)
+	}
+	next, err := newMutex(t, cli, "stopped-c", mutex.WithSession(sess)).Lock(ctx) // the next loop starts
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Unlock(ctx)
+	unhold()
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter on a free lock: %v", err)
+	}
+}

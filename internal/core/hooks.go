@@ -20,6 +20,7 @@ type Hooks struct {
 	StreamEnded   func()           // a namespace watch's stream ended (broken or stopped), before its followers are told
 	BeforeReread  func()           // after the namespace watch broke, before its re-read
 	Established   func()           // a namespace watch's stream is live: waits follow it from here
+	Followed      func(ok bool)    // a wait asked to follow the namespace watch (ok: it does), before it waits
 	InClose       func()           // in an Owner's Close, before it waits for the calls in flight
 	Deleted       func(key string) // in the namespace watch, for every deletion
 	OnRenewed     func()           // after each acknowledged renewal

@@ -598,6 +598,11 @@ func (s *Session) watcher(key string) *watch.Watcher[*Hold] {
 			BeforeReread: func() { call(s.cfg.Hooks.BeforeReread) },
 			Deleted:      func(key string) { callKey(s.cfg.Hooks.Deleted, key) },
 			Established:  func() { call(s.cfg.Hooks.Established) },
+			Followed: func(ok bool) {
+				if f := s.cfg.Hooks.Followed; f != nil {
+					f(ok)
+				}
+			},
 		}
 	}
 	w, ok := s.watchers[prefix]

@@ -22,7 +22,7 @@ func TestFollowReplaysRecentDeletionsOldestFirst(t *testing.T) {
 	}
 	total := maxRecent + maxRecent/2 // wrapped
 	for i := 1; i <= total; i++ {
-		w.deleted(ks[i%len(ks)], int64(i), i%2 == 0)
+		w.deleted(w.gen, ks[i%len(ks)], int64(i), i%2 == 0)
 	}
 	var got []int64
 	stop, ok := w.Follow(ks, int64(total-maxRecent), func(_ string, at int64, released bool) {

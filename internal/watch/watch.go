@@ -37,12 +37,13 @@ type Config[H comparable] struct {
 	Key     func(H) string
 	Rev, At func(H) int64
 	Gone    func(H)
-	// StreamEnded, BeforeReread, Deleted and Established are test hooks,
-	// read when called.
+	// StreamEnded, BeforeReread, Deleted, Established and Followed are
+	// test hooks, read when called.
 	StreamEnded  func()
 	BeforeReread func()
 	Deleted      func(key string)
 	Established  func()
+	Followed     func(ok bool)
 }
 
 // Watcher tells the holds of one session under one namespace when their
@@ -65,8 +66,8 @@ type Watcher[H comparable] struct {
 	// What Follow needs: whether the stream is established, the deletions
 	// it delivered lately (every one at or after recentFrom is there), and
 	// who follows which key.
-	gen        int // the current loop's: a stopped loop's late news is ignored
-	live       bool
+	gen        int        // the current loop's: a stopped loop's late news is ignored
+	live       bool       // the current loop's stream delivers: false once stopped
 	recent     []deletion // a ring of the last maxRecent
 	next       int        // where the next deletion goes in recent
 	recentFrom int64
@@ -146,6 +147,14 @@ func (w *Watcher[H]) Register(h H) {
 // watches itself. A waiter whose session holds already so shares its
 // stream.
 func (w *Watcher[H]) Follow(keys []string, read int64, f func(key string, at int64, released bool)) (stop func(), ok bool) {
+	stop, ok = w.follow(keys, read, f)
+	if w.c.Followed != nil {
+		w.c.Followed(ok)
+	}
+	return stop, ok
+}
+
+func (w *Watcher[H]) follow(keys []string, read int64, f func(key string, at int64, released bool)) (stop func(), ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.live || read+1 < w.recentFrom {
@@ -195,7 +204,7 @@ func (w *Watcher[H]) broken(gen int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if gen != w.gen {
-		return // stopped while idle: its followers, if any, are the next loop's
+		return // stopped while idle, so never followed since: the followers are the next loop's
 	}
 	w.live = false
 	seen := map[*follower]bool{}
@@ -228,8 +237,7 @@ func (w *Watcher[H]) settle() {
 	switch {
 	case !w.idle() || w.cancel == nil || w.linger != nil:
 	case w.uses < 2:
-		w.cancel()
-		w.cancel = nil
+		w.stop()
 	default:
 		w.linger = time.AfterFunc(linger, func() { w.stopIfIdle() })
 	}
@@ -252,9 +260,20 @@ func (w *Watcher[H]) stopIfIdle() bool {
 	if !w.idle() || w.cancel == nil {
 		return false
 	}
+	w.stop()
+	return true
+}
+
+// stop ends the current loop, idle; w.mu is held. Its stream is down from
+// here on, before the loop sees it end: a follower that came meanwhile
+// would be told neither of the deletions after the stream stopped nor, once
+// a new hold starts the next loop, of its end. So nobody follows it, and
+// what it still delivers is ignored.
+func (w *Watcher[H]) stop() {
 	w.cancel()
 	w.cancel = nil
-	return true
+	w.live = false
+	w.gen++
 }
 
 // idle: nothing held, being acquired or followed; w.mu is held.
@@ -294,7 +313,7 @@ func (w *Watcher[H]) loop(ctx context.Context, gen int, from int64) {
 			}
 			if wr.Created {
 				if wr.Header.Revision >= from {
-					if _, ok := w.reread(ctx); !ok {
+					if _, ok := w.reread(ctx, gen); !ok {
 						break
 					}
 				}
@@ -303,7 +322,7 @@ func (w *Watcher[H]) loop(ctx context.Context, gen int, from int64) {
 			marked := marks(wr.Events)
 			for _, ev := range wr.Events {
 				if k := string(ev.Kv.Key); ev.Type == mvccpb.DELETE && !keys.IsReleased(k) {
-					w.deleted(k, ev.Kv.ModRevision, slices.Contains(marked, ev.Kv.ModRevision))
+					w.deleted(gen, k, ev.Kv.ModRevision, slices.Contains(marked, ev.Kv.ModRevision))
 				}
 			}
 		}
@@ -314,7 +333,7 @@ func (w *Watcher[H]) loop(ctx context.Context, gen int, from int64) {
 			return true, nil
 		}
 		call(w.c.BeforeReread)
-		rev, ok := w.reread(ctx)
+		rev, ok := w.reread(ctx, gen)
 		if failed = !ok; failed {
 			return false, errReread
 		}
@@ -355,9 +374,13 @@ const rereadPause = 100 * time.Millisecond
 var errReread = errors.New("namespace re-read failed")
 
 // deleted ends the hold of key in this goroutine, if the key was created
-// before the deletion.
-func (w *Watcher[H]) deleted(key string, at int64, released bool) {
+// before the deletion, and tells its followers; loop gen delivered it.
+func (w *Watcher[H]) deleted(gen int, key string, at int64, released bool) {
 	w.mu.Lock()
+	if gen != w.gen { // a stopped loop's: out of order with the next one's
+		w.mu.Unlock()
+		return
+	}
 	if _, ok := w.expected[key]; ok {
 		w.expected[key] = at
 	}
@@ -388,8 +411,9 @@ func (w *Watcher[H]) deleted(key string, at int64, released bool) {
 }
 
 // reread reads the namespace's keys and ends the holds registered before
-// the read whose keys are gone; it returns the revision read at.
-func (w *Watcher[H]) reread(ctx context.Context) (int64, bool) {
+// the read whose keys are gone (for loop gen, if still current); it
+// returns the revision read at.
+func (w *Watcher[H]) reread(ctx context.Context, gen int) (int64, bool) {
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	resp, err := w.c.Client.Get(rctx, w.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	cancel()
@@ -403,6 +427,10 @@ func (w *Watcher[H]) reread(ctx context.Context) (int64, bool) {
 	}
 	var gone []H
 	w.mu.Lock()
+	if gen != w.gen {
+		w.mu.Unlock()
+		return rev, true
+	}
 	for k, h := range w.keys {
 		if w.c.At(h) < rev && present[k] != w.c.Rev(h) {
 			delete(w.keys, k)
