@@ -46,6 +46,10 @@ type Config struct {
 	LockDelay time.Duration
 	// Candidate is an election candidate's coordination settings (coord.go).
 	Candidate Candidate
+	// DrainTimeout is WithDrainTimeout's (a shard group's), DrainSet whether
+	// it was given.
+	DrainTimeout time.Duration
+	DrainSet     bool
 }
 
 type opt struct {
@@ -188,6 +192,20 @@ func LockDelay(d time.Duration) Option {
 			c.errs = append(c.errs, fmt.Errorf("%w: WithLockDelay(%v): a whole number of seconds, as etcd leases are", errs.ErrInvalid, d))
 		}
 		c.LockDelay = d
+	})
+}
+
+// MaxDrainTimeout bounds WithDrainTimeout.
+const MaxDrainTimeout = time.Hour
+
+// DrainTimeout sets how long a shard group's member waits for a shard's
+// work to return before it releases the shard anyway.
+func DrainTimeout(d time.Duration) Option {
+	return plainOpt("WithDrainTimeout", func(c *Config) {
+		if d <= 0 || d > MaxDrainTimeout {
+			c.errs = append(c.errs, fmt.Errorf("%w: WithDrainTimeout(%v): must be more than 0 and at most %v", errs.ErrInvalid, d, MaxDrainTimeout))
+		}
+		c.DrainTimeout, c.DrainSet = d, true
 	})
 }
 
@@ -387,6 +405,9 @@ func OpenSession[T any](cli *clientv3.Client, p Primitive, name string, opts []O
 	if cfg.Candidate.Set != "" && p.Kind != core.Election {
 		return nil, cfg, "", nil, fmt.Errorf("%w: %s is an election option, not a %s one", errs.ErrInvalid, cfg.Candidate.Set, metrics.KindNames[p.Kind])
 	}
+	if cfg.DrainSet {
+		return nil, cfg, "", nil, fmt.Errorf("%w: WithDrainTimeout is a shard group option, not a %s one", errs.ErrInvalid, metrics.KindNames[p.Kind])
+	}
 	sess, own, err := cfg.NewSession(cli)
 	if err != nil {
 		return nil, cfg, "", nil, err
@@ -412,6 +433,9 @@ func OpenAll[T any](cli *clientv3.Client, p Primitive, names []string, opts []Op
 	if cfg.Candidate.Set != "" {
 		return nil, nil, false, cfg, "", fmt.Errorf("%w: %s is an election option, not a mutex one", errs.ErrInvalid, cfg.Candidate.Set)
 	}
+	if cfg.DrainSet {
+		return nil, nil, false, cfg, "", fmt.Errorf("%w: WithDrainTimeout is a shard group option, not a mutex one", errs.ErrInvalid)
+	}
 	sess, own, err := cfg.NewSession(cli)
 	if err != nil {
 		return nil, nil, false, cfg, "", err
@@ -429,6 +453,37 @@ func OpenAll[T any](cli *clientv3.Client, p Primitive, names []string, opts []Op
 	}
 	return owners, sess, own, cfg, value, nil
 }
+
+// OpenGroup validates opts for a primitive that builds its own Owners on
+// one session (a shard group's, one per shard it takes): its configuration,
+// the session (own: the caller ends it with CloseOwn), the metrics and the
+// identity. WithLockDelay and the election options are refused.
+func OpenGroup(cli *clientv3.Client, opts []Option) (_ Config, _ *core.Session, own bool, _ *metrics.Metrics, identity string, _ error) {
+	cfg, value, err := prepare(cli, opts)
+	switch {
+	case err != nil:
+		return cfg, nil, false, nil, "", err
+	case cfg.Candidate.Set != "":
+		return cfg, nil, false, nil, "", fmt.Errorf("%w: %s is an election option, not a shard group one", errs.ErrInvalid, cfg.Candidate.Set)
+	case cfg.LockDelay != 0:
+		return cfg, nil, false, nil, "", fmt.Errorf("%w: WithLockDelay is not a shard group option (a shard moves by hand-over)", errs.ErrInvalid)
+	}
+	sess, own, err := cfg.NewSession(cli)
+	if err != nil {
+		return cfg, nil, false, nil, "", err
+	}
+	met, err := cfg.Metrics()
+	if err != nil {
+		if own {
+			_ = closeOwn(sess)
+		}
+		return cfg, nil, false, nil, "", err
+	}
+	return cfg, sess, own, met, value, nil
+}
+
+// CloseOwn closes a session OpenGroup made, or detaches a borrowed one.
+func CloseOwn(s *core.Session) error { return closeOwn(s) }
 
 func prepare(cli *clientv3.Client, opts []Option) (Config, string, error) {
 	cfg, err := Build(cli, opts)

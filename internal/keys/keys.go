@@ -47,6 +47,10 @@ const (
 	// Delay keys hold the lock-delay state of one lock, semaphore, read/write
 	// lock or election: /<ns>/v1/delay/<kind>/<escaped name>/...
 	Delay Kind = "delay"
+	// Shard keys are a shard group's members and per-shard queues:
+	// /<ns>/v1/shard/<escaped group>/m/<escaped member> and
+	// /<ns>/v1/shard/<escaped group>/s/<id>/<lease id hex>.
+	Shard Kind = "shard"
 )
 
 // ErrInvalid is wrapped by every validation error of this package.
