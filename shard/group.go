@@ -37,7 +37,7 @@ type Group struct {
 	sess     *core.Session
 	own      bool
 	met      *metrics.Metrics
-	hooks    *hooks        // test pause points; nil in production
+	hooks    *hooks // test pause points; nil in production
 
 	ctx    context.Context // ends when Close begins
 	cancel context.CancelCauseFunc

@@ -151,7 +151,7 @@ type run struct {
 	met    *metrics.Shards
 	h      *hooks
 	events chan func()
-	dead   chan struct{} // closed when the loop returned: late reports are dropped
+	dead   chan struct{}  // closed when the loop returned: late reports are dropped
 	wg     sync.WaitGroup // the goroutines that report through events
 
 	v         *view
@@ -166,7 +166,6 @@ type run struct {
 	err       error // the error Run returns, if not ctx's
 	owned     int
 }
-
 
 // send runs f in the loop; dropped once the loop returned.
 func (e *run) send(f func()) {
