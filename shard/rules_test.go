@@ -564,13 +564,14 @@ func equalStrings(a, b []string) bool {
 
 // countingClient counts the unary requests and the stream messages
 // (renewals, watch requests) it sends.
-func countingClient(t *testing.T, unary, stream *atomic.Int64) *clientv3.Client {
+func countingClient(t *testing.T, unary, stream *atomic.Int64, methods *sync.Map) *clientv3.Client {
 	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 		DialOptions: []grpc.DialOption{
 			grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 				unary.Add(1)
+				methods.Store(fmt.Sprint(unary.Load(), " ", method), true)
 				return invoker(ctx, method, req, reply, cc, opts...)
 			}),
 			grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
@@ -600,12 +601,22 @@ func (s countingStream) SendMsg(m any) error { s.n.Add(1); return s.ClientStream
 func TestCostAtRestIndependentOfShards(t *testing.T) {
 	measure := func(n int) (unary, stream int64) {
 		var u, s atomic.Int64
-		cli := countingClient(t, &u, &s)
+		var methods sync.Map
+		cli := countingClient(t, &u, &s, &methods)
 		g := newGroup(t, cli, fmt.Sprintf("rule7-%d", n), n, shard.WithTTL(3*time.Second))
-		start(t, g, "only", &eventLog{}, nil)
+		m := start(t, g, "only", &eventLog{}, nil)
 		settled(t, g, "only")
+		waitFor(t, func() bool { return m.count() == n }, "every shard's work to start")
 		u0, s0 := u.Load(), s.Load()
 		time.Sleep(3 * time.Second) // the window at rest: three renewals
+		methods.Range(func(k, _ any) bool {
+			var i int64
+			fmt.Sscan(k.(string), &i)
+			if i > u0 {
+				t.Logf("%d shards: a request at rest: %s", n, k)
+			}
+			return true
+		})
 		return u.Load() - u0, s.Load() - s0
 	}
 	u8, s8 := measure(8)
