@@ -2,6 +2,7 @@ package robustness
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -55,6 +56,9 @@ func check(h *History, cfg Config) *Report {
 			checkObserve(h, n, rep)
 		}
 	}
+	checkFreeLock(h, cfg, rep)
+	checkGranted(h, rep)
+	checkLockDelay(h, rep)
 	checkSharedKeys(h, rep)
 	checkRegisters(h, rep)
 	checkFences(h, rep)
@@ -168,16 +172,12 @@ func checkKnowsFirst(h *History, n NameInfo, cfg Config, rep *Report) {
 			holds[inc] = append(holds[inc], x)
 		}
 	}
-	admin := make(map[int64]bool)
-	for _, f := range h.Faults {
-		for _, r := range f.Revs {
-			admin[r] = true
-		}
-	}
+	admin := adminRevs(h)
+	preempted := preemptions(h, n)
 	// Every in-process acquisition checked, when it returned, that no
 	// conflicting holder of the name in this process was still untold.
 	for _, p := range h.Holds {
-		if p.Prim != n.Prim || p.Name != n.Name || len(p.Untold) == 0 || admin[deleted[incarnation{p.Key, p.Token}]] {
+		if p.Prim != n.Prim || p.Name != n.Name || len(p.Untold) == 0 || p.Foreign || admin[deleted[incarnation{p.Key, p.Token}]] || preempted[deleted[incarnation{p.Key, p.Token}]] {
 			continue
 		}
 		for _, x := range p.Untold {
@@ -191,13 +191,14 @@ func checkKnowsFirst(h *History, n NameInfo, cfg Config, rep *Report) {
 	// Every deletion of an in-process holder's key, waiter or not, came
 	// after its Context ended, unless an operator made it.
 	for _, p := range h.Holds {
-		if p.Prim != n.Prim || p.Name != n.Name || p.DeleteSeen == 0 || p.Told || p.Frozen {
+		if p.Prim != n.Prim || p.Name != n.Name || p.DeleteSeen == 0 || p.Told || p.Frozen || p.Foreign {
 			continue
 		}
 		d := deleted[incarnation{p.Key, p.Token}]
-		if admin[d] {
+		if admin[d] || preempted[d] {
 			continue
 		}
+		rep.judged("knows-first")
 		kinds := h.activeFaults(p.DeleteSeen, int64(cfg.TTL))
 		rep.add("knows-first", fmt.Sprintf("%s %s: %s (token %d, %s) had not been told when its key's deletion (rev %d) was seen; faults %v",
 			n.Prim, n.Name, p.Client, p.Token, shortKey(p.Key), d, kinds), d)
@@ -231,6 +232,12 @@ func checkKnowsFirst(h *History, n NameInfo, cfg Config, rep *Report) {
 				case admin[d]:
 					rep.knows("operator", "not promised")
 					continue
+				case preempted[d]:
+					rep.knows("preempted", "not promised")
+					continue
+				case prev.Foreign:
+					rep.knows("etcd contender", "not promised")
+					continue
 				case prev.Frozen:
 					rep.knows("frozen", "not promised")
 					continue
@@ -238,6 +245,7 @@ func checkKnowsFirst(h *History, n NameInfo, cfg Config, rep *Report) {
 					rep.knows("cli", "not observed")
 					continue
 				}
+				rep.judged("knows-first")
 				ok, why := toldFirst(prev, seen)
 				for _, k := range kinds {
 					if ok {
@@ -253,6 +261,62 @@ func checkKnowsFirst(h *History, n NameInfo, cfg Config, rep *Report) {
 			}
 		}
 	}
+}
+
+// adminRevs are the revisions at which an operator's fault deleted keys:
+// those it recorded, and the deletions of the keys an operator's CLI run
+// named while it ran.
+func adminRevs(h *History) map[int64]bool {
+	admin := make(map[int64]bool)
+	for _, f := range h.Faults {
+		for _, r := range f.Revs {
+			admin[r] = true
+		}
+		for _, e := range h.Events {
+			if !e.Delete || !slices.Contains(f.Keys, e.Key) {
+				continue
+			}
+			if at, ok := h.seenAt(e.Rev); ok && at >= f.Start && at <= f.End+int64(time.Second) {
+				admin[e.Rev] = true
+			}
+		}
+	}
+	return admin
+}
+
+// preemptions are the revisions at which a Preferred election's leader
+// key was deleted by a preemption: with the end request on its lease, no
+// release mark and no successor's key in the same revision. Its leader
+// learns it from its watch, after: not promised (package election).
+func preemptions(h *History, n NameInfo) map[int64]bool {
+	out := map[int64]bool{}
+	if !n.Preferred {
+		return out
+	}
+	byRev := map[int64][]history.Event{}
+	for _, e := range h.Events {
+		byRev[e.Rev] = append(byRev[e.Rev], e)
+	}
+	for rev, evs := range byRev {
+		leader, end, other := "", false, false
+		for _, e := range evs {
+			switch {
+			case e.Delete && isContender(n, e.Key):
+				leader = shortKey(e.Key)
+			case !e.Delete && isContender(n, e.Key), strings.HasSuffix(e.Key, "/released"), strings.HasSuffix(e.Key, "/released-b"):
+				other = true
+			}
+		}
+		for _, e := range evs {
+			if e.Delete && leader != "" && strings.Contains(e.Key, "/candidate/") && strings.HasSuffix(e.Key, "/"+leader) && !isContender(n, e.Key) {
+				end = true
+			}
+		}
+		if leader != "" && end && !other {
+			out[rev] = true
+		}
+	}
+	return out
 }
 
 // toldFirst judges one handover from prev, whose grant was first seen at seen. In-process

@@ -143,7 +143,7 @@ func holderStep(ctx context.Context, rng *rand.Rand, cli *clientv3.Client, guard
 	switch n.Prim {
 	case "mutex":
 		var m *mutex.Mutex
-		if m, err = mutex.New(cli, n.Name, mutex.WithNamespace(cfg.Namespace), mutex.WithTTL(cfg.TTL)); err == nil {
+		if m, err = mutex.New(cli, n.Name, append([]mutex.Option{mutex.WithNamespace(cfg.Namespace), mutex.WithTTL(cfg.TTL)}, nameOpts(n)...)...); err == nil {
 			closeObj = m.Close
 			var l *mutex.Lock
 			if l, err = m.Lock(actx); err == nil {
@@ -153,7 +153,7 @@ func holderStep(ctx context.Context, rng *rand.Rand, cli *clientv3.Client, guard
 	case "election":
 		kind = "election.Campaign"
 		var e *election.Election
-		if e, err = election.New(cli, n.Name, election.WithNamespace(cfg.Namespace), election.WithTTL(cfg.TTL)); err == nil {
+		if e, err = election.New(cli, n.Name, append([]election.Option{election.WithNamespace(cfg.Namespace), election.WithTTL(cfg.TTL)}, nameOpts(n)...)...); err == nil {
 			closeObj = e.Close
 			var t *election.Term
 			if t, err = e.Campaign(actx, value); err == nil {
@@ -324,7 +324,7 @@ type child struct {
 func (r *runner) childNames() []NameInfo {
 	var out []NameInfo
 	for _, n := range r.cfg.names {
-		if n.Prim == "mutex" || n.Prim == "election" {
+		if (n.Prim == "mutex" || n.Prim == "election") && !n.Private {
 			out = append(out, n)
 		}
 	}

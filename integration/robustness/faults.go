@@ -9,6 +9,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/batonhq/baton/internal/keys"
 )
 
 // The fault kinds.
@@ -22,6 +24,11 @@ const (
 	FaultAdminDelete    = "admin-delete"    // an operator deletes a holder's key
 	FaultAdminRevoke    = "admin-revoke"    // an operator revokes a holder's lease
 	FaultFreeze         = "holder-freeze"   // a holder process stopped (SIGSTOP) past its TTL, then resumed
+	FaultClockSkew      = "clock-skew"      // a worker's lease clock 15% slow and jumping forward, while it is cut off
+	FaultOperatorKeys   = "operator-keys"   // an operator deletes the release marks, range-deletes a name's contender keys, or an election's candidate records and moved marks
+	// FaultOperatorCLI is not drawn by the fault loop: the cli-force
+	// traffic records each `baton unlock/resign --force` it runs as one.
+	FaultOperatorCLI = "operator-cli"
 )
 
 // FaultKinds lists the kinds a run injects; holder-freeze needs holder
@@ -34,7 +41,7 @@ const (
 // found would be etcd's broken durability, not the lock layer's.
 func FaultKinds(processes bool) []string {
 	k := []string{FaultMemberKill, FaultQuorumLoss, FaultLeaderTransfer, FaultBlackhole, FaultSlowLink,
-		FaultCompact, FaultAdminDelete, FaultAdminRevoke}
+		FaultCompact, FaultAdminDelete, FaultAdminRevoke, FaultClockSkew, FaultOperatorKeys}
 	if processes {
 		k = append(k, FaultFreeze)
 	}
@@ -42,6 +49,9 @@ func FaultKinds(processes bool) []string {
 }
 
 func knownFault(k string) bool { return slices.Contains(FaultKinds(true), k) }
+
+// faultPhase is how long faults follow one another before a quiet while.
+const faultPhase = 18 * time.Second
 
 type faulter struct {
 	r      *runner
@@ -55,9 +65,21 @@ func (f *faulter) sleep(ctx context.Context, minMs, spanMs int) {
 
 // loop injects one fault at a time until deadline: a quiet while, a
 // fault, its healing.
+//
+// Every faultPhase of faults is followed by a quiet while of 8 to 12 s,
+// so that the checks that judge only with no fault near (a free lock is
+// taken) have time to judge in.
 func (f *faulter) loop(ctx context.Context, deadline time.Time) {
+	phase := time.Now()
 	for {
 		f.sleep(ctx, 500, 2500)
+		if time.Since(phase) > faultPhase {
+			start := now()
+			f.sleep(ctx, 8000, 4000)
+			f.r.h.quiet(start, now())
+			fmt.Fprintf(f.r.log, "robustness: %8s quiet for %s\n", since(f.r.h.Start, start), time.Duration(now()-start).Round(time.Millisecond))
+			phase = time.Now()
+		}
 		if ctx.Err() != nil || time.Now().After(deadline) {
 			return
 		}
@@ -176,6 +198,31 @@ func (f *faulter) inject(ctx context.Context, kind string) (string, []int64, err
 		return fmt.Sprintf("at %d, defragmented", rev), nil, nil
 	case FaultAdminDelete, FaultAdminRevoke:
 		return f.admin(ctx, kind)
+	case FaultClockSkew:
+		f.r.mu.Lock()
+		ws := append([]*worker(nil), f.r.workers...)
+		f.r.mu.Unlock()
+		if len(ws) == 0 {
+			return "no worker", nil, nil
+		}
+		w := ws[f.rng.IntN(len(ws))]
+		w.clock.set(0.85)
+		w.part.blackhole()
+		end := time.Now().Add(ttl + time.Duration(f.rng.IntN(int(ttl/time.Millisecond)))*time.Millisecond)
+		jumps := 0
+		for time.Now().Before(end) && ctx.Err() == nil {
+			f.sleep(ctx, 200, 800)
+			if f.rng.IntN(2) == 0 {
+				w.clock.jump(time.Duration(100+f.rng.IntN(900)) * time.Millisecond)
+				jumps++
+			}
+		}
+		w.part.restore()
+		f.sleep(ctx, 500, 1500)
+		w.clock.set(1)
+		return fmt.Sprintf("%s: 0.85x, %d jumps forward, cut off", w.client(), jumps), nil, nil
+	case FaultOperatorKeys:
+		return f.operatorKeys(ctx)
 	case FaultFreeze:
 		// Wait a little for a child that holds: they hold a fraction of
 		// the time.
@@ -232,6 +279,38 @@ func (f *faulter) admin(ctx context.Context, kind string) (string, []int64, erro
 	return "no holder", nil, nil
 }
 
+// operatorKeys deletes what an operator with readwrite on the namespace
+// may (docs/security.md): the release marks, every contender key of one
+// name in one range delete, or an election's candidate records and moved
+// marks. The revisions it deleted holder keys at are not announced.
+func (f *faulter) operatorKeys(ctx context.Context) (string, []int64, error) {
+	ns := keys.NamespacePrefix(f.r.cfg.Namespace)
+	actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var key string
+	var opts []clientv3.OpOption
+	switch f.rng.IntN(3) {
+	case 0:
+		resp, err := f.r.admin.Txn(actx).Then(clientv3.OpDelete(ns+"released"), clientv3.OpDelete(ns+"released-b")).Commit()
+		if err != nil {
+			return "release marks", nil, err
+		}
+		return "release marks", []int64{resp.Header.Revision}, nil
+	case 1:
+		names := f.r.cfg.names
+		n := names[f.rng.IntN(len(names))]
+		key, opts = n.Prefix, []clientv3.OpOption{clientv3.WithPrefix()}
+	default:
+		key = keys.KindPrefix(f.r.cfg.Namespace, keys.Kind("candidate"))
+		opts = []clientv3.OpOption{clientv3.WithPrefix()}
+	}
+	resp, err := f.r.admin.Delete(actx, key, opts...)
+	if err != nil {
+		return "range " + key, nil, err
+	}
+	return fmt.Sprintf("range %s: %d keys", key, resp.Deleted), []int64{resp.Header.Revision}, nil
+}
+
 // healAll undoes anything a fault cut short: partitions restored, members
 // restarted, frozen children resumed.
 func (f *faulter) healAll() {
@@ -241,6 +320,9 @@ func (f *faulter) healAll() {
 	f.r.mu.Unlock()
 	for _, p := range parts {
 		p.restore()
+	}
+	for _, w := range f.r.workers {
+		w.clock.set(1)
 	}
 	for _, c := range children {
 		_ = c.thaw()

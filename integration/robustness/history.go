@@ -5,6 +5,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/batonhq/baton/integration/history"
 )
@@ -31,6 +32,16 @@ type Fault struct {
 	// Revs are the revisions at which the fault itself deleted holder keys
 	// (an admin delete or revoke): a holder cannot be told before those.
 	Revs []int64
+	// Keys are holder keys the fault deleted at revisions it did not
+	// learn (an operator's CLI run): their deletions while it ran count
+	// as its Revs.
+	Keys []string `json:",omitempty"`
+}
+
+// TrafficRun is one run of a traffic kind.
+type TrafficRun struct {
+	Kind       string
+	Start, End int64
 }
 
 // Hold is one acquisition, from the handle's point of view.
@@ -61,6 +72,10 @@ type Hold struct {
 	// call returned it (its key went meanwhile): the caller never
 	// believed it held.
 	DeadOnReturn bool
+	// Foreign holds are etcd concurrency contenders': no Context ends
+	// for them before a hand-over (not promised), but they must be
+	// granted and exclude.
+	Foreign bool `json:",omitempty"`
 	// Untold lists the holds acquired in this process while this one's
 	// Context had not ended (conflicting holds of the same name only).
 	Untold []*Hold `json:"-"`
@@ -108,6 +123,12 @@ type History struct {
 	Start  int64
 	Ops    []Op
 	Faults []Fault
+	Quiet  [][2]int64 // the fault loop's quiet whiles
+	// Disturbances are the whiles the cluster or this machine was not
+	// healthy (healthWatch).
+	Disturbances []Disturbance
+	// Traffic are the runs of the traffic kinds beside the lanes.
+	Traffic []TrafficRun
 	Holds  []*Hold
 	States []ObsState
 	Regs   []RegOp
@@ -135,11 +156,40 @@ type NameInfo struct {
 	Limit      int    // semaphore limit; 1 for exclusive primitives
 	Observed   bool   // has Observe streams
 	Fence      string // the etcd guard's key for the name's register
+	// Delay is the lock-delay every contender of the name uses (zero:
+	// none); DelayPrefix where its records and markers live.
+	Delay       time.Duration `json:",omitempty"`
+	DelayPrefix string        `json:",omitempty"`
+	// Private names are one traffic kind's: the lanes and holder
+	// processes leave them alone.
+	Private bool `json:",omitempty"`
+	// Preferred: an election of the Preferred strategy.
+	Preferred bool `json:",omitempty"`
 }
 
 func (h *History) op(o Op) {
 	h.mu.Lock()
 	h.Ops = append(h.Ops, o)
+	h.mu.Unlock()
+}
+
+func (h *History) disturbed(d Disturbance) {
+	h.mu.Lock()
+	h.Disturbances = append(h.Disturbances, d)
+	h.mu.Unlock()
+}
+
+// traffic records one run of a traffic kind.
+func (h *History) traffic(kind string, from, to int64) {
+	h.mu.Lock()
+	h.Traffic = append(h.Traffic, TrafficRun{Kind: kind, Start: from, End: to})
+	h.mu.Unlock()
+}
+
+// quiet records a while the fault loop injected nothing.
+func (h *History) quiet(from, to int64) {
+	h.mu.Lock()
+	h.Quiet = append(h.Quiet, [2]int64{from, to})
 	h.mu.Unlock()
 }
 

@@ -23,6 +23,17 @@ type Report struct {
 	// Knows counts handovers by the fault kinds active then and outcome:
 	// "told first", "told late", "not promised", "not observed".
 	Knows map[string]map[string]int
+	// Free counts the grants the free-lock check judged, by outcome;
+	// FreeLatency describes their grant-to-return times.
+	Free        map[string]int
+	// Traffic counts the runs of each traffic kind beside the lanes.
+	Traffic, TrafficTook map[string]int
+	// Disturbed counts the disturbances, DisturbedFor their time.
+	Disturbed    int
+	DisturbedFor time.Duration
+	FreeLatency string
+	// Oracles counts what each judging check judged.
+	Oracles map[string]int
 	// Unknown lists linearizability checks that timed out.
 	Unknown    []string
 	Violations []Violation
@@ -42,12 +53,53 @@ type Violation struct {
 
 func newReport(h *History) *Report {
 	return &Report{Ops: map[string]int{}, Failed: map[string]int{}, Faults: map[string]int{},
-		Knows: map[string]map[string]int{}, start: h.Start}
+		Knows: map[string]map[string]int{}, Free: map[string]int{}, Traffic: map[string]int{}, TrafficTook: map[string]int{}, Oracles: map[string]int{}, start: h.Start}
 }
 
 func (r *Report) add(check, msg string, rev int64) {
 	r.Violations = append(r.Violations, Violation{Check: check, Msg: msg, Rev: rev})
 }
+
+// covered counts the runs of each traffic kind and reports a kind that
+// never ran, or ran without one successful acquisition, as a violation:
+// a run that did not reach a mechanism proves nothing about it.
+func (r *Report) covered(h *History, kinds []string) {
+	r.Histories++
+	for _, t := range h.Traffic {
+		r.Traffic[t.Kind]++
+	}
+	took := map[string]int{}
+	for _, o := range h.Ops {
+		kind, _, _ := strings.Cut(o.Client, ".")
+		if o.Err == "" && isAcquisition(o.Kind) {
+			took[kind]++
+		}
+	}
+	for _, k := range kinds {
+		r.TrafficTook[k] = took[k]
+		switch {
+		case r.Traffic[k] == 0:
+			r.add("coverage", fmt.Sprintf("traffic kind %s never ran", k), 0)
+		case took[k] == 0:
+			r.add("coverage", fmt.Sprintf("traffic kind %s ran %d times without one acquisition", k, r.Traffic[k]), 0)
+		}
+	}
+}
+
+// isAcquisition: a call that takes a lock or a term, or forces one.
+func isAcquisition(kind string) bool {
+	for _, s := range []string{"Lock", "Campaign", "Acquire", ".force"} {
+		if strings.Contains(kind, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *Report) free(outcome string) { r.Free[outcome]++ }
+
+// judged counts one judgement of a check.
+func (r *Report) judged(check string) { r.Oracles[check]++ }
 
 func (r *Report) knows(kind, outcome string) {
 	if r.Knows[kind] == nil {
@@ -93,6 +145,10 @@ func (r *Report) finish(h *History) {
 		} else {
 			r.Failed["fencing.MemoryGuard.Admit"]++
 		}
+	}
+	for _, d := range h.Disturbances {
+		r.Disturbed++
+		r.DisturbedFor += time.Duration(d.End - d.Start)
 	}
 	faults := append([]Fault(nil), h.Faults...)
 	sort.Slice(faults, func(i, j int) bool { return faults[i].Start < faults[j].Start })
@@ -208,6 +264,10 @@ func (r *Report) Print(w io.Writer) {
 	for _, k := range sorted(kinds) {
 		fmt.Fprintf(w, "  %-28s %7d / %d\n", k, r.Ops[k], r.Failed[k])
 	}
+	fmt.Fprintf(w, "traffic kinds (runs, acquisitions):\n")
+	for _, k := range sortedKeys(r.Traffic) {
+		fmt.Fprintf(w, "  %-28s %7d %7d\n", k, r.Traffic[k], r.TrafficTook[k])
+	}
 	fmt.Fprintf(w, "faults by kind:\n")
 	for _, k := range sortedKeys(r.Faults) {
 		fmt.Fprintf(w, "  %-28s %7d\n", k, r.Faults[k])
@@ -216,6 +276,9 @@ func (r *Report) Print(w io.Writer) {
 	for _, l := range r.Timeline {
 		fmt.Fprintf(w, "  %s\n", l)
 	}
+	if r.Disturbed > 0 {
+		fmt.Fprintf(w, "disturbances (cluster or machine unhealthy, no fault): %d, %v in all\n", r.Disturbed, r.DisturbedFor.Round(time.Millisecond))
+	}
 	fmt.Fprintf(w, "knows first (handovers by fault active then):\n")
 	for _, k := range sortedKeys(r.Knows) {
 		var parts []string
@@ -223,6 +286,17 @@ func (r *Report) Print(w io.Writer) {
 			parts = append(parts, fmt.Sprintf("%s %d", o, r.Knows[k][o]))
 		}
 		fmt.Fprintf(w, "  %-28s %s\n", k, strings.Join(parts, ", "))
+	}
+	fmt.Fprintf(w, "a free lock is taken (grants judged by outcome):\n")
+	for _, k := range sortedKeys(r.Free) {
+		fmt.Fprintf(w, "  %-28s %7d\n", k, r.Free[k])
+	}
+	if r.FreeLatency != "" {
+		fmt.Fprintf(w, "  %s\n", r.FreeLatency)
+	}
+	fmt.Fprintf(w, "judgements by oracle:\n")
+	for _, k := range sortedKeys(r.Oracles) {
+		fmt.Fprintf(w, "  %-28s %7d\n", k, r.Oracles[k])
 	}
 	fmt.Fprintf(w, "checked: %d histories, %d fenced writes, %d Observe convergences\n", r.Histories, r.Writes, r.Converge)
 	if len(r.Unknown) > 0 {

@@ -14,6 +14,8 @@ import (
 
 	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/fencing"
+	"github.com/batonhq/baton/internal/delay"
+	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/rwmutex"
 	"github.com/batonhq/baton/semaphore"
@@ -46,6 +48,8 @@ type Config struct {
 	Faults []string
 	// Log receives progress lines; default none.
 	Log io.Writer
+	// FreeBound is the free-lock check's bound, default DefaultFreeBound.
+	FreeBound time.Duration
 	// HistoryFile, when set, receives the whole history as JSON.
 	HistoryFile string
 
@@ -63,6 +67,9 @@ type runner struct {
 	mu       sync.Mutex
 	parts    []*partition // every proxied client's, for network faults
 	children []*child
+	workers  []*worker
+	// laneNames are the names the lanes pick from.
+	laneNames []NameInfo
 }
 
 const (
@@ -88,6 +95,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if cfg.TTL <= 0 {
 		cfg.TTL = 3 * time.Second
+	}
+	if cfg.FreeBound <= 0 {
+		cfg.FreeBound = DefaultFreeBound
 	}
 	if cfg.Namespace == "" {
 		cfg.Namespace = "robust"
@@ -122,6 +132,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	h.Names = cfg.names
 	r := &runner{cfg: cfg, h: h, mem: fencing.NewMemoryGuard(), log: cfg.Log, admin: admin}
+	for _, n := range cfg.names {
+		if !n.Private {
+			r.laneNames = append(r.laneNames, n)
+		}
+	}
 	fmt.Fprintf(r.log, "robustness: seed %d, %v of traffic, %d workers, %d children, faults %v\n",
 		cfg.Seed, cfg.Duration, cfg.Workers, cfg.Children, cfg.Faults)
 	events := startEventLog(watchCli, h)
@@ -170,12 +185,30 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			go func() { defer obsWG.Done(); o.run(obsCtx, rng) }()
 		}
 	}
+	kinds := TrafficKinds(cfg.Baton != "")
+	for i, kind := range kinds {
+		m, err := r.newMech(i, kind)
+		if err != nil {
+			stopTraffic()
+			wg.Wait()
+			r.closeWorkers(workers)
+			closeEvents()
+			return nil, err
+		}
+		rng := rand.New(rand.NewPCG(cfg.Seed, uint64(20000+i)))
+		wg.Add(1)
+		go func() { defer wg.Done(); m.run(traffic, rng) }()
+	}
 	for i := 0; i < cfg.Children; i++ {
 		r.startChild(traffic, i, "")
 	}
 	if cfg.Baton != "" {
 		r.startChild(traffic, cfg.Children, cfg.Baton)
 	}
+
+	healthCtx, stopHealth := context.WithCancel(ctx)
+	healthDone := make(chan struct{})
+	go func() { defer close(healthDone); r.healthWatch(healthCtx) }()
 
 	// Faults until the traffic's end, each healed before the next.
 	f := &faulter{r: r, events: events, rng: rand.New(rand.NewPCG(cfg.Seed, 0xfa))}
@@ -192,6 +225,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	// Observers run until the state has settled, so that convergence
 	// after the last fault can be judged.
+	stopHealth()
+	<-healthDone
 	h.Settled = now()
 	pause(ctx, 2*time.Second)
 	stopObservers()
@@ -201,6 +236,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.closeParts()
 	rep := check(h, cfg)
 	rep.Seed = cfg.Seed
+	rep.covered(h, kinds)
 	if ferr != nil {
 		rep.add("event-log", ferr.Error(), 0)
 	}
@@ -216,28 +252,36 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
-// describeNames builds the run's primitives: two mutexes and two
-// elections (observed), a semaphore of limit 2, a read/write lock.
+// describeNames builds the run's primitives: mutexes m0 and m1 and
+// elections e0 and e1 (observed), mutexes m2 (the crowd's), m3 and m4
+// (Sets' too), w0 to w2 (the bursts' only), ld0 (a lock-delay of 2 s on every contender), a Preferred
+// election e2, a semaphore of limit 2, a read/write lock.
 func describeNames(cli *clientv3.Client, ns string) ([]NameInfo, error) {
 	var out []NameInfo
-	add := func(prim, name string, limit int, observed bool, prefix string) {
+	add := func(prim, name string, limit int, observed bool, prefix string) *NameInfo {
 		out = append(out, NameInfo{Prim: prim, Name: name, Prefix: prefix, Limit: limit, Observed: observed,
 			Work: workPrefix + prim + "/" + name})
+		return &out[len(out)-1]
 	}
-	for _, name := range []string{"m0", "m1"} {
+	for _, name := range []string{"m0", "m1", "m2", "m3", "m4", "ld0", "w0", "w1", "w2"} {
 		m, err := mutex.New(cli, name, mutex.WithNamespace(ns))
 		if err != nil {
 			return nil, err
 		}
-		add("mutex", name, 1, true, m.Prefix())
+		n := add("mutex", name, 1, name == "m0" || name == "m1", m.Prefix())
 		_ = m.Close()
+		n.Private = name[0] == 'w' // the burst's alone
+		if name == "ld0" {
+			n.Delay, n.DelayPrefix = lockDelay, delay.Prefix(ns, keys.Lock, name)
+		}
 	}
-	for _, name := range []string{"e0", "e1"} {
+	for _, name := range []string{"e0", "e1", "e2"} {
 		e, err := election.New(cli, name, election.WithNamespace(ns))
 		if err != nil {
 			return nil, err
 		}
-		add("election", name, 1, true, e.Prefix())
+		n := add("election", name, 1, name != "e2", e.Prefix())
+		n.Preferred = name == "e2"
 		_ = e.Close()
 	}
 	s, err := semaphore.New(cli, "s0", 2, semaphore.WithNamespace(ns))
@@ -262,6 +306,9 @@ func describeNames(cli *clientv3.Client, ns string) ([]NameInfo, error) {
 	return out, nil
 }
 
+// lockDelay is ld0's: etcd's shortest lease.
+const lockDelay = 2 * time.Second
+
 func (r *runner) newWorker(i int) (*worker, error) {
 	part, eps, err := newPartition(r.cfg.Target.Endpoints())
 	if err != nil {
@@ -281,7 +328,12 @@ func (r *runner) newWorker(i int) (*worker, error) {
 	r.mu.Lock()
 	r.parts = append(r.parts, part)
 	r.mu.Unlock()
-	return &worker{r: r, id: i, cli: cli, part: part, guard: guard, objects: make(map[string]closer)}, nil
+	w := &worker{r: r, id: i, cli: cli, part: part, guard: guard, objects: make(map[string]closer)}
+	w.clock = newSkewClock(w.client())
+	r.mu.Lock()
+	r.workers = append(r.workers, w)
+	r.mu.Unlock()
+	return w, nil
 }
 
 func (r *runner) closeWorkers(ws []*worker) {

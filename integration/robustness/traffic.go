@@ -42,6 +42,7 @@ type worker struct {
 	objects map[string]closer // by prim/name
 	guard   *fencing.EtcdGuard
 	seq     int
+	clock   *skewClock // the lease watchdog's clock (the clock-skew fault's)
 }
 
 type closer interface{ Close() error }
@@ -65,9 +66,16 @@ func (w *worker) object(n NameInfo, lane int) (closer, error) {
 		return o, nil
 	}
 	opts := []mutex.Option{mutex.WithNamespace(w.r.cfg.Namespace), mutex.WithTTL(w.r.cfg.TTL)}
+	if w.clock != nil {
+		opts = append(opts, w.clock.option())
+	}
 	if w.id%2 == 1 {
 		if w.sess == nil {
-			s, err := session.New(w.cli, session.WithTTL(w.r.cfg.TTL))
+			sopts := []session.Option{session.WithTTL(w.r.cfg.TTL)}
+			if w.clock != nil {
+				sopts = append(sopts, w.clock.option())
+			}
+			s, err := session.New(w.cli, sopts...)
 			if err != nil {
 				return nil, err
 			}
@@ -75,6 +83,7 @@ func (w *worker) object(n NameInfo, lane int) (closer, error) {
 		}
 		opts = []mutex.Option{mutex.WithNamespace(w.r.cfg.Namespace), mutex.WithSession(w.sess)}
 	}
+	opts = append(append(opts, mutex.WithIdentity(fmt.Sprintf("%s.l%d", w.client(), lane))), nameOpts(n)...)
 	var o closer
 	var err error
 	switch n.Prim {
@@ -181,7 +190,7 @@ func pause(ctx context.Context, d time.Duration) {
 // step is one random operation: an acquisition and, if it succeeds, a
 // hold with fenced writes and a release; or a Close; or a register read.
 func (w *worker) step(ctx context.Context, rng *rand.Rand, lane int) {
-	names := w.r.cfg.names
+	names := w.r.laneNames
 	n := names[rng.IntN(len(names))]
 	switch p := rng.IntN(100); {
 	case p < 3:

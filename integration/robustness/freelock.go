@@ -1,0 +1,213 @@
+package robustness
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/batonhq/baton/internal/keys"
+)
+
+// DefaultFreeBound is how long, with no fault near, a contender first in
+// line on a free lock may take to hold: a few round trips of a loaded
+// machine running the race detector (a grant's read and confirmation are
+// one or two; the event watch that times the grant may lag by one).
+const DefaultFreeBound = 1500 * time.Millisecond
+
+// unit is what one acquisition waits for: one key incarnation, or the
+// keys of a mutex Set, which share their CreateRevision and hold together.
+type unit struct {
+	incs     []incarnation
+	names    []string
+	granted  int // incarnations granted
+	grantRev int64
+	grantAt  int64 // when the last of its grants was seen
+	endRev   int64 // first deletion of one of its keys
+	endAt    int64
+	value    string
+}
+
+// checkFreeLock checks that a free lock is taken: once a contender's key
+// is allowed to hold (every key of a Set's), the acquisition that put it
+// returns within the bound, or its key goes within the bound (it gave up,
+// or its session ended). A key that stays first in line, unheld, for
+// longer is a waiter that does not see the lock is free, or a key left
+// behind by a call that returned; with a fault near (grace: a TTL and two
+// seconds before, for a client to reconnect and resume its watches) it
+// is excused and counted. A lock-delay name's grant counts from the end
+// of the lock-delay markers it had to wait for.
+func checkFreeLock(h *History, cfg Config, rep *Report) {
+	rep.Histories++
+	if cfg.FreeBound <= 0 {
+		cfg.FreeBound = DefaultFreeBound
+	}
+	bound := int64(cfg.FreeBound)
+	grace := int64(cfg.TTL) + int64(2*time.Second)
+	end := h.Settled
+	if end == 0 {
+		end = 1<<63 - 1
+	}
+	units := map[string]*unit{} // by key incarnation, or "set/<create>"
+	var order []string
+	values := map[incarnation]string{}
+	for _, e := range h.Events {
+		if !e.Delete {
+			values[incarnation{e.Key, e.Create}] = e.Value
+		}
+	}
+	for _, n := range h.Names {
+		grants, deleted := replay(h.Events, n)
+		markers := lockDelayMarkers(h, n)
+		for _, g := range grants {
+			inc := incarnation{g.key, g.create}
+			id := g.key + "/" + fmt.Sprint(g.create)
+			isSet := keys.TagOf(g.key) == keys.TagSet
+			if isSet {
+				id = "set/" + fmt.Sprint(g.create)
+			}
+			u := units[id]
+			if u == nil {
+				u = &unit{endRev: 1<<63 - 1, endAt: end, value: values[inc]}
+				units[id] = u
+				order = append(order, id)
+			}
+			u.incs = append(u.incs, inc)
+			u.names = append(u.names, n.Prim+" "+n.Name)
+			u.granted++
+			at, ok := h.seenAt(g.rev)
+			if !ok {
+				at = end
+			}
+			for _, m := range markers {
+				// A marker alive at the grant, or put before the
+				// incarnation's end, holds the acquisition back.
+				if d := deleted[inc]; m.del >= g.rev && (d == 0 || m.put < d) {
+					if d, ok := h.seenAt(m.del); ok && d > at {
+						at = d
+					}
+				}
+			}
+			if at > u.grantAt {
+				u.grantAt, u.grantRev = at, g.rev
+			}
+			if d, ok := deleted[inc]; ok && d < u.endRev {
+				u.endRev = d
+				if t, ok := h.seenAt(d); ok {
+					u.endAt = t
+				}
+			}
+		}
+	}
+	// A Set's unit is whole only when every one of its keys was granted.
+	setKeys := map[int64]int{}
+	for _, e := range h.Events {
+		if !e.Delete && keys.TagOf(e.Key) == keys.TagSet && e.Create == e.Rev {
+			setKeys[e.Create]++
+		}
+	}
+	returned := map[incarnation]int64{}
+	for _, x := range h.Holds {
+		inc := incarnation{x.Key, x.Token}
+		if r, ok := returned[inc]; !ok || x.Acquired < r {
+			returned[inc] = x.Acquired
+		}
+	}
+	var lat []time.Duration
+	for _, id := range order {
+		u := units[id]
+		if strings.HasPrefix(id, "set/") && u.granted < setKeys[u.incs[0].create] {
+			continue // a key granted, not all: the Set still waits
+		}
+		if u.grantAt >= end || u.grantAt >= u.endAt {
+			continue
+		}
+		deadline := u.grantAt + bound
+		ret := int64(0)
+		for _, inc := range u.incs {
+			if r, ok := returned[inc]; ok && (ret == 0 || r < ret) {
+				ret = r
+			}
+		}
+		switch {
+		case ret != 0 && ret <= deadline:
+			rep.free("taken")
+			if !h.faultNear(u.grantAt-grace, deadline) {
+				lat = append(lat, time.Duration(max(0, ret-u.grantAt)))
+			}
+			continue
+		case ret == 0 && u.endAt <= deadline:
+			rep.free("left within the bound")
+			continue
+		case h.faultNear(u.grantAt-grace, min(deadline, u.endAt)):
+			rep.free("excused: fault near")
+			continue
+		}
+		rep.free("violation")
+		what := "never returned while its key lasted"
+		if ret != 0 {
+			what = fmt.Sprintf("returned only at %s, %v after", since(h.Start, ret), time.Duration(ret-u.grantAt).Round(time.Millisecond))
+		}
+		gone := "never deleted"
+		if u.endRev != 1<<63-1 {
+			gone = fmt.Sprintf("deleted at rev %d (%s, %v after)", u.endRev, since(h.Start, u.endAt), time.Duration(u.endAt-u.grantAt).Round(time.Millisecond))
+		}
+		rep.add("free-lock", fmt.Sprintf("%s: %s (token %d, by %q) was first in line on a free lock from rev %d (seen at %s), no fault near; its acquisition %s (bound %v); its key %s",
+			strings.Join(u.names, ", "), shortKey(u.incs[0].key), u.incs[0].create, trim(u.value), u.grantRev, since(h.Start, u.grantAt), what, cfg.FreeBound, gone), u.grantRev)
+	}
+	if len(lat) > 0 {
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		q := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))].Round(time.Millisecond) }
+		rep.FreeLatency = fmt.Sprintf("grant seen to return, faults off: p50 %v, p99 %v, max %v of %d (bound %v)", q(0.5), q(0.99), lat[len(lat)-1].Round(time.Millisecond), len(lat), cfg.FreeBound)
+	}
+}
+
+// faultNear reports whether a fault or a disturbance was in progress at
+// some moment of [from, to].
+func (h *History) faultNear(from, to int64) bool {
+	for _, d := range h.Disturbances {
+		if d.Start <= to && d.End >= from {
+			return true
+		}
+	}
+	for _, f := range h.Faults {
+		e := f.End
+		if e == 0 {
+			e = 1<<63 - 1
+		}
+		if f.Start <= to && e >= from {
+			return true
+		}
+	}
+	return false
+}
+
+type marker struct{ put, del int64 }
+
+// lockDelayMarkers are n's lock-delay markers (.../until/<segment>), each
+// from its put to its deletion (the lease's expiry on etcd's clock).
+func lockDelayMarkers(h *History, n NameInfo) []marker {
+	if n.Delay == 0 {
+		return nil
+	}
+	prefix := n.DelayPrefix + "until/"
+	open := map[string]int64{}
+	var out []marker
+	for _, e := range h.Events {
+		if !strings.HasPrefix(e.Key, prefix) {
+			continue
+		}
+		if e.Delete {
+			if p, ok := open[e.Key]; ok {
+				out = append(out, marker{p, e.Rev})
+				delete(open, e.Key)
+			}
+		} else if _, ok := open[e.Key]; !ok {
+			open[e.Key] = e.Rev
+		}
+	}
+	for _, p := range open {
+		out = append(out, marker{p, 1<<63 - 1})
+	}
+	return out
+}

@@ -1,0 +1,975 @@
+package robustness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/batonhq/baton/election"
+	"github.com/batonhq/baton/fencing"
+	"github.com/batonhq/baton/internal/config"
+	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/mutex"
+	"github.com/batonhq/baton/session"
+)
+
+// The traffic kinds beside the workers' lanes: each reaches one mechanism
+// the lanes' random steps do not (or too rarely for a short run), and
+// every one must run in every run (the coverage check).
+const (
+	TrafficBurst    = "burst"          // 8 to 12 acquisitions at once on one fresh session: enqueue groups, the session's watch starting and stopping
+	TrafficCrowd    = "crowd"          // 64 to 72 waiters on one name: a queue longer than one read
+	TrafficSet      = "set"            // mutex.Set over overlapping names, beside Mutexes of the same names
+	TrafficDelay    = "lock-delay"     // a lock-delay name whose holders are sometimes lost without releasing
+	TrafficRequest  = "request"        // RequestRelease to a holder that lets go when asked
+	TrafficTransfer = "transfer"       // Oldest Transfer past waiting candidates (skips, moved marks)
+	TrafficPrefer   = "preferred"      // Preferred: priorities, versions, RequestEnd, Transfer, preemption
+	TrafficEtcd     = "etcd"           // etcd concurrency.Mutex and concurrency.Election contenders in baton's prefixes
+	TrafficCLIForce = "cli-force"      // an operator's baton unlock --force and baton resign --to --force
+)
+
+// TrafficKinds lists the kinds a run drives; cli-force needs the baton
+// CLI.
+func TrafficKinds(baton bool) []string {
+	k := []string{TrafficBurst, TrafficCrowd, TrafficSet, TrafficDelay, TrafficRequest, TrafficTransfer, TrafficPrefer, TrafficEtcd}
+	if baton {
+		k = append(k, TrafficCLIForce)
+	}
+	return k
+}
+
+// mech runs the traffic kinds, one after another, on its own client.
+type mech struct {
+	r    *runner
+	id   int
+	cli  *clientv3.Client
+	part *partition
+	kind string
+	runs int // of its kind so far
+}
+
+func (r *runner) newMech(i int, kind string) (*mech, error) {
+	part, eps, err := newPartition(r.cfg.Target.Endpoints())
+	if err != nil {
+		return nil, err
+	}
+	cli, err := newClient(eps)
+	if err != nil {
+		part.close()
+		return nil, err
+	}
+	r.mu.Lock()
+	r.parts = append(r.parts, part)
+	r.mu.Unlock()
+	return &mech{r: r, id: i, cli: cli, part: part, kind: kind}, nil
+}
+
+// client names the mech by its kind: its calls' clients start with it.
+func (m *mech) client() string { return m.kind }
+
+// run repeats its kind until the traffic ends.
+func (m *mech) run(ctx context.Context, rng *rand.Rand) {
+	defer m.cli.Close()
+	for ctx.Err() == nil {
+		kind := m.kind
+		step := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+		start := now()
+		m.do(ctx, step, kind)
+		m.r.h.traffic(kind, start, now())
+		m.runs++
+		pause(ctx, time.Duration(rng.IntN(200))*time.Millisecond)
+	}
+}
+
+func (m *mech) do(ctx context.Context, rng *rand.Rand, kind string) {
+	switch kind {
+	case TrafficBurst:
+		m.burst(ctx, rng)
+	case TrafficCrowd:
+		m.crowd(ctx, rng)
+	case TrafficSet:
+		m.set(ctx, rng)
+	case TrafficDelay:
+		m.lockDelay(ctx, rng)
+	case TrafficRequest:
+		m.request(ctx, rng)
+	case TrafficTransfer:
+		m.transfer(ctx, rng)
+	case TrafficPrefer:
+		m.preferred(ctx, rng)
+	case TrafficEtcd:
+		m.etcd(ctx, rng)
+	case TrafficCLIForce:
+		m.cliForce(ctx, rng)
+	}
+}
+
+func (r *runner) name(prim, name string) NameInfo {
+	for _, n := range r.cfg.names {
+		if n.Prim == prim && n.Name == name {
+			return n
+		}
+	}
+	panic("robustness: no name " + prim + "/" + name)
+}
+
+// opts are the options every contender of n uses, with the session s
+// (nil: its own lease) and an identity naming the caller.
+func (r *runner) opts(n NameInfo, s *session.Session, who string) []mutex.Option {
+	o := []mutex.Option{mutex.WithNamespace(r.cfg.Namespace), mutex.WithIdentity(who)}
+	if s != nil {
+		o = append(o, mutex.WithSession(s))
+	} else {
+		o = append(o, mutex.WithTTL(r.cfg.TTL))
+	}
+	return append(o, nameOpts(n)...)
+}
+
+// nameOpts are the options a name's contenders must agree on.
+func nameOpts(n NameInfo) []mutex.Option {
+	var o []mutex.Option
+	if n.Delay > 0 {
+		o = append(o, mutex.WithLockDelay(n.Delay))
+	}
+	if n.Preferred {
+		o = append(o, election.WithStrategy(election.Preferred))
+	}
+	return o
+}
+
+// took records an acquisition's call and, when it succeeded, its hold,
+// watched until its Context ends; it returns the hold.
+func (r *runner) took(client, kind string, n NameInfo, start int64, h handle, err error, foreign bool) *Hold {
+	ret := now()
+	op := Op{Client: client, Kind: kind, Name: n.Name, Call: start, Return: ret, Err: errString(err)}
+	if err != nil || h == nil {
+		r.h.op(op)
+		return nil
+	}
+	op.Key, op.Token = h.Key(), int64(h.Token())
+	r.h.op(op)
+	x := &Hold{Prim: n.Prim, Name: n.Name, Client: client, Key: h.Key(), Token: int64(h.Token()), Acquired: ret, Foreign: foreign}
+	r.h.acquired(x, n, h.Context().Done())
+	if !foreign {
+		context.AfterFunc(h.Context(), func() { r.h.ended(x, now(), errString(context.Cause(h.Context()))) })
+	}
+	return x
+}
+
+// released records a release call.
+func (r *runner) released(client string, n NameInfo, h handle, start int64, err error) {
+	r.h.op(Op{Client: client, Kind: n.Prim + ".Release", Name: n.Name, Call: start, Return: now(), Err: errString(err), Key: h.Key(), Token: int64(h.Token())})
+}
+
+// holdBriefly writes the evidence of holding a few times, up to d.
+func (r *runner) holdBriefly(ctx context.Context, rng *rand.Rand, client string, n NameInfo, h handle, d time.Duration) {
+	for i := 0; i < 1+rng.IntN(2); i++ {
+		r.evidence(client, n, h)
+		pause(ctx, time.Duration(rng.Int64N(int64(d)+1)))
+	}
+}
+
+// lockAndRelease is one Mutex acquisition with a brief hold.
+func (r *runner) lockAndRelease(ctx context.Context, rng *rand.Rand, cli *clientv3.Client, s *session.Session, n NameInfo, who string, wait, hold time.Duration) {
+	mu, err := mutex.New(cli, n.Name, r.opts(n, s, who)...)
+	if err != nil {
+		r.h.op(Op{Client: who, Kind: "mutex.New", Name: n.Name, Call: now(), Return: now(), Err: err.Error()})
+		return
+	}
+	defer mu.Close()
+	actx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	start := now()
+	l, err := mu.Lock(actx)
+	var h handle
+	if err == nil {
+		h = l
+	}
+	if r.took(who, "mutex.Lock", n, start, h, err, false) == nil {
+		return
+	}
+	r.holdBriefly(ctx, rng, who, n, l, hold)
+	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer rcancel()
+	start = now()
+	r.released(who, n, l, start, l.Unlock(rctx))
+}
+
+// burst: 8 to 12 acquisitions at once through one fresh session, on
+// names others contend on, after its first hold: that one's release
+// stops the session's namespace watch (a session that held once stops
+// it at once), and the burst's calls come while the stopped stream is
+// ending, while a holder of another session releases the name they wait
+// for. The session pauses at random at the core's pause points (hooks),
+// as a loaded machine's scheduler would.
+func (m *mech) burst(ctx context.Context, rng *rand.Rand) {
+	hooks := newJitter(rng.Uint64())
+	s, err := session.New(m.cli, session.WithTTL(m.r.cfg.TTL), config.Hooks(hooks.hooks()))
+	if err != nil {
+		m.r.h.op(Op{Client: m.client(), Kind: "session.New", Call: now(), Return: now(), Err: err.Error()})
+		return
+	}
+	defer func() {
+		start := now()
+		err := s.Close()
+		m.r.h.op(Op{Client: m.client(), Kind: "session.Close", Call: start, Return: now(), Err: errString(err)})
+	}()
+	w0, w1, w2 := m.r.name("mutex", "w0"), m.r.name("mutex", "w1"), m.r.name("mutex", "w2")
+	// A holder of w0 on a lease of its own, released a moment into the
+	// burst.
+	partner, err := mutex.New(m.cli, w0.Name, m.r.opts(w0, nil, m.client()+".partner")...)
+	if err != nil {
+		return
+	}
+	defer partner.Close()
+	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+	start := now()
+	pl, err := partner.Lock(pctx)
+	pcancel()
+	var ph handle
+	if err == nil {
+		ph = pl
+	}
+	if m.r.took(m.client()+".partner", "mutex.Lock", w0, start, ph, err, false) == nil {
+		return
+	}
+	// The session's first hold, alone.
+	m.r.lockAndRelease(ctx, rng, m.cli, s, w1, m.client()+".first", 5*time.Second, time.Duration(rng.IntN(30))*time.Millisecond)
+	k := 8 + rng.IntN(5)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	release := time.Duration(5+rng.IntN(80)) * time.Millisecond
+	go func() {
+		defer wg.Done()
+		pause(ctx, release)
+		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer rcancel()
+		start := now()
+		m.r.released(m.client()+".partner", w0, pl, start, pl.Unlock(rctx))
+	}()
+	others := []NameInfo{m.r.name("mutex", "m0"), m.r.name("mutex", "m1"), m.r.name("election", "e0")}
+	for i := 0; i < k; i++ {
+		g := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+		who := fmt.Sprintf("%s.b%d", m.client(), i)
+		var n NameInfo
+		var offset time.Duration
+		switch i % 4 {
+		case 0, 1: // waiters for the partner's name, first
+			n, offset = w0, time.Duration(g.IntN(20))*time.Millisecond
+		case 2: // holds of free names, a little later
+			n, offset = []NameInfo{w1, w2}[g.IntN(2)], time.Duration(20+g.IntN(70))*time.Millisecond
+		default:
+			n, offset = others[g.IntN(len(others))], time.Duration(g.IntN(100))*time.Millisecond
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pause(ctx, offset)
+			wait := time.Duration(4000+g.IntN(4000)) * time.Millisecond
+			hold := time.Duration(g.IntN(60)) * time.Millisecond
+			if n.Prim == "mutex" {
+				m.r.lockAndRelease(ctx, g, m.cli, s, n, who, wait, hold)
+				return
+			}
+			m.r.campaignAndResign(ctx, g, m.cli, s, n, who, wait, hold)
+		}()
+	}
+	wg.Wait()
+}
+
+// jitter pauses a session at the core's pause points, at random, up to
+// a few tens of milliseconds: a loaded machine's scheduling, which no
+// correct interleaving may depend on.
+type jitter struct {
+	mu  sync.Mutex
+	rng *rand.Rand
+}
+
+func newJitter(seed uint64) *jitter { return &jitter{rng: rand.New(rand.NewPCG(seed, 7))} }
+
+func (j *jitter) pause(maxMs int) {
+	j.mu.Lock()
+	d := time.Duration(0)
+	if j.rng.IntN(2) == 0 {
+		d = time.Duration(j.rng.IntN(maxMs)) * time.Millisecond
+	}
+	j.mu.Unlock()
+	if d > 0 {
+		time.Sleep(d)
+	}
+}
+
+func (j *jitter) hooks() *core.Hooks {
+	k := func(string) { j.pause(20) }
+	return &core.Hooks{
+		BeforeWait: k, ReadAhead: k, AfterConfirm: k, BeforeArm: k, BeforeCleanup: k, Moved: k,
+		StreamEnded:  func() { j.pause(150) },
+		BeforeReread: func() { j.pause(50) },
+	}
+}
+
+func (r *runner) campaignAndResign(ctx context.Context, rng *rand.Rand, cli *clientv3.Client, s *session.Session, n NameInfo, who string, wait, hold time.Duration) {
+	e, err := election.New(cli, n.Name, r.opts(n, s, who)...)
+	if err != nil {
+		r.h.op(Op{Client: who, Kind: "election.New", Name: n.Name, Call: now(), Return: now(), Err: err.Error()})
+		return
+	}
+	defer e.Close()
+	actx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	start := now()
+	t, err := e.Campaign(actx, who)
+	var h handle
+	if err == nil {
+		h = t
+	}
+	if r.took(who, "election.Campaign", n, start, h, err, false) == nil {
+		return
+	}
+	r.holdBriefly(ctx, rng, who, n, t, hold)
+	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer rcancel()
+	start = now()
+	r.released(who, n, t, start, t.Resign(rctx))
+}
+
+// crowd: 64 to 72 waiters, each on a lease of its own, lock m2 at once
+// and hold it a moment each: a queue longer than one read of it.
+func (m *mech) crowd(ctx context.Context, rng *rand.Rand) {
+	n := m.r.name("mutex", "m2")
+	k := 64 + rng.IntN(9)
+	var wg sync.WaitGroup
+	for i := 0; i < k; i++ {
+		g := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+		who := fmt.Sprintf("%s.q%d", m.client(), i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pause(ctx, time.Duration(g.IntN(100))*time.Millisecond)
+			m.r.lockAndRelease(ctx, g, m.cli, nil, n, who, 25*time.Second, time.Duration(g.IntN(20))*time.Millisecond)
+		}()
+	}
+	wg.Wait()
+}
+
+// set: Sets over overlapping names (m0, m3, m4 and m1) beside plain
+// Mutexes of those names, all at once.
+func (m *mech) set(ctx context.Context, rng *rand.Rand) {
+	groups := [][]string{{"m0", "m3"}, {"m3", "m4"}, {"m4", "m0"}, {"m0", "m1", "m3"}, {"m1", "m4"}}
+	var wg sync.WaitGroup
+	for i := 0; i < 6; i++ {
+		g := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+		who := fmt.Sprintf("%s.s%d", m.client(), i)
+		names := groups[g.IntN(len(groups))]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pause(ctx, time.Duration(g.IntN(50))*time.Millisecond)
+			if i%3 == 2 { // a plain Mutex of one of the names
+				m.r.lockAndRelease(ctx, g, m.cli, nil, m.r.name("mutex", names[0]), who, 8*time.Second, time.Duration(g.IntN(100))*time.Millisecond)
+				return
+			}
+			m.r.lockSet(ctx, g, m.cli, names, who)
+		}()
+	}
+	wg.Wait()
+}
+
+func (r *runner) lockSet(ctx context.Context, rng *rand.Rand, cli *clientv3.Client, names []string, who string) {
+	s, err := mutex.NewSet(cli, names, mutex.WithNamespace(r.cfg.Namespace), mutex.WithTTL(r.cfg.TTL), mutex.WithIdentity(who))
+	if err != nil {
+		r.h.op(Op{Client: who, Kind: "mutex.NewSet", Call: now(), Return: now(), Err: err.Error()})
+		return
+	}
+	defer s.Close()
+	actx, cancel := context.WithTimeout(ctx, 8*time.Second)
+	defer cancel()
+	start := now()
+	l, err := s.Lock(actx)
+	ret := now()
+	op := Op{Client: who, Kind: "mutex.Set.Lock", Name: strings.Join(names, "+"), Call: start, Return: ret, Err: errString(err)}
+	if err != nil {
+		r.h.op(op)
+		return
+	}
+	op.Token = int64(l.Token())
+	r.h.op(op)
+	ks := l.Keys()
+	var members []NameInfo
+	for i, name := range names {
+		n := r.name("mutex", name)
+		members = append(members, n)
+		x := &Hold{Prim: n.Prim, Name: n.Name, Client: who, Key: ks[i], Token: int64(l.Token()), Acquired: ret}
+		r.h.acquired(x, n, l.Context().Done())
+		context.AfterFunc(l.Context(), func() { r.h.ended(x, now(), errString(context.Cause(l.Context()))) })
+	}
+	for i := 0; i < 1+rng.IntN(2); i++ {
+		// One transaction, guarded by every key, writes each name's
+		// evidence.
+		var ops []clientv3.Op
+		for j, n := range members {
+			ops = append(ops, clientv3.OpPut(n.Work, ks[j]))
+		}
+		wctx, wcancel := context.WithTimeout(context.Background(), 3*time.Second)
+		start := now()
+		resp, err := l.Txn(wctx).Then(ops...).Commit()
+		wcancel()
+		if err == nil && !resp.Succeeded {
+			err = errors.New("not held")
+		}
+		r.h.op(Op{Client: who, Kind: "mutex.Set.Txn", Name: op.Name, Call: start, Return: now(), Err: errString(err), Token: int64(l.Token())})
+		pause(ctx, time.Duration(rng.IntN(100))*time.Millisecond)
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer rcancel()
+	start = now()
+	err = l.Unlock(rctx)
+	r.h.op(Op{Client: who, Kind: "mutex.Set.Release", Name: op.Name, Call: start, Return: now(), Err: errString(err), Token: int64(l.Token())})
+}
+
+// lockDelay: contenders of ld0 (lock-delay on every one), each on a
+// session of its own; a holder sometimes closes its session instead of
+// unlocking, a loss without a release that the others must wait out.
+func (m *mech) lockDelay(ctx context.Context, rng *rand.Rand) {
+	n := m.r.name("mutex", "ld0")
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		g := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+		who := fmt.Sprintf("%s.d%d", m.client(), i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pause(ctx, time.Duration(g.IntN(300))*time.Millisecond)
+			s, err := session.New(m.cli, session.WithTTL(m.r.cfg.TTL))
+			if err != nil {
+				return
+			}
+			mu, err := mutex.New(m.cli, n.Name, m.r.opts(n, s, who)...)
+			if err != nil {
+				_ = s.Close()
+				return
+			}
+			actx, cancel := context.WithTimeout(ctx, 12*time.Second)
+			start := now()
+			l, err := mu.Lock(actx)
+			cancel()
+			var h handle
+			if err == nil {
+				h = l
+			}
+			if m.r.took(who, "mutex.Lock", n, start, h, err, false) != nil {
+				m.r.holdBriefly(ctx, g, who, n, l, 200*time.Millisecond)
+				if g.IntN(2) == 0 {
+					start = now()
+					err := s.Close() // revokes the lease: lost without releasing
+					m.r.h.op(Op{Client: who, Kind: "session.Close.holding", Name: n.Name, Call: start, Return: now(), Err: errString(err), Key: l.Key(), Token: int64(l.Token())})
+				} else {
+					rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+					start = now()
+					m.r.released(who, n, l, start, l.Unlock(rctx))
+					rcancel()
+				}
+			}
+			_ = mu.Close()
+			_ = s.Close()
+		}()
+	}
+	wg.Wait()
+}
+
+// request: a holder of m1 that lets go when asked; a requester asks it
+// with RequestRelease.
+func (m *mech) request(ctx context.Context, rng *rand.Rand) {
+	n := m.r.name("mutex", "m1")
+	who := m.client() + ".r"
+	mu, err := mutex.New(m.cli, n.Name, m.r.opts(n, nil, who)...)
+	if err != nil {
+		return
+	}
+	defer mu.Close()
+	actx, cancel := context.WithTimeout(ctx, 8*time.Second)
+	start := now()
+	l, err := mu.Lock(actx)
+	cancel()
+	var h handle
+	if err == nil {
+		h = l
+	}
+	if m.r.took(who, "mutex.Lock", n, start, h, err, false) == nil {
+		return
+	}
+	reqs := l.ReleaseRequested()
+	m.r.evidence(who, n, l)
+	go func() {
+		pause(ctx, time.Duration(50+rng.IntN(200))*time.Millisecond)
+		rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer rcancel()
+		start := now()
+		err := mutex.RequestRelease(rctx, m.cli, n.Name, "robustness: let go", mutex.WithNamespace(m.r.cfg.Namespace), mutex.WithIdentity(m.client()+".asker"))
+		m.r.h.op(Op{Client: m.client() + ".asker", Kind: "mutex.RequestRelease", Name: n.Name, Call: start, Return: now(), Err: errString(err)})
+	}()
+	t := time.NewTimer(4 * time.Second)
+	defer t.Stop()
+	kind := "mutex.ReleaseRequested"
+	select {
+	case <-reqs:
+	case <-l.Done():
+		kind = "mutex.ReleaseRequested.lost"
+	case <-t.C:
+		kind = "mutex.ReleaseRequested.timeout"
+	case <-ctx.Done():
+		kind = "mutex.ReleaseRequested.stopped"
+	}
+	m.r.h.op(Op{Client: who, Kind: kind, Name: n.Name, Call: start, Return: now(), Key: l.Key(), Token: int64(l.Token())})
+	m.r.evidence(who, n, l)
+	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer rcancel()
+	start = now()
+	m.r.released(who, n, l, start, l.Unlock(rctx))
+}
+
+// candidate campaigns on its own lease and records its term; the term is
+// sent on terms once it leads.
+type candidate struct {
+	who  string
+	e    *election.Election
+	term chan *election.Term
+	done chan struct{}
+}
+
+func (r *runner) campaign(ctx context.Context, cli *clientv3.Client, n NameInfo, who string, wait time.Duration, extra ...mutex.Option) (*candidate, error) {
+	e, err := election.New(cli, n.Name, append(r.opts(n, nil, who), extra...)...)
+	if err != nil {
+		return nil, err
+	}
+	c := &candidate{who: who, e: e, term: make(chan *election.Term, 1), done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		actx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		start := now()
+		t, err := e.Campaign(actx, who)
+		var h handle
+		if err == nil {
+			h = t
+		}
+		if r.took(who, "election.Campaign", n, start, h, err, false) != nil {
+			r.evidence(who, n, t)
+			c.term <- t
+		}
+	}()
+	return c, nil
+}
+
+// lead waits for c to lead, up to d.
+func (c *candidate) lead(ctx context.Context, d time.Duration) *election.Term {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case x := <-c.term:
+		return x
+	case <-c.done:
+		select {
+		case x := <-c.term:
+			return x
+		default:
+			return nil
+		}
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+func (c *candidate) close() { _ = c.e.Close(); <-c.done }
+
+// waitCandidates waits until n has k candidates or more.
+func (r *runner) waitCandidates(ctx context.Context, e *election.Election, k int) []election.Candidate {
+	var cs []election.Candidate
+	for i := 0; i < 40 && ctx.Err() == nil; i++ {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		cs, _ = e.Candidates(rctx)
+		cancel()
+		if len(cs) >= k {
+			return cs
+		}
+		pause(ctx, 50*time.Millisecond)
+	}
+	return cs
+}
+
+// transfer: under Oldest, a leader of e1 and three candidates behind it;
+// the leader transfers to the last one, past the two between (their keys
+// are moved behind it), and so on while they last.
+func (m *mech) transfer(ctx context.Context, rng *rand.Rand) {
+	n := m.r.name("election", "e1")
+	m.handOvers(ctx, rng, n, "t", nil)
+}
+
+// handOvers runs a leader and candidates on n, handing over by Transfer
+// (to the last candidate, or the best with to empty under Preferred) until
+// none is left.
+func (m *mech) handOvers(ctx context.Context, rng *rand.Rand, n NameInfo, tag string, attrs func(i int) []mutex.Option) {
+	var cs []*candidate
+	defer func() {
+		for _, c := range cs {
+			c.close()
+		}
+	}()
+	k := 3 + rng.IntN(2)
+	for i := 0; i < k; i++ {
+		var extra []mutex.Option
+		if attrs != nil {
+			extra = attrs(i)
+		}
+		c, err := m.r.campaign(ctx, m.cli, n, fmt.Sprintf("%s.%s%d", m.client(), tag, i), 15*time.Second, extra...)
+		if err != nil {
+			return
+		}
+		cs = append(cs, c)
+		pause(ctx, 30*time.Millisecond)
+	}
+	for round := 0; round < k && ctx.Err() == nil; round++ {
+		var t *election.Term
+		var who *candidate
+		for _, c := range cs {
+			if t = c.lead(ctx, 100*time.Millisecond); t != nil {
+				who = c
+				break
+			}
+		}
+		if t == nil {
+			// Nobody of ours leads yet (another's term): wait a little.
+			for _, c := range cs {
+				if t = c.lead(ctx, 2*time.Second); t != nil {
+					who = c
+					break
+				}
+			}
+			if t == nil {
+				return
+			}
+		}
+		m.r.evidence(who.who, n, t)
+		list := m.r.waitCandidates(ctx, who.e, 2)
+		to := ""
+		for _, c := range list {
+			if !c.Leader && c.Key != t.Key() {
+				to = c.Key // the last one: past every other
+			}
+		}
+		if n.Preferred && rng.IntN(2) == 0 {
+			to = "" // the best
+		}
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		start := now()
+		var err error
+		if to == "" && n.Preferred {
+			err = t.Resign(tctx) // hands over to the best, in one transaction
+		} else if to != "" {
+			err = t.Transfer(tctx, to)
+		} else {
+			err = t.Resign(tctx)
+		}
+		cancel()
+		kind := "election.Transfer"
+		if to == "" {
+			kind = "election.Resign.handover"
+		}
+		if errors.Is(err, election.ErrForeignCandidate) {
+			kind += ".foreign"
+			rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+			_ = t.Resign(rctx)
+			rcancel()
+		}
+		m.r.h.op(Op{Client: who.who, Kind: kind, Name: n.Name, Call: start, Return: now(), Err: errString(err), Key: t.Key(), Token: int64(t.Token())})
+		// The old leader leaves: its Election closes.
+		for i, c := range cs {
+			if c == who {
+				c.close()
+				cs = append(cs[:i], cs[i+1:]...)
+				break
+			}
+		}
+	}
+}
+
+// preferred: candidates of e2 with priorities and versions; a better one
+// asks the leader to end its term and preempts it when it does not
+// (a leader that ignores EndRequested), a third party's RequestEnd, and
+// hand-overs to the best or a named candidate.
+func (m *mech) preferred(ctx context.Context, rng *rand.Rand) {
+	n := m.r.name("election", "e2")
+	switch rng.IntN(2) {
+	case 0:
+		versions := []string{"v1.9", "v1.10", "v2.0"}
+		m.handOvers(ctx, rng, n, "p", func(i int) []mutex.Option {
+			return []mutex.Option{election.WithPriority(rng.IntN(3)), election.WithVersion(versions[rng.IntN(len(versions))])}
+		})
+	default:
+		// A low-priority leader that ignores requests, then a better
+		// candidate that preempts it after its deadline, or a RequestEnd.
+		low, err := m.r.campaign(ctx, m.cli, n, m.client()+".plow", 10*time.Second, election.WithPriority(0))
+		if err != nil {
+			return
+		}
+		defer low.close()
+		t := low.lead(ctx, 10*time.Second)
+		if t == nil {
+			return
+		}
+		if rng.IntN(2) == 0 {
+			other, err := m.r.campaign(ctx, m.cli, n, m.client()+".pmid", 10*time.Second, election.WithPriority(0))
+			if err != nil {
+				return
+			}
+			defer other.close()
+			list := m.r.waitCandidates(ctx, low.e, 2)
+			to := ""
+			for _, c := range list {
+				if !c.Leader {
+					to = c.Key
+				}
+			}
+			rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			start := now()
+			_, err = low.e.RequestEnd(rctx, to, m.client()+".operator", 2*time.Second)
+			cancel()
+			m.r.h.op(Op{Client: m.client(), Kind: "election.RequestEnd", Name: n.Name, Call: start, Return: now(), Err: errString(err)})
+			select {
+			case <-t.EndRequested():
+				tctx, tcancel := context.WithTimeout(ctx, 5*time.Second)
+				start := now()
+				err := t.Transfer(tctx, to)
+				tcancel()
+				m.r.h.op(Op{Client: low.who, Kind: "election.Transfer.requested", Name: n.Name, Call: start, Return: now(), Err: errString(err), Key: t.Key(), Token: int64(t.Token())})
+			case <-t.Done():
+			case <-time.After(3 * time.Second):
+			}
+			if x := other.lead(ctx, 3*time.Second); x != nil {
+				rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+				start := now()
+				m.r.released(other.who, n, x, start, x.Resign(rctx))
+				rcancel()
+			}
+			return
+		}
+		high, err := m.r.campaign(ctx, m.cli, n, m.client()+".phigh", 10*time.Second,
+			election.WithPriority(5), election.WithHandoverDeadline(time.Duration(300+rng.IntN(700))*time.Millisecond))
+		if err != nil {
+			return
+		}
+		defer high.close()
+		// low ignores EndRequested: high preempts it at its deadline.
+		if x := high.lead(ctx, 6*time.Second); x != nil {
+			m.r.evidence(high.who, n, x)
+			rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+			start := now()
+			m.r.released(high.who, n, x, start, x.Resign(rctx))
+			rcancel()
+		}
+	}
+}
+
+// etcd: etcd's own concurrency.Mutex and concurrency.Election contend in
+// baton's prefixes (as `etcdctl lock` and `etcdctl elect` do, which use
+// them), beside baton's contenders; a baton leader of e1 transfers past
+// an etcd candidate (refused: ErrForeignCandidate).
+func (m *mech) etcd(ctx context.Context, rng *rand.Rand) {
+	var wg sync.WaitGroup
+	for i := 0; i < 3; i++ {
+		g := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+		who := fmt.Sprintf("%s.x%d", m.client(), i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pause(ctx, time.Duration(g.IntN(100))*time.Millisecond)
+			s, err := concurrency.NewSession(m.cli, concurrency.WithTTL(int(m.r.cfg.TTL/time.Second)))
+			if err != nil {
+				return
+			}
+			defer s.Close()
+			if i == 2 {
+				m.etcdElection(ctx, g, s, m.r.name("election", "e1"), who)
+				return
+			}
+			m.etcdMutex(ctx, g, s, m.r.name("mutex", []string{"m0", "m1"}[g.IntN(2)]), who)
+		}()
+	}
+	// Meanwhile baton candidates of e1, and a transfer past the etcd one.
+	pause(ctx, 200*time.Millisecond)
+	m.handOvers(ctx, rng, m.r.name("election", "e1"), "y", nil)
+	wg.Wait()
+}
+
+func (m *mech) etcdMutex(ctx context.Context, rng *rand.Rand, s *concurrency.Session, n NameInfo, who string) {
+	mu := concurrency.NewMutex(s, strings.TrimSuffix(n.Prefix, "/"))
+	actx, cancel := context.WithTimeout(ctx, 8*time.Second)
+	defer cancel()
+	start := now()
+	err := mu.Lock(actx)
+	var h handle
+	if err == nil {
+		h, err = etcdHandle(actx, s, mu.Key())
+	}
+	if m.r.took(who, "concurrency.Mutex.Lock", n, start, h, err, true) == nil {
+		if err == nil {
+			_ = mu.Unlock(context.Background())
+		}
+		return
+	}
+	m.r.holdBriefly(ctx, rng, who, n, h, 200*time.Millisecond)
+	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer rcancel()
+	start = now()
+	m.r.released(who, n, h, start, mu.Unlock(rctx))
+}
+
+func (m *mech) etcdElection(ctx context.Context, rng *rand.Rand, s *concurrency.Session, n NameInfo, who string) {
+	e := concurrency.NewElection(s, strings.TrimSuffix(n.Prefix, "/"))
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	start := now()
+	err := e.Campaign(actx, who)
+	var h handle
+	if err == nil {
+		h, err = etcdHandle(actx, s, e.Key())
+	}
+	if m.r.took(who, "concurrency.Election.Campaign", n, start, h, err, true) == nil {
+		return
+	}
+	m.r.holdBriefly(ctx, rng, who, n, h, 300*time.Millisecond)
+	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer rcancel()
+	start = now()
+	m.r.released(who, n, h, start, e.Resign(rctx))
+}
+
+// etcdHandle is an etcd contender's hold: its key and the key's
+// CreateRevision, read; its Context the session's.
+func etcdHandle(ctx context.Context, s *concurrency.Session, key string) (handle, error) {
+	resp, err := s.Client().Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, errors.New("key gone")
+	}
+	return etcdHold{tokenHolder: tokenHolder{cli: s.Client(), key: key, token: fencing.Token(resp.Kvs[0].CreateRevision)}, ctx: s.Ctx()}, nil
+}
+
+type etcdHold struct {
+	tokenHolder
+	ctx context.Context
+}
+
+func (e etcdHold) Context() context.Context { return e.ctx }
+
+// cliForce: an operator forces through the baton CLI: `baton unlock
+// --force --even-if-alive` on a live holder of m3, and `baton resign
+// --to KEY --force --even-if-alive` handing e0 to its last candidate.
+// Each is a fault too (an operator's action, which a holder cannot be
+// told of before): its keys are the ones it deleted.
+func (m *mech) cliForce(ctx context.Context, rng *rand.Rand) {
+	if m.runs%2 == 0 {
+		n := m.r.name("mutex", "m3")
+		who := m.client() + ".f"
+		mu, err := mutex.New(m.cli, n.Name, m.r.opts(n, nil, who)...)
+		if err != nil {
+			return
+		}
+		defer mu.Close()
+		actx, cancel := context.WithTimeout(ctx, 8*time.Second)
+		start := now()
+		l, err := mu.Lock(actx)
+		cancel()
+		var h handle
+		if err == nil {
+			h = l
+		}
+		if m.r.took(who, "mutex.Lock", n, start, h, err, false) == nil {
+			return
+		}
+		m.r.evidence(who, n, l)
+		m.r.operatorCLI(ctx, "unlock", []string{n.Name}, l.Key())
+		select {
+		case <-l.Done():
+		case <-time.After(3 * time.Second):
+		}
+		m.r.evidence(who, n, l) // refused once the key is gone
+		start = now()
+		m.r.released(who, n, l, start, l.Unlock(context.Background()))
+		return
+	}
+	n := m.r.name("election", "e0")
+	var cs []*candidate
+	defer func() {
+		for _, c := range cs {
+			c.close()
+		}
+	}()
+	for i := 0; i < 3; i++ {
+		c, err := m.r.campaign(ctx, m.cli, n, fmt.Sprintf("%s.g%d", m.client(), i), 12*time.Second)
+		if err != nil {
+			return
+		}
+		cs = append(cs, c)
+		pause(ctx, 30*time.Millisecond)
+	}
+	var t *election.Term
+	for _, c := range cs {
+		if t = c.lead(ctx, 4*time.Second); t != nil {
+			break
+		}
+	}
+	if t == nil {
+		return
+	}
+	list := m.r.waitCandidates(ctx, cs[0].e, 3)
+	to := ""
+	for _, c := range list {
+		if !c.Leader {
+			to = c.Key
+		}
+	}
+	if to == "" {
+		return
+	}
+	m.r.operatorCLI(ctx, "resign", []string{n.Name, "--to", to}, t.Key())
+	for _, c := range cs {
+		if x := c.lead(ctx, 2*time.Second); x != nil {
+			m.r.evidence(c.who, n, x)
+			rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+			start := now()
+			m.r.released(c.who, n, x, start, x.Resign(rctx))
+			rcancel()
+			break
+		}
+	}
+}
+
+// operatorCLI runs `baton CMD ARGS --force --even-if-alive` and records
+// it as an operator's fault whose deletions of key are not announced.
+func (r *runner) operatorCLI(ctx context.Context, cmd string, args []string, key string) {
+	a := append([]string{cmd}, args...)
+	a = append(a, "--force", "--even-if-alive", "--reason", "robustness operator", "--endpoints", strings.Join(r.cfg.Target.Endpoints(), ","),
+		"--namespace", r.cfg.Namespace)
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	start := now()
+	out, err := exec.CommandContext(cctx, r.cfg.Baton, a...).CombinedOutput()
+	msg := errString(err)
+	if err != nil {
+		msg += ": " + trim(strings.TrimSpace(string(out)))
+	}
+	r.h.op(Op{Client: "operator", Kind: "baton." + cmd + ".force", Name: args[0], Call: start, Return: now(), Err: msg, Key: key})
+	r.h.fault(Fault{Kind: FaultOperatorCLI, Detail: "baton " + cmd + " " + strings.Join(args, " "), Start: start, End: now(), Keys: []string{key}})
+}

@@ -1,0 +1,178 @@
+package robustness
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// checkGranted checks that every acquisition that returned a holder
+// returned a key incarnation etcd let hold: one that was, at some
+// revision, allowed by the primitive's rule (the oldest key of a mutex or
+// an election). A skipped candidate whose key a hand-over moved, a waiter
+// whose key went with the key ahead, must not return with the key it had:
+// that is leading out of turn, with a key that never led. A handle
+// returned already ended never held and is not judged.
+func checkGranted(h *History, rep *Report) {
+	rep.Histories++
+	granted := map[incarnation]bool{}
+	deleted := map[incarnation]int64{}
+	for _, n := range h.Names {
+		gs, ds := replay(h.Events, n)
+		for _, g := range gs {
+			granted[incarnation{g.key, g.create}] = true
+		}
+		for k, v := range ds {
+			deleted[k] = v
+		}
+	}
+	for _, x := range h.Holds {
+		if x.DeadOnReturn || h.End == 0 {
+			continue
+		}
+		inc := incarnation{x.Key, x.Token}
+		if first, ok := h.firstRev(); ok && x.Token < first {
+			continue
+		}
+		rep.judged("granted")
+		if granted[inc] {
+			continue
+		}
+		what := "never deleted"
+		if d, ok := deleted[inc]; ok {
+			what = fmt.Sprintf("deleted at rev %d", d)
+		}
+		rep.add("granted", fmt.Sprintf("%s %s: %s's acquisition returned at %s as holder of %s (token %d), which etcd never let hold (%s): it acted out of turn",
+			x.Prim, x.Name, x.Client, since(h.Start, x.Acquired), shortKey(x.Key), x.Token, what), max(x.Token, deleted[inc]))
+	}
+}
+
+// firstRev is the first revision of the event log.
+func (h *History) firstRev() (int64, bool) {
+	if len(h.Events) == 0 {
+		return 0, false
+	}
+	return h.Events[0].Rev, true
+}
+
+// lockDelayTolerance allows for the event watch hearing of a loss late
+// (the lease that times the delay is granted after the loss, on etcd's
+// leader, so the true margin is on the acquisition's side).
+const lockDelayTolerance = 250 * time.Millisecond
+
+// checkLockDelay checks the lock-delay: after a holder of a name whose
+// contenders all use one is lost without releasing (its key deleted while
+// its lock-delay record stays), no later holder's acquisition returns
+// within the delay of the loss, on the event watch's clock; and, by
+// etcd's revisions, no later holder writes before the lock-delay marker
+// of that loss, on a lease etcd's leader times, is gone.
+func checkLockDelay(h *History, rep *Report) {
+	for _, n := range h.Names {
+		if n.Delay == 0 {
+			continue
+		}
+		rep.Histories++
+		grants, deleted := replay(h.Events, n)
+		held := map[incarnation]bool{}
+		for _, g := range grants {
+			held[incarnation{g.key, g.create}] = true
+		}
+		records := map[string]bool{} // record keys that exist
+		recDeleted := map[int64]map[string]bool{}
+		markerGone := map[string][]int64{} // by segment: deletion revisions of its markers
+		for _, e := range h.Events {
+			switch {
+			case strings.HasPrefix(e.Key, n.DelayPrefix+"held/"):
+				if e.Delete {
+					delete(records, e.Key)
+					if recDeleted[e.Rev] == nil {
+						recDeleted[e.Rev] = map[string]bool{}
+					}
+					recDeleted[e.Rev][e.Key] = true
+				} else {
+					records[e.Key] = true
+				}
+			case strings.HasPrefix(e.Key, n.DelayPrefix+"until/") && e.Delete:
+				seg := shortKey(e.Key)
+				markerGone[seg] = append(markerGone[seg], e.Rev)
+			}
+		}
+		// Replay again for the losses, with the records as of each
+		// revision.
+		records = map[string]bool{}
+		type loss struct {
+			inc incarnation
+			rev int64
+		}
+		var losses []loss
+		for _, e := range h.Events {
+			if strings.HasPrefix(e.Key, n.DelayPrefix+"held/") {
+				if e.Delete {
+					delete(records, e.Key)
+				} else {
+					records[e.Key] = true
+				}
+				continue
+			}
+			if !e.Delete || !isContender(n, e.Key) {
+				continue
+			}
+			inc := incarnation{e.Key, e.Create}
+			rec := n.DelayPrefix + "held/" + shortKey(e.Key)
+			if held[inc] && deleted[inc] == e.Rev && (records[rec] || recDeleted[e.Rev][rec]) && !recDeleted[e.Rev][rec] {
+				losses = append(losses, loss{inc, e.Rev})
+			}
+		}
+		firstWrite := map[incarnation]int64{}
+		for _, e := range h.Events {
+			if e.Key == n.Work && !e.Delete {
+				for _, x := range h.Holds {
+					if x.Prim == n.Prim && x.Name == n.Name && x.Key == e.Value {
+						inc := incarnation{x.Key, x.Token}
+						if _, ok := firstWrite[inc]; !ok && e.Rev > x.Token {
+							firstWrite[inc] = e.Rev
+						}
+					}
+				}
+			}
+		}
+		for _, l := range losses {
+			at, ok := h.seenAt(l.rev)
+			if !ok {
+				continue
+			}
+			for _, x := range h.Holds {
+				if x.Prim != n.Prim || x.Name != n.Name || x.Token <= l.inc.create || x.DeadOnReturn || x.Acquired < at-int64(time.Second) {
+					continue
+				}
+				rep.judged("lock-delay")
+				if x.Acquired < at+int64(n.Delay-lockDelayTolerance) {
+					rep.add("lock-delay", fmt.Sprintf("%s %s: %s acquired (token %d) at %s, %v after %s (token %d) was lost without releasing at rev %d (seen at %s): within the lock-delay of %v",
+						n.Prim, n.Name, x.Client, x.Token, since(h.Start, x.Acquired), time.Duration(x.Acquired-at).Round(time.Millisecond),
+						shortKey(l.inc.key), l.inc.create, l.rev, since(h.Start, at), n.Delay), l.rev)
+				}
+				w, ok := firstWrite[incarnation{x.Key, x.Token}]
+				if !ok || w < l.rev {
+					continue
+				}
+				gone := int64(0)
+				for _, r := range markerGone[shortKey(l.inc.key)] {
+					if r > l.rev && (gone == 0 || r < gone) {
+						gone = r
+					}
+				}
+				if gone == 0 || gone > w {
+					rep.add("lock-delay", fmt.Sprintf("%s %s: %s (token %d) wrote at rev %d before the lock-delay marker of %s (token %d, lost at rev %d) was gone (%s)",
+						n.Prim, n.Name, x.Client, x.Token, w, shortKey(l.inc.key), l.inc.create, l.rev, markerWhen(gone)), w)
+				}
+			}
+		}
+	}
+}
+
+func markerWhen(rev int64) string {
+	if rev == 0 {
+		return "no marker expired after the loss"
+	}
+	return fmt.Sprintf("its lease expired at rev %d", rev)
+}
