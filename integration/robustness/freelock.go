@@ -157,7 +157,9 @@ func checkFreeLock(h *History, cfg Config, rep *Report) {
 	}
 	if len(lat) > 0 {
 		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-		q := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))].Round(time.Millisecond) }
+		q := func(p float64) time.Duration {
+			return lat[min(len(lat)-1, int(p*float64(len(lat))))].Round(time.Millisecond)
+		}
 		rep.FreeLatency = fmt.Sprintf("grant seen to return, faults off: p50 %v, p99 %v, max %v of %d (bound %v)", q(0.5), q(0.99), lat[len(lat)-1].Round(time.Millisecond), len(lat), cfg.FreeBound)
 	}
 }

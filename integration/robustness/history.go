@@ -129,10 +129,10 @@ type History struct {
 	Disturbances []Disturbance
 	// Traffic are the runs of the traffic kinds beside the lanes.
 	Traffic []TrafficRun
-	Holds  []*Hold
-	States []ObsState
-	Regs   []RegOp
-	Admits []RegOp
+	Holds   []*Hold
+	States  []ObsState
+	Regs    []RegOp
+	Admits  []RegOp
 	// Events is etcd's history of every key from revision 1; Seen is
 	// when the watch delivered each revision.
 	Events []history.Event

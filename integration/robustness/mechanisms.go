@@ -25,15 +25,15 @@ import (
 // the lanes' random steps do not (or too rarely for a short run), and
 // every one must run in every run (the coverage check).
 const (
-	TrafficBurst    = "burst"          // 8 to 12 acquisitions at once on one fresh session: enqueue groups, the session's watch starting and stopping
-	TrafficCrowd    = "crowd"          // 64 to 72 waiters on one name: a queue longer than one read
-	TrafficSet      = "set"            // mutex.Set over overlapping names, beside Mutexes of the same names
-	TrafficDelay    = "lock-delay"     // a lock-delay name whose holders are sometimes lost without releasing
-	TrafficRequest  = "request"        // RequestRelease to a holder that lets go when asked
-	TrafficTransfer = "transfer"       // Oldest Transfer past waiting candidates (skips, moved marks)
-	TrafficPrefer   = "preferred"      // Preferred: priorities, versions, RequestEnd, Transfer, preemption
-	TrafficEtcd     = "etcd"           // etcd concurrency.Mutex and concurrency.Election contenders in baton's prefixes
-	TrafficCLIForce = "cli-force"      // an operator's baton unlock --force and baton resign --to --force
+	TrafficBurst    = "burst"      // 8 to 12 acquisitions at once on one fresh session: enqueue groups, the session's watch starting and stopping
+	TrafficCrowd    = "crowd"      // 64 to 72 waiters on one name: a queue longer than one read
+	TrafficSet      = "set"        // mutex.Set over overlapping names, beside Mutexes of the same names
+	TrafficDelay    = "lock-delay" // a lock-delay name whose holders are sometimes lost without releasing
+	TrafficRequest  = "request"    // RequestRelease to a holder that lets go when asked
+	TrafficTransfer = "transfer"   // Oldest Transfer past waiting candidates (skips, moved marks)
+	TrafficPrefer   = "preferred"  // Preferred: priorities, versions, RequestEnd, Transfer, preemption
+	TrafficEtcd     = "etcd"       // etcd concurrency.Mutex and concurrency.Election contenders in baton's prefixes
+	TrafficCLIForce = "cli-force"  // an operator's baton unlock --force and baton resign --to --force
 )
 
 // TrafficKinds lists the kinds a run drives; cli-force needs the baton

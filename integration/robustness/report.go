@@ -25,13 +25,13 @@ type Report struct {
 	Knows map[string]map[string]int
 	// Free counts the grants the free-lock check judged, by outcome;
 	// FreeLatency describes their grant-to-return times.
-	Free        map[string]int
+	Free map[string]int
 	// Traffic counts the runs of each traffic kind beside the lanes.
 	Traffic, TrafficTook map[string]int
 	// Disturbed counts the disturbances, DisturbedFor their time.
 	Disturbed    int
 	DisturbedFor time.Duration
-	FreeLatency string
+	FreeLatency  string
 	// Oracles counts what each judging check judged.
 	Oracles map[string]int
 	// Unknown lists linearizability checks that timed out.
