@@ -12,6 +12,7 @@ import (
 
 	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/planted"
 	"github.com/batonhq/baton/internal/queue"
 	"github.com/batonhq/baton/internal/retry"
 	"github.com/batonhq/baton/internal/telemetry"
@@ -52,6 +53,9 @@ func (e *Election) moved(ctx context.Context, key, value string, rev int64) (int
 	case err != nil:
 		return 0, false
 	case resp.Succeeded:
+		if planted.On("i") {
+			return rev, true
+		}
 		return resp.Header.Revision, true
 	}
 	// An earlier attempt may have applied unheard: only this wait puts
@@ -79,6 +83,9 @@ func (e *Election) unmark(key string, rev int64) []clientv3.Op {
 // foreign returns the first key of the election, but the leader's, without
 // a baton candidate's record on its lease.
 func (st *state) foreign() *mvccpb.KeyValue {
+	if planted.On("h") {
+		return nil
+	}
 	for _, kv := range st.keys[min(1, len(st.keys)):] {
 		if en := st.recs[Oldest][clientv3.LeaseID(kv.Lease)]; en == nil || !en.Moves {
 			return kv

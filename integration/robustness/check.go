@@ -125,7 +125,7 @@ func replay(events []history.Event, n NameInfo) (grants []grant, deleted map[inc
 	ru := rule(n)
 	var live []history.Entry
 	granted := make(map[incarnation]bool)
-	for _, ev := range events {
+	for j, ev := range events {
 		if !isContender(n, ev.Key) {
 			continue
 		}
@@ -142,6 +142,9 @@ func replay(events []history.Event, n NameInfo) (grants []grant, deleted map[inc
 		case !ev.Delete && idx < 0:
 			live = append(live, history.Entry{Key: ev.Key, Create: ev.Create})
 			sort.Slice(live, func(a, b int) bool { return live[a].Create < live[b].Create })
+		}
+		if j+1 < len(events) && events[j+1].Rev == ev.Rev {
+			continue // grants are of whole revisions: a key that went in the same one never held
 		}
 		for i, e := range live {
 			inc := incarnation{e.Key, e.Create}

@@ -370,3 +370,56 @@ func TestKnowsFirstJudgesAHandleReturnedAfterItsKeyWent(t *testing.T) {
 	a.DeadOnReturn = false
 	wantViolation(t, check(h, Config{TTL: 3 * time.Second}), "knows-first", "was returned as a holder, not yet told")
 }
+
+// A free lock is taken: b, first in line from rev 5, is neither returned
+// nor gone within the bound.
+func TestFreeLockCatchesAWaiterThatDoesNotTakeAFreeLock(t *testing.T) {
+	h := &History{Names: []NameInfo{m0}, Events: []history.Event{
+		put(2, ka, 2, "w0"), put(3, kb, 3, "w1"), del(5, ka, 2), del(9, kb, 3),
+	}}
+	h.Holds = []*Hold{{Prim: "mutex", Name: "m0", Client: "w0", Key: ka, Token: 2, Acquired: ms(2), Ended: ms(4), Cause: "baton: released"}}
+	seenEvery(h)
+	h.Seen[len(h.Seen)-1].At = ms(5) + int64(3*time.Second) // b's key went 3 s later
+	rep := check(h, Config{TTL: 3 * time.Second})
+	wantViolation(t, rep, "free-lock", `by "w1"`)
+
+	// Returned within the bound, or gone within it: no violation.
+	h.Holds = append(h.Holds, &Hold{Prim: "mutex", Name: "m0", Client: "w1", Key: kb, Token: 3, Acquired: ms(40)})
+	if rep := check(h, Config{TTL: 3 * time.Second}); rep.Free["violation"] != 0 {
+		t.Errorf("a waiter that took the lock at once judged %v", rep.Free)
+	}
+	// A fault near excuses it.
+	h.Holds = h.Holds[:1]
+	h.Faults = []Fault{{Kind: FaultMemberKill, Start: ms(1), End: ms(3)}}
+	if rep := check(h, Config{TTL: 3 * time.Second}); rep.Free["violation"] != 0 || rep.Free["excused: fault near"] != 1 {
+		t.Errorf("with a fault near: %v", rep.Free)
+	}
+}
+
+// Granted holders only: b's Campaign returned its key although the key
+// went with a's in one revision and never led.
+func TestGrantedCatchesAHolderThatNeverLed(t *testing.T) {
+	h := &History{Names: []NameInfo{m0}, Events: []history.Event{
+		put(2, ka, 2, ""), put(3, kb, 3, ""), put(4, kc, 4, ""), del(5, ka, 2), del(5, kb, 3),
+	}}
+	h.Holds = []*Hold{{Prim: "mutex", Name: "m0", Client: "w1", Key: kb, Token: 3, Acquired: ms(6)}}
+	wantViolation(t, run(h), "granted", "never let hold")
+}
+
+// Lock-delay: a holder lost without releasing (its record stays), and the
+// next one returns 100 ms later, within the 2 s delay.
+func TestLockDelayCatchesAnAcquisitionWithinTheDelay(t *testing.T) {
+	n := m0
+	n.Delay, n.DelayPrefix = 2*time.Second, "/robust/v1/delay/lock/m0/"
+	rec := n.DelayPrefix + "held/a"
+	h := &History{Names: []NameInfo{n}, Events: []history.Event{
+		put(2, ka, 2, ""), put(3, rec, 3, ""), put(4, kb, 4, ""), del(5, ka, 2), put(6, work, 6, kb),
+	}}
+	h.Holds = []*Hold{
+		{Prim: "mutex", Name: "m0", Client: "w0", Key: ka, Token: 2, Acquired: ms(2), Ended: ms(5)},
+		{Prim: "mutex", Name: "m0", Client: "w1", Key: kb, Token: 4, Acquired: ms(5) + int64(100*time.Millisecond)},
+	}
+	rep := run(h)
+	wantViolation(t, rep, "lock-delay", "within the lock-delay")
+	wantViolation(t, rep, "lock-delay", "no marker expired")
+}

@@ -45,8 +45,8 @@ func checkFreeLock(h *History, cfg Config, rep *Report) {
 	bound := int64(cfg.FreeBound)
 	grace := int64(cfg.TTL) + int64(2*time.Second)
 	end := h.Settled
-	if end == 0 {
-		end = 1<<63 - 1
+	if end == 0 && len(h.Seen) > 0 {
+		end = h.Seen[len(h.Seen)-1].At // a history without its settling
 	}
 	units := map[string]*unit{} // by key incarnation, or "set/<create>"
 	var order []string

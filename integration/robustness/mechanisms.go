@@ -18,6 +18,8 @@ import (
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/mutex"
+	"github.com/batonhq/baton/rwmutex"
+	"github.com/batonhq/baton/semaphore"
 	"github.com/batonhq/baton/session"
 )
 
@@ -255,7 +257,7 @@ func (m *mech) burst(ctx context.Context, rng *rand.Rand) {
 		start := now()
 		m.r.released(m.client()+".partner", w0, pl, start, pl.Unlock(rctx))
 	}()
-	others := []NameInfo{m.r.name("mutex", "m0"), m.r.name("mutex", "m1"), m.r.name("election", "e0")}
+	others := []NameInfo{m.r.name("mutex", "m0"), m.r.name("mutex", "m1"), m.r.name("election", "e0"), m.r.name("rwmutex", "rw0"), m.r.name("semaphore", "s0")}
 	for i := 0; i < k; i++ {
 		g := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
 		who := fmt.Sprintf("%s.b%d", m.client(), i)
@@ -266,8 +268,11 @@ func (m *mech) burst(ctx context.Context, rng *rand.Rand) {
 			n, offset = w0, time.Duration(g.IntN(20))*time.Millisecond
 		case 2: // holds of free names, a little later
 			n, offset = []NameInfo{w1, w2}[g.IntN(2)], time.Duration(20+g.IntN(70))*time.Millisecond
-		default:
-			n, offset = others[g.IntN(len(others))], time.Duration(g.IntN(100))*time.Millisecond
+		default: // several of one queue at once: tagged keys of one lease
+			n = others[g.IntN(len(others))]
+			if g.IntN(3) > 0 {
+				n = others[3+g.IntN(2)]
+			}
 		}
 		wg.Add(1)
 		go func() {
@@ -275,14 +280,60 @@ func (m *mech) burst(ctx context.Context, rng *rand.Rand) {
 			pause(ctx, offset)
 			wait := time.Duration(4000+g.IntN(4000)) * time.Millisecond
 			hold := time.Duration(g.IntN(60)) * time.Millisecond
-			if n.Prim == "mutex" {
+			switch n.Prim {
+			case "mutex":
 				m.r.lockAndRelease(ctx, g, m.cli, s, n, who, wait, hold)
-				return
+			case "election":
+				m.r.campaignAndResign(ctx, g, m.cli, s, n, who, wait, hold)
+			default:
+				m.r.shared(ctx, g, m.cli, s, n, who, wait, hold)
 			}
-			m.r.campaignAndResign(ctx, g, m.cli, s, n, who, wait, hold)
 		}()
 	}
 	wg.Wait()
+}
+
+// shared is a write lock or a permit through s, held a moment: several
+// of one session in one queue at once (tagged keys), which enqueue groups
+// must keep apart.
+func (r *runner) shared(ctx context.Context, rng *rand.Rand, cli *clientv3.Client, s *session.Session, n NameInfo, who string, wait, hold time.Duration) {
+	actx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	var h handle
+	var release func(context.Context) error
+	var err error
+	kind := "rwmutex.Lock"
+	start := now()
+	if n.Prim == "semaphore" {
+		kind = "semaphore.Acquire"
+		var sem *semaphore.Semaphore
+		if sem, err = semaphore.New(cli, n.Name, n.Limit, r.opts(n, s, who)...); err == nil {
+			defer sem.Close()
+			var p *semaphore.Permit
+			if p, err = sem.Acquire(actx); err == nil {
+				h, release = p, p.Release
+			}
+		}
+	} else {
+		var rw *rwmutex.RWMutex
+		if rw, err = rwmutex.New(cli, n.Name, r.opts(n, s, who)...); err == nil {
+			defer rw.Close()
+			var l *rwmutex.Lock
+			if l, err = rw.Lock(actx); err == nil {
+				h, release = l, l.Unlock
+			}
+		}
+	}
+	x := r.took(who, kind, n, start, h, err, false)
+	if x == nil {
+		return
+	}
+	x.Shared = n.Prim == "semaphore"
+	r.holdBriefly(ctx, rng, who, n, h, hold)
+	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer rcancel()
+	start = now()
+	r.released(who, n, h, start, release(rctx))
 }
 
 // jitter pauses a session at the core's pause points, at random, up to
@@ -539,18 +590,43 @@ func (m *mech) request(ctx context.Context, rng *rand.Rand) {
 // candidate campaigns on its own lease and records its term; the term is
 // sent on terms once it leads.
 type candidate struct {
-	who  string
-	e    *election.Election
-	term chan *election.Term
-	done chan struct{}
+	who   string
+	e     *election.Election
+	s     *session.Session
+	aside *mutex.Mutex // a lock the session holds meanwhile
+	term  chan *election.Term
+	done  chan struct{}
 }
 
 func (r *runner) campaign(ctx context.Context, cli *clientv3.Client, n NameInfo, who string, wait time.Duration, extra ...mutex.Option) (*candidate, error) {
-	e, err := election.New(cli, n.Name, append(r.opts(n, nil, who), extra...)...)
+	// A session of its own that holds a lock of its own (h0 to h7) while
+	// it campaigns: its namespace watch is live, so the wait follows it
+	// (the release-mark rule decides what it takes for a release).
+	s, err := session.New(cli, session.WithTTL(r.cfg.TTL))
 	if err != nil {
 		return nil, err
 	}
-	c := &candidate{who: who, e: e, term: make(chan *election.Term, 1), done: make(chan struct{})}
+	e, err := election.New(cli, n.Name, append(r.opts(n, s, who), extra...)...)
+	if err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	c := &candidate{who: who, e: e, s: s, term: make(chan *election.Term, 1), done: make(chan struct{})}
+	r.mu.Lock()
+	r.holderSeq++
+	hn := r.name("mutex", fmt.Sprintf("h%d", r.holderSeq%8))
+	r.mu.Unlock()
+	if c.aside, err = mutex.New(cli, hn.Name, r.opts(hn, s, who+".aside")...); err == nil {
+		tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		start := now()
+		l, err := c.aside.TryLock(tctx)
+		cancel()
+		var h handle
+		if err == nil {
+			h = l
+		}
+		r.took(who+".aside", "mutex.TryLock", hn, start, h, err, false)
+	}
 	go func() {
 		defer close(c.done)
 		actx, cancel := context.WithTimeout(ctx, wait)
@@ -589,7 +665,14 @@ func (c *candidate) lead(ctx context.Context, d time.Duration) *election.Term {
 	return nil
 }
 
-func (c *candidate) close() { _ = c.e.Close(); <-c.done }
+func (c *candidate) close() {
+	_ = c.e.Close()
+	<-c.done
+	if c.aside != nil {
+		_ = c.aside.Close()
+	}
+	_ = c.s.Close()
+}
 
 // waitCandidates waits until n has k candidates or more.
 func (r *runner) waitCandidates(ctx context.Context, e *election.Election, k int) []election.Candidate {
@@ -611,13 +694,13 @@ func (r *runner) waitCandidates(ctx context.Context, e *election.Election, k int
 // are moved behind it), and so on while they last.
 func (m *mech) transfer(ctx context.Context, rng *rand.Rand) {
 	n := m.r.name("election", "e1")
-	m.handOvers(ctx, rng, n, "t", nil)
+	m.handOvers(ctx, rng, n, "t", nil, nil)
 }
 
 // handOvers runs a leader and candidates on n, handing over by Transfer
 // (to the last candidate, or the best with to empty under Preferred) until
 // none is left.
-func (m *mech) handOvers(ctx context.Context, rng *rand.Rand, n NameInfo, tag string, attrs func(i int) []mutex.Option) {
+func (m *mech) handOvers(ctx context.Context, rng *rand.Rand, n NameInfo, tag string, attrs func(i int) []mutex.Option, after0 func()) {
 	var cs []*candidate
 	defer func() {
 		for _, c := range cs {
@@ -636,6 +719,9 @@ func (m *mech) handOvers(ctx context.Context, rng *rand.Rand, n NameInfo, tag st
 		}
 		cs = append(cs, c)
 		pause(ctx, 30*time.Millisecond)
+		if i == 0 && after0 != nil {
+			after0()
+		}
 	}
 	for round := 0; round < k && ctx.Err() == nil; round++ {
 		var t *election.Term
@@ -713,7 +799,7 @@ func (m *mech) preferred(ctx context.Context, rng *rand.Rand) {
 		versions := []string{"v1.9", "v1.10", "v2.0"}
 		m.handOvers(ctx, rng, n, "p", func(i int) []mutex.Option {
 			return []mutex.Option{election.WithPriority(rng.IntN(3)), election.WithVersion(versions[rng.IntN(len(versions))])}
-		})
+		}, nil)
 	default:
 		// A low-priority leader that ignores requests, then a better
 		// candidate that preempts it after its deadline, or a RequestEnd.
@@ -785,28 +871,33 @@ func (m *mech) preferred(ctx context.Context, rng *rand.Rand) {
 // an etcd candidate (refused: ErrForeignCandidate).
 func (m *mech) etcd(ctx context.Context, rng *rand.Rand) {
 	var wg sync.WaitGroup
-	for i := 0; i < 3; i++ {
-		g := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+	contend := func(i int, g *rand.Rand) {
+		defer wg.Done()
 		who := fmt.Sprintf("%s.x%d", m.client(), i)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pause(ctx, time.Duration(g.IntN(100))*time.Millisecond)
-			s, err := concurrency.NewSession(m.cli, concurrency.WithTTL(int(m.r.cfg.TTL/time.Second)))
-			if err != nil {
-				return
-			}
-			defer s.Close()
-			if i == 2 {
-				m.etcdElection(ctx, g, s, m.r.name("election", "e1"), who)
-				return
-			}
-			m.etcdMutex(ctx, g, s, m.r.name("mutex", []string{"m0", "m1"}[g.IntN(2)]), who)
-		}()
+		s, err := concurrency.NewSession(m.cli, concurrency.WithTTL(int(m.r.cfg.TTL/time.Second)))
+		if err != nil {
+			return
+		}
+		defer s.Close()
+		if i == 2 {
+			m.etcdElection(ctx, g, s, m.r.name("election", "e1"), who)
+			return
+		}
+		m.etcdMutex(ctx, g, s, m.r.name("mutex", []string{"m0", "m1"}[g.IntN(2)]), who)
 	}
-	// Meanwhile baton candidates of e1, and a transfer past the etcd one.
-	pause(ctx, 200*time.Millisecond)
-	m.handOvers(ctx, rng, m.r.name("election", "e1"), "y", nil)
+	for i := 0; i < 2; i++ {
+		g := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+		wg.Add(1)
+		go func() { pause(ctx, time.Duration(g.IntN(100))*time.Millisecond); contend(i, g) }()
+	}
+	// Baton candidates of e1, the etcd one queued behind the first of
+	// them, and a transfer past it.
+	g := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+	m.handOvers(ctx, rng, m.r.name("election", "e1"), "y", nil, func() {
+		wg.Add(1)
+		go contend(2, g)
+		pause(ctx, 50*time.Millisecond)
+	})
 	wg.Wait()
 }
 
@@ -841,7 +932,9 @@ func (m *mech) etcdElection(ctx context.Context, rng *rand.Rand, s *concurrency.
 	err := e.Campaign(actx, who)
 	var h handle
 	if err == nil {
-		h, err = etcdHandle(actx, s, e.Key())
+		// Its key and revision as the Campaign knows them, unread: a
+		// Campaign that returned without its key must show as such.
+		h = etcdHold{tokenHolder: tokenHolder{cli: s.Client(), key: e.Key(), token: fencing.Token(e.Rev())}, ctx: s.Ctx()}
 	}
 	if m.r.took(who, "concurrency.Election.Campaign", n, start, h, err, true) == nil {
 		return

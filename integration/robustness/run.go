@@ -64,10 +64,11 @@ type runner struct {
 	log   io.Writer
 	admin *clientv3.Client
 
-	mu       sync.Mutex
-	parts    []*partition // every proxied client's, for network faults
-	children []*child
-	workers  []*worker
+	mu        sync.Mutex
+	parts     []*partition // every proxied client's, for network faults
+	children  []*child
+	workers   []*worker
+	holderSeq int // the candidates' locks aside
 	// laneNames are the names the lanes pick from.
 	laneNames []NameInfo
 }
@@ -254,8 +255,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 // describeNames builds the run's primitives: mutexes m0 and m1 and
 // elections e0 and e1 (observed), mutexes m2 (the crowd's), m3 and m4
-// (Sets' too), w0 to w2 (the bursts' only), ld0 (a lock-delay of 2 s on every contender), a Preferred
-// election e2, a semaphore of limit 2, a read/write lock.
+// (Sets' too), w0 to w2 (the bursts' only), h0 to h7 (held aside by
+// candidates), ld0 (the lock-delay kind's) (a lock-delay of 2 s on every contender), a Preferred
+// election e2 (the preferred kind's), a semaphore of limit 2, a read/write lock.
 func describeNames(cli *clientv3.Client, ns string) ([]NameInfo, error) {
 	var out []NameInfo
 	add := func(prim, name string, limit int, observed bool, prefix string) *NameInfo {
@@ -263,14 +265,14 @@ func describeNames(cli *clientv3.Client, ns string) ([]NameInfo, error) {
 			Work: workPrefix + prim + "/" + name})
 		return &out[len(out)-1]
 	}
-	for _, name := range []string{"m0", "m1", "m2", "m3", "m4", "ld0", "w0", "w1", "w2"} {
+	for _, name := range []string{"m0", "m1", "m2", "m3", "m4", "ld0", "w0", "w1", "w2", "h0", "h1", "h2", "h3", "h4", "h5", "h6", "h7"} {
 		m, err := mutex.New(cli, name, mutex.WithNamespace(ns))
 		if err != nil {
 			return nil, err
 		}
 		n := add("mutex", name, 1, name == "m0" || name == "m1", m.Prefix())
 		_ = m.Close()
-		n.Private = name[0] == 'w' // the burst's alone
+		n.Private = name[0] == 'w' || name[0] == 'h' || name == "ld0" // one traffic kind's alone
 		if name == "ld0" {
 			n.Delay, n.DelayPrefix = lockDelay, delay.Prefix(ns, keys.Lock, name)
 		}
@@ -281,7 +283,7 @@ func describeNames(cli *clientv3.Client, ns string) ([]NameInfo, error) {
 			return nil, err
 		}
 		n := add("election", name, 1, name != "e2", e.Prefix())
-		n.Preferred = name == "e2"
+		n.Preferred, n.Private = name == "e2", name == "e2"
 		_ = e.Close()
 	}
 	s, err := semaphore.New(cli, "s0", 2, semaphore.WithNamespace(ns))

@@ -28,6 +28,7 @@ import (
 	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/group"
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/planted"
 	"github.com/batonhq/baton/internal/retry"
 )
 
@@ -160,6 +161,9 @@ func (c *Config) After(ctx context.Context, h *core.Hold) error {
 // may have converted it first: then the lease goes unused.
 func (c *Config) convert(ctx context.Context, kv *mvccpb.KeyValue, r Record, seen int64) error {
 	ttl := (time.Duration(r.DelayMS)*time.Millisecond + time.Second - 1) / time.Second
+	if planted.On("j") {
+		ttl /= 2
+	}
 	var lease clientv3.LeaseID
 	err := retry.Do(ctx, func(actx context.Context) error {
 		g, err := c.cli.Grant(clientv3.WithRequireLeader(actx), max(int64(ttl), 1))

@@ -14,10 +14,23 @@
 //	c  a semaphore counts the holders ahead from a stale read
 //	d  Observe re-reads on a deletion and sends that read as the deletion's state
 //	e  a second Campaign on one session takes the first's key without ending its term
+//	f  the release-mark rule: every revision that deletes a key counts as a
+//	   holder's own release (internal/watch)
+//	g  enqueue grouping: two enqueues of one queue go in one transaction,
+//	   their keys sharing a CreateRevision (internal/queue)
+//	h  the foreign-candidate check: a Transfer skips an etcd candidate
+//	   (election)
+//	i  the moved-mark re-put: a skipped candidate puts its key again but
+//	   waits with its old revision (election)
+//	j  lock-delay timing: the marker's lease is half the delay (internal/delay)
+//	k  a Set member taken alone: a mutex's first read ignores Set keys ahead
+//	   (internal/queue)
+//	l  a follower of the namespace watch is not told of a release
+//	   (internal/watch): the free-lock check's
 package planted
 
 // Env names the bug that On switches on, in a robustness_planted build.
 const Env = "BATON_PLANTED_BUG"
 
 // Names are the bugs On knows, a letter each.
-const Names = "abcde"
+const Names = "abcdefghijkl"

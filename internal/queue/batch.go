@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/batonhq/baton/internal/planted"
 	"github.com/batonhq/baton/internal/retry"
 )
 
@@ -158,6 +159,9 @@ func (b *Batcher) take() []*pending {
 	size := first.size
 	rest := b.queued[:0]
 	for _, p := range b.queued[1:] {
+		if planted.On("g") {
+			delete(queues, p.queue)
+		}
 		if len(g) < maxBatch && p.lease == first.lease && !queues[p.queue] && size+p.size <= maxBatchBytes {
 			g, queues[p.queue], size = append(g, p), true, size+p.size
 		} else {

