@@ -125,7 +125,23 @@ func replay(events []history.Event, n NameInfo) (grants []grant, deleted map[inc
 	ru := rule(n)
 	var live []history.Entry
 	granted := make(map[incarnation]bool)
-	for j, ev := range events {
+	// Grants are of whole revisions: a key that went in the revision that
+	// let it first never held.
+	grantAt := func(rev int64) {
+		for i, e := range live {
+			inc := incarnation{e.Key, e.Create}
+			if !granted[inc] && ru.MayHold(live, i) {
+				granted[inc] = true
+				grants = append(grants, grant{key: e.Key, create: e.Create, rev: rev})
+			}
+		}
+	}
+	var changed int64 // the revision whose events changed live, not yet granted
+	for _, ev := range events {
+		if changed != 0 && ev.Rev != changed {
+			grantAt(changed)
+			changed = 0
+		}
 		if !isContender(n, ev.Key) {
 			continue
 		}
@@ -143,16 +159,10 @@ func replay(events []history.Event, n NameInfo) (grants []grant, deleted map[inc
 			live = append(live, history.Entry{Key: ev.Key, Create: ev.Create})
 			sort.Slice(live, func(a, b int) bool { return live[a].Create < live[b].Create })
 		}
-		if j+1 < len(events) && events[j+1].Rev == ev.Rev {
-			continue // grants are of whole revisions: a key that went in the same one never held
-		}
-		for i, e := range live {
-			inc := incarnation{e.Key, e.Create}
-			if !granted[inc] && ru.MayHold(live, i) {
-				granted[inc] = true
-				grants = append(grants, grant{key: e.Key, create: e.Create, rev: ev.Rev})
-			}
-		}
+		changed = ev.Rev
+	}
+	if changed != 0 {
+		grantAt(changed)
 	}
 	return grants, deleted
 }

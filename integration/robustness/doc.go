@@ -9,13 +9,26 @@
 // objects at random moments, and write through fencing guards while they
 // hold. Holder child processes (this binary run again) do the same for
 // locks and terms, so that a holder can be frozen with SIGSTOP; a variant
-// holds through the baton CLI.
+// holds through the baton CLI. Beside them, one goroutine per traffic kind
+// (TrafficKinds) reaches what random steps rarely do: bursts of 8 to 12
+// acquisitions on one fresh session, crowds of 64 to 72 waiters on one
+// name, mutex Sets over overlapping names, a lock-delay name with unclean
+// losses, RequestRelease, Oldest transfers past waiting candidates,
+// Preferred elections with priorities, versions, RequestEnd and
+// preemption, etcd's concurrency contenders in baton's prefixes, and an
+// operator's `baton unlock/resign --force`. A run in which a kind made no
+// acquisition fails (coverage).
 //
 // Faults, from a declared list at random times: member kill and restart,
 // leader transfer, quorum loss, client blackhole and slow link,
 // compaction and defragmentation under watches, an admin deleting a
-// holder's key or revoking its lease, a holder process frozen past its
-// TTL. Each fault's start and end are in the history.
+// holder's key or revoking its lease, or range-deleting marks and
+// contender or candidate keys, a holder process frozen past its TTL, a
+// worker's lease clock running 15% slow and jumping forward while it is
+// cut off. Each fault's start and end are in the history; every 18 s of
+// faults are followed by 8 to 12 s of quiet, and a health watch records
+// when a member is down, behind or unresponsive, or this process was not
+// scheduled (disturbances).
 //
 // Checks: etcd's own history of every key, recorded by one watch from
 // revision 1 that nothing compacts ahead of, is replayed against each
@@ -23,7 +36,11 @@
 // with a writer, one leader) using the holders' fenced writes as evidence
 // of who acted when; the fenced registers and guards are checked for
 // linearizability with porcupine; each holder's Context must have ended
-// before the next holder's grant was observed ("knows first"); every
+// before the next holder's grant was observed ("knows first"); a free lock
+// is taken (a key first in line, with no fault or disturbance near, is
+// returned to its caller within FreeBound or goes); every acquisition
+// returned a key etcd let hold (no candidate leads out of turn); no
+// holder acquires within a lock-delay of an unclean loss; every
 // Observe stream must move forward only, report the true state at each
 // revision it names, and converge after each fault; no key may be left
 // once everything is closed.

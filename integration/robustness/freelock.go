@@ -2,6 +2,7 @@ package robustness
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -39,6 +40,8 @@ type unit struct {
 // of the lock-delay markers it had to wait for.
 func checkFreeLock(h *History, cfg Config, rep *Report) {
 	rep.Histories++
+	judged := 0
+	defer func() { rep.Oracles["free-lock"] += judged }()
 	if cfg.FreeBound <= 0 {
 		cfg.FreeBound = DefaultFreeBound
 	}
@@ -47,6 +50,10 @@ func checkFreeLock(h *History, cfg Config, rep *Report) {
 	end := h.Settled
 	if end == 0 && len(h.Seen) > 0 {
 		end = h.Seen[len(h.Seen)-1].At // a history without its settling
+	}
+	prefixOf := map[string]string{}
+	for _, n := range h.Names {
+		prefixOf[n.Prim+" "+n.Name] = n.Prefix
 	}
 	units := map[string]*unit{} // by key incarnation, or "set/<create>"
 	var order []string
@@ -123,23 +130,30 @@ func checkFreeLock(h *History, cfg Config, rep *Report) {
 			continue
 		}
 		deadline := u.grantAt + bound
+		var prefixes []string
+		for _, nm := range u.names {
+			prefixes = append(prefixes, prefixOf[nm])
+		}
 		ret := int64(0)
 		for _, inc := range u.incs {
 			if r, ok := returned[inc]; ok && (ret == 0 || r < ret) {
 				ret = r
 			}
 		}
+		if !h.faultNear(u.grantAt-grace, deadline, prefixes...) {
+			judged++ // with faults off
+		}
 		switch {
 		case ret != 0 && ret <= deadline:
 			rep.free("taken")
-			if !h.faultNear(u.grantAt-grace, deadline) {
+			if !h.faultNear(u.grantAt-grace, deadline, prefixes...) {
 				lat = append(lat, time.Duration(max(0, ret-u.grantAt)))
 			}
 			continue
 		case ret == 0 && u.endAt <= deadline:
 			rep.free("left within the bound")
 			continue
-		case h.faultNear(u.grantAt-grace, min(deadline, u.endAt)):
+		case h.faultNear(u.grantAt-grace, min(deadline, u.endAt), prefixes...):
 			rep.free("excused: fault near")
 			continue
 		}
@@ -165,14 +179,20 @@ func checkFreeLock(h *History, cfg Config, rep *Report) {
 }
 
 // faultNear reports whether a fault or a disturbance was in progress at
-// some moment of [from, to].
-func (h *History) faultNear(from, to int64) bool {
+// some moment of [from, to]; an operator's fault that names its keys
+// counts only for names under prefixes (none given: for all).
+func (h *History) faultNear(from, to int64, prefixes ...string) bool {
 	for _, d := range h.Disturbances {
 		if d.Start <= to && d.End >= from {
 			return true
 		}
 	}
 	for _, f := range h.Faults {
+		if len(f.Keys) > 0 && len(prefixes) > 0 && !slices.ContainsFunc(f.Keys, func(k string) bool {
+			return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(k, p) })
+		}) {
+			continue
+		}
 		e := f.End
 		if e == 0 {
 			e = 1<<63 - 1

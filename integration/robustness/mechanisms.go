@@ -972,6 +972,7 @@ func (e etcdHold) Context() context.Context { return e.ctx }
 // Each is a fault too (an operator's action, which a holder cannot be
 // told of before): its keys are the ones it deleted.
 func (m *mech) cliForce(ctx context.Context, rng *rand.Rand) {
+	pause(ctx, time.Duration(2000+rng.IntN(3000))*time.Millisecond) // an operator now and then
 	if m.runs%2 == 0 {
 		n := m.r.name("mutex", "m3")
 		who := m.client() + ".f"
