@@ -550,8 +550,8 @@ func (e *run) returned(l *local, err error) {
 		e.fail(fmt.Errorf("shard %d: %w", l.id, err))
 	}
 	switch l.phase {
-	case running: // still owned
-		l.again = err == nil
+	case running: // still owned, unless its Context ended before the loop heard
+		l.again = err == nil && ctx.Err() == nil
 		l.sh.cancel(ErrReleased)
 		e.release(l)
 	case draining:

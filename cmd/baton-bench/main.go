@@ -53,6 +53,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.HeldWindow, "held-window", 6*time.Second, "how long renewals are counted while the locks are held")
 	fs.IntVar(&cfg.Waiters, "waiters", 1000, "waiters queued on one key")
 	primitives := fs.Bool("primitives", false, "compare the rwmutex and semaphore packages (workloads: "+strings.Join(bench.PrimitiveWorkloads(), ",")+")")
+	shards := fs.Bool("shards", false, "run the shards workload instead: shards over members, joins, crashed members")
+	var scfg bench.ShardsConfig
+	fs.IntVar(&scfg.Shards, "shard-count", 256, "shards of the shards workload")
+	fs.IntVar(&scfg.Members, "shard-members", 8, "members of the shards workload, the last of which joins and leaves")
+	fs.IntVar(&scfg.Joins, "shard-joins", 20, "joins of the shards workload")
 	only := fs.String("only", "", "comma-separated workloads to run, of: "+strings.Join(bench.Workloads(), ","))
 	jsonPath := fs.String("json", "bench.json", "file to write the results to as JSON; empty for none")
 	if err := fs.Parse(args); err != nil {
@@ -91,6 +96,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer srv.Stop()
+	if *shards {
+		rep, err := bench.RunShards(ctx, srv, scfg, stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "baton-bench: %v\n", err)
+			return 1
+		}
+		return report(stdout, stderr, rep, *jsonPath)
+	}
 	runBench := bench.Run
 	if *primitives {
 		runBench = bench.RunPrimitives
@@ -100,20 +113,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "baton-bench: %v\n", err)
 		return 1
 	}
+	return report(stdout, stderr, rep, *jsonPath)
+}
+
+// report prints rep and writes it as JSON to jsonPath (none if empty).
+func report(stdout, stderr io.Writer, rep interface{ Print(io.Writer) error }, jsonPath string) int {
 	fmt.Fprintln(stdout)
 	if err := rep.Print(stdout); err != nil {
 		return 1
 	}
-	if *jsonPath != "" {
+	if jsonPath != "" {
 		b, err := json.MarshalIndent(rep, "", "  ")
 		if err == nil {
-			err = os.WriteFile(*jsonPath, append(b, '\n'), 0o644)
+			err = os.WriteFile(jsonPath, append(b, '\n'), 0o644)
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "baton-bench: write %s: %v\n", *jsonPath, err)
+			fmt.Fprintf(stderr, "baton-bench: write %s: %v\n", jsonPath, err)
 			return 1
 		}
-		fmt.Fprintf(stdout, "\nresults written to %s\n", *jsonPath)
+		fmt.Fprintf(stdout, "\nresults written to %s\n", jsonPath)
 	}
 	return 0
 }

@@ -103,6 +103,7 @@ var imports = map[string]string{
 	"rwmutex":   "github.com/batonhq/baton/rwmutex",
 	"router":    "github.com/batonhq/baton/router",
 	"session":   "github.com/batonhq/baton/session",
+	"shard":     "github.com/batonhq/baton/shard",
 	"rbac":      "github.com/batonhq/baton/rbac",
 	"debughttp": "github.com/batonhq/baton/debughttp",
 	"etcdtest":  "github.com/batonhq/baton/integration/etcdtest",
