@@ -137,7 +137,7 @@ demo:
 # Pictures of baton ui for the docs (docs/ui.png): a scene on an
 # embedded etcd, taken by headless chromium (.ci/chromium.sh installs it).
 screenshots:
-	BATON_SCREENSHOTS=$(CURDIR)/docs BATON_UI_BROWSER_REQUIRED=1 $(GO) test -count=1 -run '^TestUIScreenshots$$' -v ./cmd/baton/cli | grep -E '^(--- |ok|FAIL)|wrote'
+	BATON_SCREENSHOTS=$(CURDIR)/docs BATON_UI_BROWSER_REQUIRED=1 $(GO) test -count=1 -run '^TestUIScreenshots$$' -v ./cmd/baton/ui | grep -E '^(--- |ok|FAIL)|wrote'
 
 # Alert rules: syntax, then unit tests with series that fire and that do
 # not. Needs promtool (.ci/promtool.sh installs it).

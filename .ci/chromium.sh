@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes Debian's chromium available for the browser test of `baton ui`
-# (cmd/baton/cli/ui_browser_test.go) and for `make screenshots`.
+# (cmd/baton/ui/ui_browser_test.go) and for `make screenshots`.
 # Idempotent: does nothing when chromium is already installed.
 set -euo pipefail
 

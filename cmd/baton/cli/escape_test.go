@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/spf13/pflag"
+
+	"github.com/batonhq/baton/cmd/baton/cmdutil"
 )
 
 func TestSafeQuotesOnlyWhatATerminalWouldMisread(t *testing.T) {
@@ -27,7 +29,7 @@ func TestSafeQuotesOnlyWhatATerminalWouldMisread(t *testing.T) {
 		{"bad\xffutf8", `"bad\xffutf8"`},
 		{`"already quoted"`, `"\"already quoted\""`},
 	} {
-		if got := safe(c.in); got != c.want {
+		if got := cmdutil.Safe(c.in); got != c.want {
 			t.Errorf("safe(%q) = %s, want %s", c.in, got, c.want)
 		}
 	}
@@ -36,7 +38,7 @@ func TestSafeQuotesOnlyWhatATerminalWouldMisread(t *testing.T) {
 func TestSafeMessageEscapesInPlace(t *testing.T) {
 	in := "lock \"x\": etcd said \x1b[31mno\x1b[0m\nforged\u202e line \xff"
 	want := `lock "x": etcd said \x1b[31mno\x1b[0m\nforged\u202e line \xff`
-	if got := safeMessage(in); got != want {
+	if got := cmdutil.SafeMessage(in); got != want {
 		t.Errorf("safeMessage = %s, want %s", got, want)
 	}
 }
@@ -44,7 +46,7 @@ func TestSafeMessageEscapesInPlace(t *testing.T) {
 func TestEscapeJSONKeepsTheDocumentAndHidesNothing(t *testing.T) {
 	v := map[string]string{"value": "a\x1b\r\n\u202e\u200b\u2028\U000E0001z"}
 	b, _ := json.Marshal(v)
-	out := escapeJSON(b)
+	out := cmdutil.EscapeJSON(b)
 	for _, r := range string(out) {
 		if r >= utf8.RuneSelf || unicode.IsControl(r) {
 			t.Fatalf("raw %U left in %s", r, out)
@@ -62,13 +64,13 @@ func FuzzSafeLeavesNoUnsafeRune(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		js, _ := json.Marshal(s)
-		for _, out := range []string{safe(s), safeMessage(s), string(escapeJSON(js))} {
-			if strings.ContainsFunc(out, unsafeRune) && utf8.ValidString(out) {
+		for _, out := range []string{cmdutil.Safe(s), cmdutil.SafeMessage(s), string(cmdutil.EscapeJSON(js))} {
+			if strings.ContainsFunc(out, cmdutil.UnsafeRune) && utf8.ValidString(out) {
 				t.Fatalf("unsafe rune left in %q (from %q)", out, s)
 			}
 		}
-		if needsQuote(s) != (safe(s) != s) {
-			t.Fatalf("safe(%q) = %q: quoted iff needed", s, safe(s))
+		if cmdutil.NeedsQuote(s) != (cmdutil.Safe(s) != s) {
+			t.Fatalf("safe(%q) = %q: quoted iff needed", s, cmdutil.Safe(s))
 		}
 	})
 }
@@ -81,24 +83,24 @@ func TestGlobalFlagsFromEnvironment(t *testing.T) {
 		"BATON_ENDPOINTS":       " 127.0.0.1:1, 127.0.0.1:2 ,",
 		"BATON_COMMAND_TIMEOUT": "9s",
 	}
-	_, g := newRoot(IO{Getenv: func(k string) string { return env[k] }})
-	if g.namespace != "from-env" || g.dialTimeout.String() != "750ms" || g.output != "json" ||
-		strings.Join(g.endpoints, ",") != "127.0.0.1:1,127.0.0.1:2" || g.commandTimeout.String() != "9s" {
+	_, g := newRoot(cmdutil.IO{Getenv: func(k string) string { return env[k] }})
+	if g.Namespace != "from-env" || g.DialTimeout.String() != "750ms" || g.Output != "json" ||
+		strings.Join(g.Endpoints, ",") != "127.0.0.1:1,127.0.0.1:2" || g.CommandTimeout.String() != "9s" {
 		t.Fatalf("globals from the environment: %+v", g)
 	}
 	// A flag wins over its variable, and replaces a list rather than
 	// appending to it.
-	root, g := newRoot(IO{Getenv: func(k string) string { return env[k] }})
+	root, g := newRoot(cmdutil.IO{Getenv: func(k string) string { return env[k] }})
 	if err := root.ParseFlags([]string{"--namespace", "flag", "--endpoints", "127.0.0.9:9"}); err != nil {
 		t.Fatal(err)
 	}
-	if g.namespace != "flag" || strings.Join(g.endpoints, ",") != "127.0.0.9:9" {
-		t.Fatalf("flags did not win: namespace %q endpoints %v", g.namespace, g.endpoints)
+	if g.Namespace != "flag" || strings.Join(g.Endpoints, ",") != "127.0.0.9:9" {
+		t.Fatalf("flags did not win: namespace %q endpoints %v", g.Namespace, g.Endpoints)
 	}
 	// Every global flag has its variable, and says so in --help.
 	root.PersistentFlags().VisitAll(func(f *pflag.Flag) {
-		if !strings.Contains(f.Usage, envName(f.Name)) {
-			t.Errorf("--%s does not mention %s", f.Name, envName(f.Name))
+		if !strings.Contains(f.Usage, cmdutil.EnvName(f.Name)) {
+			t.Errorf("--%s does not mention %s", f.Name, cmdutil.EnvName(f.Name))
 		}
 	})
 }

@@ -1,11 +1,11 @@
 package cli
 
 import (
-	"fmt"
-	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/batonhq/baton/cmd/baton/cmdutil"
 )
 
 // examples are shown in each command's --help, by command path; a command
@@ -51,9 +51,9 @@ func finishCommands(root *cobra.Command) {
 					}
 				}
 				if len(a) == 0 {
-					return usageErrorf("%s needs a subcommand: %s", cmd.CommandPath(), strings.Join(names, ", "))
+					return cmdutil.UsageErrorf("%s needs a subcommand: %s", cmd.CommandPath(), strings.Join(names, ", "))
 				}
-				return usageErrorf("unknown command %s for %s; its subcommands: %s", safeQ(a[0]), cmd.CommandPath(), strings.Join(names, ", "))
+				return cmdutil.UsageErrorf("unknown command %s for %s; its subcommands: %s", cmdutil.SafeQ(a[0]), cmd.CommandPath(), strings.Join(names, ", "))
 			}
 		}
 		for _, s := range c.Commands() {
@@ -61,33 +61,4 @@ func finishCommands(root *cobra.Command) {
 		}
 	}
 	walk(root)
-}
-
-// versionText is the module version and the commit baton was built from.
-func versionText() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown (built without module information)"
-	}
-	v := info.Main.Version
-	if v == "" {
-		v = "(devel)"
-	}
-	var rev, when, dirty string
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.time":
-			when = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				dirty = ", modified"
-			}
-		}
-	}
-	if rev == "" {
-		return fmt.Sprintf("%s (commit unknown), %s", v, info.GoVersion)
-	}
-	return fmt.Sprintf("%s (commit %s%s, %s), %s", v, rev, dirty, when, info.GoVersion)
 }

@@ -4,64 +4,52 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/batonhq/baton/cmd/baton/admin"
+	"github.com/batonhq/baton/cmd/baton/clusters"
+	"github.com/batonhq/baton/cmd/baton/cmdutil"
+	"github.com/batonhq/baton/cmd/baton/dev"
+	"github.com/batonhq/baton/cmd/baton/hold"
+	"github.com/batonhq/baton/cmd/baton/inspect"
+	"github.com/batonhq/baton/cmd/baton/operate"
+	"github.com/batonhq/baton/cmd/baton/supervise"
+	"github.com/batonhq/baton/cmd/baton/ui"
+	"github.com/batonhq/baton/cmd/baton/version"
 )
-
-// IO is what the commands read and write, and the environment they see.
-type IO struct {
-	In  io.Reader
-	Out io.Writer
-	Err io.Writer
-	// Getenv reads an environment variable (BATON_ENDPOINTS,
-	// BATON_PASSWORD); nil reads none.
-	Getenv func(string) string
-	// Executable is the path of the baton binary, which the demo starts
-	// again as its workers; empty means os.Executable.
-	Executable string
-	// Now is the clock for displayed times; nil means time.Now.
-	Now func() time.Time
-}
-
-// StdIO is the process's standard streams and environment.
-func StdIO() IO {
-	return IO{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, Getenv: os.Getenv}
-}
 
 // commands is the one list of subcommands. A command is added by one file
 // with its constructor and one line here.
-func commands(g *globals) []*cobra.Command {
+func commands(g *cmdutil.Env) []*cobra.Command {
 	return []*cobra.Command{
-		newLeaderCmd(g),
-		newCandidatesCmd(g),
-		newObserveCmd(g),
-		newLocksCmd(g),
-		newLockCmd(g),
-		newElectCmd(g),
-		newUnlockCmd(g),
-		newResignCmd(g),
-		newAuditCmd(g),
-		newDevCmd(g),
-		newDemoCmd(g),
-		newUICmd(g),
-		newDemoWorkerCmd(g),
-		newSuperviseCmd(g),
-		newCertsCmd(g), newRBACCmd(g), newAuthCmd(g),
-		newClustersCmd(g), newVersionCmd(g),
+		inspect.NewCmdLeader(g),
+		inspect.NewCmdCandidates(g),
+		inspect.NewCmdObserve(g),
+		inspect.NewCmdLocks(g),
+		hold.NewCmdLock(g),
+		hold.NewCmdElect(g),
+		operate.NewCmdUnlock(g),
+		operate.NewCmdResign(g),
+		inspect.NewCmdAudit(g),
+		dev.NewCmdDev(g),
+		dev.NewCmdDemo(g),
+		ui.NewCmdUI(g),
+		dev.NewCmdDemoWorker(g),
+		supervise.NewCmdSupervise(g),
+		admin.NewCmdCerts(g), admin.NewCmdRBAC(g), admin.NewCmdAuth(g),
+		clusters.NewCmdClusters(g), version.NewCmdVersion(g),
 	}
 }
 
 // NewRoot returns the baton command with every subcommand.
-func NewRoot(io IO) *cobra.Command {
+func NewRoot(io cmdutil.IO) *cobra.Command {
 	root, _ := newRoot(io)
 	return root
 }
 
-func newRoot(io IO) (*cobra.Command, *globals) {
-	g := newGlobals(io)
+func newRoot(io cmdutil.IO) (*cobra.Command, *cmdutil.Env) {
+	g := cmdutil.NewEnv(io)
 	root := &cobra.Command{
 		Use:   "baton",
 		Short: "Inspect and operate baton locks and elections on etcd",
@@ -78,23 +66,23 @@ status through.
 
 Every global flag may also be set by a variable: --dial-timeout by
 BATON_DIAL_TIMEOUT, and so on; a flag on the command line wins.`,
-		Version:       versionText(),
+		Version:       version.Text(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, a []string) error {
-			g.ran = true
-			if err := g.validate(); err != nil {
+			g.Ran = true
+			if err := g.Validate(); err != nil {
 				return err
 			}
-			return validateArgs(cmd, a)
+			return cmdutil.ValidateArgs(cmd, a)
 		},
 	}
-	root.SetVersionTemplate(versionTemplate)
+	root.SetVersionTemplate(version.Template)
 	root.SetIn(io.In)
 	root.SetOut(io.Out)
 	root.SetErr(io.Err)
-	g.register(root.PersistentFlags())
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return withCode(ExitUsage, err) })
+	g.Register(root.PersistentFlags())
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return cmdutil.WithCode(cmdutil.ExitUsage, err) })
 	for _, c := range commands(g) {
 		root.AddCommand(c)
 	}
@@ -104,40 +92,23 @@ BATON_DIAL_TIMEOUT, and so on; a flag on the command line wins.`,
 
 // Main runs baton with args and returns the process exit code. Errors are
 // printed on io.Err.
-func Main(ctx context.Context, args []string, io IO) int {
+func Main(ctx context.Context, args []string, io cmdutil.IO) int {
 	root, g := newRoot(io)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
-		return ExitOK
+		return cmdutil.ExitOK
 	}
-	code := exitCode(err)
-	var ee *exitError
-	if !errors.As(err, &ee) && !g.ran {
-		code = ExitUsage // cobra's own errors: unknown command, bad arguments
+	code := cmdutil.ExitCode(err)
+	var ee *cmdutil.CodedError
+	if !errors.As(err, &ee) && !g.Ran {
+		code = cmdutil.ExitUsage // cobra's own errors: unknown command, bad arguments
 	}
-	if !errors.As(err, &ee) || !ee.silent {
-		fmt.Fprintf(io.Err, "baton: %s\n", safeMessage(err.Error()))
-		if code == ExitUsage && cmd != nil {
+	if !errors.As(err, &ee) || !ee.Silent {
+		fmt.Fprintf(io.Err, "baton: %s\n", cmdutil.SafeMessage(err.Error()))
+		if code == cmdutil.ExitUsage && cmd != nil {
 			fmt.Fprintf(io.Err, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		}
 	}
 	return code
-}
-
-// args checks the number of positional arguments, as a usage error.
-func args(min, max int) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, a []string) error {
-		if len(a) < min || max >= 0 && len(a) > max {
-			switch {
-			case min == max:
-				return usageErrorf("%s takes %d argument(s), got %d", cmd.Name(), min, len(a))
-			case max < 0:
-				return usageErrorf("%s takes at least %d argument(s), got %d", cmd.Name(), min, len(a))
-			default:
-				return usageErrorf("%s takes %d to %d arguments, got %d", cmd.Name(), min, max, len(a))
-			}
-		}
-		return nil
-	}
 }

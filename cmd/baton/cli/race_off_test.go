@@ -1,6 +1,0 @@
-//go:build !race
-
-package cli
-
-// raceEnabled: timings mean nothing under the race detector.
-const raceEnabled = false

@@ -1,7 +1,0 @@
-//go:build !linux
-
-package cli
-
-// hideMemory does nothing here: a process of the same user may read the
-// password from this process's environment or memory.
-func hideMemory() {}
