@@ -457,7 +457,8 @@ func (e *run) rejoin() {
 				e.joined(l, rev)
 				e.watchLease()
 			case e.ctx.Err() != nil:
-			case errors.Is(err, ErrCountMismatch), errors.Is(err, ErrDuplicateMember), retry.Permanent(err):
+			case errors.Is(err, ErrCountMismatch), errors.Is(err, ErrDuplicateMember), errors.Is(err, ErrSessionClosed), errors.Is(err, ErrClosed), retry.Permanent(err):
+				// A caller's session that ended is never replaced: Run ends with it.
 				e.fail(err)
 			default:
 				e.g.cfg.Session.Logger.Warn("shard: cannot join the group again; retrying", e.fields(zap.Error(err))...)
