@@ -27,6 +27,7 @@ func commands(g *cmdutil.Env) []*cobra.Command {
 		inspect.NewCmdCandidates(g),
 		inspect.NewCmdObserve(g),
 		inspect.NewCmdLocks(g),
+		inspect.NewCmdShards(g),
 		hold.NewCmdLock(g),
 		hold.NewCmdElect(g),
 		operate.NewCmdUnlock(g),
