@@ -30,6 +30,7 @@ func commands(g *cmdutil.Env) []*cobra.Command {
 		inspect.NewCmdShards(g),
 		hold.NewCmdLock(g),
 		hold.NewCmdElect(g),
+		hold.NewCmdShard(g),
 		operate.NewCmdUnlock(g),
 		operate.NewCmdResign(g),
 		inspect.NewCmdAudit(g),

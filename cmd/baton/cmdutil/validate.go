@@ -26,7 +26,7 @@ const maxReasonBytes = 1024
 var nameArgs = map[string]string{
 	"leader": "NAME", "candidates": "NAME", "observe": "NAME",
 	"lock": "NAME", "elect": "NAME", "unlock": "NAME", "resign": "NAME",
-	"shards": "GROUP",
+	"shards": "GROUP", "shard": "GROUP",
 }
 
 // ValidateArgs checks the arguments and flags every command shares the
