@@ -68,6 +68,11 @@ type ShardsReport struct {
 	// GapMs: for each shard moved by a join, from the old owner's work
 	// returning (its release is sent then) to the new owner's work starting.
 	GapMs []float64 `json:"gap_ms"`
+	// ReleaseGapMs: for the same moves, from an observer's seeing the
+	// shard's owner change (the old key's deletion made the new one head:
+	// the release) to the new owner's work starting; below zero when the
+	// new owner started before the observer heard.
+	ReleaseGapMs []float64 `json:"release_gap_ms"`
 	// Crashes: a member cut off from etcd; its shards' Contexts ended on it
 	// before the new owner's work started (EndedFirst of Moved), and the
 	// time from the cut to the last of them owned again.
@@ -193,7 +198,14 @@ func RunShards(ctx context.Context, srv *embedetcd.Server, cfg ShardsConfig, pro
 		if err != nil {
 			return nil, err
 		}
-		after, err := balancedState(ctx, og, append(names(stable), name), cfg.Timeout)
+		changed := map[int]time.Time{}
+		after, err := balancedStateSeen(ctx, og, append(names(stable), name), cfg.Timeout, func(st shard.State, at time.Time) {
+			for _, o := range st.Owners {
+				if _, ok := changed[o.Shard]; !ok && o.Member == name {
+					changed[o.Shard] = at
+				}
+			}
+		})
 		if err != nil {
 			return nil, fmt.Errorf("join %d: %w", j, err)
 		}
@@ -216,6 +228,9 @@ func RunShards(ctx context.Context, srv *embedetcd.Server, cfg ShardsConfig, pro
 			if e.member == name {
 				if r, ok := lastRet[e.shard]; ok {
 					rep.GapMs = append(rep.GapMs, ms(e.at.Sub(r)))
+				}
+				if c, ok := changed[e.shard]; ok {
+					rep.ReleaseGapMs = append(rep.ReleaseGapMs, ms(e.at.Sub(c)))
 				}
 			}
 		}
@@ -324,6 +339,12 @@ func (m *shardMember) stop() {
 // balancedState waits, by observing, until every shard is owned by one of
 // members and each owns floor or ceil of N/M.
 func balancedState(ctx context.Context, g *shard.Group, members []string, timeout time.Duration) (shard.State, error) {
+	return balancedStateSeen(ctx, g, members, timeout, nil)
+}
+
+// balancedStateSeen is balancedState that also gives seen every state, with
+// when it arrived.
+func balancedStateSeen(ctx context.Context, g *shard.Group, members []string, timeout time.Duration, seen func(shard.State, time.Time)) (shard.State, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	want := map[string]bool{}
@@ -333,6 +354,9 @@ func balancedState(ctx context.Context, g *shard.Group, members []string, timeou
 	var last shard.State
 	for st := range g.Observe(ctx) {
 		last = st
+		if seen != nil {
+			seen(st, time.Now())
+		}
 		if st.Err != nil {
 			return st, st.Err
 		}
@@ -371,12 +395,13 @@ func (r *ShardsReport) Print(w io.Writer) error {
 	_, err := fmt.Fprintf(w, `shards: %d shards, %d members (the last joins and leaves %d times), TTL %v, %d CPUs, load %s -> %s
   last join to balanced      p50 %.0f ms  p99 %.0f ms  (target p99 <= 1000 ms)
   moves per join             max %d  (bound ceil(N/M) = %d)
-  graceful move gap          p50 %.1f ms  p99 %.1f ms over %d moves  (target p99 <= 20 ms)
+  graceful move gap          p50 %.1f ms  p99 %.1f ms over %d moves, from the old owner's work returning
+                             p50 %.1f ms  p99 %.1f ms from an observer seeing the release  (target p99 <= 20 ms)
   crashed member             %d of %d shards ended on it before the new owner started; owned again p50 %.0f ms, max %.0f ms (target TTL+2 s = %.0f ms)
 `, r.Config.Shards, r.Config.Members, r.Config.Joins, r.Config.TTL, r.CPUs, r.LoadBefore, r.LoadAfter,
 		percentile(r.JoinToBalancedMs, 50), percentile(r.JoinToBalancedMs, 99),
 		maxMoves, r.MoveBound,
-		percentile(gaps, 50), percentile(gaps, 99), len(gaps),
+		percentile(gaps, 50), percentile(gaps, 99), len(gaps), percentile(r.ReleaseGapMs, 50), percentile(r.ReleaseGapMs, 99),
 		first, moved, percentile(r.CrashOwnedMs, 50), percentile(r.CrashOwnedMs, 100), ms(r.Config.TTL+2*time.Second))
 	return err
 }
