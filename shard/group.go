@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/internal/config"
@@ -110,17 +111,29 @@ func (g *Group) owner(id int) *core.Owner[*Shard] {
 var errBusy = errors.New("shard: held by another member") // never returned: Run's acquisitions wait
 
 // read returns the group's keys at one revision.
-func (g *Group) read(ctx context.Context) (*view, error) {
+func (g *Group) read(ctx context.Context) (*view, error) { return g.readAt(ctx, 0) }
+
+// readAt returns the group's keys at revision rev (0: the latest), or the
+// latest if rev was compacted.
+func (g *Group) readAt(ctx context.Context, rev int64) (*view, error) {
 	var resp *clientv3.GetResponse
 	err := retry.Reads(ctx, func(ctx context.Context) (err error) {
-		resp, err = g.cli.Get(ctx, g.prefix, clientv3.WithPrefix())
+		resp, err = g.cli.Get(ctx, g.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev))
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			rev = 0
+			resp, err = g.cli.Get(ctx, g.prefix, clientv3.WithPrefix())
+		}
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	v := newView(g.prefix, g.count)
-	v.reset(resp.Kvs, resp.Header.Revision)
+	at := resp.Header.Revision // the latest, even for a read at rev
+	if rev > 0 {
+		at = rev
+	}
+	v.reset(resp.Kvs, at)
 	return v, nil
 }
 

@@ -239,7 +239,10 @@ func (e *run) join(ctx context.Context, lease *core.Lease, leases map[clientv3.L
 			return nil, nil, 0, err
 		}
 		if resp.Succeeded {
-			v, err := g.read(ctx) // the loop's watch starts after a view with the put in it
+			// The view is the put's revision, so that the loop's watch sees
+			// every change after it: a shard another member gave up at once is
+			// a move (for the metrics), not a shard found free.
+			v, err := g.readAt(ctx, resp.Header.Revision)
 			return v, l, resp.Header.Revision, err
 		}
 		// A member joined or changed meanwhile: read again.
