@@ -76,7 +76,7 @@ func (en *entry) rank() rank {
 // The keys of coordination, under /<ns>/v1/candidate/<escaped name>/:
 // "<strategy>/<lease hex>" records, "end/<leader lease hex>" requests
 // to end a term and "moved/<lease hex>" marks of skipped keys (movedKey).
-const candidateKind = keys.Kind("candidate")
+const candidateKind = keys.Candidate
 
 // keyOf is the key en holds when it leads.
 func (e *Election) keyOf(en *entry) string { return keys.LeaseKey(e.Prefix(), int64(en.lease)) }
@@ -110,6 +110,22 @@ func (st *state) leader() *mvccpb.KeyValue {
 		return nil
 	}
 	return st.keys[0]
+}
+
+// leaderCandidate is the leader as a Candidate, its strategy that of its
+// record (Oldest without a Preferred one); false when nobody leads.
+func (st *state) leaderCandidate() (Candidate, bool) {
+	l := st.leader()
+	if l == nil {
+		return Candidate{}, false
+	}
+	c := Candidate{Key: string(l.Key), Value: string(l.Value), Token: fencing.Token(l.CreateRevision), LeaseID: clientv3.LeaseID(l.Lease), Leader: true, Strategy: Oldest}
+	if rec := st.recs[Preferred][c.LeaseID]; rec != nil {
+		c.Strategy, c.Priority, c.Version, c.Record = Preferred, rec.Priority, rec.Version, rec.key
+	} else if rec := st.recs[Oldest][c.LeaseID]; rec != nil {
+		c.Record = rec.key
+	}
+	return c, true
 }
 
 // ranked returns the Preferred records, best first.

@@ -108,6 +108,17 @@ func (e *Election) lead(ctx context.Context, value string, rec *core.Hold) (*Ter
 	}
 }
 
+// preferredTarget is the live candidate of st whose key (or record key)
+// is to, or with to "" the best one, but the leader's (lease); nil if none.
+func (e *Election) preferredTarget(st *state, lease clientv3.LeaseID, to string) *entry {
+	for _, en := range st.ranked() {
+		if en.lease != lease && (to == "" || en.key == to || e.keyOf(en) == to) {
+			return en
+		}
+	}
+	return nil
+}
+
 // take puts the leader's key on this candidate's lease if nobody leads
 // and its record is still the one written, or arms a key a leader handed
 // over to it; errNotChosen if neither.
@@ -255,64 +266,4 @@ func (e *Election) withdraw(rec *core.Hold) {
 	}
 	_, _ = e.o.Client().Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", resp.Kvs[0].CreateRevision)).
 		Then(clientv3.OpDelete(key)).Commit()
-}
-
-// watchEnd closes the Term's EndRequested on a request newer than the
-// term; it runs until the term ends.
-func (t *Term) watchEnd(ctx context.Context) {
-	cli := t.e.o.Client()
-	key := t.e.endKey(t.Lease())
-	check := func(kv *mvccpb.KeyValue) bool {
-		if kv.ModRevision <= int64(t.Token()) {
-			return false // asked of an earlier term on this lease
-		}
-		var r EndRequest
-		if json.Unmarshal(kv.Value, &r) != nil {
-			r = EndRequest{By: "unreadable request " + string(kv.Key)}
-		}
-		t.requested(r)
-		return true
-	}
-	for ctx.Err() == nil {
-		// Watch from the current revision first, then read: a watch that
-		// starts in the past is served in batches every 100 ms.
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		wch := cli.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterDelete())
-		wr, ok := <-wch
-		var resp *clientv3.GetResponse
-		err := ctx.Err()
-		switch {
-		case err != nil:
-		case !ok || wr.Err() != nil:
-			err = errWatchBroken
-			if ok && retry.Permanent(wr.Err()) {
-				cancel()
-				return
-			}
-		default:
-			resp, err = cli.Get(clientv3.WithRequireLeader(ctx), key)
-		}
-		if err == nil && len(resp.Kvs) > 0 && check(resp.Kvs[0]) {
-			cancel()
-			return
-		}
-		if err != nil {
-			cancel() // ends the range below at once
-		}
-		for wr := range wch {
-			if err != nil || wr.Err() != nil {
-				break // err: read again after the pause below
-			}
-			for _, ev := range wr.Events {
-				if check(ev.Kv) {
-					cancel()
-					return
-				}
-			}
-		}
-		cancel()
-		if err != nil && retry.Permanent(err) || retry.Sleep(ctx, 50*time.Millisecond) != nil {
-			return
-		}
-	}
 }

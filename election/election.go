@@ -48,7 +48,7 @@ var errNotChosen = errors.New("election: not chosen")
 // not contact etcd: the lease is granted by the first Campaign. Invalid
 // names and options are rejected with an error wrapping ErrInvalid.
 func New(cli *clientv3.Client, name string, opts ...Option) (*Election, error) {
-	o, cfg, _, sess, err := config.OpenSession[*Term](cli, config.Primitive{Kind: core.Election, Keys: keys.Election, NotHeld: ErrNotLeader, Busy: errNotChosen}, name, opts)
+	o, cfg, _, sess, err := config.OpenSession[*Term](cli, config.Primitive{Kind: metrics.Election, Keys: keys.Election, NotHeld: ErrNotLeader, Busy: errNotChosen}, name, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -60,6 +60,9 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Election, error) {
 	}
 	e := &Election{o: o, cand: cfg.Candidate, coord: keys.Prefix(cfg.Namespace, candidateKind, name),
 		delay: delay.New(cli, cfg.Namespace, keys.Election, name, o.Prefix(), cfg.LockDelay)}
+	if e.strategy() == Oldest {
+		o.SetMover(mover{e}) // a Transfer past the next candidate moves the skipped ones
+	}
 	if e.cand.Deadline == 0 {
 		e.cand.Deadline = config.DefaultDeadline
 	}
@@ -123,7 +126,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Term, error) {
 	// Refused while Preferred candidates run the election: a key in its
 	// prefix would break their hand-overs.
 	noPreferred := clientv3.Compare(clientv3.CreateRevision(e.recordPrefix(Preferred)), "=", 0).WithPrefix()
-	t, err := delay.Acquire(ctx, e.o, e.delay, core.Request{Value: value, If: []clientv3.Cmp{noPreferred}, Moved: e.moved, Unmark: e.unmark}, e.wrap(value, rec))
+	t, err := delay.Acquire(ctx, e.o, e.delay, core.Request{Value: value, If: []clientv3.Cmp{noPreferred}}, e.wrap(value, rec))
 	if errors.Is(err, errNotChosen) {
 		err = fmt.Errorf("%w: %w: election %q is run by candidates of the preferred strategy; this one campaigns with oldest",
 			ErrInvalid, ErrStrategy, e.Name())

@@ -2,7 +2,6 @@ package election
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -10,12 +9,9 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/planted"
-	"github.com/batonhq/baton/internal/queue"
 	"github.com/batonhq/baton/internal/retry"
-	"github.com/batonhq/baton/internal/telemetry"
 )
 
 // A hand-over under Oldest to a candidate that is not the next one keeps
@@ -35,10 +31,15 @@ func (e *Election) movedKey(lease clientv3.LeaseID) string {
 	return keys.LeaseKey(e.coord+"moved/", int64(lease))
 }
 
-// moved is core.Request.Moved: if key, created at rev, was skipped by a
-// hand-over, it puts the key again with value and deletes the mark; it
-// returns the key's new CreateRevision.
-func (e *Election) moved(ctx context.Context, key, value string, rev int64) (int64, bool) {
+// mover is the Oldest Owner's core.Mover: a key a hand-over skipped puts
+// itself again behind the successor and waits on.
+type mover struct{ e *Election }
+
+// Moved: if key, created at rev, was skipped by a hand-over, it puts the
+// key again with value and deletes the mark; it returns the key's new
+// CreateRevision.
+func (m mover) Moved(ctx context.Context, key, value string, rev int64) (int64, bool) {
+	e := m.e
 	lease := leaseOf(key)
 	mk := e.movedKey(lease)
 	var resp *clientv3.TxnResponse
@@ -60,22 +61,21 @@ func (e *Election) moved(ctx context.Context, key, value string, rev int64) (int
 	}
 	// An earlier attempt may have applied unheard: only this wait puts
 	// this key on its lease while the mark is there, and it deletes the mark.
-	k, m := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange()
-	if len(k) == 1 && clientv3.LeaseID(k[0].Lease) == lease && k[0].CreateRevision > rev && m.Count == 0 && string(k[0].Value) == value {
+	k, mr := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange()
+	if len(k) == 1 && clientv3.LeaseID(k[0].Lease) == lease && k[0].CreateRevision > rev && mr.Count == 0 && string(k[0].Value) == value {
 		return k[0].CreateRevision, true
 	}
 	return 0, false
 }
 
-// unmark is core.Request.Unmark for a wait that failed with key created
-// at rev: it deletes key's mark, if a hand-over left one, and the key if a
+// Unmark, for a wait that failed with key created at rev, it deletes key's mark, if a hand-over left one, and the key if a
 // move whose reply was lost put it again (on this lease, later than rev;
 // the failing wait still reserves the key, so no other Campaign of this
 // session can have). A move that applies later finds no mark and puts
 // nothing.
-func (e *Election) unmark(key string, rev int64) []clientv3.Op {
+func (m mover) Unmark(key string, rev int64) []clientv3.Op {
 	lease := leaseOf(key)
-	return []clientv3.Op{clientv3.OpDelete(e.movedKey(lease)),
+	return []clientv3.Op{clientv3.OpDelete(m.e.movedKey(lease)),
 		clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(key), "=", lease), clientv3.Compare(clientv3.CreateRevision(key), ">", rev)},
 			[]clientv3.Op{clientv3.OpDelete(key)}, nil)}
 }
@@ -124,102 +124,4 @@ func skipTarget(st *state, to string) (target *mvccpb.KeyValue, skipped []*mvccp
 		}
 	}
 	return st.keys[i], st.keys[1:i], nil
-}
-
-// resignOwn deletes this term's key, guarded by its CreateRevision, as a
-// Resign does: with the release mark and the lock-delay record.
-func (t *Term) resignOwn(ctx context.Context, own string, token int64) {
-	ops := queue.Release(own, true)
-	if t.e.delay != nil {
-		ops = append(ops, clientv3.OpDelete(t.e.delay.RecordKey(own)))
-	}
-	_ = retry.Do(ctx, func(actx context.Context) error {
-		_, err := t.e.o.Client().Txn(clientv3.WithRequireLeader(actx)).
-			If(clientv3.Compare(clientv3.CreateRevision(own), "=", token)).Then(ops...).Commit()
-		return err
-	})
-}
-
-// transferOldest is Transfer under Oldest; it returns the successor's token.
-func (t *Term) transferOldest(ctx context.Context, st *state, to string) (int64, error) {
-	own, token := t.Key(), int64(t.Token())
-	if len(st.keys) == 0 || string(st.keys[0].Key) != own || st.keys[0].CreateRevision != token {
-		return 0, fmt.Errorf("transfer: %w: the election's first key is no longer this term's", ErrNotLeader)
-	}
-	target, skipped, err := skipTarget(st, to)
-	if err != nil {
-		return 0, err
-	}
-	mod := st.keys[0].ModRevision // a takeover by another Campaign through this lease rewrites the key
-	leads := func() []clientv3.Cmp {
-		return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(own), "=", token), clientv3.Compare(clientv3.ModRevision(own), "=", mod),
-			clientv3.Compare(clientv3.CreateRevision(to), "=", target.CreateRevision)}
-	}
-	if f := t.e.hooks.beforeHandOver; f != nil {
-		f(to)
-	}
-	t.cancel(ErrTransferred) // before the successor can lead
-	if cause := context.Cause(t.ctx); !errors.Is(cause, ErrTransferred) {
-		return 0, fmt.Errorf("transfer: %w: %w", ErrNotLeader, cause) // it ended otherwise meanwhile: nothing to hand over
-	}
-	// The caller's ctx may be the term's own, ended just now.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-	defer cancel()
-	telemetry.HoldFrom(t.hold.Context()).TransferredTo(to)
-	defer core.Abandon(t.hold)()                                     // the transaction below deletes the key
-	ops := append(t.e.skipOps(skipped), queue.Release(own, true)...) // the holder knew first: its release's mark
-	if t.e.delay != nil {
-		ops = append(ops, clientv3.OpDelete(t.e.delay.RecordKey(own)))
-	}
-	reads := []clientv3.Op{clientv3.OpGet(own), clientv3.OpGet(to)}
-	if len(skipped) > 0 {
-		reads = append(reads, clientv3.OpGet(string(skipped[0].Key)))
-	}
-	var resp *clientv3.TxnResponse
-	unheard := false // an attempt failed: it may have applied
-	for range 3 {
-		err = retry.Do(ctx, func(actx context.Context) (err error) {
-			resp, err = t.e.o.Client().Txn(clientv3.WithRequireLeader(actx)).If(leads()...).Then(ops...).Else(reads...).Commit()
-			unheard = unheard || err != nil
-			return err
-		})
-		// A takeover ended the term before the cancel above (its cause is
-		// not ErrTransferred), and none can happen since (the hold is over,
-		// its key still reserved): a key rewritten meanwhile is this term's
-		// own late write, a Proclaim whose reply was lost. Again, with it.
-		if err != nil || resp.Succeeded {
-			break
-		}
-		mine := resp.Responses[0].GetResponseRange().Kvs
-		if len(mine) == 0 || mine[0].CreateRevision != token || mine[0].ModRevision == mod {
-			break
-		}
-		mod = mine[0].ModRevision
-	}
-	if err == nil && !resp.Succeeded {
-		mine, them := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
-		applied := len(them) > 0 && them[0].CreateRevision == target.CreateRevision
-		if len(skipped) > 0 { // skipped: gone, or put again behind
-			first := resp.Responses[2].GetResponseRange().Kvs
-			applied = applied && (len(first) == 0 || first[0].CreateRevision > target.CreateRevision)
-		}
-		switch {
-		case unheard && len(mine) == 0 && applied:
-			t.dropRecord(ctx)
-			return target.CreateRevision, nil // an earlier attempt applied unheard
-		case len(mine) == 0 || mine[0].CreateRevision != token:
-			err = fmt.Errorf("transfer: %w: the leader's key was deleted before the hand-over", ErrNotLeader)
-		default:
-			t.resignOwn(ctx, own, token) // with its release mark and lock-delay record, as Resign
-			t.dropRecord(ctx)
-			return 0, fmt.Errorf("%w: %s left before the hand-over; the term was resigned instead", ErrNoCandidate, to)
-		}
-	}
-	if err != nil {
-		t.deleteOwn(own, token)
-		t.dropRecord(ctx)
-		return 0, err
-	}
-	t.dropRecord(ctx)
-	return target.CreateRevision, nil
 }

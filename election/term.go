@@ -12,8 +12,10 @@ import (
 
 	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/delay"
+	"github.com/batonhq/baton/internal/group"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/request"
+	"github.com/batonhq/baton/internal/retry"
 	"github.com/batonhq/baton/internal/telemetry"
 )
 
@@ -114,7 +116,11 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 	if err := t.ended(); err != nil && t.hold.Context().Err() == nil {
 		return fmt.Errorf("proclaim: %w", err)
 	}
-	if err := core.Put(ctx, t.hold, value); err != nil {
+	err := retry.Do(ctx, func(actx context.Context) error { // a put of the same value: safe to repeat
+		_, err := t.hold.Txn(clientv3.WithRequireLeader(actx)).Then(clientv3.OpPut(t.Key(), value, clientv3.WithLease(t.Lease()))).Commit()
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("proclaim: %w", err)
 	}
 	t.value = value
@@ -136,19 +142,48 @@ func (t *Term) Resign(ctx context.Context) error {
 	defer t.mu.Unlock()
 	if t.e.strategy() == Preferred && t.IsLeader() {
 		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		err := t.handOverBest(hctx, ErrReleased)
-		cancel()
-		if !errors.Is(err, errNoOne) && t.ctx.Err() != nil {
-			_ = core.Release(ctx, t.hold) // forgets the abandoned hold
-			t.dropRecord(ctx)
-			if errors.Is(err, ErrNoCandidate) || errors.Is(err, ErrStrategy) {
-				return nil // resigned instead: the key is deleted
-			}
-			return err
+		defer cancel()
+		st, err := t.e.readState(hctx)
+		var p *plan
+		if err == nil {
+			p, err = t.plan(st, "")
 		}
+		if err == nil {
+			_, err = t.handOver(hctx, p, ErrReleased)
+		}
+		switch {
+		case errors.Is(err, ErrNoCandidate), errors.Is(err, ErrStrategy):
+			return nil // resigned instead, in the same write
+		case err != nil && !errors.Is(err, errEnded) && t.hold.Context().Err() != nil:
+			return err // sent: the hold is over
+		case err == nil:
+			return nil
+		}
+		// Nobody to hand over to, the state unread, or the term ended: release.
 	}
 	t.cancel(ErrReleased)
-	err := delay.Release(ctx, t.e.delay, t.hold, ErrNotLeader) // with its lock-delay record
+	return t.release(ctx)
+}
+
+// release ends the term's key in one write with its candidate record,
+// its lock-delay record and any request to end it (releaseOps), guarded by
+// the key. A term already lost (or whose key is gone) is released as a
+// loss: its lock-delay record stays, so the delay runs.
+func (t *Term) release(ctx context.Context) error {
+	if t.hold.Context().Err() == nil {
+		var rec *entry
+		if t.rec != nil {
+			rec = &entry{key: t.rec.Key(), rev: int64(t.rec.Token())}
+		}
+		ops := t.e.releaseOps(t.Key(), rec)
+		applied, _, _ := group.Commit(ctx, t.e.o.Client(), t.holds(), group.Change{
+			Txn:    func() ([]clientv3.Cmp, []clientv3.Op, []clientv3.Op) { return []clientv3.Cmp{t.IsOwner()}, ops, nil },
+			Failed: func(*clientv3.TxnResponse, bool) (bool, bool) { return false, false }})
+		if applied {
+			return nil
+		}
+	}
+	err := delay.Release(ctx, t.e.delay, t.hold, ErrNotLeader) // the result of the release above, if it was sent
 	t.dropRecord(ctx)
 	return err
 }

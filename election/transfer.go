@@ -5,15 +5,10 @@ import (
 	"errors"
 	"fmt"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/batonhq/baton/internal/core"
-	"github.com/batonhq/baton/internal/keys"
-	"github.com/batonhq/baton/internal/retry"
 	"github.com/batonhq/baton/internal/telemetry"
 )
 
-// errNoOne is handOverBest finding no other live candidate.
+// errNoOne is a Preferred hand-over to the best candidate finding none.
 var errNoOne = errors.New("no other live candidate")
 
 // Transfer passes leadership to the candidate whose key is to, as
@@ -64,23 +59,14 @@ func (t *Term) Transfer(ctx context.Context, to string) (err error) {
 	if err != nil {
 		return fmt.Errorf("transfer: %w", err)
 	}
-	if t.e.strategy() == Oldest {
-		successor, err = t.transferOldest(ctx, st, to)
+	p, err := t.plan(st, to)
+	if errors.Is(err, errNoOne) {
+		err = fmt.Errorf("transfer to %s: %w", to, ErrNoCandidate)
+	}
+	if err != nil {
 		return err
 	}
-	var target *entry
-	for _, en := range st.recs[Preferred] {
-		if en.key == to || keys.LeaseKey(t.e.Prefix(), int64(en.lease)) == to {
-			target = en
-		}
-	}
-	if target == nil || target.lease == t.Lease() {
-		return fmt.Errorf("transfer to %s: %w", to, ErrNoCandidate)
-	}
-	successor, err = t.handTo(ctx, target, ErrTransferred)
-	_ = core.Release(ctx, t.hold) // forgets the abandoned hold
-	t.dropRecord(ctx)
-	if err != nil {
+	if successor, err = t.handOver(ctx, p, ErrTransferred); err != nil {
 		return fmt.Errorf("transfer to %s: %w", to, err)
 	}
 	return nil
@@ -107,91 +93,4 @@ func (t *Term) ended() error {
 		return fmt.Errorf("%w: %w", ErrNotLeader, context.Cause(t.ctx))
 	}
 	return nil
-}
-
-// handOverBest hands over to the best live candidate but this one;
-// errNoOne when there is none.
-func (t *Term) handOverBest(ctx context.Context, cause error) error {
-	st, err := t.e.readState(ctx)
-	if err != nil {
-		return err
-	}
-	for _, en := range st.ranked() {
-		if en.lease != t.Lease() {
-			_, err := t.handTo(ctx, en, cause)
-			return err
-		}
-	}
-	return errNoOne
-}
-
-// handTo ends the term with cause, then in one transaction deletes this
-// leader's key, its record and any request to end its term, and writes
-// the successor's key on its lease; it returns the successor's token. On
-// a failed condition it deletes its own key and returns an error wrapping
-// ErrNoCandidate (or ErrStrategy when a key without a record waits).
-func (t *Term) handTo(ctx context.Context, to *entry, cause error) (int64, error) {
-	if f := t.e.hooks.beforeHandOver; f != nil {
-		f(to.key)
-	}
-	t.cancel(cause)
-	if c := context.Cause(t.ctx); !errors.Is(c, cause) {
-		return 0, fmt.Errorf("%w: %w", ErrNotLeader, c) // it ended otherwise meanwhile: nothing to hand over
-	}
-	// The caller's ctx may be the term's own, ended just now.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-	defer cancel()
-	prefix, own, lease, token := t.e.Prefix(), t.Key(), t.Lease(), int64(t.Token())
-	next := keys.LeaseKey(prefix, int64(to.lease))
-	if errors.Is(cause, ErrTransferred) { // the transfer's span says whether the successor got it
-		telemetry.HoldFrom(t.hold.Context()).TransferredTo(next)
-	}
-	defer core.Abandon(t.hold)() // released: the transaction deletes the key
-	ops := []clientv3.Op{clientv3.OpDelete(own), clientv3.OpDelete(t.e.endKey(lease)),
-		clientv3.OpPut(next, to.Value, clientv3.WithLease(to.lease))}
-	if t.rec != nil {
-		ops = append(ops, clientv3.OpDelete(t.rec.Key()))
-	}
-	var resp *clientv3.TxnResponse
-	err := retry.Do(ctx, func(actx context.Context) (err error) {
-		resp, err = t.e.o.Client().Txn(clientv3.WithRequireLeader(actx)).
-			If(clientv3.Compare(clientv3.CreateRevision(prefix), "=", token).WithPrefix(), // this key alone
-				clientv3.Compare(clientv3.CreateRevision(to.key), "=", to.rev)).
-			Then(ops...).
-			Else(clientv3.OpGet(prefix, clientv3.WithPrefix())).Commit() // not keys-only: that omits the lease (etcd 3.7)
-		return err
-	})
-	if err != nil {
-		t.deleteOwn(own, token)
-		return 0, err
-	}
-	if resp.Succeeded {
-		return resp.Header.Revision, nil
-	}
-	var others []string
-	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
-		switch {
-		case string(kv.Key) == next && clientv3.LeaseID(kv.Lease) == to.lease && kv.CreateRevision > token:
-			return kv.CreateRevision, nil // an earlier attempt applied unheard
-		case string(kv.Key) != own:
-			others = append(others, string(kv.Key))
-		}
-	}
-	t.deleteOwn(own, token)
-	if len(others) > 0 {
-		return 0, fmt.Errorf("%w: %w: keys without a preferred record wait in the election's prefix (%v); the term was resigned instead", ErrInvalid, ErrStrategy, others)
-	}
-	return 0, fmt.Errorf("%w: %s left before the hand-over; the term was resigned instead", ErrNoCandidate, to.key)
-}
-
-// deleteOwn deletes this term's key, guarded by its CreateRevision, with
-// a fresh bounded context: its hold was abandoned.
-func (t *Term) deleteOwn(key string, token int64) {
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-	defer cancel()
-	_ = retry.Do(ctx, func(actx context.Context) error {
-		_, err := t.e.o.Client().Txn(clientv3.WithRequireLeader(actx)).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", token)).Then(clientv3.OpDelete(key)).Commit()
-		return err
-	})
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/delay"
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/metrics"
 )
 
 // Mutex is a named distributed lock. Lock and TryLock return a *Lock for
@@ -65,7 +66,7 @@ func (m *Mutex) lock(ctx context.Context, try bool) (*Lock, error) {
 func newLock(h *core.Hold) *Lock { return &Lock{hold: h} }
 
 func primitive() config.Primitive {
-	return config.Primitive{Kind: core.Mutex, Keys: keys.Lock, NotHeld: ErrNotHeld, Busy: ErrLocked}
+	return config.Primitive{Kind: metrics.Mutex, Keys: keys.Lock, NotHeld: ErrNotHeld, Busy: ErrLocked}
 }
 
 // Held returns the locks this Mutex holds, in acquisition order: every

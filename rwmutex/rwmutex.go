@@ -10,6 +10,7 @@ import (
 	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/delay"
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/metrics"
 )
 
 // RWMutex is a named distributed read/write lock: any number of readers,
@@ -49,7 +50,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*RWMutex, error) {
 }
 
 func newRWMutex(cli *clientv3.Client, name string, readers core.Policy, opts []Option) (*RWMutex, error) {
-	p := config.Primitive{Kind: core.RWMutex, Keys: keys.RWLock, LabelPrefix: "rwmutex:", NotHeld: ErrNotHeld, Busy: ErrLocked}
+	p := config.Primitive{Kind: metrics.RWMutex, Keys: keys.RWLock, LabelPrefix: "rwmutex:", NotHeld: ErrNotHeld, Busy: ErrLocked}
 	o, cfg, value, err := config.Open[*Lock](cli, p, name, opts)
 	if err != nil {
 		return nil, err

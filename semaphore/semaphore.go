@@ -14,6 +14,7 @@ import (
 	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/delay"
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/metrics"
 	"github.com/batonhq/baton/internal/retry"
 )
 
@@ -58,7 +59,7 @@ func newSemaphore(cli *clientv3.Client, name string, limit int, policy core.Poli
 		}
 		return nil, fmt.Errorf("%w: semaphore limit is %d, must be 1 to %d", ErrInvalid, limit, MaxLimit)
 	}
-	p := config.Primitive{Kind: core.Semaphore, Keys: keys.Semaphore, LabelPrefix: "semaphore:", NotHeld: ErrNotHeld, Busy: ErrNoPermit}
+	p := config.Primitive{Kind: metrics.Semaphore, Keys: keys.Semaphore, LabelPrefix: "semaphore:", NotHeld: ErrNotHeld, Busy: ErrNoPermit}
 	o, cfg, value, err := config.Open[*Permit](cli, p, name, opts)
 	if err != nil {
 		return nil, err

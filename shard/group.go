@@ -101,7 +101,7 @@ func (g *Group) owner(id int) *core.Owner[*Shard] {
 	if o == nil {
 		// No metrics of its own (each Owner would count the session's renewal
 		// failures once more): the group records its shards' metrics.
-		rec := metrics.Recorder{Logger: g.cfg.Session.Logger, Kind: core.Mutex, Name: g.name + "/" + strconv.Itoa(id), Namespace: g.ns, Label: g.label}
+		rec := metrics.Recorder{Logger: g.cfg.Session.Logger, Kind: metrics.Mutex, Name: g.name + "/" + strconv.Itoa(id), Namespace: g.ns, Label: g.label}
 		o = core.NewOwner[*Shard](g.sess, core.OwnerConfig{Recorder: rec, Prefix: shardPrefix(g.prefix, id), NotHeld: ErrNotHeld, Busy: errBusy})
 		g.owners[id] = o
 	}

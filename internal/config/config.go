@@ -378,7 +378,7 @@ func (c Config) Metrics() (*metrics.Metrics, error) {
 
 // Primitive describes one kind of primitive to Open.
 type Primitive struct {
-	Kind        core.Kind
+	Kind        metrics.Kind
 	Keys        keys.Kind
 	LabelPrefix string // the default metric label is LabelPrefix + name
 	// NotHeld wraps a handle's loss; Busy a try that found another owner.
@@ -402,7 +402,7 @@ func OpenSession[T any](cli *clientv3.Client, p Primitive, name string, opts []O
 	if err != nil {
 		return nil, cfg, "", nil, err
 	}
-	if cfg.Candidate.Set != "" && p.Kind != core.Election {
+	if cfg.Candidate.Set != "" && p.Kind != metrics.Election {
 		return nil, cfg, "", nil, fmt.Errorf("%w: %s is an election option, not a %s one", errs.ErrInvalid, cfg.Candidate.Set, metrics.KindNames[p.Kind])
 	}
 	if cfg.DrainSet {

@@ -158,9 +158,13 @@ func (h *Hold) afterLoss(cause error) {
 	}
 }
 
+// Token is fencing.Token, the one import of a public package here: every
+// handle's Token method returns it, and fencing imports no lock.
+type Token = fencing.Token
+
 // Token is the fencing token: the CreateRevision of the key, strictly
 // greater than every earlier holder's of the same lock or election.
-func (h *Hold) Token() fencing.Token { return fencing.Token(h.rev) }
+func (h *Hold) Token() Token { return Token(h.rev) }
 
 // Key is the holder's etcd key.
 func (h *Hold) Key() string { return h.key }
@@ -222,15 +226,6 @@ func Release(ctx context.Context, h *Hold) error { return h.o.release(ctx, h) }
 // in one txn (mutex.Set); Released finishes it then, without a round trip.
 func Releasing(h *Hold) { h.mu.Lock(); h.endReleased(); h.mu.Unlock() }
 func Released(h *Hold)  { h.mu.Lock(); h.finish(nil); h.mu.Unlock() }
-
-// Put writes value to h's key under its lease, guarded by ownership
-// (Proclaim), retried through connection resets while ctx lives.
-func Put(ctx context.Context, h *Hold, value string) error {
-	return retry.Do(ctx, func(actx context.Context) error {
-		_, err := h.Txn(clientv3.WithRequireLeader(actx)).Then(clientv3.OpPut(h.key, value, clientv3.WithLease(h.l.ID()))).Commit()
-		return err
-	})
-}
 
 // lostErr is non-nil when the hold ended by a loss, once the reason is told
 // apart.
@@ -314,26 +309,6 @@ func (h *Hold) finish(result error) error {
 	h.l.s.free(h.res, h) // not a reservation a takeover got meanwhile
 	h.ended.Wait()       // metrics and logs of the end are out when Release returns
 	return result
-}
-
-// Abandon ends h as released but leaves its key, for a caller's hand-over
-// that deletes it in its own transaction; done, called once that
-// transaction's outcome is known, frees the key's reservation: until then
-// another acquisition of the key in this session (a Campaign through the
-// same lease) waits rather than take over a key being handed over.
-func Abandon(h *Hold) (done func()) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.finished {
-		return func() {}
-	}
-	result := h.lostErr()
-	h.endReleased()
-	h.finished, h.result = true, result
-	return sync.OnceFunc(func() {
-		h.l.s.free(h.res, h)
-		h.ended.Wait()
-	})
 }
 
 // abandon ends the hold without deleting the key: the lease's revoke will.

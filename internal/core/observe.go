@@ -18,24 +18,6 @@ type Head = observe.Head
 // (see observe.Loop). Both are given the observing goroutine's ctx, which
 // ends with it and on Close.
 func Observe[T, S any](o *Owner[T], ctx context.Context, conv func(context.Context, Head) S, track func(context.Context, map[string]*mvccpb.KeyValue, int64)) <-chan S {
-	ch := make(chan S)
-	refused := func(err error) { o.cfg.Logger.Error("observe: etcd refused the read", o.cfg.Fields(zap.Error(err))...) }
-	if !o.Go(ctx, func(ctx context.Context) {
-		defer close(ch)
-		var tr func(map[string]*mvccpb.KeyValue, int64)
-		if track != nil {
-			tr = func(q map[string]*mvccpb.KeyValue, rev int64) { track(ctx, q, rev) }
-		}
-		observe.Loop(ctx, o.sess.cli, o.cfg.Prefix, func(h Head) bool {
-			select {
-			case ch <- conv(ctx, h):
-				return true
-			case <-ctx.Done():
-				return false
-			}
-		}, tr, refused)
-	}) {
-		close(ch)
-	}
-	return ch
+	return observe.Chan(ctx, o.Go, o.sess.cli, o.cfg.Prefix, conv, track,
+		func(err error) { o.cfg.Logger.Error("observe: etcd refused the read", o.cfg.Fields(zap.Error(err))...) })
 }

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/errs"
+	"github.com/batonhq/baton/internal/inflight"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/metrics"
 	"github.com/batonhq/baton/internal/planted"
@@ -34,17 +35,6 @@ const (
 var (
 	errBusy       = errors.New("held by another contender") // a try found another owner
 	errOwnKeyGone = queue.ErrOwnKeyGone
-)
-
-// Kind is a primitive (metrics.Kind).
-type Kind = metrics.Kind
-
-// The primitives.
-const (
-	Mutex     = metrics.Mutex
-	Election  = metrics.Election
-	Semaphore = metrics.Semaphore
-	RWMutex   = metrics.RWMutex
 )
 
 // OwnerConfig configures an Owner; its Recorder names the primitive
@@ -76,21 +66,20 @@ type Request struct {
 	// holds (a lock-delay's record), a round trip that refuses a gone key:
 	// the acquisition needs no read of its own before it returns.
 	Confirms bool
-	// Moved says whether a waiting key created at rev, found gone, was
-	// deleted by a hand-over that skipped it (an election's Transfer); if
-	// so it puts the key again, at the queue's end, and returns its new
-	// CreateRevision, and the wait goes on.
-	Moved func(ctx context.Context, key, value string, rev int64) (int64, bool)
-	// Unmark gives the ops, run with the deletion of a key whose wait
-	// failed (created at rev), that delete the mark a hand-over that
-	// skipped it may have left: once the key is gone, no hand-over can.
-	Unmark func(key string, rev int64) []clientv3.Op
-
-	wait telemetry.Wait // the call's span, set by Acquire
+	wait     telemetry.Wait // the call's span, set by Acquire
 }
 
 // Policy decides when a non-exclusive key may hold (queue.Policy).
 type Policy = queue.Policy
+
+// Mover lets a waiting key that a hand-over skipped wait on (an election's
+// Transfer past the next candidate).
+type Mover interface {
+	// Moved: if key (created at rev), found gone, was skipped, it puts it
+	// again at the queue's end and returns its new CreateRevision.
+	Moved(ctx context.Context, key, value string, rev int64) (int64, bool)
+	Unmark(key string, rev int64) []clientv3.Op // deletes a skip's mark with a failed wait's key
+}
 
 // Owner is one primitive on a session: its handles (T), its calls in
 // flight, and Close, after which no goroutine of it runs.
@@ -99,26 +88,20 @@ type Owner[T any] struct {
 	cfg   OwnerConfig
 	unsub func()
 	done  func() // ends this owner's use of its metric series
+	mover Mover  // nil: no hand-over moves a waiting key
 
 	closeErr  error
-	calls     sync.WaitGroup // acquisitions and observers in flight
+	calls     inflight.Calls // acquisitions and observers, cancelled when Close begins
 	bg        sync.WaitGroup // loss refinements
 	closeOnce sync.Once
 	mu        sync.Mutex // guards what follows
-	closed    bool
 	bgClosed  bool
-	inflight  *inflight // calls in flight, cancelled when Close begins
 	held      []held[T]
 }
 
 type held[T any] struct {
 	h *Hold
 	t T
-}
-
-type inflight struct { // a call in flight, in a list Close cancels
-	cancel     context.CancelCauseFunc
-	prev, next *inflight
 }
 
 // NewOwner returns an Owner on sess.
@@ -131,6 +114,9 @@ func NewOwner[T any](sess *Session, cfg OwnerConfig) *Owner[T] {
 }
 
 func (o *Owner[T]) config() *OwnerConfig { return &o.cfg }
+
+// SetMover makes o's waits movable by m; before o is used.
+func (o *Owner[T]) SetMover(m Mover) { o.mover = m }
 
 // Client is the etcd client of the owner's session.
 func (o *Owner[T]) Client() *clientv3.Client { return o.sess.cli }
@@ -168,7 +154,7 @@ func (o *Owner[T]) Acquire(ctx context.Context, req Request, wrap func(*Hold) T)
 
 func (o *Owner[T]) acquire(ctx context.Context, req Request, wrap func(*Hold) T) (*Hold, T, error) {
 	var zero T
-	ctx, exit, ok := o.enter(ctx)
+	ctx, exit, ok := o.calls.Enter(ctx, errs.ErrClosed) // Close ends ctx with ErrClosed
 	if !ok {
 		return nil, zero, errs.ErrClosed
 	}
@@ -190,7 +176,7 @@ func (o *Owner[T]) acquire(ctx context.Context, req Request, wrap func(*Hold) T)
 	callKey(o.sess.cfg.Hooks.BeforeArm, h.key)
 	h.arm() // before Held can return it: a release needs an armed hold
 	o.mu.Lock()
-	closed := o.closed
+	closed := o.calls.Closed()
 	if !closed {
 		o.held = append(o.held, held[T]{h, t})
 	}
@@ -213,7 +199,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 	if req.Tag != "" {
 		key = keys.TaggedKey(key, req.Tag, seq.Add(1))
 	}
-	res, err := s.reserve(ctx, key, req.Try, o.cfg.Kind == Election)
+	res, err := s.reserve(ctx, key, req.Try, o.cfg.Kind == metrics.Election)
 	if errors.Is(err, errReserved) {
 		return nil, errBusy
 	}
@@ -228,9 +214,9 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 		switch {
 		case rev < 0:
 			s.free(res, nil)
-		case req.Unmark != nil:
+		case o.mover != nil:
 			// A hand-over may have skipped the key just now: its mark goes too.
-			o.deleteKey(l, key, rev, res, func(rev int64) []clientv3.Op { return req.Unmark(key, rev) })
+			o.deleteKey(l, key, rev, res, func(rev int64) []clientv3.Op { return o.mover.Unmark(key, rev) })
 		default:
 			o.deleteKey(l, key, rev, res, nil)
 		}
@@ -238,7 +224,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 	}
 
 	var stale []*mvccpb.KeyValue
-	if planted.On("c") && o.cfg.Kind == Semaphore {
+	if planted.On("c") && o.cfg.Kind == metrics.Semaphore {
 		if r, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSerializable(),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)); err == nil {
 			stale = r.Kvs
@@ -327,14 +313,13 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 	minRev := int64(0) // 0: read linearizably
 	reread := false    // blockers come from ReadAhead, not from the enqueue
 	rev := *revp
-	// moved is a key gone while waiting that a hand-over moved: wait on.
-	// A wait that ends meanwhile ends with ctx's cause (its failure deletes
-	// the mark), not with a loss.
+	// moved: a key gone while waiting that a hand-over moved waits on; a
+	// wait that ends meanwhile ends with ctx's cause, not with a loss.
 	moved := func(errp *error) bool {
-		if !errors.Is(*errp, errOwnKeyGone) || req.Moved == nil {
+		if !errors.Is(*errp, errOwnKeyGone) || o.mover == nil {
 			return false
 		}
-		nr, ok := req.Moved(ctx, key, req.Value, rev)
+		nr, ok := o.mover.Moved(ctx, key, req.Value, rev)
 		switch {
 		case ok:
 			callKey(o.sess.cfg.Hooks.Moved, key)
@@ -376,13 +361,13 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 		// alone: holding on its release alone, that release is read, not
 		// taken from the namespace watch (a range delete or a revoke can
 		// delete one key and a mark there, and the holder would stay).
-		at, done, released, err := queue.WaitGone(ctx, o.sess.cli, w, o.cfg.Prefix, key, p != nil, blockers, allowed, read, reread && p == nil && o.cfg.Kind == Mutex)
+		at, done, released, err := queue.WaitGone(ctx, o.sess.cli, w, o.cfg.Prefix, key, p != nil, blockers, allowed, read, reread && p == nil && o.cfg.Kind == metrics.Mutex)
 		switch {
 		case moved(&err):
 			continue
 		case err != nil:
 			return 0, err
-		case released && p == nil && o.cfg.Kind == Mutex:
+		case released && p == nil && o.cfg.Kind == metrics.Mutex:
 			// The key just ahead went with its holder's release: it held, so
 			// it was the oldest, and no older key can appear. No read of the
 			// queue, however long (a waiter knows at most queue.MaxRead);
@@ -391,7 +376,7 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 			// them shows every older key gone; a forged one, by a contender
 			// that writes the marks, docs/security.md, is not excluded).
 			return at, nil
-		case done && complete && (released || req.Confirms && req.Moved == nil):
+		case done && complete && (released || req.Confirms && o.mover == nil):
 			// Every key ahead was followed: the events confirm. A wait a
 			// hand-over may move reads its own key (unless following the
 			// namespace showed it): a watch of the key ahead does not see it go.
@@ -508,43 +493,9 @@ func (o *Owner[T]) ended(h *Hold, cause error, held time.Duration) {
 	o.cfg.Ended(cause, held, h.logFields, span.SpanContext())
 }
 
-// enter counts a call in flight whose ctx Close ends with errs.ErrClosed;
-// false after Close began.
-func (o *Owner[T]) enter(ctx context.Context) (_ context.Context, exit func(), ok bool) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	c := &inflight{cancel: cancel}
-	o.mu.Lock()
-	if o.closed {
-		o.mu.Unlock()
-		cancel(errs.ErrClosed)
-		return ctx, nil, false
-	}
-	o.calls.Add(1)
-	c.next = o.inflight
-	if c.next != nil {
-		c.next.prev = c
-	}
-	o.inflight = c
-	o.mu.Unlock()
-	return ctx, func() {
-		o.mu.Lock()
-		if c.prev != nil {
-			c.prev.next = c.next
-		} else if o.inflight == c {
-			o.inflight = c.next
-		}
-		if c.next != nil {
-			c.next.prev = c.prev
-		}
-		o.mu.Unlock()
-		cancel(nil)
-		o.calls.Done()
-	}, true
-}
-
 // Go runs fn in a goroutine Close ends and waits for; false after Close.
 func (o *Owner[T]) Go(ctx context.Context, fn func(ctx context.Context)) bool {
-	ctx, exit, ok := o.enter(ctx)
+	ctx, exit, ok := o.calls.Enter(ctx, errs.ErrClosed) // Close ends ctx with ErrClosed
 	if ok {
 		go func() { defer exit(); fn(ctx) }()
 	}
@@ -565,11 +516,8 @@ func (o *Owner[T]) goBG(fn func()) bool {
 
 // wrapErr names the primitive in an error; ErrClosed and busy stay bare.
 func (o *Owner[T]) wrapErr(err error) error {
-	o.mu.Lock()
-	closed := o.closed
-	o.mu.Unlock()
 	switch {
-	case closed, errors.Is(err, errs.ErrClosed):
+	case o.calls.Closed(), errors.Is(err, errs.ErrClosed):
 		return errs.ErrClosed
 	case errors.Is(err, errBusy):
 		return err
@@ -599,14 +547,7 @@ func (o *Owner[T]) Close() error {
 }
 
 func (o *Owner[T]) close() error {
-	o.mu.Lock()
-	o.closed = true
-	for c := o.inflight; c != nil; c = c.next {
-		c.cancel(errs.ErrClosed)
-	}
-	o.mu.Unlock()
-	call(o.sess.cfg.Hooks.InClose)
-	o.calls.Wait()
+	o.calls.Close(errs.ErrClosed, o.sess.cfg.Hooks.InClose)
 
 	o.mu.Lock()
 	holds := o.held

@@ -69,6 +69,12 @@ func segment(key string) string { return key[strings.LastIndexByte(key, '/')+1:]
 // RecordKey is the record of the holder whose key is holderKey.
 func (c *Config) RecordKey(holderKey string) string { return c.prefix + "held/" + segment(holderKey) }
 
+// RecordOf is RecordKey for kind/name whatever the caller's own delay: an
+// operator's hand-over deletes the leader's record without knowing it.
+func RecordOf(ns string, kind keys.Kind, name, holderKey string) string {
+	return Prefix(ns, kind, name) + "held/" + segment(holderKey)
+}
+
 func (c *Config) markerKey(holderKey string) string { return c.prefix + "until/" + segment(holderKey) }
 
 // Acquire is o.Acquire followed, with a delay, by After; a hold After

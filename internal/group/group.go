@@ -1,6 +1,8 @@
-// Package group releases holds of one lease together: a mutex set's keys,
-// or a hold with the keys that must go with it (its lock-delay record), in
-// one transaction guarded by every hold's key.
+// Package group ends holds of one lease together in one transaction: a
+// mutex set's keys, a hold with the keys that must go with it (its
+// lock-delay record, an election's candidate record), or an election's
+// hand-over (Commit, the one way a transaction that deletes a hold's key
+// is sent outside the hold's own release).
 package group
 
 import (
@@ -82,6 +84,64 @@ func Release(ctx context.Context, cli *clientv3.Client, holds []*core.Hold, notH
 		return errs[0]
 	}
 	return err
+}
+
+// Change is a transaction that deletes the keys of the holds given to
+// Commit among its operations. Txn builds each attempt (again after a
+// condition failed and Failed asked for it). Failed reads a failed
+// condition's answer: applied says an earlier attempt whose reply was lost
+// (unheard) applied, again that the transaction is to be built and sent
+// once more (at most twice).
+type Change struct {
+	Txn    func() (cmps []clientv3.Cmp, then, els []clientv3.Op)
+	Failed func(resp *clientv3.TxnResponse, unheard bool) (applied, again bool)
+}
+
+// Commit ends holds as released, so that their holders know first, then
+// sends c, retried through lost replies. When it applied (now, or in an
+// attempt whose reply was lost) the holds are finished without a round
+// trip each; otherwise each is released on its own (core.Release: a
+// guarded delete, in the background while etcd does not answer). It
+// returns whether c applied and the last answer (nil on err).
+func Commit(ctx context.Context, cli *clientv3.Client, holds []*core.Hold, c Change) (applied bool, resp *clientv3.TxnResponse, err error) {
+	if ctx.Err() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, releaseTimeout)
+		defer cancel()
+	}
+	for _, h := range holds {
+		core.Releasing(h) // the deletion below is no loss
+	}
+	unheard := false // an attempt failed: it may have applied
+	for range 3 {
+		cmps, then, els := c.Txn()
+		err = retry.Do(ctx, func(actx context.Context) (err error) {
+			resp, err = cli.Txn(clientv3.WithRequireLeader(actx)).If(cmps...).Then(then...).Else(els...).Commit()
+			unheard = unheard || err != nil
+			return err
+		})
+		if err != nil || resp.Succeeded {
+			applied = err == nil
+			break
+		}
+		var again bool
+		if applied, again = c.Failed(resp, unheard); applied || !again {
+			break
+		}
+	}
+	for _, h := range holds {
+		if applied {
+			core.Released(h)
+		}
+		_ = core.Release(ctx, h) // forgets h; no round trip once released
+	}
+	if err != nil {
+		resp = nil
+	}
+	return applied, resp, err
 }
 
 // absent reports which holds' keys are gone (false when unsure).

@@ -138,3 +138,30 @@ func Loop(ctx context.Context, cli *clientv3.Client, prefix string, send func(He
 }
 
 var errWatchBroke = errors.New("watch broke")
+
+// Chan sends conv of every head Loop sends on a channel that closes when
+// the loop returns (or at once if run, which starts it in a goroutine its
+// owner's Close ends and waits for, returns false). track, if not nil, is
+// Loop's. conv and track are given the loop's ctx.
+func Chan[S any](ctx context.Context, run func(context.Context, func(context.Context)) bool, cli *clientv3.Client, prefix string,
+	conv func(context.Context, Head) S, track func(context.Context, map[string]*mvccpb.KeyValue, int64), refused func(error)) <-chan S {
+	ch := make(chan S)
+	if !run(ctx, func(ctx context.Context) {
+		defer close(ch)
+		var tr func(map[string]*mvccpb.KeyValue, int64)
+		if track != nil {
+			tr = func(q map[string]*mvccpb.KeyValue, rev int64) { track(ctx, q, rev) }
+		}
+		Loop(ctx, cli, prefix, func(h Head) bool {
+			select {
+			case ch <- conv(ctx, h):
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}, tr, refused)
+	}) {
+		close(ch)
+	}
+	return ch
+}

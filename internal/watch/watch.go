@@ -344,7 +344,8 @@ func (w *Watcher[H]) loop(ctx context.Context, gen int, from int64) {
 }
 
 // marks returns the revisions among evs that are a holder's release: one
-// release mark and one other key deleted, nothing else (one response holds
+// release mark and one other key deleted, nothing else but the records
+// that go with that key (keys.IsRecord; one response holds
 // whole revisions, in the order of their ops). A range delete that spans a
 // mark, a revoke of a lease a mark was put on, a hand-over that skips
 // candidates, or a waiter's own key going with the key ahead are not:
@@ -358,6 +359,7 @@ func marks(evs []*clientv3.Event) []int64 {
 			case evs[i].Type != mvccpb.DELETE:
 			case keys.IsReleased(string(evs[i].Kv.Key)):
 				mark++
+			case keys.IsRecord(string(evs[i].Kv.Key)): // gone with its holder's key
 			default:
 				other++
 			}

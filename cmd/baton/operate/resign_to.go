@@ -185,13 +185,12 @@ func transferHolderKey(cmd *cobra.Command, g *cmdutil.Env, cli *clientv3.Client,
 	rec.Action, rec.To, rec.ToHolder, rec.Result = ActionForceTransfer, ho.To.Key, ho.To.Value, "transferred"
 	octx, cancel := g.OpContext(cmd.Context())
 	defer cancel()
-	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(akey), "=", 0)}, ho.If...)
-	ops := append(ho.Then, clientv3.OpDelete(keyspace.HeldKey(g.Namespace, h.Kind, h.Name, h.Lease)), clientv3.OpPut(akey, keyspace.MustJSON(rec)))
-	resp, err := cli.Txn(octx).If(cmps...).Then(ops...).Commit()
+	done, err := ho.Commit(octx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(akey), "=", 0)},
+		[]clientv3.Op{clientv3.OpDelete(keyspace.HeldKey(g.Namespace, h.Kind, h.Name, h.Lease)), clientv3.OpPut(akey, keyspace.MustJSON(rec))})
 	if err != nil {
 		return g.Failed("hand over with the audit record", err)
 	}
-	if !resp.Succeeded {
+	if !done {
 		return cmdutil.WithCode(cmdutil.ExitRefused, fmt.Errorf("the leader or %s changed meanwhile: nothing was forced", cmdutil.Safe(ho.To.Key)))
 	}
 	fmt.Fprintf(out, "handed %s from key %s to %s (%s); recorded as %s\n",
