@@ -29,6 +29,8 @@ const (
 	// FaultOperatorCLI is not drawn by the fault loop: the cli-force
 	// traffic records each `baton unlock/resign --force` it runs as one.
 	FaultOperatorCLI = "operator-cli"
+	// FaultShardCrash is the shard traffic's: a member's lease revoked.
+	FaultShardCrash = "shard-crash"
 )
 
 // FaultKinds lists the kinds a run injects; holder-freeze needs holder

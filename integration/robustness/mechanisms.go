@@ -21,6 +21,7 @@ import (
 	"github.com/batonhq/baton/rwmutex"
 	"github.com/batonhq/baton/semaphore"
 	"github.com/batonhq/baton/session"
+	"github.com/batonhq/baton/shard"
 )
 
 // The traffic kinds beside the workers' lanes: each reaches one mechanism
@@ -36,12 +37,13 @@ const (
 	TrafficPrefer   = "preferred"  // Preferred: priorities, versions, RequestEnd, Transfer, preemption
 	TrafficEtcd     = "etcd"       // etcd concurrency.Mutex and concurrency.Election contenders in baton's prefixes
 	TrafficCLIForce = "cli-force"  // an operator's baton unlock --force and baton resign --to --force
+	TrafficShard    = "shard"      // members of a shard group joining, leaving and crashing
 )
 
 // TrafficKinds lists the kinds a run drives; cli-force needs the baton
 // CLI.
 func TrafficKinds(baton bool) []string {
-	k := []string{TrafficBurst, TrafficCrowd, TrafficSet, TrafficDelay, TrafficRequest, TrafficTransfer, TrafficPrefer, TrafficEtcd}
+	k := []string{TrafficBurst, TrafficCrowd, TrafficSet, TrafficDelay, TrafficRequest, TrafficTransfer, TrafficPrefer, TrafficEtcd, TrafficShard}
 	if baton {
 		k = append(k, TrafficCLIForce)
 	}
@@ -111,6 +113,8 @@ func (m *mech) do(ctx context.Context, rng *rand.Rand, kind string) {
 		m.etcd(ctx, rng)
 	case TrafficCLIForce:
 		m.cliForce(ctx, rng)
+	case TrafficShard:
+		m.shards(ctx, rng)
 	}
 }
 
@@ -1066,4 +1070,70 @@ func (r *runner) operatorCLI(ctx context.Context, cmd string, args []string, key
 	}
 	r.h.op(Op{Client: "operator", Kind: "baton." + cmd + ".force", Name: args[0], Call: start, Return: now(), Err: msg, Key: key})
 	r.h.fault(Fault{Kind: FaultOperatorCLI, Detail: "baton " + cmd + " " + strings.Join(args, " "), Start: start, End: now(), Keys: []string{key}})
+}
+
+// shardCount is the shards of the shard kind's group g0.
+const shardCount = 4
+
+// shards: members of a group of shardCount shards join (Run), leave (its
+// ctx ends) and crash (an operator revokes a member's lease, a fault),
+// each owning shards as locks, writing evidence while it owns one.
+func (m *mech) shards(ctx context.Context, rng *rand.Rand) {
+	var wg sync.WaitGroup
+	k := 2 + rng.IntN(2)
+	for i := 0; i < k; i++ {
+		g := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+		who := fmt.Sprintf("%s.m%d", m.client(), i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pause(ctx, time.Duration(g.IntN(1500))*time.Millisecond) // joins
+			s, err := session.New(m.cli, session.WithTTL(m.r.cfg.TTL))
+			if err != nil {
+				return
+			}
+			defer s.Close()
+			grp, err := shard.New(m.cli, "g0", shardCount, mutex.WithNamespace(m.r.cfg.Namespace), mutex.WithSession(s), shard.WithDrainTimeout(time.Second))
+			if err != nil {
+				m.r.h.op(Op{Client: who, Kind: "shard.New", Call: now(), Return: now(), Err: err.Error()})
+				return
+			}
+			defer grp.Close()
+			rctx, cancel := context.WithTimeout(ctx, time.Duration(2000+g.IntN(4000))*time.Millisecond) // leaves
+			defer cancel()
+			if i == 0 && g.IntN(2) == 0 {
+				// Crashes: its lease revoked unannounced, a moment in.
+				crash := time.Duration(1000+g.IntN(2000)) * time.Millisecond
+				t := time.AfterFunc(crash, func() {
+					if s.Lease() == 0 {
+						return // no lease yet: nothing to crash
+					}
+					start := now()
+					actx, acancel := context.WithTimeout(context.Background(), 3*time.Second)
+					defer acancel()
+					lr, err := m.r.admin.Revoke(actx, s.Lease())
+					f := Fault{Kind: FaultShardCrash, Detail: fmt.Sprintf("%s: lease %x revoked", who, int64(s.Lease())), Start: start, End: now()}
+					if err == nil {
+						f.Revs = []int64{lr.Header.Revision}
+					} else {
+						f.Detail += " (" + err.Error() + ")"
+					}
+					m.r.h.fault(f)
+				})
+				defer t.Stop()
+			}
+			start := now()
+			err = grp.Run(rctx, who, func(sctx context.Context, sh *shard.Shard) error {
+				n := m.r.name("shard", fmt.Sprintf("g0/%05d", sh.ID()))
+				m.r.took(who, "shard.Own", n, now(), sh, nil, false)
+				for sctx.Err() == nil {
+					m.r.evidence(who, n, sh)
+					pause(sctx, time.Duration(50+g.IntN(250))*time.Millisecond)
+				}
+				return nil
+			})
+			m.r.h.op(Op{Client: who, Kind: "shard.Run", Name: "g0", Call: start, Return: now(), Err: errString(err)})
+		}()
+	}
+	wg.Wait()
 }

@@ -88,7 +88,7 @@ func (r *Report) covered(h *History, kinds []string) {
 
 // isAcquisition: a call that takes a lock or a term, or forces one.
 func isAcquisition(kind string) bool {
-	for _, s := range []string{"Lock", "Campaign", "Acquire", ".force"} {
+	for _, s := range []string{"Lock", "Campaign", "Acquire", ".force", "shard.Own"} {
 		if strings.Contains(kind, s) {
 			return true
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/rwmutex"
 	"github.com/batonhq/baton/semaphore"
+	"github.com/batonhq/baton/shard"
 )
 
 // Config is one run.
@@ -285,6 +286,10 @@ func describeNames(cli *clientv3.Client, ns string) ([]NameInfo, error) {
 		n := add("election", name, 1, name != "e2", e.Prefix())
 		n.Preferred, n.Private = name == "e2", name == "e2"
 		_ = e.Close()
+	}
+	for id := 0; id < shardCount; id++ {
+		n := add("shard", fmt.Sprintf("g0/%05d", id), 1, false, fmt.Sprintf("%ss/%05d/", shard.GroupPrefix(ns, "g0"), id))
+		n.Private = true
 	}
 	s, err := semaphore.New(cli, "s0", 2, semaphore.WithNamespace(ns))
 	if err != nil {
