@@ -320,7 +320,7 @@ func TestReportLastLine(t *testing.T) {
 	var b strings.Builder
 	rep.Print(&b)
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	want := "robustness: 2 operations, 3 faults (2 kinds), 7 histories checked, 1 violations, seed 42" // with the free-lock and granted checks
+	want := "robustness: 2 operations, 3 faults (2 kinds), 8 histories checked, 1 violations, seed 42" // with the free-lock, granted and frozen-fenced checks
 	if got := lines[len(lines)-1]; got != want {
 		t.Errorf("last line %q, want %q", got, want)
 	}
@@ -422,4 +422,12 @@ func TestLockDelayCatchesAnAcquisitionWithinTheDelay(t *testing.T) {
 	rep := run(h)
 	wantViolation(t, rep, "lock-delay", "within the lock-delay")
 	wantViolation(t, rep, "lock-delay", "no marker expired")
+}
+
+// A frozen holder's write after its key went must be rejected.
+func TestFrozenFencedCatchesALateWriteAccepted(t *testing.T) {
+	h := cleanMutex()
+	h.Holds = []*Hold{{Prim: "mutex", Name: "m0", Client: "c0", Key: ka, Token: 2, Acquired: ms(2), Frozen: true, Child: true}}
+	h.Regs = []RegOp{{Resource: "mutex/m0", Client: 1000, Token: 2, Value: "late", Outcome: "accepted", Call: ms(6), Return: ms(7)}}
+	wantViolation(t, run(h), "frozen-fenced", "the fence accepted it")
 }

@@ -176,3 +176,43 @@ func markerWhen(rev int64) string {
 	}
 	return fmt.Sprintf("its lease expired at rev %d", rev)
 }
+
+// checkFrozenFenced checks what the knows-first check cannot for a holder
+// stopped with SIGSTOP (it could not be told anything): every register
+// write it made with its token after its key was gone was rejected by
+// the fence (stale, or refused as no longer held), none accepted.
+func checkFrozenFenced(h *History, rep *Report) {
+	rep.Histories++
+	deleted := map[incarnation]int64{}
+	for _, n := range h.Names {
+		_, ds := replay(h.Events, n)
+		for k, v := range ds {
+			deleted[k] = v
+		}
+	}
+	for _, x := range h.Holds {
+		if !x.Frozen {
+			continue
+		}
+		d, ok := deleted[incarnation{x.Key, x.Token}]
+		if !ok {
+			continue
+		}
+		at, ok := h.seenAt(d)
+		if !ok {
+			continue
+		}
+		for _, r := range h.Regs {
+			if r.Read || r.Token != x.Token || r.Resource != x.Prim+"/"+x.Name || r.Call <= at {
+				continue
+			}
+			switch r.Outcome {
+			case "accepted":
+				rep.add("frozen-fenced", fmt.Sprintf("%s %s: %s, frozen while it held (token %d), wrote %q at %s after its key went (rev %d), and the fence accepted it",
+					x.Prim, x.Name, x.Client, x.Token, r.Value, since(h.Start, r.Call), d), d)
+			case "stale", "lost":
+				rep.judged("frozen late writes rejected")
+			}
+		}
+	}
+}
