@@ -273,7 +273,10 @@ func describeNames(cli *clientv3.Client, ns string) ([]NameInfo, error) {
 		}
 		n := add("mutex", name, 1, name == "m0" || name == "m1", m.Prefix())
 		_ = m.Close()
-		n.Private = name[0] == 'w' || name[0] == 'h' || name == "ld0" // one traffic kind's alone
+		// The lanes and holder processes keep to m0 and m1 (with e0, e1,
+		// s0 and rw0), so that their contention is what it was before the
+		// traffic kinds came: the others are the kinds'.
+		n.Private = name != "m0" && name != "m1"
 		if name == "ld0" {
 			n.Delay, n.DelayPrefix = lockDelay, delay.Prefix(ns, keys.Lock, name)
 		}
