@@ -61,18 +61,10 @@ type mech struct {
 }
 
 func (r *runner) newMech(i int, kind string) (*mech, error) {
-	part, eps, err := newPartition(r.cfg.Target.Endpoints())
+	cli, part, err := r.proxiedClient()
 	if err != nil {
 		return nil, err
 	}
-	cli, err := newClient(eps)
-	if err != nil {
-		part.close()
-		return nil, err
-	}
-	r.mu.Lock()
-	r.parts = append(r.parts, part)
-	r.mu.Unlock()
 	return &mech{r: r, id: i, cli: cli, part: part, kind: kind}, nil
 }
 

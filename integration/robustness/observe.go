@@ -23,19 +23,29 @@ type observer struct {
 }
 
 func (r *runner) newObserver(n NameInfo, id int) (*observer, error) {
-	part, eps, err := newPartition(r.cfg.Target.Endpoints())
+	cli, part, err := r.proxiedClient()
 	if err != nil {
 		return nil, err
+	}
+	return &observer{r: r, n: n, id: id, cli: cli, part: part}, nil
+}
+
+// proxiedClient is a client behind a partition of its own, which the
+// network faults may cut or slow.
+func (r *runner) proxiedClient() (*clientv3.Client, *partition, error) {
+	part, eps, err := newPartition(r.cfg.Target.Endpoints())
+	if err != nil {
+		return nil, nil, err
 	}
 	cli, err := newClient(eps)
 	if err != nil {
 		part.close()
-		return nil, err
+		return nil, nil, err
 	}
 	r.mu.Lock()
 	r.parts = append(r.parts, part)
 	r.mu.Unlock()
-	return &observer{r: r, n: n, id: id, cli: cli, part: part}, nil
+	return cli, part, nil
 }
 
 func (o *observer) client() string { return fmt.Sprintf("o%d", o.id) }
