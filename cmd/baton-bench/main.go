@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/integration/bench"
+	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/internal/embedetcd"
 )
 
@@ -38,7 +39,7 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "held-client" {
-		return bench.HeldClient(ctx, args[1:], stdout, stderr)
+		return harness.HeldClient(ctx, args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("baton-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -27,7 +27,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/batonhq/baton/integration/bench"
+	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/integration/scale"
 	"github.com/batonhq/baton/internal/embedetcd"
 )
@@ -65,7 +65,7 @@ type options struct {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "held-client" {
-		return bench.HeldClient(ctx, args[1:], stdout, stderr)
+		return harness.HeldClient(ctx, args[1:], stdout, stderr)
 	}
 	o, err := parse(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -185,9 +185,9 @@ type report struct {
 
 // measure runs the phases; the first three share one embedded member.
 func measure(ctx context.Context, o options, progress io.Writer) (*report, error) {
-	rep := &report{Started: time.Now(), CPUs: scale.CPUs(), LoadBefore: scale.Loadavg()}
+	rep := &report{Started: time.Now(), CPUs: scale.CPUs(), LoadBefore: harness.Loadavg()}
 	rep.Summary = scale.Summary{Held: o.held, HeldSmall: o.heldSmall, Waiters: o.waiters}
-	defer func() { rep.Finished, rep.LoadAfter = time.Now(), scale.Loadavg() }()
+	defer func() { rep.Finished, rep.LoadAfter = time.Now(), harness.Loadavg() }()
 	fmt.Fprintf(progress, "baton-scale: phases %s, load %s\n", strings.Join(o.phaseList(), ","), rep.LoadBefore)
 	if o.runs("held") || o.runs("waiters") || o.runs("server") {
 		srv, err := embedetcd.New(embedetcd.Config{})
@@ -195,7 +195,7 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 			return rep, err
 		}
 		defer srv.Stop()
-		floor, err := scale.FdatasyncFloor(srv.Dir())
+		floor, err := harness.MeasureFloor(srv.Dir())
 		if err != nil {
 			return rep, err
 		}

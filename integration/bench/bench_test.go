@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/integration/harness"
 )
 
 // One embedded etcd member (fsync on) for the package.
@@ -46,7 +47,7 @@ var goleakOptions = []goleak.Option{
 
 func client(tb testing.TB) *clientv3.Client {
 	tb.Helper()
-	cli, err := NewClient(srv.Endpoint(), nil)
+	cli, err := harness.NewClient(srv.Endpoint(), nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func uniq(b *testing.B) string {
 // Compare the implementations with benchstat -col /impl.
 func BenchmarkLockUnlock(b *testing.B) {
 	ctx := context.Background()
-	for _, impl := range Impls {
+	for _, impl := range harness.Impls {
 		b.Run("impl="+impl.Name()+"/session=shared", func(b *testing.B) {
 			cli := client(b)
 			m, err := impl.NewMutex(cli, session(b, cli), uniq(b), 0)
@@ -120,10 +121,10 @@ func BenchmarkLockUnlock(b *testing.B) {
 func BenchmarkContended(b *testing.B) {
 	ctx := context.Background()
 	const contenders = 8
-	for _, impl := range Impls {
+	for _, impl := range harness.Impls {
 		b.Run("impl="+impl.Name(), func(b *testing.B) {
 			name := uniq(b)
-			mus := make([]Mutex, contenders)
+			mus := make([]harness.Mutex, contenders)
 			for i := range mus {
 				cli := client(b)
 				m, err := impl.NewMutex(cli, session(b, cli), name, 0)
@@ -176,10 +177,10 @@ func BenchmarkContended(b *testing.B) {
 // queued candidate's Campaign returns.
 func BenchmarkFailover(b *testing.B) {
 	ctx := context.Background()
-	for _, impl := range Impls {
+	for _, impl := range harness.Impls {
 		b.Run("impl="+impl.Name(), func(b *testing.B) {
 			name := uniq(b)
-			els := make([]Election, 2)
+			els := make([]harness.Election, 2)
 			for i := range els {
 				cli := client(b)
 				e, err := impl.NewElection(cli, session(b, cli), name, 0)
@@ -198,7 +199,7 @@ func BenchmarkFailover(b *testing.B) {
 			for b.Loop() {
 				i++
 				next := els[i%2]
-				ch := make(chan Term, 1)
+				ch := make(chan harness.Term, 1)
 				go func() {
 					t, err := next.Campaign(ctx, fmt.Sprint(i%2))
 					if err != nil {

@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/internal/queue"
 	"github.com/batonhq/baton/mutex"
 )
@@ -26,14 +27,77 @@ type acquisition struct {
 	locked, freed time.Time
 }
 
+// turnJob is how one contender takes its turn and ends it.
+type turnJob struct {
+	lock   func(ctx context.Context) error
+	unlock func(ctx context.Context) error
+}
+
+// takeTurns runs one goroutine per job, all started at once, each taking
+// its turn and ending it at once, again and again until d has passed:
+// every turn in the order taken, and when d ended. Two holders at once is
+// an error.
+func takeTurns(ctx context.Context, d time.Duration, jobs []turnJob) ([]acquisition, time.Time, error) {
+	var (
+		mu     sync.Mutex
+		turns  []acquisition
+		inside atomic.Int32
+		overl  atomic.Int32 // turns that found another holder inside
+	)
+	errs := make([]error, len(jobs))
+	var start, wg sync.WaitGroup
+	start.Add(1)
+	var end time.Time
+	for i, j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start.Wait()
+			for time.Now().Before(end) {
+				if err := j.lock(ctx); err != nil {
+					errs[i] = err
+					return
+				}
+				if inside.Add(1) != 1 {
+					overl.Add(1)
+				}
+				mu.Lock()
+				idx := len(turns)
+				turns = append(turns, acquisition{who: i, locked: time.Now()})
+				mu.Unlock()
+				inside.Add(-1)
+				err := j.unlock(ctx)
+				freed := time.Now()
+				mu.Lock()
+				turns[idx].freed = freed
+				mu.Unlock()
+				if err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		}()
+	}
+	end = time.Now().Add(d)
+	start.Done()
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, end, err
+	}
+	if overl.Load() > 0 {
+		return nil, end, fmt.Errorf("mutual exclusion violated in %d turns", overl.Load())
+	}
+	return turns, end, nil
+}
+
 // contend runs cfg.Contenders goroutines, each with its own client and
 // session as separate processes would have, that lock one name, unlock it
 // at once and lock again, for cfg.Duration. It measures the handoff (the
 // holder's Unlock returns → the next holder's Lock returns), acquisitions
 // per second, and each contender's share.
-func contend(ctx context.Context, env *env, impl Impl, name string) ([]Value, error) {
+func contend(ctx context.Context, env *env, impl harness.Impl, name string) ([]Value, error) {
 	n := env.cfg.Contenders
-	mus := make([]Mutex, n)
+	mus := make([]harness.Mutex, n)
 	sessions, closeSessions, err := ownSessions(env, n)
 	defer closeSessions()
 	if err != nil {
@@ -48,57 +112,17 @@ func contend(ctx context.Context, env *env, impl Impl, name string) ([]Value, er
 		mus[i] = m
 	}
 
-	var (
-		mu     sync.Mutex
-		turns  []acquisition
-		inside atomic.Int32
-		overl  atomic.Int32 // turns that found another holder inside
-	)
-	errs := make([]error, n)
-	var start, wg sync.WaitGroup
-	start.Add(1)
-	t0 := time.Now()
-	end := t0.Add(env.cfg.Duration)
+	jobs := make([]turnJob, n)
 	for i, m := range mus {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			start.Wait()
-			for time.Now().Before(end) {
-				h, err := m.Lock(ctx)
-				if err != nil {
-					errs[i] = err
-					return
-				}
-				if inside.Add(1) != 1 {
-					overl.Add(1)
-				}
-				mu.Lock()
-				idx := len(turns)
-				turns = append(turns, acquisition{who: i, locked: time.Now()})
-				mu.Unlock()
-				inside.Add(-1)
-				err = h.Unlock(ctx)
-				freed := time.Now()
-				mu.Lock()
-				turns[idx].freed = freed
-				mu.Unlock()
-				if err != nil {
-					errs[i] = err
-					return
-				}
-			}
-		}()
+		var h harness.Held
+		jobs[i] = turnJob{
+			lock:   func(ctx context.Context) (err error) { h, err = m.Lock(ctx); return err },
+			unlock: func(ctx context.Context) error { return h.Unlock(ctx) },
+		}
 	}
-	t0 = time.Now()
-	end = t0.Add(env.cfg.Duration)
-	start.Done()
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	turns, end, err := takeTurns(ctx, env.cfg.Duration, jobs)
+	if err != nil {
 		return nil, err
-	}
-	if overl.Load() > 0 {
-		return nil, fmt.Errorf("mutual exclusion violated in %d turns", overl.Load())
 	}
 
 	var handoffs, unlocks []time.Duration
@@ -130,12 +154,12 @@ func contend(ctx context.Context, env *env, impl Impl, name string) ([]Value, er
 	if err != nil {
 		return nil, fmt.Errorf("lock floor: %w", err)
 	}
-	h := msAll(handoffs)
+	h := harness.MsAll(handoffs)
 	return []Value{
-		{Metric: "unlock p50 ms", V: percentile(msAll(unlocks), 50)},
-		{Metric: "handoff p50 ms", V: percentile(h, 50)},
-		{Metric: "handoff p99 ms", V: percentile(h, 99)},
-		{Metric: "handoff max ms", V: percentile(h, 100)},
+		{Metric: "unlock p50 ms", V: harness.Percentile(harness.MsAll(unlocks), 50)},
+		{Metric: "handoff p50 ms", V: harness.Percentile(h, 50)},
+		{Metric: "handoff p99 ms", V: harness.Percentile(h, 99)},
+		{Metric: "handoff max ms", V: harness.Percentile(h, 100)},
 		{Metric: "acquisitions/s", V: float64(counted) / env.cfg.Duration.Seconds()},
 		{Metric: "floor turns/s", V: floor},
 		{Metric: "% of the floor", V: 100 * float64(counted) / env.cfg.Duration.Seconds() / floor},
@@ -151,10 +175,10 @@ const lockDelay = 3 * time.Second
 // contendLockDelay is contend with every mutex given WithLockDelay in the
 // baton column and baton without one in the raw column: a clean Unlock
 // must hand over as fast with a lock-delay as without.
-func contendLockDelay(ctx context.Context, env *env, impl Impl, name string) ([]Value, error) {
-	b := Impls[0].(Baton)
+func contendLockDelay(ctx context.Context, env *env, impl harness.Impl, name string) ([]Value, error) {
+	b := harness.Impls[0].(harness.Baton)
 	if impl.Name() == b.Name() {
-		b.opts = []mutex.Option{mutex.WithLockDelay(lockDelay)}
+		b = b.With(mutex.WithLockDelay(lockDelay))
 	}
 	return contend(ctx, env, b, name)
 }
@@ -172,7 +196,7 @@ func ownSessions(env *env, n int) (sessions []*concurrency.Session, closeAll fun
 		}
 	}
 	for range n {
-		cli, err := NewClient(env.endpoint, nil)
+		cli, err := harness.NewClient(env.endpoint, nil)
 		if err != nil {
 			return sessions, closeAll, err
 		}
@@ -200,7 +224,7 @@ func contendFloor(ctx context.Context, env *env, name string) (float64, error) {
 	turn := "/bench-floor/" + name + "/turn"
 	clis := make([]*clientv3.Client, n)
 	for i := range clis {
-		cli, err := NewClient(env.endpoint, nil)
+		cli, err := harness.NewClient(env.endpoint, nil)
 		if err != nil {
 			return 0, err
 		}

@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/integration/netproxy"
 )
 
@@ -25,13 +26,13 @@ type observed struct {
 // established, as a standby's is), and the leader resigns. It measures the
 // graceful failover (Resign returns → the follower's Campaign returns) and
 // the Observe latency (Resign called → the observer hears the new leader).
-func graceful(ctx context.Context, env *env, impl Impl, name string) ([]Value, error) {
+func graceful(ctx context.Context, env *env, impl harness.Impl, name string) ([]Value, error) {
 	els, _, closeAll, err := ownElections(env, impl, name, 2)
 	defer closeAll()
 	if err != nil {
 		return nil, err
 	}
-	ocli, err := NewClient(env.endpoint, nil)
+	ocli, err := harness.NewClient(env.endpoint, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +85,7 @@ func graceful(ctx context.Context, env *env, impl Impl, name string) ([]Value, e
 	}
 
 	type won struct {
-		t   Term
+		t   harness.Term
 		at  time.Time
 		err error
 	}
@@ -129,22 +130,22 @@ func graceful(ctx context.Context, env *env, impl Impl, name string) ([]Value, e
 	if err := term.Resign(ctx); err != nil {
 		return nil, err
 	}
-	f, o, r, fl := msAll(failovers), msAll(observes), msAll(resigns), msAll(floors)
+	f, o, r, fl := harness.MsAll(failovers), harness.MsAll(observes), harness.MsAll(resigns), harness.MsAll(floors)
 	return []Value{
-		{Metric: "failover p50 ms", V: percentile(f, 50)},
-		{Metric: "failover p99 ms", V: percentile(f, 99)},
-		{Metric: "resign p50 ms", V: percentile(r, 50)},
-		{Metric: "observe p50 ms", V: percentile(o, 50)},
-		{Metric: "observe p99 ms", V: percentile(o, 99)},
-		{Metric: "observe floor p50 ms", V: percentile(fl, 50)},
-		{Metric: "observe floor p99 ms", V: percentile(fl, 99)},
+		{Metric: "failover p50 ms", V: harness.Percentile(f, 50)},
+		{Metric: "failover p99 ms", V: harness.Percentile(f, 99)},
+		{Metric: "resign p50 ms", V: harness.Percentile(r, 50)},
+		{Metric: "observe p50 ms", V: harness.Percentile(o, 50)},
+		{Metric: "observe p99 ms", V: harness.Percentile(o, 99)},
+		{Metric: "observe floor p50 ms", V: harness.Percentile(fl, 50)},
+		{Metric: "observe floor p99 ms", V: harness.Percentile(fl, 99)},
 	}, nil
 }
 
 // ownElections opens n elections on name, each with its own client and
 // session, as n processes would; closeAll closes what was opened, even
 // after an error.
-func ownElections(env *env, impl Impl, name string, n int) (els []Election, sessions []*concurrency.Session, closeAll func(), err error) {
+func ownElections(env *env, impl harness.Impl, name string, n int) (els []harness.Election, sessions []*concurrency.Session, closeAll func(), err error) {
 	sessions, closeSessions, err := ownSessions(env, n)
 	closeAll = func() {
 		for _, e := range els {
@@ -194,7 +195,7 @@ func awaitLeader(ctx context.Context, heard <-chan observed, key string) error {
 // from the cut to the next holder's acquisition, and the lead of the cut
 // holder's notice (baton's Lock.Done, raw's Session.Done) over that
 // acquisition, cfg.CrashTrials times.
-func crash(ctx context.Context, env *env, impl Impl, name string) ([]Value, error) {
+func crash(ctx context.Context, env *env, impl harness.Impl, name string) ([]Value, error) {
 	var failovers, leads []time.Duration
 	late := 0
 	for trial := range env.cfg.CrashTrials {
@@ -208,12 +209,12 @@ func crash(ctx context.Context, env *env, impl Impl, name string) ([]Value, erro
 			late++
 		}
 	}
-	f, l := msAll(failovers), msAll(leads)
+	f, l := harness.MsAll(failovers), harness.MsAll(leads)
 	return []Value{
-		{Metric: "failover p50 ms", V: percentile(f, 50)},
-		{Metric: "failover max ms", V: percentile(f, 100)},
-		{Metric: "zombie lead min ms", V: -percentile(negate(l), 100)},
-		{Metric: "zombie lead p50 ms", V: percentile(l, 50)},
+		{Metric: "failover p50 ms", V: harness.Percentile(f, 50)},
+		{Metric: "failover max ms", V: harness.Percentile(f, 100)},
+		{Metric: "zombie lead min ms", V: -harness.Percentile(negate(l), 100)},
+		{Metric: "zombie lead p50 ms", V: harness.Percentile(l, 50)},
 		{Metric: "trials zombie late", V: float64(late)},
 	}, nil
 }
@@ -226,13 +227,13 @@ func negate(v []float64) []float64 {
 	return out
 }
 
-func crashTrial(ctx context.Context, env *env, impl Impl, name string) (failover, lead time.Duration, err error) {
+func crashTrial(ctx context.Context, env *env, impl harness.Impl, name string) (failover, lead time.Duration, err error) {
 	proxy, err := netproxy.New(strings.TrimPrefix(env.endpoint, "http://"))
 	if err != nil {
 		return 0, 0, err
 	}
 	defer proxy.Close()
-	zcli, err := NewClient(proxy.Endpoint(), nil)
+	zcli, err := harness.NewClient(proxy.Endpoint(), nil)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -261,7 +262,7 @@ func crashTrial(ctx context.Context, env *env, impl Impl, name string) (failover
 	}
 	defer next.Close()
 	type acq struct {
-		h   Held
+		h   harness.Held
 		at  time.Time
 		err error
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/batonhq/baton/integration/harness"
 )
 
 // transferer is baton's Term: a hand-over to a named candidate.
@@ -24,7 +26,7 @@ type transferer interface {
 // from the call until the successor's Campaign returns, and as graceful
 // measures its failover, from the call's return (negative: the successor
 // led first); then the old leader campaigns again, at the queue's end.
-func handover(ctx context.Context, env *env, impl Impl, name string) ([]Value, error) {
+func handover(ctx context.Context, env *env, impl harness.Impl, name string) ([]Value, error) {
 	const n = 3
 	els, sessions, closeAll, err := ownElections(env, impl, name, n)
 	defer closeAll()
@@ -33,7 +35,7 @@ func handover(ctx context.Context, env *env, impl Impl, name string) ([]Value, e
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	type won struct {
-		t   Term
+		t   harness.Term
 		at  time.Time
 		err error
 	}
@@ -124,11 +126,11 @@ func handover(ctx context.Context, env *env, impl Impl, name string) ([]Value, e
 	if len(gaps) == 0 {
 		return nil, errors.New("handover: no trial")
 	}
-	g, a := msAll(gaps), msAll(afters)
+	g, a := harness.MsAll(gaps), harness.MsAll(afters)
 	return []Value{
-		{Metric: "gap p50 ms", V: percentile(g, 50)},
-		{Metric: "gap p99 ms", V: percentile(g, 99)},
-		{Metric: "after return p50 ms", V: percentile(a, 50)},
-		{Metric: "after return p99 ms", V: percentile(a, 99)},
+		{Metric: "gap p50 ms", V: harness.Percentile(g, 50)},
+		{Metric: "gap p99 ms", V: harness.Percentile(g, 99)},
+		{Metric: "after return p50 ms", V: harness.Percentile(a, 50)},
+		{Metric: "after return p99 ms", V: harness.Percentile(a, 99)},
 	}, nil
 }

@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/batonhq/baton/integration/harness"
 )
 
 // lockUnlockShared locks and unlocks one name in a loop on one session,
 // for cfg.Duration: the cost of an uncontended acquisition.
-func lockUnlockShared(ctx context.Context, env *env, impl Impl, name string) ([]Value, error) {
+func lockUnlockShared(ctx context.Context, env *env, impl harness.Impl, name string) ([]Value, error) {
 	sess, err := concurrency.NewSession(env.cli, concurrency.WithTTL(env.cfg.sessionTTL()))
 	if err != nil {
 		return nil, err
@@ -43,7 +45,7 @@ func lockUnlockShared(ctx context.Context, env *env, impl Impl, name string) ([]
 
 // lockUnlockPerLock creates a lock with its own lease, locks, unlocks and
 // closes it (revoking the lease), in a loop: a short-lived process's cost.
-func lockUnlockPerLock(ctx context.Context, env *env, impl Impl, name string) ([]Value, error) {
+func lockUnlockPerLock(ctx context.Context, env *env, impl harness.Impl, name string) ([]Value, error) {
 	env.counter.Reset()
 	lat, elapsed, err := loopFor(ctx, env.cfg.Duration, func() error {
 		m, err := impl.NewMutex(env.cli, nil, name, env.cfg.ttl())
@@ -70,12 +72,12 @@ func lockUnlockPerLock(ctx context.Context, env *env, impl Impl, name string) ([
 // cycleValues summarizes lock+unlock cycles; counts, the requests sent
 // meanwhile, give the etcd requests per cycle (lease renewals aside).
 func cycleValues(lat []time.Duration, elapsed time.Duration, counts map[string]int64) []Value {
-	l := msAll(lat)
+	l := harness.MsAll(lat)
 	return []Value{
 		{Metric: "cycles/s", V: float64(len(lat)) / elapsed.Seconds()},
-		{Metric: "cycle p50 ms", V: percentile(l, 50)},
-		{Metric: "cycle p99 ms", V: percentile(l, 99)},
-		{Metric: "requests/cycle", V: float64(requestsExcept(counts, MethodKeepAlive)) / float64(max(len(lat), 1))},
+		{Metric: "cycle p50 ms", V: harness.Percentile(l, 50)},
+		{Metric: "cycle p99 ms", V: harness.Percentile(l, 99)},
+		{Metric: "requests/cycle", V: float64(harness.RequestsExcept(counts, harness.MethodKeepAlive)) / float64(max(len(lat), 1))},
 	}
 }
 
@@ -100,14 +102,14 @@ func loopFor(ctx context.Context, d time.Duration, f func() error) ([]time.Durat
 // distinctKeys runs goroutines lock+unlock cycles, each on its own name,
 // all on one shared session, for cfg.Duration: throughput without
 // contention.
-func distinctKeys(goroutines int) func(context.Context, *env, Impl, string) ([]Value, error) {
-	return func(ctx context.Context, env *env, impl Impl, name string) ([]Value, error) {
+func distinctKeys(goroutines int) func(context.Context, *env, harness.Impl, string) ([]Value, error) {
+	return func(ctx context.Context, env *env, impl harness.Impl, name string) ([]Value, error) {
 		sess, err := concurrency.NewSession(env.cli, concurrency.WithTTL(env.cfg.sessionTTL()))
 		if err != nil {
 			return nil, err
 		}
 		defer sess.Close()
-		mus := make([]Mutex, goroutines)
+		mus := make([]harness.Mutex, goroutines)
 		for i := range mus {
 			m, err := impl.NewMutex(env.cli, sess, fmt.Sprintf("%s-%d", name, i), 0)
 			if err != nil {

@@ -16,6 +16,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	recipe "go.etcd.io/etcd/client/v3/experimental/recipes"
 
+	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/internal/embedetcd"
 	"github.com/batonhq/baton/rwmutex"
 	"github.com/batonhq/baton/semaphore"
@@ -54,18 +55,18 @@ type semLock interface {
 }
 
 // primImpls are the two sides, baton first.
-var primImpls = []primImpl{batonPrim{shared: &sharedSessions{}}, rawPrim{}}
+var primImpls = []primImpl{batonPrim{shared: &harness.SharedSessions{}}, rawPrim{}}
 
-type batonPrim struct{ shared *sharedSessions }
+type batonPrim struct{ shared *harness.SharedSessions }
 
 func (batonPrim) Name() string { return "baton" }
 
 func (b batonPrim) rw(sess *concurrency.Session, name string) (rwLock, error) {
-	bs, err := b.shared.get(sess)
+	bs, err := b.shared.Get(sess)
 	if err != nil {
 		return nil, err
 	}
-	rw, err := rwmutex.New(sess.Client(), name, rwmutex.WithNamespace(namespace), rwmutex.WithSession(bs))
+	rw, err := rwmutex.New(sess.Client(), name, rwmutex.WithNamespace(harness.Namespace), rwmutex.WithSession(bs))
 	if err != nil {
 		return nil, err
 	}
@@ -73,11 +74,11 @@ func (b batonPrim) rw(sess *concurrency.Session, name string) (rwLock, error) {
 }
 
 func (b batonPrim) sem(sess *concurrency.Session, name string, limit, _ int) (semLock, error) {
-	bs, err := b.shared.get(sess)
+	bs, err := b.shared.Get(sess)
 	if err != nil {
 		return nil, err
 	}
-	s, err := semaphore.New(sess.Client(), name, limit, semaphore.WithNamespace(namespace), semaphore.WithSession(bs))
+	s, err := semaphore.New(sess.Client(), name, limit, semaphore.WithNamespace(harness.Namespace), semaphore.WithSession(bs))
 	if err != nil {
 		return nil, err
 	}
@@ -121,13 +122,13 @@ type rawPrim struct{}
 func (rawPrim) Name() string { return "raw" }
 
 func (rawPrim) rw(sess *concurrency.Session, name string) (rwLock, error) {
-	return rawRW{sess: sess, prefix: "/" + namespace + "/recipes-rw/" + name}, nil
+	return rawRW{sess: sess, prefix: "/" + harness.Namespace + "/recipes-rw/" + name}, nil
 }
 
 func (rawPrim) sem(sess *concurrency.Session, name string, limit, home int) (semLock, error) {
 	s := rawSem{home: home % limit}
 	for i := range limit {
-		s.mus = append(s.mus, concurrency.NewMutex(sess, fmt.Sprintf("/%s/raw-sem/%s/slot-%d/", namespace, name, i)))
+		s.mus = append(s.mus, concurrency.NewMutex(sess, fmt.Sprintf("/%s/raw-sem/%s/slot-%d/", harness.Namespace, name, i)))
 	}
 	return s, nil
 }
@@ -272,10 +273,10 @@ func cycle(ctx context.Context, env *env, _ string, mk acquirer) ([]Value, error
 		}
 		lat = append(lat, time.Since(began))
 	}
-	l := msAll(lat)
+	l := harness.MsAll(lat)
 	return []Value{
-		{Metric: "acquire+release p50 ms", V: percentile(l, 50)},
-		{Metric: "acquire+release p99 ms", V: percentile(l, 99)},
+		{Metric: "acquire+release p50 ms", V: harness.Percentile(l, 50)},
+		{Metric: "acquire+release p99 ms", V: harness.Percentile(l, 99)},
 	}, nil
 }
 
@@ -358,10 +359,10 @@ func contendPrim(ctx context.Context, env *env, limit int, mk func(sess *concurr
 			handoffs = append(handoffs, l.Sub(freed[i-1]))
 		}
 	}
-	h := msAll(handoffs)
+	h := harness.MsAll(handoffs)
 	return []Value{
-		{Metric: "handoff p50 ms", V: percentile(h, 50)},
-		{Metric: "handoff p99 ms", V: percentile(h, 99)},
+		{Metric: "handoff p50 ms", V: harness.Percentile(h, 50)},
+		{Metric: "handoff p99 ms", V: harness.Percentile(h, 99)},
 		{Metric: "acquisitions/s", V: float64(len(locked)) / time.Since(began).Seconds()},
 	}, nil
 }
@@ -372,24 +373,22 @@ func contendPrim(ctx context.Context, env *env, limit int, mk func(sess *concurr
 // recipes RWMutex or N raw mutexes.
 func RunPrimitives(ctx context.Context, srv *embedetcd.Server, cfg Config, progress io.Writer) (*Report, error) {
 	cfg = cfg.Defaults()
-	cli, err := NewClient(srv.Endpoint(), nil)
+	cli, err := harness.NewClient(srv.Endpoint(), nil)
 	if err != nil {
 		return nil, err
 	}
 	defer cli.Close()
 	e := &env{cfg: cfg, endpoint: srv.Endpoint(), cli: cli, dir: srv.Dir()}
-	rep := &Report{Compared: PrimitivesCompared, Started: time.Now(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), LoadBefore: Loadavg(), Config: cfg}
+	rep := &Report{Compared: PrimitivesCompared, Started: time.Now(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), LoadBefore: harness.Loadavg(), Config: cfg}
 	values := map[string][]float64{} // workload \x00 metric \x00 side
 	var order []string
 	var fsP50, fsP99 []float64
 	for round := range cfg.Runs {
-		floor, err := FdatasyncFloor(e.dir, 200)
+		floor, err := startRound(progress, e.dir, round, cfg.Runs)
 		if err != nil {
 			return nil, err
 		}
-		f := msAll(floor)
-		fsP50, fsP99 = append(fsP50, percentile(f, 50)), append(fsP99, percentile(f, 99))
-		fmt.Fprintf(progress, "round %d/%d: fdatasync p50 %.2f ms p99 %.2f ms, load %s\n", round+1, cfg.Runs, fsP50[round], fsP99[round], Loadavg())
+		fsP50, fsP99 = append(fsP50, floor.P50ms), append(fsP99, floor.P99ms)
 		for _, w := range primWorkloads() {
 			if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, w.name) {
 				continue
@@ -418,16 +417,16 @@ func RunPrimitives(ctx context.Context, srv *embedetcd.Server, cfg Config, progr
 			}
 		}
 	}
-	rep.FdatasyncP50, rep.FdatasyncP99 = Summarize(fsP50), Summarize(fsP99)
+	rep.FdatasyncP50, rep.FdatasyncP99 = harness.Summarize(fsP50), harness.Summarize(fsP99)
 	for _, key := range order {
 		wl, metric, _ := strings.Cut(key, "\x00")
-		m := Measure{Workload: wl, Metric: metric, Baton: Summarize(values[key+"\x00baton"]), Raw: Summarize(values[key+"\x00raw"])}
+		m := Measure{Workload: wl, Metric: metric, Baton: harness.Summarize(values[key+"\x00baton"]), Raw: harness.Summarize(values[key+"\x00raw"])}
 		if m.Raw.Median != 0 {
 			m.Ratio = m.Baton.Median / m.Raw.Median
 		}
 		rep.Measures = append(rep.Measures, m)
 	}
-	rep.LoadAfter = Loadavg()
+	rep.LoadAfter = harness.Loadavg()
 	rep.Finished = time.Now()
 	return rep, nil
 }

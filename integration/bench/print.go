@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/batonhq/baton/integration/harness"
 )
 
 // Print writes the report as a table: for each measure, baton's and raw's
@@ -37,7 +39,7 @@ func (rep *Report) Print(w io.Writer) error {
 	return tw.Flush()
 }
 
-func spread(s Summary) string {
+func spread(s harness.Summary) string {
 	if len(s.Runs) == 0 {
 		return "–"
 	}

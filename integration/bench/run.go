@@ -1,22 +1,17 @@
 package bench
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/internal/embedetcd"
 )
 
@@ -97,13 +92,13 @@ type env struct {
 	cfg      Config
 	endpoint string
 	cli      *clientv3.Client
-	counter  *Counter // counts cli's requests
+	counter  *harness.Counter // counts cli's requests
 	dir      string
 }
 
 type workload struct {
 	name string
-	run  func(ctx context.Context, env *env, impl Impl, name string) ([]Value, error)
+	run  func(ctx context.Context, env *env, impl harness.Impl, name string) ([]Value, error)
 }
 
 // Workloads are the workload names, in the order they run.
@@ -134,10 +129,10 @@ func workloads() []workload {
 
 // Measure is one figure over every run of both implementations.
 type Measure struct {
-	Workload string  `json:"workload"`
-	Metric   string  `json:"metric"`
-	Baton    Summary `json:"baton"`
-	Raw      Summary `json:"raw"`
+	Workload string          `json:"workload"`
+	Metric   string          `json:"metric"`
+	Baton    harness.Summary `json:"baton"`
+	Raw      harness.Summary `json:"raw"`
 	// Ratio is baton's median over raw's.
 	Ratio  float64 `json:"ratio"`
 	Target string  `json:"target,omitempty"`
@@ -160,9 +155,9 @@ type Report struct {
 	Config     Config `json:"config"`
 	// Fdatasync is the disk's floor: p50 and p99 of a 4 KiB write and
 	// fdatasync in etcd's data directory, once per round.
-	FdatasyncP50 Summary   `json:"fdatasync_p50_ms"`
-	FdatasyncP99 Summary   `json:"fdatasync_p99_ms"`
-	Measures     []Measure `json:"measures"`
+	FdatasyncP50 harness.Summary `json:"fdatasync_p50_ms"`
+	FdatasyncP99 harness.Summary `json:"fdatasync_p99_ms"`
+	Measures     []Measure       `json:"measures"`
 }
 
 // Run runs every workload cfg.Runs times per implementation against srv,
@@ -170,34 +165,32 @@ type Report struct {
 // progress.
 func Run(ctx context.Context, srv *embedetcd.Server, cfg Config, progress io.Writer) (*Report, error) {
 	cfg = cfg.Defaults()
-	counter := NewCounter()
-	cli, err := NewClient(srv.Endpoint(), counter)
+	counter := harness.NewCounter()
+	cli, err := harness.NewClient(srv.Endpoint(), counter)
 	if err != nil {
 		return nil, err
 	}
 	defer cli.Close()
 	e := &env{cfg: cfg, endpoint: srv.Endpoint(), cli: cli, counter: counter, dir: srv.Dir()}
-	rep := &Report{Started: time.Now(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), LoadBefore: Loadavg(), Config: cfg}
+	rep := &Report{Started: time.Now(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), LoadBefore: harness.Loadavg(), Config: cfg}
 
 	// values[workload][impl][metric] is one value per run.
 	values := map[string]map[string]map[string][]float64{}
 	var order []string // workload/metric in first-seen order
 	var fsP50, fsP99 []float64
 	for round := range cfg.Runs {
-		floor, err := FdatasyncFloor(e.dir, 200)
+		floor, err := startRound(progress, e.dir, round, cfg.Runs)
 		if err != nil {
 			return nil, err
 		}
-		f := msAll(floor)
-		fsP50, fsP99 = append(fsP50, percentile(f, 50)), append(fsP99, percentile(f, 99))
-		fmt.Fprintf(progress, "round %d/%d: fdatasync p50 %.2f ms p99 %.2f ms, load %s\n", round+1, cfg.Runs, fsP50[round], fsP99[round], Loadavg())
+		fsP50, fsP99 = append(fsP50, floor.P50ms), append(fsP99, floor.P99ms)
 		for _, w := range workloads() {
 			if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, w.name) {
 				continue
 			}
-			impls := Impls
+			impls := harness.Impls
 			if round%2 == 1 {
-				impls = []Impl{Impls[1], Impls[0]}
+				impls = []harness.Impl{harness.Impls[1], harness.Impls[0]}
 			}
 			for _, impl := range impls {
 				start := time.Now()
@@ -227,11 +220,11 @@ func Run(ctx context.Context, srv *embedetcd.Server, cfg Config, progress io.Wri
 			}
 		}
 	}
-	rep.FdatasyncP50, rep.FdatasyncP99 = Summarize(fsP50), Summarize(fsP99)
+	rep.FdatasyncP50, rep.FdatasyncP99 = harness.Summarize(fsP50), harness.Summarize(fsP99)
 	for _, key := range order {
 		wl, metric, _ := strings.Cut(key, "\x00")
 		m := Measure{Workload: wl, Metric: metric,
-			Baton: Summarize(values[wl]["baton"][metric]), Raw: Summarize(values[wl]["raw"][metric])}
+			Baton: harness.Summarize(values[wl]["baton"][metric]), Raw: harness.Summarize(values[wl]["raw"][metric])}
 		if m.Raw.Median != 0 {
 			m.Ratio = m.Baton.Median / m.Raw.Median
 		}
@@ -240,14 +233,14 @@ func Run(ctx context.Context, srv *embedetcd.Server, cfg Config, progress io.Wri
 	for i := range rep.Measures {
 		judge(rep, &rep.Measures[i])
 	}
-	rep.LoadAfter = Loadavg()
+	rep.LoadAfter = harness.Loadavg()
 	rep.Finished = time.Now()
 	return rep, nil
 }
 
 // held runs the held-locks workload, in a child process when configured;
 // baton's once per way its session is made.
-func held(ctx context.Context, env *env, impl Impl, _ string) ([]Value, error) {
+func held(ctx context.Context, env *env, impl harness.Impl, _ string) ([]Value, error) {
 	vias := []string{"wrap"}
 	if impl.Name() == "baton" {
 		vias = append(vias, "new", "etcd")
@@ -263,103 +256,47 @@ func held(ctx context.Context, env *env, impl Impl, _ string) ([]Value, error) {
 	return out, nil
 }
 
-func heldVia(ctx context.Context, env *env, impl Impl, via string) ([]Value, error) {
+func heldVia(ctx context.Context, env *env, impl harness.Impl, via string) ([]Value, error) {
 	c := env.cfg
 	if len(c.HeldCommand) == 0 {
-		r, err := HoldMany(ctx, env.endpoint, impl, via, c.Held, c.HeldTTL, c.HeldWindow)
+		r, err := harness.HoldMany(ctx, env.endpoint, impl, via, c.Held, c.HeldTTL, c.HeldWindow)
 		if err != nil {
 			return nil, err
 		}
 		return heldValues(r), nil
 	}
-	r, err := HoldManyIn(ctx, c.HeldCommand, env.endpoint, impl.Name(), via, c.Held, c.HeldTTL, c.HeldWindow)
+	r, err := harness.HoldManyIn(ctx, c.HeldCommand, env.endpoint, impl.Name(), via, c.Held, c.HeldTTL, c.HeldWindow)
 	if err != nil {
 		return nil, err
 	}
 	return heldValues(r), nil
 }
 
-// HoldManyIn runs HoldMany in a child process, so that the heap it
-// measures is the client's alone: command is run with "held-client" and
-// flags appended, and must run HeldClient (baton-bench and baton-scale do).
-func HoldManyIn(ctx context.Context, command []string, endpoint, impl, via string, n int, ttl, window time.Duration) (HeldResult, error) {
-	args := append(slices.Clone(command[1:]), "held-client",
-		"-endpoint", endpoint, "-impl", impl, "-via", via, "-locks", fmt.Sprint(n),
-		"-ttl", ttl.String(), "-window", window.String())
-	cmd := exec.CommandContext(ctx, command[0], args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return HeldResult{}, fmt.Errorf("held-locks client: %w: %s", err, strings.TrimSpace(stderr.String()))
-	}
-	var r HeldResult
-	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
-		return HeldResult{}, fmt.Errorf("held-locks client output: %w", err)
-	}
-	return r, nil
-}
-
-// HeldClient is the child process of HoldManyIn: it holds the locks
-// against the given endpoint and prints a HeldResult as JSON; args are the
-// flags after "held-client". It returns the exit code.
-func HeldClient(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("held-client", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	endpoint := fs.String("endpoint", "", "etcd client URL")
-	implName := fs.String("impl", "baton", "baton or raw")
-	via := fs.String("via", "wrap", "how baton's session is made: wrap, new or etcd")
-	locks := fs.Int("locks", 10000, "locks to hold")
-	ttl := fs.Duration("ttl", 3*time.Second, "the session's lease TTL")
-	window := fs.Duration("window", 6*time.Second, "how long renewals are counted")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this client to this file")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err == nil {
-			err = pprof.StartCPUProfile(f)
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "held-client: -cpuprofile: %v\n", err)
-			return 2
-		}
-		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
-	}
-	impl, err := ImplByName(*implName)
-	if err != nil {
-		fmt.Fprintf(stderr, "held-client: %v\n", err)
-		return 2
-	}
-	r, err := HoldMany(ctx, *endpoint, impl, *via, *locks, *ttl, *window)
-	if err != nil {
-		fmt.Fprintf(stderr, "held-client: %v\n", err)
-		return 1
-	}
-	if err := json.NewEncoder(stdout).Encode(r); err != nil {
-		return 1
-	}
-	return 0
-}
-
-// ImplByName returns the implementation called name.
-func ImplByName(name string) (Impl, error) {
-	for _, i := range Impls {
-		if i.Name() == name {
-			return i, nil
+func heldValues(r harness.HeldResult) []Value {
+	if r.Via != "" && r.Via != "wrap" {
+		sfx := map[string]string{"new": " (session.New)", "etcd": " (WithSession(etcd session))"}[r.Via]
+		return []Value{
+			{Metric: "heap bytes/lock" + sfx, V: r.HeapPerLock},
+			{Metric: "goroutines/lock" + sfx, V: r.GoroutinesPerLock},
+			{Metric: "lock all s" + sfx, V: r.LockSeconds},
 		}
 	}
-	return nil, fmt.Errorf("no implementation %q (want baton or raw)", name)
+	return []Value{
+		{Metric: "heap bytes/lock", V: r.HeapPerLock},
+		{Metric: "goroutines/lock", V: r.GoroutinesPerLock},
+		{Metric: "renewals/s", V: r.RenewalsPerSecond},
+		{Metric: "other requests/s", V: r.OtherPerSecond},
+		{Metric: "lock all s", V: r.LockSeconds},
+	}
 }
 
-func Loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
+// startRound measures the disk's floor at the start of round (from 0) of
+// runs, and says so with the machine's load.
+func startRound(progress io.Writer, dir string, round, runs int) (harness.Floor, error) {
+	floor, err := harness.MeasureFloor(dir)
 	if err != nil {
-		return "unknown"
+		return floor, err
 	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
+	fmt.Fprintf(progress, "round %d/%d: fdatasync p50 %.2f ms p99 %.2f ms, load %s\n", round+1, runs, floor.P50ms, floor.P99ms, harness.Loadavg())
+	return floor, nil
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/batonhq/baton/integration/harness"
 )
 
 // judge sets the target of a measure the issue sets one for, and whether
@@ -53,7 +55,7 @@ func judge(rep *Report, m *Measure) {
 		target, ok = "baton ≤ 10 % in every run", b.Max <= 10
 	case "crash/failover max ms":
 		limit := cfg.CrashTTL + time.Second
-		target, ok = fmt.Sprintf("baton ≤ TTL + 1 s = %v in every run", limit), b.Max <= ms(limit)
+		target, ok = fmt.Sprintf("baton ≤ TTL + 1 s = %v in every run", limit), b.Max <= harness.Ms(limit)
 	case "crash/trials zombie late":
 		target, ok = "baton 0 in every run", b.Max == 0
 	case "held/heap bytes/lock", "held/heap bytes/lock (session.New)", "held/heap bytes/lock (WithSession(etcd session))":

@@ -9,6 +9,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/batonhq/baton/integration/harness"
 )
 
 // waitersResult is one drain of a queue.
@@ -25,7 +27,7 @@ type waitersResult struct {
 // time to drain, the requests sent per handoff, and whether the queue
 // drained in the order it formed; it does the same with a tenth as many
 // waiters, so that the requests per handoff of both sizes can be compared.
-func waiters(ctx context.Context, env *env, impl Impl, name string) ([]Value, error) {
+func waiters(ctx context.Context, env *env, impl harness.Impl, name string) ([]Value, error) {
 	big, err := drain(ctx, env, impl, name+"-big", env.cfg.Waiters)
 	if err != nil {
 		return nil, err
@@ -36,16 +38,16 @@ func waiters(ctx context.Context, env *env, impl Impl, name string) ([]Value, er
 	}
 	return []Value{
 		{Metric: "drain s", V: big.drain.Seconds()},
-		{Metric: "handoff mean ms", V: ms(big.drain) / float64(big.handoffs)},
+		{Metric: "handoff mean ms", V: harness.Ms(big.drain) / float64(big.handoffs)},
 		{Metric: "requests/handoff", V: big.perHandoff},
 		{Metric: "requests/handoff, 1/10 the waiters", V: small.perHandoff},
 		{Metric: "out of order", V: float64(big.outOfOrder + small.outOfOrder)},
 	}, nil
 }
 
-func drain(ctx context.Context, env *env, impl Impl, name string, n int) (waitersResult, error) {
-	counter := NewCounter()
-	cli, err := NewClient(env.endpoint, counter)
+func drain(ctx context.Context, env *env, impl harness.Impl, name string, n int) (waitersResult, error) {
+	counter := harness.NewCounter()
+	cli, err := harness.NewClient(env.endpoint, counter)
 	if err != nil {
 		return waitersResult{}, err
 	}
@@ -88,8 +90,8 @@ func drain(ctx context.Context, env *env, impl Impl, name string, n int) (waiter
 		return nil
 	}
 
-	mus := make([]Mutex, n)
-	defer func() { CloseAll(mus) }()
+	mus := make([]harness.Mutex, n)
+	defer func() { harness.CloseAll(mus) }()
 	var (
 		mu    sync.Mutex
 		order []int
@@ -149,30 +151,8 @@ func drain(ctx context.Context, env *env, impl Impl, name string, n int) (waiter
 	}
 	return waitersResult{
 		drain:      elapsed,
-		perHandoff: float64(requestsExcept(counts, MethodKeepAlive)) / float64(n),
+		perHandoff: float64(harness.RequestsExcept(counts, harness.MethodKeepAlive)) / float64(n),
 		outOfOrder: out,
 		handoffs:   n,
 	}, nil
-}
-
-// closeAll closes the mutexes (revoking their leases) a few at a time.
-func CloseAll(mus []Mutex) {
-	next := make(chan Mutex)
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for m := range next {
-				_ = m.Close()
-			}
-		}()
-	}
-	for _, m := range mus {
-		if m != nil {
-			next <- m
-		}
-	}
-	close(next)
-	wg.Wait()
 }

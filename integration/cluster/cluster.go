@@ -8,9 +8,12 @@
 //	cli := c.Client(t)                // every member's endpoint
 //	leader, _ := c.KillLeader(ctx)    // then leader.Restart()
 //
-// Each member's client address is a small forwarder owned by the harness,
-// so that a kill resets every client connection immediately, as a crashed
-// process would; the member listens on a private port behind it. Peer
+// Each member's client address is a forwarder owned by the harness
+// (netproxy, listening on the member's fixed address), so that a kill
+// resets every client connection immediately, as a crashed process would:
+// embed.Etcd.Close otherwise drains streams gracefully for seconds, which
+// is a shutdown, not a crash. The member listens on a private port behind
+// it. Peer
 // ports are reserved up front: etcd needs every peer URL before any member
 // starts, so port 0 cannot be used.
 package cluster
@@ -66,10 +69,10 @@ type Member struct {
 	public string // the front: what clients dial
 	inner  string // the member's own client listener
 	peer   string
-	front  *front
 
-	mu  sync.Mutex
-	srv *etcdtest.Server
+	mu    sync.Mutex
+	srv   *etcdtest.Server
+	front *netproxy.Proxy // forwards public to inner while running
 }
 
 // Start starts an n-member cluster for a test and closes it on t.Cleanup.
@@ -125,7 +128,6 @@ func start(n int, o Options) (*Cluster, error) {
 				return nil, err
 			}
 		}
-		m.front = newFront(m.public, m.inner)
 		c.members = append(c.members, m)
 		peers = append(peers, m.name+"=http://"+m.peer)
 	}
@@ -382,10 +384,12 @@ func (m *Member) ID() uint64 {
 // Idempotent.
 func (m *Member) Kill() {
 	m.mu.Lock()
-	srv := m.srv
-	m.srv = nil
+	srv, front := m.srv, m.front
+	m.srv, m.front = nil, nil
 	m.mu.Unlock()
-	m.front.cut()
+	if front != nil {
+		_ = front.Close()
+	}
 	if srv == nil {
 		return
 	}
@@ -422,12 +426,13 @@ func (m *Member) start() error {
 	if err != nil {
 		return fmt.Errorf("cluster: start %s: %w", m.name, err)
 	}
-	if err := m.front.open(); err != nil {
+	front, err := netproxy.Listen(m.public, m.inner)
+	if err != nil {
 		srv.Stop()
 		return fmt.Errorf("cluster: %s client address: %w", m.name, err)
 	}
 	m.mu.Lock()
-	m.srv = srv
+	m.srv, m.front = srv, front
 	m.mu.Unlock()
 	return nil
 }

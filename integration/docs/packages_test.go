@@ -36,12 +36,16 @@ type pkgMap struct {
 	// except are the imports against the table that the map lists, each
 	// with its reason: from → to (module-relative paths).
 	except map[[2]string]string
+	// forbid are imports the table would allow that the map refuses, each
+	// with its reason: from ✗ to.
+	forbid map[[2]string]string
 }
 
 var (
 	rowRE    = regexp.MustCompile("^\\|\\s*(\\d+)\\s+([^|]+?)\\s*\\|([^|]*)\\|([^|]*)\\|\\s*$")
 	patRE    = regexp.MustCompile("`([^`]+)`")
 	exceptRE = regexp.MustCompile("^- `([^`]+)` → `([^`]+)`: (.+)")
+	forbidRE = regexp.MustCompile("^- `([^`]+)` ✗ `([^`]+)`: (.+)")
 )
 
 // parseMap reads the package map from the text of docs/design.md.
@@ -53,10 +57,16 @@ func parseMap(doc string) (pkgMap, error) {
 	if i := strings.Index(sec, "\n## "); i >= 0 {
 		sec = sec[:i]
 	}
-	m := pkgMap{except: map[[2]string]string{}}
+	m := pkgMap{except: map[[2]string]string{}, forbid: map[[2]string]string{}}
+	// A list item's continuation lines join it.
+	sec = regexp.MustCompile(`\n {2,}(\S)`).ReplaceAllString(sec, " $1")
 	for _, line := range strings.Split(sec, "\n") {
 		if e := exceptRE.FindStringSubmatch(line); e != nil {
 			m.except[[2]string{e[1], e[2]}] = e[3]
+			continue
+		}
+		if e := forbidRE.FindStringSubmatch(line); e != nil {
+			m.forbid[[2]string{e[1], e[2]}] = e[3]
 			continue
 		}
 		r := rowRE.FindStringSubmatch(line)
@@ -164,6 +174,8 @@ func checkImports(m pkgMap, graph map[string][]string) []string {
 			switch {
 			case lq == nil, unit(p) == unit(q):
 				// q is reported as a package, or p's own internal package.
+			case m.forbid[[2]string{p, q}] != "":
+				bad = append(bad, fmt.Sprintf("%s imports %s, which the map refuses: %s", p, q, m.forbid[[2]string{p, q}]))
 			case m.except[[2]string{p, q}] != "":
 				used[[2]string{p, q}] = true
 			case !lp.imports[lq.n]:
@@ -397,6 +409,9 @@ func TestPackageMapCheckFails(t *testing.T) {
 		if bad := checkImports(plain, map[string][]string{ok[0]: {ok[1]}, ok[1]: {}}); len(bad) != 0 {
 			t.Errorf("checkImports(%s → %s) = %q, want it allowed", ok[0], ok[1], bad)
 		}
+	}
+	if bad := checkImports(m, map[string][]string{"integration/scale": {"integration/bench"}, "integration/bench": {}}); len(bad) != 1 || !strings.Contains(bad[0], "refuses") {
+		t.Errorf("checkImports(integration/scale → integration/bench) = %q, want it refused", bad)
 	}
 	if bad := checkImports(m, map[string][]string{"internal/core": {}, "fencing": {}}); len(bad) != 1 || !strings.Contains(bad[0], "remove it") {
 		t.Errorf("a listed exception no one uses: %q, want it reported", bad)

@@ -1,7 +1,11 @@
-// Package netproxy is a TCP proxy on 127.0.0.1 between a client and etcd
-// that can cut a client off: Blackhole stops traffic in both directions
-// without closing connections, as a network partition does, and Restore
-// lets the held-back bytes through, as TCP retransmission would.
+// Package netproxy is the harness's one TCP forwarder, on 127.0.0.1
+// between a client and etcd. It can cut a client off: Blackhole stops
+// traffic in both directions without closing connections, as a network
+// partition does, and Restore lets the held-back bytes through, as TCP
+// retransmission would. Close closes the listener and every connection at
+// once, as a crashed process's kernel would: the front of a cluster
+// member that is killed (Listen on the member's fixed address, again at
+// its restart).
 package netproxy
 
 import (
@@ -25,8 +29,19 @@ type Proxy struct {
 }
 
 // New listens on a free 127.0.0.1 port and forwards to target.
-func New(target string) (*Proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func New(target string) (*Proxy, error) { return Listen("127.0.0.1:0", target) }
+
+// Listen listens on addr and forwards to target. It retries for up to a
+// second, because a port just closed may linger.
+func Listen(addr, target string) (*Proxy, error) {
+	var ln net.Listener
+	var err error
+	for attempt := 0; attempt < 50; attempt++ {
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -19,7 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/batonhq/baton/integration/bench"
+	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/internal/embedetcd"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/router"
@@ -123,7 +123,7 @@ type ClustersResult struct {
 	Runs     int           `json:"runs"`
 	Rows     []ClustersRow `json:"rows"`
 	// FdatasyncP50 and FdatasyncP99 are a 4 KiB write + fdatasync on the
-	// members' disk, measured in the same run (bench.FdatasyncFloor): the
+	// members' disk, measured in the same run (harness.FdatasyncFloor): the
 	// least one acknowledged etcd write batch costs.
 	FdatasyncP50 time.Duration `json:"fdatasync_p50_ns"`
 	FdatasyncP99 time.Duration `json:"fdatasync_p99_ns"`
@@ -215,11 +215,11 @@ func Clusters(ctx context.Context, cfg ClustersConfig, progress io.Writer) (Clus
 		}
 		members = append(members, m)
 	}
-	syncs, err := bench.FdatasyncFloor(members[0].Dir(), 200)
+	syncs, err := harness.FdatasyncFloor(members[0].Dir(), 200)
 	if err != nil {
 		return res, fmt.Errorf("clusters: fdatasync floor: %w", err)
 	}
-	res.FdatasyncP50, res.FdatasyncP99 = pct(syncs, 50), pct(syncs, 99)
+	res.FdatasyncP50, res.FdatasyncP99 = harness.Percentile(syncs, 50), harness.Percentile(syncs, 99)
 
 	// One router over every member; a row uses the first n namespaces.
 	var m router.Map

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/batonhq/baton/integration/bench"
+	"github.com/batonhq/baton/integration/harness"
 )
 
 // HeldConfig sizes the held phase: Locks mutexes, each on its own name,
@@ -25,7 +25,7 @@ type HeldConfig struct {
 	TTL    time.Duration
 	Window time.Duration
 	// Command runs a child: Command plus "held-client" and flags must run
-	// bench.HeldClient (the baton-scale program does). Empty, the locks are
+	// harness.HeldClient (the baton-scale program does). Empty, the locks are
 	// held in this process, and the heap figure includes the server's.
 	Command []string
 	// Deadline bounds the phase.
@@ -89,9 +89,9 @@ type HeldResult struct {
 }
 
 // Spread is a median with the lowest and highest run.
-type Spread = bench.Summary
+type Spread = harness.Summary
 
-func spread(v []float64) Spread { return bench.Summarize(v) }
+func spread(v []float64) Spread { return harness.Summarize(v) }
 
 // Held runs the held phase against the member at endpoint, which must run
 // in this process (its metrics are read while the child holds).
@@ -103,7 +103,7 @@ func Held(ctx context.Context, endpoint string, cfg HeldConfig, progress io.Writ
 	defer cancel()
 	res := HeldResult{Locks: cfg.Locks, Small: cfg.Small, Runs: cfg.Runs}
 	var heap, rawHeap, kaSmall, kaBig, acq, rawAcq, gor, other []float64
-	perTTL := func(r bench.HeldResult) float64 { return r.RenewalsPerSecond * cfg.TTL.Seconds() }
+	perTTL := func(r harness.HeldResult) float64 { return r.RenewalsPerSecond * cfg.TTL.Seconds() }
 	for run := range cfg.Runs {
 		type step struct {
 			impl string
@@ -157,10 +157,10 @@ func Held(ctx context.Context, endpoint string, cfg HeldConfig, progress io.Writ
 // holdWatched runs one child holding n locks and samples the server's
 // metrics meanwhile; it returns the child's figures and the server's peak
 // growth.
-func holdWatched(ctx context.Context, endpoint string, cfg HeldConfig, impl string, n int) (bench.HeldResult, ServerStats, error) {
+func holdWatched(ctx context.Context, endpoint string, cfg HeldConfig, impl string, n int) (harness.HeldResult, ServerStats, error) {
 	base, err := ReadServer(nil)
 	if err != nil {
-		return bench.HeldResult{}, ServerStats{}, err
+		return harness.HeldResult{}, ServerStats{}, err
 	}
 	peak := base
 	stop := make(chan struct{})
@@ -182,13 +182,13 @@ func holdWatched(ctx context.Context, endpoint string, cfg HeldConfig, impl stri
 		}
 	}()
 	via := "new" // a baton session of its own (raw ignores it)
-	var r bench.HeldResult
+	var r harness.HeldResult
 	if len(cfg.Command) > 0 {
-		r, err = bench.HoldManyIn(ctx, cfg.Command, endpoint, impl, via, n, cfg.TTL, cfg.Window)
-	} else if im, ierr := bench.ImplByName(impl); ierr != nil {
+		r, err = harness.HoldManyIn(ctx, cfg.Command, endpoint, impl, via, n, cfg.TTL, cfg.Window)
+	} else if im, ierr := harness.ImplByName(impl); ierr != nil {
 		err = ierr
 	} else {
-		r, err = bench.HoldMany(ctx, endpoint, im, via, n, cfg.TTL, cfg.Window)
+		r, err = harness.HoldMany(ctx, endpoint, im, via, n, cfg.TTL, cfg.Window)
 	}
 	close(stop)
 	wg.Wait()

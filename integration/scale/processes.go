@@ -13,18 +13,17 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/fencing"
+	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/internal/embedetcd"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/session"
@@ -61,7 +60,7 @@ type ProcessesConfig struct {
 // over 2,000 shared names, 4 Lock calls at once per process, this
 // program's executable as the child.
 func DefaultProcessesConfig() ProcessesConfig {
-	return ProcessesConfig{Binary: stormExecutable(), Processes: 50, Locks: 2000, Workers: 4, TTL: 10 * time.Second, Deadline: 3*time.Minute + 30*time.Second}
+	return ProcessesConfig{Binary: harness.Executable(), Processes: 50, Locks: 2000, Workers: 4, TTL: 10 * time.Second, Deadline: 3*time.Minute + 30*time.Second}
 }
 
 // procFDsPerChild is what one child costs the parent in file descriptors:
@@ -76,41 +75,12 @@ const procFDsBase = 256
 // process with an etcd client, a session and a few thousand Mutexes.
 const procMemPerChild = 64 << 20
 
-// procLimits returns the soft file-descriptor limit and the memory
-// available (0 when unknown).
-func procLimits() (fds uint64, mem uint64) {
-	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err == nil {
-		fds = rl.Cur
-	}
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(l); len(f) >= 2 && f[0] == "MemAvailable:" {
-				kb, _ := strconv.ParseUint(f[1], 10, 64)
-				mem = kb << 10
-			}
-		}
-	}
-	return fds, mem
-}
-
-// procCheckBinary checks the Binary field of a phase that runs children.
-func procCheckBinary(phase, bin string) error {
-	if bin == "" {
-		return fmt.Errorf("%s: Binary must name the executable to run as <Binary> child", phase)
-	}
-	if _, err := exec.LookPath(bin); err != nil {
-		return fmt.Errorf("%s: Binary %q: %w", phase, bin, err)
-	}
-	return nil
-}
-
 // Validate rejects sizes the phase cannot run with, naming the field and
 // its bound; the bounds of Processes include this machine's
 // file-descriptor limit and available memory.
 func (c ProcessesConfig) Validate() error {
 	var errs []error
-	if err := procCheckBinary("processes", c.Binary); err != nil {
+	if err := harness.CheckBinary("processes", c.Binary); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Processes <= 0 {
@@ -132,7 +102,7 @@ func (c ProcessesConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("processes: Deadline must be positive, got %v", c.Deadline))
 	}
 	if c.Processes > 0 && c.Workers > 0 {
-		fds, mem := procLimits()
+		fds, mem := harness.Limits()
 		per := uint64(procFDsPerChild + c.Workers)
 		if fds > 0 && uint64(c.Processes)*per+procFDsBase > fds {
 			errs = append(errs, fmt.Errorf("processes: Processes must be at most %d with %d Workers under the file-descriptor limit %d (each child costs the parent %d), got %d",
@@ -384,30 +354,22 @@ func Processes(ctx context.Context, cfg ProcessesConfig, progress io.Writer) (Pr
 	guardURL := "http://" + ln.Addr().String()
 
 	type child struct {
-		cmd    *exec.Cmd
+		*harness.Child
 		stdout bytes.Buffer
-		stderr procTail
 	}
 	children := make([]*child, cfg.Processes)
 	start := time.Now()
 	var failures []string
 	for i := range children {
-		c := &child{}
-		c.cmd = exec.CommandContext(ctx, cfg.Binary, "child", "procs",
+		c := &child{Child: harness.NewChild(ctx, cfg.Binary, "procs", 10*time.Second,
 			"-endpoint", srv.Endpoint(), "-guard", guardURL, "-proc", strconv.Itoa(i),
 			"-locks", strconv.Itoa(cfg.Locks), "-names", strconv.Itoa(cfg.Names),
-			"-workers", strconv.Itoa(cfg.Workers), "-ttl", cfg.TTL.String())
-		c.cmd.Stdout, c.cmd.Stderr = &c.stdout, &c.stderr
-		// One core each: fifty garbage collectors that each take every
-		// idle core while they mark would stall the member as processes
-		// on machines of their own would not.
-		c.cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
-		c.cmd.Cancel = func() error { return c.cmd.Process.Signal(syscall.SIGTERM) }
-		c.cmd.WaitDelay = 10 * time.Second
-		if err := c.cmd.Start(); err != nil {
+			"-workers", strconv.Itoa(cfg.Workers), "-ttl", cfg.TTL.String())}
+		c.Stdout = &c.stdout
+		if err := c.Start(); err != nil {
 			for _, p := range children[:i] {
-				_ = p.cmd.Process.Kill()
-				_ = p.cmd.Wait()
+				_ = p.Process.Kill()
+				_ = p.Wait()
 			}
 			return res, fmt.Errorf("processes: starting child %d: %w", i, err)
 		}
@@ -418,7 +380,7 @@ func Processes(ctx context.Context, cfg ProcessesConfig, progress io.Writer) (Pr
 	var waits sync.WaitGroup
 	for i, c := range children {
 		waits.Go(func() {
-			_ = c.cmd.Wait()
+			_ = c.Wait()
 			exited <- i
 		})
 	}
@@ -430,7 +392,7 @@ func Processes(ctx context.Context, cfg ProcessesConfig, progress io.Writer) (Pr
 		runStart = time.Now()
 		srvStart, srvErr = ReadServer(nil)
 		res.StartSeconds = runStart.Sub(start).Seconds()
-		res.ParentFDs = procOpenFDs()
+		res.ParentFDs = harness.OpenFDs()
 		fmt.Fprintf(progress, "processes: %d children connected in %.1f s (parent has %d fds open); locking\n", cfg.Processes, res.StartSeconds, res.ParentFDs)
 	case <-ctx.Done():
 	case i := <-exited:
@@ -454,10 +416,8 @@ func Processes(ctx context.Context, cfg ProcessesConfig, progress io.Writer) (Pr
 	}
 
 	for i, c := range children {
-		st := c.cmd.ProcessState
-		if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
-			res.ChildMaxRSS = max(res.ChildMaxRSS, int64(ru.Maxrss)<<10)
-		}
+		st := c.ProcessState
+		res.ChildMaxRSS = max(res.ChildMaxRSS, c.MaxRSS())
 		var rep procChildReport
 		sc := bufio.NewScanner(&c.stdout)
 		for sc.Scan() {
@@ -466,7 +426,7 @@ func Processes(ctx context.Context, cfg ProcessesConfig, progress io.Writer) (Pr
 		res.ChildErrors += len(rep.Errors)
 		switch {
 		case !st.Success():
-			failures = append(failures, fmt.Sprintf("child %d: %v: %s", i, st, strings.TrimSpace(c.stderr.String())))
+			failures = append(failures, fmt.Sprintf("child %d: %v: %s", i, st, c.Stderr()))
 		case rep.Acquired != cfg.Locks || len(rep.Errors) > 0:
 			failures = append(failures, fmt.Sprintf("child %d: acquired %d of %d, errors %q", i, rep.Acquired, cfg.Locks, rep.Errors))
 		}
@@ -475,7 +435,7 @@ func Processes(ctx context.Context, cfg ProcessesConfig, progress io.Writer) (Pr
 	ledger.mu.Lock()
 	res.Writes, res.Overlaps, res.Handoffs, res.Contended = ledger.writes, ledger.overlaps, ledger.handoffs, ledger.contended
 	res.Acquisitions = len(ledger.lat)
-	res.P50, res.P99 = pct(ledger.lat, 50), pct(ledger.lat, 99)
+	res.P50, res.P99 = harness.Percentile(ledger.lat, 50), harness.Percentile(ledger.lat, 99)
 	for _, d := range ledger.lat {
 		res.Max = max(res.Max, d)
 	}
@@ -513,37 +473,6 @@ func Processes(ctx context.Context, cfg ProcessesConfig, progress io.Writer) (Pr
 		res.P50.Round(time.Microsecond), res.P99.Round(time.Microsecond), res.Max.Round(time.Microsecond), res.ChildMaxRSS>>20,
 		res.EventsPerAcquisition, res.WatchMessagesPerAcquisition, res.UnaryPerAcquisition)
 	return res, nil
-}
-
-// procOpenFDs counts this process's open file descriptors (0 if unknown).
-func procOpenFDs() int {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return 0
-	}
-	return len(ents)
-}
-
-// procTail keeps the last 4 KiB written to it.
-type procTail struct {
-	mu sync.Mutex
-	b  []byte
-}
-
-func (t *procTail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > 4096 {
-		t.b = append(t.b[:0], t.b[len(t.b)-4096:]...)
-	}
-	return len(p), nil
-}
-
-func (t *procTail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
 }
 
 // Child is the body of the harness's child processes, "<Binary> child

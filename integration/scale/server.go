@@ -12,7 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/batonhq/baton/integration/bench"
+	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/session"
@@ -211,7 +211,7 @@ func MeasureServerCost(ctx context.Context, endpoint string, cfg ServerCostConfi
 	ctx, cancel := context.WithTimeout(ctx, cfg.Deadline)
 	defer cancel()
 	out := ServerCost{Locks: cfg.Locks, Sessions: cfg.Sessions, Namespaces: cfg.Namespaces, Waiters: cfg.Waiters}
-	cli, err := bench.NewClient(endpoint, nil)
+	cli, err := harness.NewClient(endpoint, nil)
 	if err != nil {
 		return out, err
 	}

@@ -5,32 +5,23 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
-	"go.uber.org/zap"
 
-	"github.com/batonhq/baton/integration/bench"
+	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/integration/netproxy"
 	"github.com/batonhq/baton/internal/embedetcd"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/retry"
-	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/session"
 )
 
@@ -94,17 +85,8 @@ type StormConfig struct {
 // rate measured while taking the locks but no lower than 100,000 in 2
 // minutes; the holders run in this program's executable.
 func DefaultStormConfig() StormConfig {
-	return StormConfig{Binary: stormExecutable(), Locks: 100_000, Sessions: 20, Outage: 20 * time.Second, TTL: 6 * time.Second,
+	return StormConfig{Binary: harness.Executable(), Locks: 100_000, Sessions: 20, Outage: 20 * time.Second, TTL: 6 * time.Second,
 		Quiet: 5 * time.Second, AttemptTimeout: 2 * time.Second, RecoveryBudget: 2 * time.Minute, Floor: 20 * time.Second}
-}
-
-// stormExecutable is this program's executable, empty if unknown.
-func stormExecutable() string {
-	exe, err := os.Executable()
-	if err != nil {
-		return ""
-	}
-	return exe
 }
 
 // stormDefaultFraction is the share of the measured acquisition rate the
@@ -125,7 +107,7 @@ const stormMaxAttempts = 1000
 // its bound.
 func (c StormConfig) Validate() error {
 	var errs []error
-	if err := procCheckBinary("storm", c.Binary); err != nil {
+	if err := harness.CheckBinary("storm", c.Binary); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Locks <= 0 {
@@ -164,7 +146,7 @@ func (c StormConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("storm: Floor must be at least 0 (0: none), got %v", c.Floor))
 	}
 	if c.Locks > 0 {
-		if _, mem := procLimits(); mem > 0 && uint64(c.Locks)*stormMemPerLock > mem {
+		if _, mem := harness.Limits(); mem > 0 && uint64(c.Locks)*stormMemPerLock > mem {
 			errs = append(errs, fmt.Errorf("storm: Locks must be at most %d with %d MiB available (%d B allowed per lock), got %d",
 				mem/stormMemPerLock, mem>>20, stormMemPerLock, c.Locks))
 		}
@@ -316,94 +298,6 @@ type StormSecond struct {
 	PutP99 time.Duration `json:"put_p99_ns"`
 }
 
-// stormGate paces one session's re-acquirers. While the session is
-// failing (a hold was lost, or an attempt failed) only one attempt, a
-// probe, is let through at a time, after a full-jitter exponential
-// backoff (100 ms doubling to 2 s), so sessions never retry in step; once
-// a probe succeeds the others are let through one every `every`.
-type stormGate struct {
-	every time.Duration
-
-	mu        sync.Mutex
-	next      time.Time
-	failing   bool
-	probing   bool
-	failures  int
-	recovered chan struct{}
-}
-
-// stormRequestsPerReacquire is what a paced re-acquisition may send: its
-// enqueue, and a tenth more for retries and lost replies' cleanups.
-const stormRequestsPerReacquire = 1.1
-
-// stormMaxBackoff is the longest backoff of a failing session's probe.
-const stormMaxBackoff = 2 * time.Second
-
-func newStormGate(every time.Duration) *stormGate {
-	return &stormGate{every: every, recovered: make(chan struct{})}
-}
-
-func stormBackoff(failures int) time.Duration {
-	d := min(100*time.Millisecond<<min(failures, 5), stormMaxBackoff)
-	return time.Duration(rand.Int64N(int64(d)) + 1)
-}
-
-// admit waits for the caller's turn; probe says it is the failing
-// session's one probe.
-func (g *stormGate) admit(ctx context.Context) (probe bool, err error) {
-	for range stormMaxAttempts {
-		g.mu.Lock()
-		if !g.failing {
-			now := time.Now()
-			if g.next.Before(now) {
-				g.next = now
-			}
-			at := g.next
-			g.next = g.next.Add(g.every)
-			g.mu.Unlock()
-			return false, retry.Sleep(ctx, time.Until(at))
-		}
-		if !g.probing {
-			g.probing = true
-			d := stormBackoff(g.failures)
-			g.mu.Unlock()
-			return true, retry.Sleep(ctx, d)
-		}
-		ch := g.recovered
-		g.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return false, ctx.Err()
-		}
-	}
-	return false, errors.New("storm: gate: too many turns")
-}
-
-func (g *stormGate) fail() {
-	g.mu.Lock()
-	if !g.failing {
-		g.failing, g.failures, g.recovered = true, 0, make(chan struct{})
-	}
-	g.failures++
-	g.mu.Unlock()
-}
-
-func (g *stormGate) done(probe bool, err error) {
-	if err != nil {
-		g.fail()
-	}
-	g.mu.Lock()
-	if err == nil && g.failing {
-		g.failing, g.failures = false, 0
-		close(g.recovered)
-	}
-	if probe {
-		g.probing = false
-	}
-	g.mu.Unlock()
-}
-
 // stormNamespace holds the storm's keys.
 const stormNamespace = "scale-storm"
 
@@ -479,6 +373,12 @@ type stormSample struct {
 // stayed within 5× its quiet p99, and that every lock was held again.
 // A failed check is in StormResult.Failures (OK false); an error means the
 // phase could not run.
+//
+// Its steps, in order: setUp (the member, the proxy the holder goes
+// through, a direct client), hold (the holder process takes the locks),
+// observe (probes and the server's deletions, until the recovery ends),
+// cut (quiet time, the outage, the restore), recover (the holder takes
+// every lock again and reports), report (the checks and the figures).
 func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResult, error) {
 	if err := cfg.Validate(); err != nil {
 		return StormResult{}, err
@@ -486,66 +386,132 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 	if progress == nil {
 		progress = io.Discard
 	}
-	res := StormResult{Locks: cfg.Locks, Sessions: cfg.Sessions, OutageSeconds: cfg.Outage.Seconds(), TTLSeconds: cfg.TTL.Seconds()}
+	s := &storm{cfg: cfg, progress: progress,
+		res: StormResult{Locks: cfg.Locks, Sessions: cfg.Sessions, OutageSeconds: cfg.Outage.Seconds(), TTLSeconds: cfg.TTL.Seconds()}}
+	tearDown, err := s.setUp()
+	if err != nil {
+		return s.res, err
+	}
+	defer tearDown()
+	if err := s.hold(ctx); err != nil {
+		return s.res, err
+	}
+	defer s.cancelHard()
+	stopObserving := s.observe(ctx)
+	defer stopObserving()
+	if err := s.cut(ctx); err != nil {
+		return s.res, err
+	}
+	if err := s.recover(stopObserving); err != nil {
+		return s.res, err
+	}
+	if err := s.report(ctx); err != nil {
+		return s.res, err
+	}
+	return s.res, nil
+}
 
-	srv, err := embedetcd.New(embedetcd.Config{})
-	if err != nil {
-		return res, err
+// storm is one run of the storm phase, filled in step by step.
+type storm struct {
+	cfg      StormConfig
+	progress io.Writer
+	res      StormResult
+
+	// setUp
+	srv        *embedetcd.Server
+	proxy      *netproxy.Proxy
+	probeCli   *clientv3.Client // bypasses the proxy
+	reportPath string
+
+	// hold
+	holder      *harness.Child
+	stdin       io.WriteCloser
+	cancelHard  context.CancelFunc
+	waited      chan error    // the holder's exit
+	allHeldSeen chan struct{} // the holder's second line
+	srvMu       sync.Mutex
+	srvStart    ServerStats // at the restore
+	srvEnd      ServerStats // when every lock was held again
+	srvStartErr error
+	srvEndErr   error
+
+	// observe
+	probeMu   sync.Mutex
+	getProbes []stormSample
+	putProbes []stormSample
+	delMu     sync.Mutex
+	deleted   map[string]int64 // key → when the server deleted it (Unix ns)
+
+	// cut and recover
+	quietStart, cutAt, restore, end time.Time
+	rep                             stormReport
+}
+
+// setUp starts the member, the proxy the holder process goes through and
+// a client beside it; tearDown undoes it.
+func (s *storm) setUp() (tearDown func(), err error) {
+	var undo []func()
+	tearDown = func() {
+		for _, f := range slices.Backward(undo) {
+			f()
+		}
 	}
-	defer srv.Stop()
-	proxy, err := netproxy.New(srv.Etcd().Clients[0].Addr().String())
-	if err != nil {
-		return res, err
+	defer func() {
+		if err != nil {
+			tearDown()
+		}
+	}()
+	if s.srv, err = embedetcd.New(embedetcd.Config{}); err != nil {
+		return nil, err
 	}
-	defer proxy.Close()
-	probeCli, err := srv.NewClient()
-	if err != nil {
-		return res, err
+	undo = append(undo, s.srv.Stop)
+	if s.proxy, err = netproxy.New(s.srv.Etcd().Clients[0].Addr().String()); err != nil {
+		return nil, err
 	}
-	defer probeCli.Close()
+	undo = append(undo, func() { _ = s.proxy.Close() })
+	if s.probeCli, err = s.srv.NewClient(); err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { _ = s.probeCli.Close() })
 	dir, err := os.MkdirTemp("", "baton-storm-")
 	if err != nil {
-		return res, err
+		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	reportPath := filepath.Join(dir, "report.json")
+	undo = append(undo, func() { _ = os.RemoveAll(dir) })
+	s.reportPath = filepath.Join(dir, "report.json")
+	return tearDown, nil
+}
 
-	// The holder process. Its hard limit: taking the locks at 200/s at
+// hold starts the holder process and waits until it holds every lock.
+func (s *storm) hold(ctx context.Context) error {
+	cfg := s.cfg
+	// The holder process's hard limit: taking the locks at 200/s at
 	// worst, then the quiet time, the outage and the recovery's deadline.
 	hardCtx, cancelHard := context.WithTimeout(ctx, time.Duration(cfg.Locks/200)*time.Second+time.Minute+cfg.Quiet+cfg.Outage+cfg.Floor+
 		max(cfg.Deadline, time.Duration(3*cfg.Locks/100)*time.Second+30*time.Second)+time.Minute)
-	defer cancelHard()
-	cmd := exec.CommandContext(hardCtx, cfg.Binary, "child", "storm", "-endpoint", proxy.Endpoint(),
+	s.cancelHard = cancelHard
+	// On one core (harness.NewChild), the other left to the member.
+	s.holder = harness.NewChild(hardCtx, cfg.Binary, "storm", 15*time.Second, "-endpoint", s.proxy.Endpoint(),
 		"-locks", strconv.Itoa(cfg.Locks), "-sessions", strconv.Itoa(cfg.Sessions), "-ttl", cfg.TTL.String(),
 		"-rate", strconv.FormatFloat(cfg.Rate, 'g', -1, 64), "-fraction", strconv.FormatFloat(cfg.RateFraction, 'g', -1, 64), "-budget", cfg.RecoveryBudget.String(),
-		"-attempt-timeout", cfg.AttemptTimeout.String(), "-deadline", cfg.Deadline.String(), "-floor", cfg.Floor.String(), "-report", reportPath)
-	var stderr procTail
-	cmd.Stderr = &stderr
-	// One core for the holder process, the other for the member: on a
-	// small machine the holder's garbage collector would otherwise take
-	// both while it marks its heap, stalling the member as no separate
-	// etcd machine would be.
-	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 15 * time.Second
-	stdin, err := cmd.StdinPipe()
+		"-attempt-timeout", cfg.AttemptTimeout.String(), "-deadline", cfg.Deadline.String(), "-floor", cfg.Floor.String(), "-report", s.reportPath)
+	stdin, err := s.holder.StdinPipe()
 	if err != nil {
-		return res, err
+		cancelHard()
+		return err
 	}
-	stdout, err := cmd.StdoutPipe()
+	s.stdin = stdin
+	stdout, err := s.holder.StdoutPipe()
 	if err != nil {
-		return res, err
+		cancelHard()
+		return err
 	}
-	if err := cmd.Start(); err != nil {
-		return res, fmt.Errorf("storm: starting the holder process: %w", err)
+	if err := s.holder.Start(); err != nil {
+		cancelHard()
+		return fmt.Errorf("storm: starting the holder process: %w", err)
 	}
-	waited := make(chan error, 1)
-	allHeldSeen := make(chan struct{}) // the holder's second line
-	var (
-		srvMu                  sync.Mutex
-		srvStart, srvEnd       ServerStats
-		srvStartErr, srvEndErr error
-	)
+	s.waited = make(chan error, 1)
+	s.allHeldSeen = make(chan struct{})
 	var readyLine []byte
 	readyErr := make(chan error, 1)
 	go func() {
@@ -560,51 +526,51 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 		// cleanup: the server's counters then cover the recovery alone.
 		if sc.Scan() {
 			st, err := ReadServer(nil)
-			srvMu.Lock()
-			srvEnd, srvEndErr = st, err
-			srvMu.Unlock()
-			close(allHeldSeen)
+			s.srvMu.Lock()
+			s.srvEnd, s.srvEndErr = st, err
+			s.srvMu.Unlock()
+			close(s.allHeldSeen)
 		}
 		_, _ = io.Copy(io.Discard, stdout)
-		waited <- cmd.Wait()
+		s.waited <- s.holder.Wait()
 	}()
-	holderFailed := func(what string, err error) (StormResult, error) {
-		_ = stdin.Close()
-		cancelHard()
-		<-waited
-		return res, fmt.Errorf("storm: holder process: %s: %v: %s", what, err, strings.TrimSpace(stderr.String()))
-	}
 	if err := <-readyErr; err != nil {
-		return holderFailed("taking the locks", err)
+		return s.holderFailed("taking the locks", err)
 	}
 	var ready stormReady
 	if err := json.Unmarshal(readyLine, &ready); err != nil {
-		return holderFailed("ready line", err)
+		return s.holderFailed("ready line", err)
 	}
+	res := &s.res
 	res.AcquireSeconds, res.AcquirePerSecond, res.RequestsPerAcquire, res.Rate = ready.AcquireSeconds, ready.AcquirePerSecond, ready.RequestsPerAcquire, ready.Rate
 	res.PredictedSeconds = float64(cfg.Locks)/res.Rate + stormMaxBackoff.Seconds()
 	res.RateShare = res.Rate / (res.AcquirePerSecond * res.RequestsPerAcquire)
-	fmt.Fprintf(progress, "storm: took %d locks on %d sessions in %.2f s (%.0f/s, %.2f requests each)\n",
+	fmt.Fprintf(s.progress, "storm: took %d locks on %d sessions in %.2f s (%.0f/s, %.2f requests each)\n",
 		cfg.Locks, cfg.Sessions, res.AcquireSeconds, res.AcquirePerSecond, res.RequestsPerAcquire)
+	return nil
+}
 
+// holderFailed stops the holder process and says why the phase could not
+// run, with the end of its stderr.
+func (s *storm) holderFailed(what string, err error) error {
+	_ = s.stdin.Close()
+	s.cancelHard()
+	<-s.waited
+	return fmt.Errorf("storm: holder process: %s: %v: %s", what, err, s.holder.Stderr())
+}
+
+// observe starts the probes of the client beside the proxy (a Get every
+// 10 ms, a Put every 50 ms) and a watch of the server's deletions of the
+// holders' keys; stop ends them and waits for them. Idempotent.
+func (s *storm) observe(ctx context.Context) (stop func()) {
 	runCtx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
 	var bg sync.WaitGroup
-	defer bg.Wait()
-	defer stopRun()
-
-	// Probes by a client that bypasses the proxy.
-	var (
-		probeMu   sync.Mutex
-		getProbes []stormSample
-		putProbes []stormSample
-	)
 	probe := func(every time.Duration, op func(context.Context) error, out *[]stormSample) {
 		stormEvery(runCtx, every, func(time.Time) {
 			pctx, cancel := context.WithTimeout(runCtx, 5*time.Second)
-			s := time.Now()
+			start := time.Now()
 			err := op(pctx)
-			lat := time.Since(s)
+			lat := time.Since(start)
 			cancel()
 			if err != nil {
 				if runCtx.Err() != nil {
@@ -612,30 +578,25 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 				}
 				lat = 5 * time.Second
 			}
-			probeMu.Lock()
-			*out = append(*out, stormSample{s, lat})
-			probeMu.Unlock()
+			s.probeMu.Lock()
+			*out = append(*out, stormSample{start, lat})
+			s.probeMu.Unlock()
 		})
 	}
 	bg.Go(func() {
-		probe(10*time.Millisecond, func(c context.Context) error { _, err := probeCli.Get(c, "scale-storm-probe"); return err }, &getProbes)
+		probe(10*time.Millisecond, func(c context.Context) error { _, err := s.probeCli.Get(c, "scale-storm-probe"); return err }, &s.getProbes)
 	})
 	bg.Go(func() {
-		probe(50*time.Millisecond, func(c context.Context) error { _, err := probeCli.Put(c, "scale-storm-probe", "x"); return err }, &putProbes)
+		probe(50*time.Millisecond, func(c context.Context) error { _, err := s.probeCli.Put(c, "scale-storm-probe", "x"); return err }, &s.putProbes)
 	})
 
-	// The server's deletions of the holders' keys, seen directly.
-	var (
-		delMu   sync.Mutex
-		deleted = make(map[string]int64, cfg.Locks)
-	)
+	s.deleted = make(map[string]int64, s.cfg.Locks)
 	wctx, stopWatch := context.WithCancel(clientv3.WithRequireLeader(runCtx))
-	defer stopWatch()
-	wch := probeCli.Watch(wctx, "/"+stormNamespace+"/", clientv3.WithPrefix(), clientv3.WithFilterPut())
+	wch := s.probeCli.Watch(wctx, "/"+stormNamespace+"/", clientv3.WithPrefix(), clientv3.WithFilterPut())
 	bg.Go(func() {
 		// Not through the holder's cleanup: its revocations delete every key.
 		select {
-		case <-allHeldSeen:
+		case <-s.allHeldSeen:
 		case <-runCtx.Done():
 		}
 		stopWatch()
@@ -643,83 +604,117 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 	bg.Go(func() {
 		for wr := range wch {
 			now := time.Now().UnixNano()
-			delMu.Lock()
+			s.delMu.Lock()
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
-					if _, ok := deleted[string(ev.Kv.Key)]; !ok {
-						deleted[string(ev.Kv.Key)] = now
+					if _, ok := s.deleted[string(ev.Kv.Key)]; !ok {
+						s.deleted[string(ev.Kv.Key)] = now
 					}
 				}
 			}
-			delMu.Unlock()
+			s.delMu.Unlock()
 		}
 	})
-
-	quietStart := time.Now()
-	if err := retry.Sleep(ctx, cfg.Quiet); err != nil {
-		return holderFailed("quiet", err)
+	return func() {
+		stopRun()
+		bg.Wait()
+		stopWatch()
 	}
-	cut := time.Now()
-	proxy.Blackhole()
-	fmt.Fprintf(progress, "storm: etcd cut off for %v\n", cfg.Outage)
-	if err := retry.Sleep(ctx, cfg.Outage); err != nil {
-		proxy.Restore()
-		return holderFailed("outage", err)
+}
+
+// cut lets the holder run quiet for Quiet, cuts it off from etcd for
+// Outage, restores the traffic and tells the holder so.
+func (s *storm) cut(ctx context.Context) error {
+	s.quietStart = time.Now()
+	if err := retry.Sleep(ctx, s.cfg.Quiet); err != nil {
+		return s.holderFailed("quiet", err)
+	}
+	s.cutAt = time.Now()
+	s.proxy.Blackhole()
+	fmt.Fprintf(s.progress, "storm: etcd cut off for %v\n", s.cfg.Outage)
+	if err := retry.Sleep(ctx, s.cfg.Outage); err != nil {
+		s.proxy.Restore()
+		return s.holderFailed("outage", err)
 	}
 	st, err := ReadServer(nil)
-	srvMu.Lock()
-	srvStart, srvStartErr = st, err
-	srvMu.Unlock()
-	restore := time.Now()
-	proxy.Restore()
-	if _, err := io.WriteString(stdin, "restored\n"); err != nil {
-		return holderFailed("telling it the restore", err)
+	s.srvMu.Lock()
+	s.srvStart, s.srvStartErr = st, err
+	s.srvMu.Unlock()
+	s.restore = time.Now()
+	s.proxy.Restore()
+	if _, err := io.WriteString(s.stdin, "restored\n"); err != nil {
+		return s.holderFailed("telling it the restore", err)
 	}
-	fmt.Fprintf(progress, "storm: traffic restored; re-acquiring at most %.0f/s (%.2f of the measured request rate; predicted %.1f s)\n", res.Rate, res.RateShare, res.PredictedSeconds)
-	werr := <-waited
-	stopRun()
-	bg.Wait()
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		res.HolderMaxRSS = int64(ru.Maxrss) << 10
-	}
+	fmt.Fprintf(s.progress, "storm: traffic restored; re-acquiring at most %.0f/s (%.2f of the measured request rate; predicted %.1f s)\n", s.res.Rate, s.res.RateShare, s.res.PredictedSeconds)
+	return nil
+}
+
+// recover waits for the holder process to take every lock again, clean
+// up and exit, stops the observers and reads the holder's report.
+func (s *storm) recover(stopObserving func()) error {
+	werr := <-s.waited
+	stopObserving()
+	res := &s.res
+	res.HolderMaxRSS = s.holder.MaxRSS()
 	if werr != nil {
-		return res, fmt.Errorf("storm: holder process: %v: %s", werr, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("storm: holder process: %v: %s", werr, s.holder.Stderr())
 	}
-	b, err := os.ReadFile(reportPath)
+	b, err := os.ReadFile(s.reportPath)
 	if err != nil {
-		return res, fmt.Errorf("storm: holder process's report: %w", err)
+		return fmt.Errorf("storm: holder process's report: %w", err)
 	}
-	var rep stormReport
-	if err := json.Unmarshal(b, &rep); err != nil {
-		return res, fmt.Errorf("storm: holder process's report: %w", err)
+	if err := json.Unmarshal(b, &s.rep); err != nil {
+		return fmt.Errorf("storm: holder process's report: %w", err)
 	}
+	rep := &s.rep
 	res.Failures = append(res.Failures, stormFirst(rep.Errors, 5)...)
 	res.Attempts, res.FailedAttempts, res.Reheld, res.ScanMax = rep.Attempts, rep.Failed, rep.Reheld, rep.ScanMax
 	res.CloseSessionsSeconds, res.CloseMutexesSeconds = rep.CloseSessions.Seconds(), rep.CloseMutexes.Seconds()
 	res.Relost, res.RelostCauses, res.RelostSlackMin = rep.Relost, rep.RelostCauses, rep.RelostSlackMin
-	end := time.Now()
+	s.end = time.Now()
 	if rep.AllHeld > 0 {
-		end = time.Unix(0, rep.AllHeld)
-		res.RecoverySeconds = end.Sub(restore).Seconds()
+		s.end = time.Unix(0, rep.AllHeld)
+		res.RecoverySeconds = s.end.Sub(s.restore).Seconds()
 	} else {
 		res.Failures = append(res.Failures, "the locks were never all held again")
 	}
+	return nil
+}
 
-	// What the recovery cost the server, per re-acquisition.
-	srvMu.Lock()
+// report makes the checks and the figures of the run, and prints them.
+func (s *storm) report(ctx context.Context) error {
+	s.serverCost()
+	s.losses()
+	s.requests()
+	s.latencies()
+	if err := s.keysLeft(ctx); err != nil {
+		return err
+	}
+	s.print()
+	s.res.OK = len(s.res.Failures) == 0
+	return nil
+}
+
+// serverCost is what the recovery cost the server, per re-acquisition.
+func (s *storm) serverCost() {
+	res, rep := &s.res, &s.rep
+	s.srvMu.Lock()
+	defer s.srvMu.Unlock()
 	switch {
-	case srvStartErr != nil || srvEndErr != nil:
-		res.Failures = append(res.Failures, fmt.Sprintf("reading the member's metrics: %v", errors.Join(srvStartErr, srvEndErr)))
-	case srvEnd.Events > 0 && rep.Attempts > 0:
-		d := srvEnd.Sub(srvStart)
+	case s.srvStartErr != nil || s.srvEndErr != nil:
+		res.Failures = append(res.Failures, fmt.Sprintf("reading the member's metrics: %v", errors.Join(s.srvStartErr, s.srvEndErr)))
+	case s.srvEnd.Events > 0 && rep.Attempts > 0:
+		d := s.srvEnd.Sub(s.srvStart)
 		res.EventsPerAcquire = d.Events / float64(rep.Attempts)
 		res.WatchMessagesPerAcquire = d.WatchMessages / float64(rep.Attempts)
 		res.UnaryPerAcquire = d.Unary / float64(rep.Attempts)
 	}
-	srvMu.Unlock()
+}
 
-	// Losses of the first holds, against their leases' expiry as the
-	// client knows it and the server's deletion of their keys.
+// losses checks the ends of the first holds against their leases' expiry
+// as the client knows it and the server's deletion of their keys.
+func (s *storm) losses() {
+	res, rep, cfg, cut := &s.res, &s.rep, s.cfg, s.cutAt
 	res.SlackMin, res.ServerSlackMin, res.LossAfterCutMin = 1<<62, 1<<62, 1<<62
 	var late, lateServer []string
 	for i, l := range rep.Losses {
@@ -737,7 +732,7 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 				late = append(late, fmt.Sprintf("lock %d lost before the cut: %s", i, l.Cause))
 			}
 		}
-		if at, ok := deleted[l.Key]; ok {
+		if at, ok := s.deleted[l.Key]; ok {
 			res.ServerDeleted++
 			switch {
 			case l.Lost == 0:
@@ -767,11 +762,17 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 	if res.Reheld != cfg.Locks {
 		res.Failures = append(res.Failures, fmt.Sprintf("%d of %d locks held again", res.Reheld, cfg.Locks))
 	}
+}
 
-	// Requests: the quiet rate, then the peaks of any 1 s.
+// requests are the holder's requests: the quiet rate, then the peaks of
+// any 1 s and 5 s, against the bound the rate cap implies; and its
+// scheduling lag.
+func (s *storm) requests() {
+	res, rep := &s.res, &s.rep
+	cut, restore, end := s.cutAt, s.restore, s.end
 	var quietN int64
 	for _, w := range rep.Windows {
-		if w.At > quietStart.UnixNano() && w.At <= cut.UnixNano() {
+		if w.At > s.quietStart.UnixNano() && w.At <= cut.UnixNano() {
 			quietN += w.N
 		}
 		switch {
@@ -781,8 +782,8 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 			res.HolderLagRecovery = max(res.HolderLagRecovery, w.Lag)
 		}
 	}
-	res.QuietPerSecond = float64(quietN) / cut.Sub(quietStart).Seconds()
-	res.RequestBound = res.Rate*stormRequestsPerReacquire + res.QuietPerSecond + 4*float64(cfg.Sessions)
+	res.QuietPerSecond = float64(quietN) / cut.Sub(s.quietStart).Seconds()
+	res.RequestBound = res.Rate*stormRequestsPerReacquire + res.QuietPerSecond + 4*float64(s.cfg.Sessions)
 	// The most requests in any span (1 s, 5 s) starting in [from, to].
 	peak := func(span time.Duration, from, to int64) float64 {
 		var best float64
@@ -809,33 +810,37 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 	if res.Peak5sPerSecond > res.RequestBound {
 		res.Failures = append(res.Failures, fmt.Sprintf("%.0f requests/s over 5 s after the restore exceeds the bound %.0f", res.Peak5sPerSecond, res.RequestBound))
 	}
+}
 
-	// Probe latencies.
+// latencies are the probes' percentiles, quiet against the recovery and
+// against the raw floor, and the timeline.
+func (s *storm) latencies() {
+	res, rep := &s.res, &s.rep
 	split := func(ps []stormSample) (quiet, rec []time.Duration) {
 		for _, p := range ps {
 			switch {
-			case !p.at.Before(quietStart) && p.at.Before(cut):
+			case !p.at.Before(s.quietStart) && p.at.Before(s.cutAt):
 				quiet = append(quiet, p.lat)
-			case !p.at.Before(restore) && !p.at.After(end):
+			case !p.at.Before(s.restore) && !p.at.After(s.end):
 				rec = append(rec, p.lat)
 			}
 		}
 		return quiet, rec
 	}
-	qg, rg := split(getProbes)
-	qp, rp := split(putProbes)
+	qg, rg := split(s.getProbes)
+	qp, rp := split(s.putProbes)
 	res.ProbeSamples = [4]int{len(qg), len(rg), len(qp), len(rp)}
-	res.QuietGetP50, res.QuietGetP99 = pct(qg, 50), pct(qg, 99)
-	res.RecoveryGetP50, res.RecoveryGetP99 = pct(rg, 50), pct(rg, 99)
-	res.QuietPutP50, res.QuietPutP99 = pct(qp, 50), pct(qp, 99)
-	res.RecoveryPutP50, res.RecoveryPutP99 = pct(rp, 50), pct(rp, 99)
+	res.QuietGetP50, res.QuietGetP99 = harness.Percentile(qg, 50), harness.Percentile(qg, 99)
+	res.RecoveryGetP50, res.RecoveryGetP99 = harness.Percentile(rg, 50), harness.Percentile(rg, 99)
+	res.QuietPutP50, res.QuietPutP99 = harness.Percentile(qp, 50), harness.Percentile(qp, 99)
+	res.RecoveryPutP50, res.RecoveryPutP99 = harness.Percentile(rp, 50), harness.Percentile(rp, 99)
 	if res.QuietGetP99 > 0 && res.RecoveryGetP99 > 5*res.QuietGetP99 {
 		res.Failures = append(res.Failures, fmt.Sprintf("Get p99 during recovery %v exceeds 5× the quiet p99 %v", res.RecoveryGetP99, res.QuietGetP99))
 	}
 	if res.QuietPutP99 > 0 && res.RecoveryPutP99 > 5*res.QuietPutP99 {
 		res.Failures = append(res.Failures, fmt.Sprintf("Put p99 during recovery %v exceeds 5× the quiet p99 %v", res.RecoveryPutP99, res.QuietPutP99))
 	}
-	res.Timeline = stormTimeline(cut, end, rep.Windows, getProbes, putProbes)
+	res.Timeline = stormTimeline(s.cutAt, s.end, rep.Windows, s.getProbes, s.putProbes)
 	if rep.FloorEnd > rep.FloorStart {
 		from, to := time.Unix(0, rep.FloorStart), time.Unix(0, rep.FloorEnd)
 		within := func(ps []stormSample) (out []time.Duration) {
@@ -847,7 +852,7 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 			return out
 		}
 		res.FloorLocks, res.FloorSeconds, res.FloorFailedAttempt = rep.FloorLocks, to.Sub(from).Seconds(), rep.FloorFailed
-		res.FloorGetP99, res.FloorPutP99 = pct(within(getProbes), 99), pct(within(putProbes), 99)
+		res.FloorGetP99, res.FloorPutP99 = harness.Percentile(within(s.getProbes), 99), harness.Percentile(within(s.putProbes), 99)
 		ratio := func(a, b time.Duration) float64 {
 			if b <= 0 {
 				return 0
@@ -857,20 +862,30 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 		res.FloorGetRatio, res.FloorPutRatio = ratio(res.FloorGetP99, res.QuietGetP99), ratio(res.FloorPutP99, res.QuietPutP99)
 		res.RecoveryGetRatio, res.RecoveryPutRatio = ratio(res.RecoveryGetP99, res.QuietGetP99), ratio(res.RecoveryPutP99, res.QuietPutP99)
 	}
+}
 
-	left, err := stormKeysLeft(ctx, probeCli, stormNamespace)
+// keysLeft checks that the holder's cleanup left no key, baton's or the
+// raw floor's.
+func (s *storm) keysLeft(ctx context.Context) error {
+	left, err := stormKeysLeft(ctx, s.probeCli, stormNamespace)
 	if err != nil {
-		return res, fmt.Errorf("storm: %w", err)
+		return fmt.Errorf("storm: %w", err)
 	}
-	rawLeft, err := stormKeysLeft(ctx, probeCli, stormNamespace+"-raw")
+	rawLeft, err := stormKeysLeft(ctx, s.probeCli, stormNamespace+"-raw")
 	if err != nil {
-		return res, fmt.Errorf("storm: %w", err)
+		return fmt.Errorf("storm: %w", err)
 	}
 	left = append(left, rawLeft...)
-	res.KeysLeft = len(left)
-	if res.KeysLeft != 0 {
-		res.Failures = append(res.Failures, fmt.Sprintf("%d keys left under /%s/ after cleanup, first %q", res.KeysLeft, stormNamespace, left[0]))
+	s.res.KeysLeft = len(left)
+	if s.res.KeysLeft != 0 {
+		s.res.Failures = append(s.res.Failures, fmt.Sprintf("%d keys left under /%s/ after cleanup, first %q", s.res.KeysLeft, stormNamespace, left[0]))
 	}
+	return nil
+}
+
+// print writes the figures to progress.
+func (s *storm) print() {
+	res, cfg, progress := &s.res, s.cfg, s.progress
 	fmt.Fprintf(progress, "storm: %d of %d holders' Context ended before renewal+TTL (least slack %v), %d of %d before the server deleted their key (least lead %v); losses timed within %v; holder process's scheduling lag up to %v in the outage\n",
 		res.EndedBeforeExpiry, res.Lost, res.SlackMin.Round(time.Millisecond), res.EndedBeforeDelete, res.ServerDeleted, res.ServerSlackMin.Round(time.Millisecond),
 		(stormScanPeriod + res.ScanMax).Round(time.Millisecond), res.HolderLagOutage.Round(time.Millisecond))
@@ -887,8 +902,6 @@ func Storm(ctx context.Context, cfg StormConfig, progress io.Writer) (StormResul
 		fmt.Fprintf(progress, "storm: floor: raw etcd concurrency took %d locks at the same cap in %.1f s: Get p99 %v (%.1f× quiet; baton's recovery %.1f×), Put p99 %v (%.1f× quiet; baton's recovery %.1f×)\n",
 			res.FloorLocks, res.FloorSeconds, res.FloorGetP99, res.FloorGetRatio, res.RecoveryGetRatio, res.FloorPutP99, res.FloorPutRatio, res.RecoveryPutRatio)
 	}
-	res.OK = len(res.Failures) == 0
-	return res, nil
 }
 
 // stormTimeline buckets the windows and probes by second from cut to end.
@@ -930,491 +943,9 @@ func stormTimeline(cut, end time.Time, windows []stormWindow, getProbes, putProb
 		}
 	}
 	for i := range tl {
-		tl[i].GetP99, tl[i].PutP99 = pct(gets[i], 99), pct(puts[i], 99)
+		tl[i].GetP99, tl[i].PutP99 = harness.Percentile(gets[i], 99), harness.Percentile(puts[i], 99)
 	}
 	return tl
-}
-
-// stormHolder is the holder process ("<Binary> child storm ..."): it takes
-// the locks, prints a stormReady line, and from then on takes every lost
-// lock again through its session's gate; once the parent has written
-// "restored" on stdin and every lock is held, it closes its sessions and
-// writes its report.
-func stormHolder(ctx context.Context, args []string, stdout, stderr io.Writer, stdin io.Reader) int {
-	fs := flag.NewFlagSet("child storm", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	endpoint := fs.String("endpoint", "", "etcd client URL (the proxy)")
-	nLocks := fs.Int("locks", 0, "locks to hold")
-	nSessions := fs.Int("sessions", 0, "sessions")
-	ttl := fs.Duration("ttl", 6*time.Second, "lease TTL")
-	rate := fs.Float64("rate", 0, "re-acquisitions per second (0: -fraction of the measured rate)")
-	fraction := fs.Float64("fraction", 0, "share of the measured rate (0: 1/8)")
-	budget := fs.Duration("budget", 0, "least rate: -locks per budget (0: none)")
-	attemptTimeout := fs.Duration("attempt-timeout", 2*time.Second, "bound of one Lock attempt")
-	deadline := fs.Duration("deadline", 0, "bound of the recovery (0: 3 × locks/rate + 30s)")
-	floor := fs.Duration("floor", 0, "how long raw etcd concurrency takes locks at the same rate after the recovery (0: none)")
-	reportPath := fs.String("report", "", "file to write the report to")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if *endpoint == "" || *reportPath == "" || *nLocks < 1 || *nSessions < 1 || *nSessions > *nLocks {
-		fmt.Fprintln(stderr, "child storm: -endpoint, -report, -locks and -sessions (at most -locks) are required")
-		return 2
-	}
-	if *fraction == 0 {
-		*fraction = stormDefaultFraction
-	}
-	rep, err := stormHold(ctx, *endpoint, *nLocks, *nSessions, *ttl, *rate, *fraction, *budget, *attemptTimeout, *deadline, *floor, stdout, stdin)
-	if err != nil {
-		fmt.Fprintf(stderr, "child storm: %v\n", err)
-		return 1
-	}
-	b, err := json.Marshal(rep)
-	if err == nil {
-		err = os.WriteFile(*reportPath, b, 0o600)
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "child storm: report: %v\n", err)
-		return 1
-	}
-	return 0
-}
-
-type stormLock struct {
-	m     *mutex.Mutex
-	sess  int
-	first *mutex.Lock
-	cur   atomic.Pointer[mutex.Lock] // the hold the scanner watches; nil while lost
-
-	mu     sync.Mutex
-	loss   stormLoss
-	reheld bool
-}
-
-func stormHold(ctx context.Context, endpoint string, nLocks, nSessions int, ttl time.Duration, rate, fraction float64,
-	budget, attemptTimeout, deadline, floor time.Duration, stdout io.Writer, stdin io.Reader) (*stormReport, error) {
-	margin := ttl / 5
-	counter := bench.NewCounter()
-	sessions := make([]*session.Session, nSessions)
-	clients := make([]*clientv3.Client, nSessions)
-	locks := make([]*stormLock, nLocks)
-	defer func() {
-		// The sessions' Close revokes their leases (every key at once);
-		// the Mutexes then have nothing left to release.
-		for i := range sessions {
-			if sessions[i] != nil {
-				_ = sessions[i].Close()
-			}
-		}
-		stormEach(len(locks), stormWorkers*nSessions, func(i int) {
-			if locks[i] != nil {
-				_ = locks[i].m.Close()
-			}
-		})
-		for _, c := range clients {
-			if c != nil {
-				_ = c.Close()
-			}
-		}
-	}()
-	for i := range sessions {
-		cli, err := clientv3.New(clientv3.Config{
-			Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-			DialOptions: counter.DialOptions(),
-		})
-		if err != nil {
-			return nil, err
-		}
-		clients[i] = cli
-		s, err := session.New(cli, session.WithTTL(ttl), session.WithSafetyMargin(margin))
-		if err != nil {
-			return nil, err
-		}
-		sessions[i] = s
-	}
-
-	// Take every lock, unthrottled: stormWorkers Lock calls at once per
-	// session.
-	start := time.Now()
-	var wg sync.WaitGroup
-	var first atomic.Pointer[error]
-	for si := range sessions {
-		for w := range stormWorkers {
-			wg.Go(func() {
-				for i := si + w*nSessions; i < nLocks; i += stormWorkers * nSessions {
-					if first.Load() != nil {
-						return
-					}
-					m, err := mutex.New(clients[si], fmt.Sprintf("storm-%d", i), mutex.WithNamespace(stormNamespace), mutex.WithSession(sessions[si]))
-					if err == nil {
-						var l *mutex.Lock
-						lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-						l, err = m.Lock(lctx)
-						cancel()
-						if err == nil {
-							locks[i] = &stormLock{m: m, sess: si, first: l, loss: stormLoss{Key: l.Key()}}
-							continue
-						}
-						_ = m.Close()
-					}
-					err = fmt.Errorf("taking lock %d: %w", i, err)
-					first.CompareAndSwap(nil, &err)
-					return
-				}
-			})
-		}
-	}
-	wg.Wait()
-	if e := first.Load(); e != nil {
-		return nil, *e
-	}
-	acq := time.Since(start)
-	ready := stormReady{AcquireSeconds: acq.Seconds(), AcquirePerSecond: float64(nLocks) / acq.Seconds(),
-		RequestsPerAcquire: float64(stormTotal(counter)) / float64(nLocks), Rate: rate}
-	if ready.Rate == 0 {
-		ready.Rate = ready.AcquirePerSecond * ready.RequestsPerAcquire * fraction
-		if budget > 0 {
-			ready.Rate = max(ready.Rate, float64(nLocks)/budget.Seconds())
-		}
-	}
-	if deadline == 0 {
-		deadline = time.Duration(3*float64(nLocks)/ready.Rate*float64(time.Second)) + 30*time.Second
-	}
-	ready.Deadline = int64(deadline)
-	perSession := ready.Rate / float64(nSessions)
-	gates := make([]*stormGate, nSessions)
-	for i := range gates {
-		gates[i] = newStormGate(time.Duration(float64(time.Second) / perSession))
-	}
-
-	runCtx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
-	var bg sync.WaitGroup
-	defer bg.Wait()
-	defer stopRun()
-
-	// Requests sent, locks held and scheduling lag, in 100 ms windows.
-	var lagMax atomic.Int64
-	var held atomic.Int64
-	held.Store(int64(nLocks))
-	var (
-		winMu   sync.Mutex
-		windows []stormWindow
-	)
-	bg.Go(func() {
-		last, lastEv := stormTotal(counter), counter.Events()
-		stormEvery(runCtx, 100*time.Millisecond, func(now time.Time) {
-			n, ev := stormTotal(counter), counter.Events()
-			winMu.Lock()
-			windows = append(windows, stormWindow{now.UnixNano(), n - last, held.Load(), time.Duration(lagMax.Swap(0)), ev - lastEv})
-			winMu.Unlock()
-			last, lastEv = n, ev
-		})
-	})
-
-	// Every hold: when its Context ends, note when, and how far that was
-	// from its lease's earliest expiry, and queue the lock for its
-	// session's re-acquirers; a hold taken again and lost again (etcd too
-	// slow to renew it in time) is taken again too.
-	rep := &stormReport{RelostCauses: map[string]int{}, RelostSlackMin: 1 << 62}
-	var (
-		attempts atomic.Int64
-		failed   atomic.Int64
-		allHeld  atomic.Int64
-		full     = make(chan struct{}, 1)
-		repMu    sync.Mutex
-	)
-	report := func(f func()) {
-		repMu.Lock()
-		f()
-		repMu.Unlock()
-	}
-	queues := make([]chan *stormLock, nSessions)
-	for i := range queues {
-		queues[i] = make(chan *stormLock, nLocks/nSessions+1)
-	}
-	lose := func(sl *stormLock) {
-		held.Add(-1)
-		gates[sl.sess].fail()
-		queues[sl.sess] <- sl
-	}
-	// One scanner, not a goroutine per hold, notes every hold's end: its
-	// timestamp is late by at most the scan period plus one scan (both
-	// reported), where 100,000 AfterFunc goroutines started at once would
-	// each be late by their own scheduling.
-	for _, sl := range locks {
-		sl.cur.Store(sl.first)
-	}
-	ended := func(sl *stormLock, l *mutex.Lock, now time.Time) {
-		expiry := l.Deadline().Add(margin)
-		cause := fmt.Sprint(context.Cause(l.Context()))
-		if l == sl.first {
-			sl.mu.Lock()
-			sl.loss.Lost, sl.loss.Expiry, sl.loss.Cause = now.UnixNano(), expiry.UnixNano(), cause
-			sl.mu.Unlock()
-		} else {
-			report(func() {
-				rep.Relost++
-				rep.RelostCauses[cause]++
-				rep.RelostSlackMin = min(rep.RelostSlackMin, expiry.Sub(now))
-				if !now.Before(expiry) && len(rep.Errors) < 20 {
-					rep.Errors = append(rep.Errors, fmt.Sprintf("%s: a later hold's Context ended %v after renewal+TTL", sl.m.Name(), now.Sub(expiry)))
-				}
-			})
-		}
-		lose(sl)
-	}
-	bg.Go(func() {
-		stormEvery(runCtx, stormScanPeriod, func(start time.Time) {
-			for _, sl := range locks {
-				l := sl.cur.Load()
-				if l == nil {
-					continue
-				}
-				select {
-				case <-l.Done():
-					sl.cur.Store(nil)
-					ended(sl, l, time.Now())
-				default:
-				}
-			}
-			report(func() { rep.ScanMax = max(rep.ScanMax, time.Since(start)) })
-		})
-	})
-	// Scheduling lag of this process: how late a 5 ms sleep wakes.
-	bg.Go(func() {
-		for runCtx.Err() == nil {
-			t0 := time.Now()
-			time.Sleep(5 * time.Millisecond)
-			if lag := int64(time.Since(t0) - 5*time.Millisecond); lag > lagMax.Load() {
-				lagMax.Store(lag)
-			}
-		}
-	})
-	reacquire := func(sl *stormLock) {
-		g := gates[sl.sess]
-		for range stormMaxAttempts {
-			probe, err := g.admit(runCtx)
-			if err != nil {
-				return
-			}
-			actx, cancel := context.WithTimeout(runCtx, attemptTimeout)
-			nl, err := sl.m.Lock(actx)
-			cancel()
-			attempts.Add(1)
-			g.done(probe, err)
-			if err == nil {
-				sl.mu.Lock()
-				sl.reheld = true
-				sl.mu.Unlock()
-				sl.cur.Store(nl)
-				if held.Add(1) == int64(nLocks) {
-					allHeld.Store(time.Now().UnixNano())
-					select {
-					case full <- struct{}{}:
-					default:
-					}
-				}
-				return
-			}
-			failed.Add(1)
-			if runCtx.Err() != nil {
-				return
-			}
-			if errors.Is(err, mutex.ErrInvalid) || errors.Is(err, mutex.ErrClosed) {
-				report(func() { rep.Errors = append(rep.Errors, fmt.Sprintf("re-acquiring %s: %v", sl.m.Name(), err)) })
-				return
-			}
-		}
-		report(func() {
-			rep.Errors = append(rep.Errors, fmt.Sprintf("re-acquiring %s: no success in %d attempts", sl.m.Name(), stormMaxAttempts))
-		})
-	}
-	var workers sync.WaitGroup
-	defer workers.Wait()
-	defer stopRun()
-	for si := range nSessions {
-		for range stormWorkers {
-			workers.Go(func() {
-				for {
-					select {
-					case <-runCtx.Done():
-						return
-					case sl := <-queues[si]:
-						reacquire(sl)
-					}
-				}
-			})
-		}
-	}
-
-	b, err := json.Marshal(ready)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := fmt.Fprintf(stdout, "%s\n", b); err != nil {
-		return nil, err
-	}
-
-	// Wait for the parent's "restored", then for every lock held.
-	restored := make(chan struct{})
-	eof := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stdin)
-		for sc.Scan() {
-			if sc.Text() == "restored" {
-				close(restored)
-				break
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdin)
-		close(eof)
-	}()
-	select {
-	case <-restored:
-	case <-eof:
-		return nil, errors.New("stdin closed before the restore")
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	dl := time.NewTimer(deadline)
-	defer dl.Stop()
-wait:
-	for range nLocks + 1 { // each turn but the last follows a re-acquisition
-		if held.Load() == int64(nLocks) {
-			break
-		}
-		select {
-		case <-full:
-		case <-dl.C:
-			report(func() {
-				rep.Errors = append(rep.Errors, fmt.Sprintf("only %d of %d locks held at once within %v of the restore", held.Load(), nLocks, deadline))
-			})
-			break wait
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	if _, err := fmt.Fprintf(stdout, "{\"all_held\":%d}\n", allHeld.Load()); err != nil {
-		return nil, err
-	}
-	stopRun()
-	workers.Wait()
-	bg.Wait()
-
-	var fl stormFloorResult
-	if floor > 0 {
-		fl = stormFloor(ctx, clients, ttl, ready.Rate, floor)
-	}
-
-	// Cleanup, timed: the sessions' Close revokes their leases (every key
-	// at once). A Mutex's Close still sends a guarded delete of its hold,
-	// which the revoke already deleted: a Raft round trip each (20,000
-	// took 11.7 s on 32 goroutines), so they run on as many goroutines as
-	// took the locks, for etcd to batch them.
-	t0 := time.Now()
-	for _, s := range sessions {
-		_ = s.Close()
-	}
-	t1 := time.Now()
-	stormEach(len(locks), stormWorkers*nSessions, func(i int) { _ = locks[i].m.Close() })
-	rep.CloseSessions, rep.CloseMutexes = t1.Sub(t0), time.Since(t1)
-
-	repMu.Lock()
-	defer repMu.Unlock()
-	rep.Windows = windows
-	rep.FloorStart, rep.FloorEnd, rep.FloorLocks, rep.FloorFailed = fl.start, fl.end, fl.locks, fl.failed
-	if fl.err != nil {
-		rep.Errors = append(rep.Errors, fmt.Sprintf("the raw floor: %v", fl.err))
-	}
-	rep.AllHeld = allHeld.Load()
-	if held.Load() == int64(nLocks) && rep.AllHeld == 0 {
-		rep.AllHeld = time.Now().UnixNano() // every lock held without a loss
-	}
-	rep.Attempts, rep.Failed = attempts.Load(), failed.Load()
-	if rep.Relost == 0 {
-		rep.RelostSlackMin = 0
-	}
-	rep.Losses = make([]stormLoss, nLocks)
-	for i, sl := range locks {
-		sl.mu.Lock()
-		rep.Losses[i] = sl.loss
-		if sl.reheld {
-			rep.Reheld++
-		}
-		sl.mu.Unlock()
-	}
-	return rep, nil
-}
-
-type stormFloorResult struct {
-	start, end    int64
-	locks, failed int
-	err           error
-}
-
-// stormFloor takes new locks with raw etcd concurrency for d, one session
-// per client, each paced at rate/len(clients) as baton's re-acquirers are,
-// at most stormWorkers at once per session; the sessions' Close at the end
-// (outside the window) revokes them.
-func stormFloor(ctx context.Context, clients []*clientv3.Client, ttl time.Duration, rate float64, d time.Duration) stormFloorResult {
-	var r stormFloorResult
-	sessions := make([]*concurrency.Session, 0, len(clients))
-	defer func() {
-		for _, s := range sessions {
-			_ = s.Close()
-		}
-	}()
-	for _, c := range clients {
-		s, err := concurrency.NewSession(c, concurrency.WithTTL(int(ttl/time.Second)))
-		if err != nil {
-			r.err = err
-			return r
-		}
-		sessions = append(sessions, s)
-	}
-	every := time.Duration(float64(time.Second) * float64(len(clients)) / rate)
-	fctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	var locks, failed atomic.Int64
-	start := time.Now()
-	var wg sync.WaitGroup
-	for si, s := range sessions {
-		wg.Go(func() {
-			tick := time.NewTicker(every)
-			defer tick.Stop()
-			slots := make(chan struct{}, stormWorkers)
-			var inflight sync.WaitGroup
-			defer inflight.Wait()
-			for i := 0; ; i++ {
-				select {
-				case <-tick.C:
-				case <-fctx.Done():
-					return
-				}
-				select {
-				case slots <- struct{}{}:
-				case <-fctx.Done():
-					return
-				}
-				inflight.Go(func() {
-					defer func() { <-slots }()
-					m := concurrency.NewMutex(s, fmt.Sprintf("/%s-raw/%d/%d", stormNamespace, si, i))
-					lctx, lcancel := context.WithTimeout(ctx, 5*time.Second)
-					defer lcancel()
-					if err := m.Lock(lctx); err != nil {
-						failed.Add(1)
-						return
-					}
-					locks.Add(1)
-				})
-			}
-		})
-	}
-	wg.Wait()
-	r.start, r.end = start.UnixNano(), time.Now().UnixNano()
-	r.locks, r.failed = int(locks.Load()), int(failed.Load())
-	return r
 }
 
 // stormKeysLeft lists the keys under namespace ns but its release mark
@@ -1436,15 +967,6 @@ func stormKeysLeft(ctx context.Context, cli *clientv3.Client, ns string) ([]stri
 	return left, nil
 }
 
-// stormTotal sums a counter's requests over every method.
-func stormTotal(c *bench.Counter) int64 {
-	var n int64
-	for _, v := range c.Snapshot() {
-		n += v
-	}
-	return n
-}
-
 // stormEvery runs f with the tick's time every d until ctx ends.
 func stormEvery(ctx context.Context, d time.Duration, f func(now time.Time)) {
 	t := time.NewTicker(d)
@@ -1457,19 +979,6 @@ func stormEvery(ctx context.Context, d time.Duration, f func(now time.Time)) {
 			f(now)
 		}
 	}
-}
-
-// stormEach runs f(0..n-1) on workers goroutines.
-func stormEach(n, workers int, f func(i int)) {
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for i := w; i < n; i += workers {
-				f(i)
-			}
-		})
-	}
-	wg.Wait()
 }
 
 // stormFirst keeps the first n of msgs, saying how many more there were.

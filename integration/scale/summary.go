@@ -7,9 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
-	"github.com/batonhq/baton/integration/bench"
+	"github.com/batonhq/baton/integration/harness"
 )
 
 // Summary is what the summary line says, from each phase that ran; a
@@ -34,20 +33,7 @@ type Summary struct {
 
 // Floor is the disk's: p50 and p99 of a 4 KiB write and fdatasync in the
 // member's data directory.
-type Floor struct {
-	P50ms float64 `json:"p50_ms"`
-	P99ms float64 `json:"p99_ms"`
-}
-
-// FdatasyncFloor measures the disk's floor in dir, 200 syncs.
-func FdatasyncFloor(dir string) (Floor, error) {
-	ds, err := bench.FdatasyncFloor(dir, 200)
-	if err != nil {
-		return Floor{}, err
-	}
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	return Floor{P50ms: ms(pct(ds, 50)), P99ms: ms(pct(ds, 99))}, nil
-}
+type Floor = harness.Floor
 
 // Waiter returns the baton waiters run of n waiters, if any.
 func (s Summary) Waiter(impl string, n int) (WaitersResult, bool) {
@@ -146,9 +132,6 @@ func num(v float64) string {
 
 // CPUs is the number of CPUs this process may use.
 func CPUs() int { return runtime.NumCPU() }
-
-// Loadavg is /proc/loadavg's three averages.
-func Loadavg() string { return bench.Loadavg() }
 
 // OpenFileLimit is the soft RLIMIT_NOFILE, if known.
 func OpenFileLimit() (uint64, bool) {

@@ -14,7 +14,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/batonhq/baton/integration/bench"
+	"github.com/batonhq/baton/integration/harness"
 )
 
 // WaitersConfig sizes one waiters run: Waiters contenders queued on one
@@ -128,13 +128,13 @@ func Waiters(ctx context.Context, endpoint string, cfg WaitersConfig, progress i
 	if err := cfg.Validate(); err != nil {
 		return WaitersResult{}, err
 	}
-	impl, err := bench.ImplByName(cfg.Impl)
+	impl, err := harness.ImplByName(cfg.Impl)
 	if err != nil {
 		return WaitersResult{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Deadline)
 	defer cancel()
-	counter := bench.NewCounter()
+	counter := harness.NewCounter()
 	clis := make([]*clientv3.Client, cfg.Clients)
 	defer func() {
 		for _, c := range clis {
@@ -144,7 +144,7 @@ func Waiters(ctx context.Context, endpoint string, cfg WaitersConfig, progress i
 		}
 	}()
 	for i := range clis {
-		if clis[i], err = bench.NewClient(endpoint, counter); err != nil {
+		if clis[i], err = harness.NewClient(endpoint, counter); err != nil {
 			return WaitersResult{}, err
 		}
 	}
@@ -184,7 +184,7 @@ func Waiters(ctx context.Context, endpoint string, cfg WaitersConfig, progress i
 	n := float64(len(handoffs))
 	res.Handoffs = len(handoffs)
 	res.DrainSeconds = drain.Seconds()
-	res.HandoffP50, res.HandoffP99, res.HandoffMean = pct(handoffs, 50), pct(handoffs, 99), mean(handoffs)
+	res.HandoffP50, res.HandoffP99, res.HandoffMean = harness.Percentile(handoffs, 50), harness.Percentile(handoffs, 99), harness.Mean(handoffs)
 	res.RequestsPerHandoff = float64(requests) / n
 	res.KeepAlivesPerSecond = float64(keepalives) / drain.Seconds()
 	res.EventsPerHandoff = events.Events / n
@@ -226,7 +226,7 @@ type drained struct {
 // queueBatch is how many waiters start queueing at once.
 const queueBatch = 256
 
-func drainOnce(ctx context.Context, clis []*clientv3.Client, counter *bench.Counter, impl bench.Impl, name string, cfg WaitersConfig) (drained, error) {
+func drainOnce(ctx context.Context, clis []*clientv3.Client, counter *harness.Counter, impl harness.Impl, name string, cfg WaitersConfig) (drained, error) {
 	var out drained
 	n := cfg.Waiters
 	holder, err := impl.NewMutex(clis[0], nil, name, cfg.TTL)
@@ -249,8 +249,8 @@ func drainOnce(ctx context.Context, clis []*clientv3.Client, counter *bench.Coun
 	}
 	startRev := head.Header.Revision
 
-	mus := make([]bench.Mutex, n)
-	defer func() { bench.CloseAll(mus) }()
+	mus := make([]harness.Mutex, n)
+	defer func() { harness.CloseAll(mus) }()
 	type turn struct{ locked, unlocking time.Time }
 	var (
 		mu      sync.Mutex
@@ -327,9 +327,9 @@ func drainOnce(ctx context.Context, clis []*clientv3.Client, counter *bench.Coun
 	if err := errors.Join(all...); err != nil {
 		return out, err
 	}
-	out.keepalives = counts[bench.MethodKeepAlive]
+	out.keepalives = counts[harness.MethodKeepAlive]
 	for m, c := range counts {
-		if m != bench.MethodKeepAlive {
+		if m != harness.MethodKeepAlive {
 			out.requests += c
 		}
 	}
@@ -342,7 +342,7 @@ func drainOnce(ctx context.Context, clis []*clientv3.Client, counter *bench.Coun
 	if out.outOfOrder, err = outOfOrder(ctx, clis[0], prefix, startRev, n); err != nil {
 		return out, err
 	}
-	bench.CloseAll(mus)
+	harness.CloseAll(mus)
 	clear(mus)
 	left, err := clis[0].Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
@@ -446,28 +446,6 @@ func outOfOrder(ctx context.Context, cli *clientv3.Client, prefix string, rev in
 		}
 	}
 	return out, nil
-}
-
-// pct is the nearest-rank p-th percentile of ds.
-func pct(ds []time.Duration, p float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	rank := int(p/100*float64(len(s))+0.999999) - 1
-	return s[max(0, min(rank, len(s)-1))]
-}
-
-func mean(ds []time.Duration) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	var sum time.Duration
-	for _, d := range ds {
-		sum += d
-	}
-	return sum / time.Duration(len(ds))
 }
 
 // WaitersRuns are the runs of the waiters phase: baton at 8 waiters

@@ -1,4 +1,4 @@
-package bench
+package harness
 
 import (
 	"fmt"
@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// fdatasyncFloor writes 4 KiB at the start of a temp file in dir and
+// FdatasyncFloor writes 4 KiB at the start of a temp file in dir and
 // fdatasyncs it n times: the least a write that etcd acknowledges can cost
 // on this disk. It returns every sync's duration.
 func FdatasyncFloor(dir string, n int) ([]time.Duration, error) {
@@ -33,4 +33,21 @@ func FdatasyncFloor(dir string, n int) ([]time.Duration, error) {
 		out = append(out, time.Since(start))
 	}
 	return out, nil
+}
+
+// Floor is the disk's fdatasync floor, in milliseconds: the p50 and p99
+// of 200 syncs.
+type Floor struct {
+	P50ms float64 `json:"p50_ms"`
+	P99ms float64 `json:"p99_ms"`
+}
+
+// MeasureFloor measures the floor in dir (an etcd member's data
+// directory, so that it is the member's disk).
+func MeasureFloor(dir string) (Floor, error) {
+	ds, err := FdatasyncFloor(dir, 200)
+	if err != nil {
+		return Floor{}, err
+	}
+	return Floor{P50ms: Ms(Percentile(ds, 50)), P99ms: Ms(Percentile(ds, 99))}, nil
 }

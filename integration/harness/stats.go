@@ -1,6 +1,7 @@
-package bench
+package harness
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -42,11 +43,12 @@ func median(sorted []float64) float64 {
 	return (sorted[n/2-1] + sorted[n/2]) / 2
 }
 
-// percentile is the nearest-rank p-th percentile (0 < p ≤ 100) of values;
-// 0 for none.
-func percentile(values []float64, p float64) float64 {
+// Percentile is the nearest-rank p-th percentile (0 < p ≤ 100) of values
+// (milliseconds or durations alike); zero for none.
+func Percentile[T cmp.Ordered](values []T, p float64) T {
+	var zero T
 	if len(values) == 0 {
-		return 0
+		return zero
 	}
 	s := slices.Clone(values)
 	slices.Sort(s)
@@ -54,12 +56,26 @@ func percentile(values []float64, p float64) float64 {
 	return s[max(0, min(rank, len(s)-1))]
 }
 
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+// Mean is the arithmetic mean of values; zero for none.
+func Mean[T ~int64 | ~float64](values []T) T {
+	if len(values) == 0 {
+		return 0
+	}
+	var sum T
+	for _, v := range values {
+		sum += v
+	}
+	return sum / T(len(values))
+}
 
-func msAll(ds []time.Duration) []float64 {
+// Ms is d in milliseconds, the unit of the reports.
+func Ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// MsAll is every duration of ds in milliseconds.
+func MsAll(ds []time.Duration) []float64 {
 	out := make([]float64, len(ds))
 	for i, d := range ds {
-		out[i] = ms(d)
+		out[i] = Ms(d)
 	}
 	return out
 }

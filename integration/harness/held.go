@@ -1,14 +1,24 @@
-package bench
+package harness
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"flag"
 	"fmt"
+	"io"
+	"os"
+	"os/exec"
 	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/batonhq/baton/internal/retry"
 	"github.com/batonhq/baton/mutex"
 	bsession "github.com/batonhq/baton/session"
 )
@@ -74,7 +84,7 @@ func HoldMany(ctx context.Context, endpoint string, impl Impl, via string, n int
 			opt = mutex.WithSession(bs)
 		}
 		newMutex = func(name string) (Mutex, error) {
-			m, err := mutex.New(cli, name, mutex.WithNamespace(namespace), opt)
+			m, err := mutex.New(cli, name, mutex.WithNamespace(Namespace), opt)
 			return batonMutex{m}, err
 		}
 	}
@@ -130,7 +140,7 @@ feed:
 
 	after, gAfter := liveHeap()
 	counter.Reset()
-	if err := pause(ctx, window); err != nil {
+	if err := retry.Sleep(ctx, window); err != nil {
 		return HeldResult{}, err
 	}
 	counts := counter.Snapshot()
@@ -141,7 +151,7 @@ feed:
 		HeapPerLock:       float64(int64(after)-int64(before)) / float64(n),
 		GoroutinesPerLock: float64(gAfter-gBefore) / float64(n),
 		RenewalsPerSecond: float64(counts[MethodKeepAlive]) / window.Seconds(),
-		OtherPerSecond:    float64(requestsExcept(counts, MethodKeepAlive)) / window.Seconds(),
+		OtherPerSecond:    float64(RequestsExcept(counts, MethodKeepAlive)) / window.Seconds(),
 		LockSeconds:       lockTime.Seconds(),
 		Requests:          counts,
 	}, nil
@@ -172,20 +182,75 @@ func liveHeap() (uint64, int) {
 	return ms.HeapAlloc, runtime.NumGoroutine()
 }
 
-func heldValues(r HeldResult) []Value {
-	if r.Via != "" && r.Via != "wrap" {
-		sfx := map[string]string{"new": " (session.New)", "etcd": " (WithSession(etcd session))"}[r.Via]
-		return []Value{
-			{Metric: "heap bytes/lock" + sfx, V: r.HeapPerLock},
-			{Metric: "goroutines/lock" + sfx, V: r.GoroutinesPerLock},
-			{Metric: "lock all s" + sfx, V: r.LockSeconds},
+// HoldManyIn runs HoldMany in a child process, so that the heap it
+// measures is the client's alone: command is run with "held-client" and
+// flags appended, and must run HeldClient (baton-bench and baton-scale do).
+func HoldManyIn(ctx context.Context, command []string, endpoint, impl, via string, n int, ttl, window time.Duration) (HeldResult, error) {
+	args := append(slices.Clone(command[1:]), "held-client",
+		"-endpoint", endpoint, "-impl", impl, "-via", via, "-locks", fmt.Sprint(n),
+		"-ttl", ttl.String(), "-window", window.String())
+	cmd := exec.CommandContext(ctx, command[0], args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return HeldResult{}, fmt.Errorf("held-locks client: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	var r HeldResult
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		return HeldResult{}, fmt.Errorf("held-locks client output: %w", err)
+	}
+	return r, nil
+}
+
+// HeldClient is the child process of HoldManyIn: it holds the locks
+// against the given endpoint and prints a HeldResult as JSON; args are the
+// flags after "held-client". It returns the exit code.
+func HeldClient(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("held-client", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	endpoint := fs.String("endpoint", "", "etcd client URL")
+	implName := fs.String("impl", "baton", "baton or raw")
+	via := fs.String("via", "wrap", "how baton's session is made: wrap, new or etcd")
+	locks := fs.Int("locks", 10000, "locks to hold")
+	ttl := fs.Duration("ttl", 3*time.Second, "the session's lease TTL")
+	window := fs.Duration("window", 6*time.Second, "how long renewals are counted")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this client to this file")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "held-client: -cpuprofile: %v\n", err)
+			return 2
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
+	impl, err := ImplByName(*implName)
+	if err != nil {
+		fmt.Fprintf(stderr, "held-client: %v\n", err)
+		return 2
+	}
+	r, err := HoldMany(ctx, *endpoint, impl, *via, *locks, *ttl, *window)
+	if err != nil {
+		fmt.Fprintf(stderr, "held-client: %v\n", err)
+		return 1
+	}
+	if err := json.NewEncoder(stdout).Encode(r); err != nil {
+		return 1
+	}
+	return 0
+}
+
+// ImplByName returns the implementation called name.
+func ImplByName(name string) (Impl, error) {
+	for _, i := range Impls {
+		if i.Name() == name {
+			return i, nil
 		}
 	}
-	return []Value{
-		{Metric: "heap bytes/lock", V: r.HeapPerLock},
-		{Metric: "goroutines/lock", V: r.GoroutinesPerLock},
-		{Metric: "renewals/s", V: r.RenewalsPerSecond},
-		{Metric: "other requests/s", V: r.OtherPerSecond},
-		{Metric: "lock all s", V: r.LockSeconds},
-	}
+	return nil, fmt.Errorf("no implementation %q (want baton or raw)", name)
 }

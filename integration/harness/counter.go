@@ -1,4 +1,4 @@
-package bench
+package harness
 
 import (
 	"context"
@@ -16,7 +16,6 @@ import (
 // Method names the counter reports.
 const (
 	MethodKeepAlive = "/etcdserverpb.Lease/LeaseKeepAlive"
-	methodWatch     = "/etcdserverpb.Watch/Watch"
 )
 
 // Counter counts the requests a client sends, by gRPC method: every unary
@@ -91,7 +90,7 @@ func (s *countedStream) RecvMsg(m any) error {
 	return err
 }
 
-// newClient connects to endpoint; counter may be nil.
+// NewClient connects to endpoint; counter may be nil.
 func NewClient(endpoint string, counter *Counter) (*clientv3.Client, error) {
 	cfg := clientv3.Config{
 		Endpoints:   []string{endpoint},
@@ -104,8 +103,8 @@ func NewClient(endpoint string, counter *Counter) (*clientv3.Client, error) {
 	return clientv3.New(cfg)
 }
 
-// requestsExcept sums the counts of every method but the excluded ones.
-func requestsExcept(counts map[string]int64, exclude ...string) int64 {
+// RequestsExcept sums the counts of every method but the excluded ones.
+func RequestsExcept(counts map[string]int64, exclude ...string) int64 {
 	var sum int64
 	for m, n := range counts {
 		skip := false

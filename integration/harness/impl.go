@@ -1,4 +1,4 @@
-package bench
+package harness
 
 import (
 	"context"
@@ -58,27 +58,34 @@ type Term interface {
 }
 
 // Impls are the implementations compared, baton first.
-var Impls = []Impl{Baton{shared: &sharedSessions{}}, Raw{}}
+var Impls = []Impl{Baton{shared: &SharedSessions{}}, Raw{}}
 
-// namespace keeps the benchmark's keys apart from anything else.
-const namespace = "bench"
+// Namespace keeps the measurements' keys apart from anything else.
+const Namespace = "bench"
 
 // Baton is this module's mutex and election packages. Mutexes and
 // elections given one etcd session share one baton session on it
 // (session.Wrap), as a service holding many locks would.
 type Baton struct {
-	shared *sharedSessions
+	shared *SharedSessions
 	opts   []mutex.Option // added to every Mutex's options
 }
 
-// sharedSessions maps an etcd session to the baton session wrapping it,
-// closed when the etcd session ends.
-type sharedSessions struct {
+// With is b with opts added to every Mutex's options.
+func (b Baton) With(opts ...mutex.Option) Baton {
+	b.opts = append(append([]mutex.Option(nil), b.opts...), opts...)
+	return b
+}
+
+// SharedSessions maps an etcd session to the baton session wrapping it,
+// closed when the etcd session ends. The zero value is ready.
+type SharedSessions struct {
 	mu sync.Mutex
 	m  map[*concurrency.Session]*bsession.Session
 }
 
-func (s *sharedSessions) get(cs *concurrency.Session) (*bsession.Session, error) {
+// Get is the baton session wrapping cs, made on first use.
+func (s *SharedSessions) Get(cs *concurrency.Session) (*bsession.Session, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if bs, ok := s.m[cs]; ok {
@@ -106,9 +113,9 @@ func (Baton) Name() string { return "baton" }
 
 // NewMutex returns a mutex.Mutex.
 func (b Baton) NewMutex(cli *clientv3.Client, sess *concurrency.Session, name string, ttl time.Duration) (Mutex, error) {
-	opts := append([]mutex.Option{mutex.WithNamespace(namespace)}, b.opts...)
+	opts := append([]mutex.Option{mutex.WithNamespace(Namespace)}, b.opts...)
 	if sess != nil {
-		bs, err := b.shared.get(sess)
+		bs, err := b.shared.Get(sess)
 		if err != nil {
 			return nil, err
 		}
@@ -125,9 +132,9 @@ func (b Baton) NewMutex(cli *clientv3.Client, sess *concurrency.Session, name st
 
 // NewElection returns an election.Election.
 func (b Baton) NewElection(cli *clientv3.Client, sess *concurrency.Session, name string, ttl time.Duration) (Election, error) {
-	opts := []election.Option{election.WithNamespace(namespace)}
+	opts := []election.Option{election.WithNamespace(Namespace)}
 	if sess != nil {
-		bs, err := b.shared.get(sess)
+		bs, err := b.shared.Get(sess)
 		if err != nil {
 			return nil, err
 		}
@@ -189,7 +196,7 @@ type Raw struct{}
 func (Raw) Name() string { return "raw" }
 
 // rawPrefix mirrors baton's key layout.
-func rawPrefix(kind, name string) string { return fmt.Sprintf("/%s-raw/%s/%s", namespace, kind, name) }
+func rawPrefix(kind, name string) string { return fmt.Sprintf("/%s-raw/%s/%s", Namespace, kind, name) }
 
 func rawSession(cli *clientv3.Client, sess *concurrency.Session, ttl time.Duration) (*concurrency.Session, bool, error) {
 	if sess != nil {
@@ -291,3 +298,25 @@ type rawTerm struct{ e *concurrency.Election }
 
 func (t rawTerm) Resign(ctx context.Context) error { return t.e.Resign(ctx) }
 func (t rawTerm) Key() string                      { return t.e.Key() }
+
+// CloseAll closes the mutexes (revoking their leases) a few at a time.
+func CloseAll(mus []Mutex) {
+	next := make(chan Mutex)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for m := range next {
+				_ = m.Close()
+			}
+		}()
+	}
+	for _, m := range mus {
+		if m != nil {
+			next <- m
+		}
+	}
+	close(next)
+	wg.Wait()
+}
