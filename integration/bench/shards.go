@@ -12,6 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/integration/netproxy"
 	"github.com/batonhq/baton/internal/embedetcd"
 	"github.com/batonhq/baton/shard"
@@ -115,7 +116,7 @@ func (l *shardLog) add(list *[]shardEvent, e shardEvent) {
 // per join, the gap of a graceful move, and crashed members.
 func RunShards(ctx context.Context, srv *embedetcd.Server, cfg ShardsConfig, progress io.Writer) (*ShardsReport, error) {
 	cfg = cfg.defaults()
-	rep := &ShardsReport{Started: time.Now(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), LoadBefore: Loadavg(), Config: cfg,
+	rep := &ShardsReport{Started: time.Now(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), LoadBefore: harness.Loadavg(), Config: cfg,
 		MoveBound: (cfg.Shards + cfg.Members - 1) / cfg.Members}
 	log := &shardLog{}
 	group := fmt.Sprintf("bench-shards-%d", time.Now().UnixNano())
@@ -140,7 +141,7 @@ func RunShards(ctx context.Context, srv *embedetcd.Server, cfg ShardsConfig, pro
 			return nil, err
 		}
 		m.cli = cli
-		g, err := shard.New(cli, group, cfg.Shards, shard.WithNamespace(namespace), shard.WithTTL(cfg.TTL))
+		g, err := shard.New(cli, group, cfg.Shards, shard.WithNamespace(harness.Namespace), shard.WithTTL(cfg.TTL))
 		if err != nil {
 			return nil, err
 		}
@@ -164,7 +165,7 @@ func RunShards(ctx context.Context, srv *embedetcd.Server, cfg ShardsConfig, pro
 		return nil, err
 	}
 	defer observer.Close()
-	og, err := shard.New(observer, group, cfg.Shards, shard.WithNamespace(namespace))
+	og, err := shard.New(observer, group, cfg.Shards, shard.WithNamespace(harness.Namespace))
 	if err != nil {
 		return nil, err
 	}
@@ -209,7 +210,7 @@ func RunShards(ctx context.Context, srv *embedetcd.Server, cfg ShardsConfig, pro
 		if err != nil {
 			return nil, fmt.Errorf("join %d: %w", j, err)
 		}
-		rep.JoinToBalancedMs = append(rep.JoinToBalancedMs, ms(time.Since(t0)))
+		rep.JoinToBalancedMs = append(rep.JoinToBalancedMs, harness.Ms(time.Since(t0)))
 		moved := 0
 		for s := range after.Owners {
 			if after.Owners[s].Member != before.Owners[s].Member {
@@ -227,10 +228,10 @@ func RunShards(ctx context.Context, srv *embedetcd.Server, cfg ShardsConfig, pro
 		for _, e := range log.starts[mark:] {
 			if e.member == name {
 				if r, ok := lastRet[e.shard]; ok {
-					rep.GapMs = append(rep.GapMs, ms(e.at.Sub(r)))
+					rep.GapMs = append(rep.GapMs, harness.Ms(e.at.Sub(r)))
 				}
 				if c, ok := changed[e.shard]; ok {
-					rep.ReleaseGapMs = append(rep.ReleaseGapMs, ms(e.at.Sub(c)))
+					rep.ReleaseGapMs = append(rep.ReleaseGapMs, harness.Ms(e.at.Sub(c)))
 				}
 			}
 		}
@@ -290,8 +291,8 @@ func RunShards(ctx context.Context, srv *embedetcd.Server, cfg ShardsConfig, pro
 		log.mu.Unlock()
 		rep.CrashMoved = append(rep.CrashMoved, moved)
 		rep.CrashEndedFirst = append(rep.CrashEndedFirst, first)
-		rep.CrashOwnedMs = append(rep.CrashOwnedMs, ms(owned))
-		fmt.Fprintf(progress, "shards: crash %d: %d of %d ended first, owned again after %.0f ms\n", c, first, moved, ms(owned))
+		rep.CrashOwnedMs = append(rep.CrashOwnedMs, harness.Ms(owned))
+		fmt.Fprintf(progress, "shards: crash %d: %d of %d ended first, owned again after %.0f ms\n", c, first, moved, harness.Ms(owned))
 		m.proxy.Restore()
 		m.stop()
 		members = members[:len(members)-1]
@@ -299,7 +300,7 @@ func RunShards(ctx context.Context, srv *embedetcd.Server, cfg ShardsConfig, pro
 			return nil, err
 		}
 	}
-	rep.LoadAfter = Loadavg()
+	rep.LoadAfter = harness.Loadavg()
 	return rep, nil
 }
 
@@ -399,9 +400,9 @@ func (r *ShardsReport) Print(w io.Writer) error {
                              p50 %.1f ms  p99 %.1f ms from an observer seeing the release  (target p99 <= 20 ms)
   crashed member             %d of %d shards ended on it before the new owner started; owned again p50 %.0f ms, max %.0f ms (target TTL+2 s = %.0f ms)
 `, r.Config.Shards, r.Config.Members, r.Config.Joins, r.Config.TTL, r.CPUs, r.LoadBefore, r.LoadAfter,
-		percentile(r.JoinToBalancedMs, 50), percentile(r.JoinToBalancedMs, 99),
+		harness.Percentile(r.JoinToBalancedMs, 50), harness.Percentile(r.JoinToBalancedMs, 99),
 		maxMoves, r.MoveBound,
-		percentile(gaps, 50), percentile(gaps, 99), len(gaps), percentile(r.ReleaseGapMs, 50), percentile(r.ReleaseGapMs, 99),
-		first, moved, percentile(r.CrashOwnedMs, 50), percentile(r.CrashOwnedMs, 100), ms(r.Config.TTL+2*time.Second))
+		harness.Percentile(gaps, 50), harness.Percentile(gaps, 99), len(gaps), harness.Percentile(r.ReleaseGapMs, 50), harness.Percentile(r.ReleaseGapMs, 99),
+		first, moved, harness.Percentile(r.CrashOwnedMs, 50), harness.Percentile(r.CrashOwnedMs, 100), harness.Ms(r.Config.TTL+2*time.Second))
 	return err
 }
