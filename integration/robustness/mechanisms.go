@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -1115,7 +1116,10 @@ func (m *mech) shards(ctx context.Context, rng *rand.Rand) {
 				defer t.Stop()
 			}
 			start := now()
+			// fn runs on a goroutine per shard: each call draws from a rand of its own.
+			seed, calls := g.Uint64(), atomic.Uint64{}
 			err = grp.Run(rctx, who, func(sctx context.Context, sh *shard.Shard) error {
+				g := rand.New(rand.NewPCG(seed, calls.Add(1)))
 				n := m.r.name("shard", fmt.Sprintf("g0/%05d", sh.ID()))
 				m.r.took(who, "shard.Own", n, now(), sh, nil, false)
 				for sctx.Err() == nil {
