@@ -397,8 +397,7 @@ func newSetLock(cli *clientv3.Client, names []string, locks []*Lock) *Lock {
 	s := &setLock{cli: cli, names: names, locks: locks}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	for _, m := range locks {
-		mctx := m.hold.Context()
-		context.AfterFunc(mctx, func() { s.cancel(context.Cause(mctx)) })
+		core.OnEnd(m.hold, s.cancel) // in the step that ends the member's: not a goroutine later
 	}
 	return &Lock{hold: locks[0].hold, set: s}
 }
@@ -424,8 +423,8 @@ func (s *setLock) unlock(ctx context.Context) error {
 	for i, m := range s.locks {
 		holds[i] = m.hold
 	}
+	s.cancel(ErrReleased) // before the release is sent, as a Mutex's Lock
 	err := group.Release(ctx, s.cli, holds, ErrNotHeld, s.records...)
-	s.cancel(ErrReleased)
 	if err == nil || errors.Is(err, ErrNotHeld) {
 		s.done, s.result = true, err
 	}

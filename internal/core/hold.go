@@ -43,7 +43,7 @@ type Hold struct {
 	acquired time.Time
 
 	ctx     context.Context
-	cancel  context.CancelCauseFunc
+	cancel  context.CancelCauseFunc // ends ctx, then runs onEnd
 	res     *reservation
 	watcher *watch.Watcher[*Hold]
 	armed   sync.WaitGroup // done once arm ran
@@ -55,6 +55,9 @@ type Hold struct {
 	finished bool       // Release reached etcd
 	deleting bool       // a Release left the key's deletion to the background
 	result   error      // what Release returned then
+
+	onEndMu sync.Mutex
+	onEnd   []func(cause error) // see OnEnd; nil once run
 }
 
 func newHold(o owner, l *Lease, key string, rev, at int64, res *reservation, w *watch.Watcher[*Hold], wait telemetry.Wait) *Hold {
@@ -65,7 +68,21 @@ func newHold(o owner, l *Lease, key string, rev, at int64, res *reservation, w *
 	// that what runs under the Context is its child and a hold keeps no
 	// field for it.
 	ctx, _ = wait.Acquired(ctx, rev, int64(l.ID()), key, int64(l.TTL()/time.Second))
-	h := &Hold{o: o, l: l, key: key, rev: rev, at: at, acquired: time.Now(), ctx: ctx, cancel: cancel, res: res, watcher: w}
+	h := &Hold{o: o, l: l, key: key, rev: rev, at: at, acquired: time.Now(), ctx: ctx, res: res, watcher: w}
+	h.cancel = func(cause error) {
+		if h.ctx.Err() != nil {
+			return
+		}
+		cancel(cause)
+		h.onEndMu.Lock()
+		fs := h.onEnd
+		h.onEnd = nil
+		h.onEndMu.Unlock()
+		for _, f := range fs {
+			f(context.Cause(h.ctx))
+		}
+		callKey(h.l.s.cfg.Hooks.HoldEnded, h.key)
+	}
 	h.armed.Add(1)
 	h.ended.Add(1)
 	return h
@@ -226,6 +243,21 @@ func Release(ctx context.Context, h *Hold) error { return h.o.release(ctx, h) }
 // in one txn (mutex.Set); Released finishes it then, without a round trip.
 func Releasing(h *Hold) { h.mu.Lock(); h.endReleased(); h.mu.Unlock() }
 func Released(h *Hold)  { h.mu.Lock(); h.finish(nil); h.mu.Unlock() }
+
+// OnEnd runs f with the cause in the step that ends h's Context (at once if
+// it has ended), so that what ends with h (a mutex.Set's Context) has ended
+// before anything the end lets happen: no goroutine hop, as
+// context.AfterFunc would take.
+func OnEnd(h *Hold, f func(cause error)) {
+	h.onEndMu.Lock()
+	if h.ctx.Err() == nil {
+		h.onEnd = append(h.onEnd, f)
+		h.onEndMu.Unlock()
+		return
+	}
+	h.onEndMu.Unlock()
+	f(context.Cause(h.ctx))
+}
 
 // lostErr is non-nil when the hold ended by a loss, once the reason is told
 // apart.

@@ -27,6 +27,7 @@ type Hooks struct {
 	EndingHolds   func()           // once a lease ended, before its holds' end hooks run
 	BeforeCleanup func(key string) // in a background deletion of a key, before its first attempt
 	Moved         func(key string) // a waiting key moved by a hand-over, once the wait took its new revision
+	HoldEnded     func(key string) // a hold's Context ended, in the step that ended it, after its OnEnd functions
 }
 
 func call(f func()) {
