@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/batonhq/baton/cmd/baton/cmdutil"
+	"github.com/batonhq/baton/cmd/baton/keyspace"
 	"github.com/batonhq/baton/cmd/baton/supervise"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/shard"
@@ -113,6 +114,7 @@ func runShard(cmd *cobra.Command, g *cmdutil.Env, o shardOptions, group string, 
 		c := *proto
 		c.Env = append([]string{"BATON_SHARD=" + strconv.Itoa(s.ID()), "BATON_SHARD_COUNT=" + strconv.Itoa(s.Count()),
 			"BATON_SHARD_GROUP=" + group, "BATON_FENCING_TOKEN=" + tok.String()}, cmdutil.TraceEnv(s.Context())...)
+		keyspace.RecordHeld(ctx, s.Txn, keyspace.HeldPut(g.Namespace, keys.Shard, keyspace.ShardHeldName(group, s.ID()), s.Lease(), s.Acquired()))
 		status("shard %d owned (token %d); starting the command", s.ID(), tok)
 		res, err := c.Run(ictx, s)
 		switch {

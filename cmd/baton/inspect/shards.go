@@ -3,22 +3,35 @@ package inspect
 import (
 	"fmt"
 	"io"
+	"path"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/cmd/baton/cmdutil"
+	"github.com/batonhq/baton/cmd/baton/keyspace"
+	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/shard"
 )
 
 // ShardsJSON is what `baton shards -o json` prints.
 type ShardsJSON struct {
-	Group    string        `json:"group"`
-	Revision int64         `json:"revision"`
-	Count    int           `json:"count"`
-	Members  []MemberJSON  `json:"members"`
-	Unowned  int           `json:"unowned"`
-	Owners   []shard.Owner `json:"owners,omitempty"`
+	Group    string       `json:"group"`
+	Revision int64        `json:"revision"`
+	Count    int          `json:"count"`
+	Members  []MemberJSON `json:"members"`
+	Unowned  int          `json:"unowned"`
+	Owners   []OwnerJSON  `json:"owners,omitempty"`
+}
+
+// OwnerJSON is one shard's owner, and since when it holds the shard when
+// its owner recorded it (baton shard does; see baton locks' "held for").
+type OwnerJSON struct {
+	shard.Owner
+	HeldSince *time.Time `json:"held_since"`
+	HeldFor   *float64   `json:"held_for_seconds"`
 }
 
 // MemberJSON is one live member and how many shards it owns.
@@ -27,15 +40,19 @@ type MemberJSON struct {
 	Owns   int    `json:"owns"`
 }
 
-// ShardsView summarizes a group's State.
-func ShardsView(group string, st shard.State) ShardsJSON {
-	out := ShardsJSON{Group: group, Revision: st.Revision, Count: len(st.Owners), Owners: st.Owners, Members: []MemberJSON{}}
+// ShardsView summarizes a group's State; held maps the group's
+// acquisition records (keyspace.ReadHeld of keys.Shard) to their times,
+// and may be nil.
+func ShardsView(group string, st shard.State, held map[string]time.Time, now time.Time) ShardsJSON {
+	out := ShardsJSON{Group: group, Revision: st.Revision, Count: len(st.Owners), Members: []MemberJSON{}}
 	owns := map[string]int{}
 	for _, o := range st.Owners {
 		if o.Member == "" {
 			out.Unowned++
 		}
 		owns[o.Member]++
+		since := ownerSince(held, group, o)
+		out.Owners = append(out.Owners, OwnerJSON{Owner: o, HeldSince: cmdutil.Since(since), HeldFor: cmdutil.SinceSeconds(now, since)})
 	}
 	for _, m := range st.Members {
 		out.Members = append(out.Members, MemberJSON{Member: m, Owns: owns[m]})
@@ -44,8 +61,8 @@ func ShardsView(group string, st shard.State) ShardsJSON {
 }
 
 // WriteShards prints a group: one row per shard, or per member with
-// members.
-func WriteShards(w io.Writer, asJSON, members bool, v ShardsJSON) error {
+// members; now is the time "held for" is counted to.
+func WriteShards(w io.Writer, asJSON, members bool, v ShardsJSON, now time.Time) error {
 	if members {
 		v.Owners = nil
 	}
@@ -64,15 +81,35 @@ func WriteShards(w io.Writer, asJSON, members bool, v ShardsJSON) error {
 		t.Row("(unowned)", strconv.Itoa(v.Unowned))
 		return t.Flush()
 	}
-	t := cmdutil.NewTable(w, "SHARD", "OWNER", "TOKEN", "KEY")
+	t := cmdutil.NewTable(w, "SHARD", "OWNER", "TOKEN", "HELD FOR", "KEY")
 	for _, o := range v.Owners {
-		tok := "-"
+		tok, held := "-", "-"
 		if o.Token > 0 {
-			tok = o.Token.String()
+			tok, held = o.Token.String(), cmdutil.AgeText(now, timeOf(o.HeldSince))
 		}
-		t.Row(strconv.Itoa(o.Shard), cmdutil.Dash(cmdutil.Safe(o.Member)), tok, cmdutil.Dash(cmdutil.Safe(o.Key)))
+		t.Row(strconv.Itoa(o.Shard), cmdutil.Dash(cmdutil.Safe(o.Member)), tok, held, cmdutil.Dash(cmdutil.Safe(o.Key)))
 	}
 	return t.Flush()
+}
+
+// ownerSince is when o's owner recorded that it took the shard; zero when
+// unowned or unknown. The owner key ends in its lease, as a lock's does.
+func ownerSince(held map[string]time.Time, group string, o shard.Owner) time.Time {
+	if o.Member == "" {
+		return time.Time{}
+	}
+	lease, err := strconv.ParseInt(path.Base(o.Key), 16, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return keyspace.HeldLookup(held, keyspace.ShardHeldName(group, o.Shard), clientv3.LeaseID(lease))
+}
+
+func timeOf(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
 }
 
 // NewCmdShards is `baton shards GROUP`.
@@ -80,8 +117,16 @@ func NewCmdShards(g *cmdutil.Env) *cobra.Command {
 	var members bool
 	cmd := &cobra.Command{
 		Use:   "shards GROUP",
-		Short: "Show a shard group: each shard's owner and token, or (--members) each member and how many shards it owns",
-		Args:  cmdutil.Args(1, 1),
+		Short: "Show a shard group: each shard's owner, token and held for, or (--members) each member and how many shards it owns",
+		Long: `Show the shard group GROUP (package shard) as etcd holds it now, without
+joining it: one row per shard with its owner, fencing token, how long the
+owner has held it and its key, or with --members one row per live member
+and how many shards it owns, and how many are unowned.
+
+"held for" is known only for owners that recorded when they took the shard
+(baton shard does); for others it shows "unknown", as in baton locks: etcd
+itself keeps no acquisition time.`,
+		Args: cmdutil.Args(1, 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			ctx := cmd.Context()
 			cli, err := g.Client(ctx)
@@ -95,7 +140,12 @@ func NewCmdShards(g *cmdutil.Env) *cobra.Command {
 			if err != nil {
 				return g.Failed("read shard group", err)
 			}
-			return WriteShards(cmd.OutOrStdout(), g.JSON(), members, ShardsView(a[0], st))
+			held, err := keyspace.ReadHeld(octx, cli, g.Namespace, keys.Shard, "")
+			if err != nil {
+				return g.Failed("read acquisition records", err)
+			}
+			now := g.IO.Now()
+			return WriteShards(cmd.OutOrStdout(), g.JSON(), members, ShardsView(a[0], st, held, now), now)
 		},
 	}
 	cmd.Flags().BoolVar(&members, "members", false, "one row per live member: how many shards it owns, and the unowned")

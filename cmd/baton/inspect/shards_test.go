@@ -3,8 +3,10 @@ package inspect_test
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/batonhq/baton/cmd/baton/cmdutil"
 	"github.com/batonhq/baton/cmd/baton/inspect"
@@ -51,7 +53,7 @@ func TestShardsShowsOwnersAndMembers(t *testing.T) {
 		t.Fatalf("shards -o json: %+v", v)
 	}
 	for i, o := range v.Owners {
-		if o != owners[i] {
+		if o.Owner != owners[i] {
 			t.Errorf("shard %d: the CLI shows %+v, the library %+v", i, o, owners[i])
 		}
 	}
@@ -65,5 +67,72 @@ func TestShardsShowsOwnersAndMembers(t *testing.T) {
 	}
 	if code, _, _ := clitest.Run(ctx, t, ns, "shards", "a\x00b"); code != cmdutil.ExitUsage {
 		t.Errorf("shards with a control character: code %d, want %d", code, cmdutil.ExitUsage)
+	}
+}
+
+// TestShardsShowsHeldFor: a shard that baton shard owns has a "held for"
+// from its acquisition record, in the table and in -o json; a shard whose
+// owner uses the library directly shows "unknown"; the member's name,
+// untrusted text, is escaped.
+func TestShardsShowsHeldFor(t *testing.T) {
+	ctx := clitest.TestContext(t)
+	const ns = "inspect-shards-held"
+	const member = "cli\u202eevil"
+	rctx, stop := context.WithCancel(ctx)
+	var out, errOut clitest.SyncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- clitest.RunTo(rctx, ns, &out, &errOut, "shard", "held", "--count", "2", "--member", member, "--drain", "2s", "--", "sleep", "60")
+	}()
+	defer func() { stop(); <-done }()
+	cli := clitest.Srv.Client(t)
+	g, err := shard.New(cli, "held", 2, shard.WithNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	var v inspect.ShardsJSON
+	clitest.WaitFor(t, func() bool {
+		code, out, _ := clitest.Run(ctx, t, ns, "shards", "held", "-o", "json")
+		return code == cmdutil.ExitOK && json.Unmarshal([]byte(out), &v) == nil && len(v.Owners) == 2 &&
+			v.Owners[0].HeldSince != nil && v.Owners[1].HeldSince != nil
+	})
+	before := time.Now()
+	for _, o := range v.Owners {
+		if o.Member != member || o.HeldFor == nil || *o.HeldFor < 0 || o.HeldSince.After(before) {
+			t.Errorf("shard %d: %+v; want owner %q held since before %v", o.Shard, o, member, before)
+		}
+	}
+	// A library member joins: one shard moves to it, and it records nothing.
+	started := make(chan int, 2)
+	gdone := make(chan error, 1)
+	gctx, gstop := context.WithCancel(ctx)
+	go func() {
+		gdone <- g.Run(gctx, "lib", func(ctx context.Context, s *shard.Shard) error {
+			started <- s.ID()
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	defer func() { gstop(); <-gdone }()
+	lib := <-started
+	code, text, _ := clitest.Run(ctx, t, ns, "shards", "held")
+	if code != cmdutil.ExitOK || !strings.Contains(text, "HELD FOR") || strings.Contains(text, "\u202e") {
+		t.Fatalf("shards: code %d\n%s", code, text)
+	}
+	var libRow, cliRow string
+	for _, line := range strings.Split(text, "\n") {
+		switch {
+		case strings.HasPrefix(line, strconv.Itoa(lib)+" "):
+			libRow = line
+		case strings.HasPrefix(line, strconv.Itoa(1-lib)+" "):
+			cliRow = line
+		}
+	}
+	if !strings.Contains(libRow, "lib") || !strings.Contains(libRow, "unknown") {
+		t.Errorf("the library's shard %d: %q; want owner lib, held for unknown", lib, libRow)
+	}
+	if !strings.Contains(cliRow, `"cli\u202eevil"`) || strings.Contains(cliRow, "unknown") {
+		t.Errorf("baton shard's shard %d: %q; want the escaped member and a held for", 1-lib, cliRow)
 	}
 }

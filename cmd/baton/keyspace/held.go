@@ -3,6 +3,7 @@ package keyspace
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -17,9 +18,9 @@ import (
 // etcd keeps no acquisition time: a key's revisions say in which order
 // things happened, not when, and a waiter's key is created long before it
 // holds. So "held for" and "leading since" come from a record that baton
-// lock, baton elect and the demo's workers write when they acquire:
+// lock, baton elect, baton shard and the demo's workers write when they acquire:
 //
-//	/<ns>/v1/held/<lock|election>/<escaped name>/<lease hex>  →  JSON heldRecord
+//	/<ns>/v1/held/<lock|election|shard>/<escaped name>/<lease hex>  →  JSON heldRecord
 //
 // on the holder's lease (gone with it) and written in the holder's fenced
 // transaction (never for a lost hold). Holders that use the library
@@ -40,6 +41,11 @@ func heldPrefix(ns string, kind keys.Kind) string {
 func HeldKey(ns string, kind keys.Kind, name string, lease clientv3.LeaseID) string {
 	return heldPrefix(ns, kind) + keys.Escape(name) + "/" + cmdutil.LeaseHex(int64(lease))
 }
+
+// ShardHeldName is the name a shard's acquisition record is kept under:
+// the group, then the shard's ID in 5 digits (one segment once escaped, so
+// no group and ID can read as another's).
+func ShardHeldName(group string, id int) string { return group + "/" + fmt.Sprintf("%05d", id) }
 
 // HeldPut is the operation recording an acquisition at t.
 func HeldPut(ns string, kind keys.Kind, name string, lease clientv3.LeaseID, t time.Time) clientv3.Op {
