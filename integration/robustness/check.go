@@ -278,19 +278,26 @@ func checkKnowsFirst(h *History, n NameInfo, cfg Config, rep *Report) {
 }
 
 // adminRevs are the revisions at which an operator's fault deleted keys:
-// those it recorded, and the deletions of the keys an operator's CLI run
-// named while it ran.
+// those it recorded, and the deletions of the key incarnations an
+// operator's CLI run named, between the revisions read around it (not
+// when they were heard: the event log may hear them long after).
 func adminRevs(h *History) map[int64]bool {
 	admin := make(map[int64]bool)
 	for _, f := range h.Faults {
 		for _, r := range f.Revs {
 			admin[r] = true
 		}
+		if len(f.Keys) == 0 {
+			continue
+		}
+		create := make(map[string]int64) // each named key's incarnation
 		for _, e := range h.Events {
-			if !e.Delete || !slices.Contains(f.Keys, e.Key) {
-				continue
-			}
-			if at, ok := h.seenAt(e.Rev); ok && at >= f.Start && at <= f.End+int64(time.Second) {
+			i := slices.Index(f.Keys, e.Key)
+			switch {
+			case i < 0:
+			case !e.Delete:
+				create[e.Key] = e.Create
+			case i < len(f.Tokens) && create[e.Key] == f.Tokens[i] && e.Rev > f.RevFrom && (f.RevTo == 0 || e.Rev <= f.RevTo):
 				admin[e.Rev] = true
 			}
 		}

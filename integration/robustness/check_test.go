@@ -431,3 +431,41 @@ func TestFrozenFencedCatchesALateWriteAccepted(t *testing.T) {
 	h.Regs = []RegOp{{Resource: "mutex/m0", Client: 1000, Token: 2, Value: "late", Outcome: "accepted", Call: ms(6), Return: ms(7)}}
 	wantViolation(t, run(h), "frozen-fenced", "the fence accepted it")
 }
+
+// An operator's CLI deletion is told from a holder's own by the key's
+// incarnation and the revisions around the run, not by when the deletion
+// was heard: the event log can hear it seconds after the CLI returned.
+func TestKnowsFirstMatchesAnOperatorsCLIRunByRevision(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		from, to, tok int64
+		judged        bool
+	}{
+		{"the run's deletion, heard late", 4, 5, 2, false},
+		{"after the run's last revision", 4, 4, 2, true},
+		{"before the run began", 5, 6, 2, true},
+		{"another incarnation of the key", 4, 5, 9, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := cleanMutex()
+			seenEvery(h)
+			late := ms(4) + int64(2*time.Second)
+			for i := range h.Seen {
+				if h.Seen[i].Rev >= 5 {
+					h.Seen[i].At = late + ms(h.Seen[i].Rev)
+				}
+			}
+			h.Holds = []*Hold{{Prim: "mutex", Name: "m0", Client: "w0", Key: ka, Token: 2, Acquired: ms(2), Ended: late + int64(time.Second), Cause: "baton: ownership lost"}}
+			h.Faults = []Fault{{Kind: FaultOperatorCLI, Start: ms(4) + 1, End: ms(4) + 2, Keys: []string{ka}, Tokens: []int64{tc.tok}, RevFrom: tc.from, RevTo: tc.to}}
+			rep := check(h, Config{TTL: 3 * time.Second})
+			if tc.judged {
+				wantViolation(t, rep, "knows-first", "after the grant")
+				return
+			}
+			wantClean(t, rep)
+			if rep.Knows["operator"]["not promised"] != 1 {
+				t.Errorf("knows %v, want the hand-over counted as the operator's, not promised", rep.Knows)
+			}
+		})
+	}
+}

@@ -33,9 +33,13 @@ type Fault struct {
 	// (an admin delete or revoke): a holder cannot be told before those.
 	Revs []int64
 	// Keys are holder keys the fault deleted at revisions it did not
-	// learn (an operator's CLI run): their deletions while it ran count
-	// as its Revs.
-	Keys []string `json:",omitempty"`
+	// learn (an operator's CLI run), Tokens their holders' tokens, and
+	// RevFrom and RevTo the revisions etcd was at before the fault began
+	// and after it ended (0: not read). The deletion of a key's incarnation
+	// Tokens name in (RevFrom, RevTo] counts as one of its Revs.
+	Keys           []string `json:",omitempty"`
+	Tokens         []int64  `json:",omitempty"`
+	RevFrom, RevTo int64    `json:",omitempty"`
 }
 
 // TrafficRun is one run of a traffic kind.

@@ -990,7 +990,7 @@ func (m *mech) cliForce(ctx context.Context, rng *rand.Rand) {
 			return
 		}
 		m.r.evidence(who, n, l)
-		m.r.operatorCLI(ctx, "unlock", []string{n.Name}, l.Key())
+		m.r.operatorCLI(ctx, "unlock", []string{n.Name}, l.Key(), int64(l.Token()))
 		select {
 		case <-l.Done():
 		case <-time.After(3 * time.Second):
@@ -1034,7 +1034,7 @@ func (m *mech) cliForce(ctx context.Context, rng *rand.Rand) {
 	if to == "" {
 		return
 	}
-	m.r.operatorCLI(ctx, "resign", []string{n.Name, "--to", to}, t.Key())
+	m.r.operatorCLI(ctx, "resign", []string{n.Name, "--to", to}, t.Key(), int64(t.Token()))
 	for _, c := range cs {
 		if x := c.lead(ctx, 2*time.Second); x != nil {
 			m.r.evidence(c.who, n, x)
@@ -1048,21 +1048,41 @@ func (m *mech) cliForce(ctx context.Context, rng *rand.Rand) {
 }
 
 // operatorCLI runs `baton CMD ARGS --force --even-if-alive` and records
-// it as an operator's fault whose deletions of key are not announced.
-func (r *runner) operatorCLI(ctx context.Context, cmd string, args []string, key string) {
+// it as an operator's fault whose deletion of key's incarnation token is
+// not announced, with etcd's revisions before and after the run: what the
+// run deleted lies between them.
+func (r *runner) operatorCLI(ctx context.Context, cmd string, args []string, key string, token int64) {
 	a := append([]string{cmd}, args...)
 	a = append(a, "--force", "--even-if-alive", "--reason", "robustness operator", "--endpoints", strings.Join(r.cfg.Target.Endpoints(), ","),
 		"--namespace", r.cfg.Namespace)
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	start := now()
+	from := r.revision(ctx)
 	out, err := exec.CommandContext(cctx, r.cfg.Baton, a...).CombinedOutput()
+	end := now()
+	to := r.revision(ctx) // 0 if unread: then every later deletion of the incarnation counts
 	msg := errString(err)
 	if err != nil {
 		msg += ": " + trim(strings.TrimSpace(string(out)))
 	}
-	r.h.op(Op{Client: "operator", Kind: "baton." + cmd + ".force", Name: args[0], Call: start, Return: now(), Err: msg, Key: key})
-	r.h.fault(Fault{Kind: FaultOperatorCLI, Detail: "baton " + cmd + " " + strings.Join(args, " "), Start: start, End: now(), Keys: []string{key}})
+	r.h.op(Op{Client: "operator", Kind: "baton." + cmd + ".force", Name: args[0], Call: start, Return: end, Err: msg, Key: key})
+	r.h.fault(Fault{Kind: FaultOperatorCLI, Detail: "baton " + cmd + " " + strings.Join(args, " "), Start: start, End: end,
+		Keys: []string{key}, Tokens: []int64{token}, RevFrom: from, RevTo: to})
+}
+
+// revision is etcd's current revision by a linearizable read, retried for
+// a few seconds through faults; 0 if none answered.
+func (r *runner) revision(ctx context.Context) int64 {
+	for i := 0; i < 5 && ctx.Err() == nil; i++ {
+		gctx, cancel := context.WithTimeout(ctx, time.Second)
+		resp, err := r.admin.Get(gctx, "/robustness/revision")
+		cancel()
+		if err == nil {
+			return resp.Header.Revision
+		}
+	}
+	return 0
 }
 
 // shardCount is the shards of the shard kind's group g0.
