@@ -2,7 +2,8 @@
 // fault-injection tests: members can be killed (no leadership transfer,
 // client connections reset at once), restarted on their data, and the
 // Raft leader found and killed. Clients can be given a proxy per member
-// to partition them from the whole cluster.
+// to partition them from the whole cluster, and a member can be cut from
+// its peers while its clients still reach it.
 //
 //	c := cluster.Start(t, 3)          // closed by t.Cleanup
 //	cli := c.Client(t)                // every member's endpoint
@@ -31,6 +32,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/types"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -73,6 +75,7 @@ type Member struct {
 	mu    sync.Mutex
 	srv   *etcdtest.Server
 	front *netproxy.Proxy // forwards public to inner while running
+	id    uint64          // the Raft ID, once started: it outlives a stop
 }
 
 // Start starts an n-member cluster for a test and closes it on t.Cleanup.
@@ -182,6 +185,27 @@ func (c *Cluster) Client(tb testing.TB, endpoints ...string) *clientv3.Client {
 // traffic, so that the client can be cut off from the whole cluster.
 type Partition struct{ proxies []*netproxy.Proxy }
 
+// NewPartition starts a proxy in front of each of endpoints (any etcd's,
+// embedded or not) and returns them with the proxies' endpoints, in the
+// same order, for a client to dial.
+func NewPartition(endpoints []string) (*Partition, []string, error) {
+	p := &Partition{}
+	var eps []string
+	for _, ep := range endpoints {
+		if i := strings.Index(ep, "://"); i >= 0 {
+			ep = ep[i+3:]
+		}
+		x, err := netproxy.New(ep)
+		if err != nil {
+			p.Close()
+			return nil, nil, fmt.Errorf("cluster: proxy: %w", err)
+		}
+		p.proxies = append(p.proxies, x)
+		eps = append(eps, x.Endpoint())
+	}
+	return p, eps, nil
+}
+
 // Blackhole stops the client's traffic to every member; connections stay
 // open, as in a network partition.
 func (p *Partition) Blackhole() {
@@ -225,16 +249,9 @@ func (p *Partition) Close() {
 // on t.Cleanup.
 func (c *Cluster) Proxied(tb testing.TB) (*clientv3.Client, *Partition) {
 	tb.Helper()
-	p := &Partition{}
-	var eps []string
-	for _, m := range c.members {
-		x, err := netproxy.New(m.public)
-		if err != nil {
-			p.Close()
-			tb.Fatalf("cluster: proxy: %v", err)
-		}
-		p.proxies = append(p.proxies, x)
-		eps = append(eps, x.Endpoint())
+	p, eps, err := NewPartition(c.Endpoints())
+	if err != nil {
+		tb.Fatal(err)
 	}
 	cli, err := c.NewClient(eps...)
 	if err != nil {
@@ -247,6 +264,35 @@ func (c *Cluster) Proxied(tb testing.TB) (*clientv3.Client, *Partition) {
 		p.Close()
 	})
 	return cli, p
+}
+
+// CutPeers cuts the member off from every other member, both ways, while
+// its clients still reach it, as a network partition between the members
+// alone would: the Raft messages between them are dropped (etcd's own
+// test seam, EtcdServer.CutPeer, on both ends of each link). It loses its
+// leadership, or its leader, after an election timeout; the others go on
+// with a quorum. A member that restarts comes back with its links whole.
+func (m *Member) CutPeers() { m.c.peerLinks(m, true) }
+
+// MendPeers undoes CutPeers. Idempotent.
+func (m *Member) MendPeers() { m.c.peerLinks(m, false) }
+
+func (c *Cluster) peerLinks(m *Member, cut bool) {
+	link := func(e *embed.Etcd, id uint64) {
+		switch {
+		case e == nil || id == 0:
+		case cut:
+			e.Server.CutPeer(types.ID(id))
+		default:
+			e.Server.MendPeer(types.ID(id))
+		}
+	}
+	for _, o := range c.members {
+		if o != m {
+			link(m.Etcd(), o.raftID())
+			link(o.Etcd(), m.raftID())
+		}
+	}
 }
 
 // Leader returns the member that every running member names as leader,
@@ -432,7 +478,14 @@ func (m *Member) start() error {
 		return fmt.Errorf("cluster: %s client address: %w", m.name, err)
 	}
 	m.mu.Lock()
-	m.srv, m.front = srv, front
+	m.srv, m.front, m.id = srv, front, uint64(srv.Etcd().Server.MemberID())
 	m.mu.Unlock()
 	return nil
+}
+
+// raftID is the member's Raft ID, running or not; zero before its start.
+func (m *Member) raftID() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.id
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/batonhq/baton/integration/cluster"
 )
 
@@ -112,5 +114,66 @@ func TestPartition(t *testing.T) {
 	part.Restore()
 	if _, err := cli.Get(ctx, "k"); err != nil {
 		t.Fatalf("get after restore: %v", err)
+	}
+}
+
+// TestCutPeers cuts the leader off from its peers, not from its clients:
+// a linearizable read through it fails, a serializable one is served; the
+// others elect a leader and take writes; once mended, a linearizable read
+// through it sees them.
+func TestCutPeers(t *testing.T) {
+	c := cluster.Start(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	lead, err := c.WaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var other *cluster.Member
+	for _, m := range c.Members() {
+		if m != lead {
+			other = m
+		}
+	}
+	through, rest := c.Client(t, lead.Endpoint()), c.Client(t, other.Endpoint())
+	if _, err := rest.Put(ctx, "k", "before"); err != nil {
+		t.Fatal(err)
+	}
+	lead.CutPeers()
+	defer lead.MendPeers()
+	rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+	_, err = through.Get(rctx, "k")
+	rcancel()
+	if err == nil {
+		t.Fatal("a linearizable read through a member cut from its peers was served")
+	}
+	if resp, err := through.Get(ctx, "k", clientv3.WithSerializable()); err != nil || string(resp.Kvs[0].Value) != "before" {
+		t.Fatalf("serializable read through the cut member: %v, %v; want it served", resp, err)
+	}
+	put := func(cli *clientv3.Client, what string) error {
+		for i := 0; i < 50; i++ {
+			pctx, pcancel := context.WithTimeout(ctx, time.Second)
+			_, err = cli.Put(pctx, "k", what)
+			pcancel()
+			if err == nil {
+				return nil
+			}
+		}
+		return err
+	}
+	if err := put(rest, "after"); err != nil {
+		t.Fatalf("the other members took no write: %v", err)
+	}
+	lead.MendPeers()
+	var got string
+	for i := 0; i < 50 && got != "after"; i++ {
+		gctx, gcancel := context.WithTimeout(ctx, time.Second)
+		if resp, err := through.Get(gctx, "k"); err == nil {
+			got = string(resp.Kvs[0].Value)
+		}
+		gcancel()
+	}
+	if got != "after" {
+		t.Fatalf("a linearizable read through the mended member got %q; want the write made while it was cut", got)
 	}
 }

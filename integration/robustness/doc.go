@@ -19,8 +19,11 @@
 // operator's `baton unlock/resign --force`. A run in which a kind made no
 // acquisition fails (coverage).
 //
-// Faults, from a declared list at random times: member kill and restart,
-// leader transfer, quorum loss, client blackhole and slow link,
+// Faults, from a declared list dealt in shuffled rounds (every kind once a
+// round): member kill and restart, leader transfer, quorum loss, a member
+// (the leader half the time) cut from its peers but not from its clients
+// (linearizable reads through it judged by the register checker), client
+// blackhole and slow link,
 // compaction and defragmentation under watches, an admin deleting a
 // holder's key or revoking its lease, or range-deleting marks and
 // contender or candidate keys, a holder process frozen past its TTL, a

@@ -10,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/batonhq/baton/integration/cluster"
 	"github.com/batonhq/baton/internal/keys"
 )
 
@@ -25,6 +26,7 @@ const (
 	FaultAdminRevoke    = "admin-revoke"    // an operator revokes a holder's lease
 	FaultFreeze         = "holder-freeze"   // a holder process stopped (SIGSTOP) past its TTL, then resumed
 	FaultClockSkew      = "clock-skew"      // a worker's lease clock 15% slow and jumping forward, while it is cut off
+	FaultMemberIsolate  = "member-isolate"  // a member (the leader half the time) cut from its peers, not from its clients
 	FaultOperatorKeys   = "operator-keys"   // an operator deletes the release marks, range-deletes a name's contender keys, or an election's candidate records and moved marks
 	// FaultOperatorCLI is not drawn by the fault loop: the cli-force
 	// traffic records each `baton unlock/resign --force` it runs as one.
@@ -34,7 +36,7 @@ const (
 )
 
 // FaultKinds lists the kinds a run injects; holder-freeze needs holder
-// processes.
+// processes, member-isolate a PeerCutter target.
 //
 // A member restarted from an older snapshot of its data is not among
 // them: it is not safe. A member that forgets Raft log entries and votes
@@ -43,7 +45,7 @@ const (
 // found would be etcd's broken durability, not the lock layer's.
 func FaultKinds(processes bool) []string {
 	k := []string{FaultMemberKill, FaultQuorumLoss, FaultLeaderTransfer, FaultBlackhole, FaultSlowLink,
-		FaultCompact, FaultAdminDelete, FaultAdminRevoke, FaultClockSkew, FaultOperatorKeys}
+		FaultCompact, FaultAdminDelete, FaultAdminRevoke, FaultClockSkew, FaultOperatorKeys, FaultMemberIsolate}
 	if processes {
 		k = append(k, FaultFreeze)
 	}
@@ -66,13 +68,15 @@ func (f *faulter) sleep(ctx context.Context, minMs, spanMs int) {
 }
 
 // loop injects one fault at a time until deadline: a quiet while, a
-// fault, its healing.
+// fault, its healing. Kinds are dealt from a shuffled deck, every kind
+// once a round, so that a short run (CI's 75 s runs about 15) has each.
 //
 // Every faultPhase of faults is followed by a quiet while of 8 to 12 s,
 // so that the checks that judge only with no fault near (a free lock is
 // taken) have time to judge in.
 func (f *faulter) loop(ctx context.Context, deadline time.Time) {
 	phase := time.Now()
+	var deck []string
 	for {
 		f.sleep(ctx, 500, 2500)
 		if time.Since(phase) > faultPhase {
@@ -85,7 +89,12 @@ func (f *faulter) loop(ctx context.Context, deadline time.Time) {
 		if ctx.Err() != nil || time.Now().After(deadline) {
 			return
 		}
-		kind := f.r.cfg.Faults[f.rng.IntN(len(f.r.cfg.Faults))]
+		if len(deck) == 0 {
+			deck = slices.Clone(f.r.cfg.Faults)
+			f.rng.Shuffle(len(deck), func(a, b int) { deck[a], deck[b] = deck[b], deck[a] })
+		}
+		kind := deck[0]
+		deck = deck[1:]
 		// The fault's own choices come from a generator of its own, so
 		// that what etcd's timing changes inside one fault (an early
 		// error, a wait) leaves the next faults as the seed made them.
@@ -150,7 +159,7 @@ func (f *faulter) inject(ctx context.Context, kind string) (string, []int64, err
 		return fmt.Sprintf("member %d to %d", lead, j), nil, err
 	case FaultBlackhole, FaultSlowLink:
 		f.r.mu.Lock()
-		parts := append([]*partition(nil), f.r.parts...)
+		parts := append([]*cluster.Partition(nil), f.r.parts...)
 		f.r.mu.Unlock()
 		if len(parts) == 0 {
 			return "no client", nil, nil
@@ -164,9 +173,9 @@ func (f *faulter) inject(ctx context.Context, kind string) (string, []int64, err
 		sort.Ints(chosen)
 		for _, c := range chosen {
 			if kind == FaultBlackhole {
-				parts[c].blackhole()
+				parts[c].Blackhole()
 			} else {
-				parts[c].delay(time.Duration(50+f.rng.IntN(350)) * time.Millisecond)
+				parts[c].SetDelay(time.Duration(50+f.rng.IntN(350)) * time.Millisecond)
 			}
 		}
 		if kind == FaultBlackhole {
@@ -175,7 +184,7 @@ func (f *faulter) inject(ctx context.Context, kind string) (string, []int64, err
 			f.sleep(ctx, 1000, 5000)
 		}
 		for _, c := range chosen {
-			parts[c].restore()
+			heal(parts[c])
 		}
 		return fmt.Sprintf("clients %v", chosen), nil, nil
 	case FaultCompact:
@@ -209,7 +218,7 @@ func (f *faulter) inject(ctx context.Context, kind string) (string, []int64, err
 		}
 		w := ws[f.rng.IntN(len(ws))]
 		w.clock.set(0.85)
-		w.part.blackhole()
+		w.part.Blackhole()
 		end := time.Now().Add(ttl + time.Duration(f.rng.IntN(int(ttl/time.Millisecond)))*time.Millisecond)
 		jumps := 0
 		for time.Now().Before(end) && ctx.Err() == nil {
@@ -219,12 +228,14 @@ func (f *faulter) inject(ctx context.Context, kind string) (string, []int64, err
 				jumps++
 			}
 		}
-		w.part.restore()
+		heal(w.part)
 		f.sleep(ctx, 500, 1500)
 		w.clock.set(1)
 		return fmt.Sprintf("%s: 0.85x, %d jumps forward, cut off", w.client(), jumps), nil, nil
 	case FaultOperatorKeys:
 		return f.operatorKeys(ctx)
+	case FaultMemberIsolate:
+		return f.isolate(ctx)
 	case FaultFreeze:
 		// Wait a little for a child that holds: they hold a fraction of
 		// the time.
@@ -243,6 +254,48 @@ func (f *faulter) inject(ctx context.Context, kind string) (string, []int64, err
 		return fmt.Sprintf("child %d", c.id), nil, c.thaw()
 	}
 	return "", nil, fmt.Errorf("unknown fault %q", kind)
+}
+
+// isolatedReader is the register checker's client ID of the reads
+// through an isolated member.
+const isolatedReader = 1 << 20
+
+// isolate cuts a member (the leader half the time) from its peers, its
+// clients still reaching it, for TTL/2 to 1.5 TTL (it loses its leader
+// or its leadership after an election timeout, 500 ms): the workers' clients
+// go on through it, and a client of that member alone reads the lanes'
+// registers linearizably. A read must fail, or be one the register
+// checker finds linearizable.
+func (f *faulter) isolate(ctx context.Context) (string, []int64, error) {
+	t := f.r.cfg.Target
+	pc := t.(PeerCutter) // Run allows the kind for such targets alone
+	i, what := f.rng.IntN(len(t.Endpoints())), "member"
+	if lead, _, err := memberStatus(ctx, t); err == nil && f.rng.IntN(2) == 0 {
+		i, what = lead, "leader"
+	}
+	if !t.Running(i) {
+		return fmt.Sprintf("member %d down", i), nil, nil
+	}
+	cli, err := newClient([]string{t.Endpoints()[i]})
+	if err != nil {
+		return "", nil, err
+	}
+	defer cli.Close()
+	pc.CutPeers(i)
+	defer pc.MendPeers(i)
+	ttl := f.r.cfg.TTL
+	end := time.Now().Add(ttl/2 + time.Duration(f.rng.IntN(int(ttl/time.Millisecond)))*time.Millisecond)
+	names := f.r.laneNames
+	served, failed := 0, 0
+	for k := 0; k < 1000 && time.Now().Before(end) && ctx.Err() == nil; k++ {
+		if f.r.readRegister(isolatedReader, cli, names[k%len(names)]) {
+			served++
+		} else {
+			failed++
+		}
+		f.sleep(ctx, 50, 100)
+	}
+	return fmt.Sprintf("%s %d cut from its peers; linearizable reads through it: %d served, %d failed", what, i, served, failed), nil, nil
 }
 
 // admin deletes a holder's key, or revokes its lease, as an operator
@@ -317,14 +370,19 @@ func (f *faulter) operatorKeys(ctx context.Context) (string, []int64, error) {
 // restarted, frozen children resumed.
 func (f *faulter) healAll() {
 	f.r.mu.Lock()
-	parts := append([]*partition(nil), f.r.parts...)
+	parts := append([]*cluster.Partition(nil), f.r.parts...)
 	children := append([]*child(nil), f.r.children...)
 	f.r.mu.Unlock()
 	for _, p := range parts {
-		p.restore()
+		heal(p)
 	}
 	for _, w := range f.r.workers {
 		w.clock.set(1)
+	}
+	if pc, ok := f.r.cfg.Target.(PeerCutter); ok {
+		for i := range f.r.cfg.Target.Endpoints() {
+			pc.MendPeers(i)
+		}
 	}
 	for _, c := range children {
 		_ = c.thaw()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/fencing"
+	"github.com/batonhq/baton/integration/cluster"
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/mutex"
@@ -56,7 +57,7 @@ type mech struct {
 	r    *runner
 	id   int
 	cli  *clientv3.Client
-	part *partition
+	part *cluster.Partition
 	kind string
 	runs int // of its kind so far
 }

@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/election"
+	"github.com/batonhq/baton/integration/cluster"
 	"github.com/batonhq/baton/mutex"
 )
 
@@ -19,7 +20,7 @@ type observer struct {
 	n    NameInfo
 	id   int
 	cli  *clientv3.Client
-	part *partition
+	part *cluster.Partition
 }
 
 func (r *runner) newObserver(n NameInfo, id int) (*observer, error) {
@@ -32,14 +33,14 @@ func (r *runner) newObserver(n NameInfo, id int) (*observer, error) {
 
 // proxiedClient is a client behind a partition of its own, which the
 // network faults may cut or slow.
-func (r *runner) proxiedClient() (*clientv3.Client, *partition, error) {
-	part, eps, err := newPartition(r.cfg.Target.Endpoints())
+func (r *runner) proxiedClient() (*clientv3.Client, *cluster.Partition, error) {
+	part, eps, err := cluster.NewPartition(r.cfg.Target.Endpoints())
 	if err != nil {
 		return nil, nil, err
 	}
 	cli, err := newClient(eps)
 	if err != nil {
-		part.close()
+		part.Close()
 		return nil, nil, err
 	}
 	r.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os/exec"
+	"slices"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/fencing"
+	"github.com/batonhq/baton/integration/cluster"
 	"github.com/batonhq/baton/internal/delay"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/mutex"
@@ -66,7 +68,7 @@ type runner struct {
 	admin *clientv3.Client
 
 	mu        sync.Mutex
-	parts     []*partition // every proxied client's, for network faults
+	parts     []*cluster.Partition // every proxied client's, for network faults
 	children  []*child
 	workers   []*worker
 	holderSeq int // the candidates' locks aside
@@ -110,12 +112,19 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Children > 0 && cfg.ChildCmd == nil {
 		return nil, errors.New("robustness: Children set without ChildCmd")
 	}
+	_, cuts := cfg.Target.(PeerCutter)
 	if len(cfg.Faults) == 0 {
 		cfg.Faults = FaultKinds(cfg.Children > 0 || cfg.Baton != "")
+		if !cuts {
+			cfg.Faults = slices.DeleteFunc(cfg.Faults, func(k string) bool { return k == FaultMemberIsolate })
+		}
 	}
 	for _, k := range cfg.Faults {
 		if !knownFault(k) {
 			return nil, fmt.Errorf("robustness: unknown fault kind %q (known: %v)", k, FaultKinds(true))
+		}
+		if k == FaultMemberIsolate && !cuts {
+			return nil, fmt.Errorf("robustness: fault %s needs a target that cuts members from their peers (embedded)", k)
 		}
 	}
 	h := &History{Start: now()}
@@ -320,24 +329,15 @@ func describeNames(cli *clientv3.Client, ns string) ([]NameInfo, error) {
 const lockDelay = 2 * time.Second
 
 func (r *runner) newWorker(i int) (*worker, error) {
-	part, eps, err := newPartition(r.cfg.Target.Endpoints())
+	cli, part, err := r.proxiedClient()
 	if err != nil {
-		return nil, err
-	}
-	cli, err := newClient(eps)
-	if err != nil {
-		part.close()
 		return nil, err
 	}
 	guard, err := fencing.NewEtcdGuard(cli, fencing.WithNamespace(r.cfg.Namespace))
 	if err != nil {
 		_ = cli.Close()
-		part.close()
-		return nil, err
+		return nil, err // its partition is closed with the others'
 	}
-	r.mu.Lock()
-	r.parts = append(r.parts, part)
-	r.mu.Unlock()
 	w := &worker{r: r, id: i, cli: cli, part: part, guard: guard, objects: make(map[string]closer)}
 	w.clock = newSkewClock(w.client())
 	r.mu.Lock()
@@ -357,7 +357,7 @@ func (r *runner) closeParts() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, p := range r.parts {
-		p.close()
+		p.Close()
 	}
 	r.parts = nil
 }
@@ -415,20 +415,23 @@ func (r *runner) admitMemory(id int, n NameInfo, h handle) {
 	r.h.admit(op)
 }
 
-func (r *runner) readRegister(id int, cli *clientv3.Client, n NameInfo) {
+// readRegister reads the name's register, linearizably, and says whether
+// it was served.
+func (r *runner) readRegister(id int, cli *clientv3.Client, n NameInfo) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	start := now()
 	resp, err := cli.Get(ctx, registerKey(n))
 	ret := now()
 	if err != nil {
-		return // a failed read has no effect
+		return false // a failed read has no effect
 	}
 	op := RegOp{Resource: resource(n), Client: id, Read: true, Call: start, Return: ret}
 	if len(resp.Kvs) > 0 {
 		op.Value = string(resp.Kvs[0].Value)
 	}
 	r.h.reg(op)
+	return true
 }
 
 // waitHealthy waits until every member runs and a write succeeds.

@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/integration/cluster"
-	"github.com/batonhq/baton/integration/netproxy"
 )
 
 // Target is the etcd cluster a run drives: embedded members
@@ -27,6 +25,13 @@ type Target interface {
 	Running(i int) bool
 }
 
+// PeerCutter is a Target that can cut a member from its peers while its
+// clients still reach it (member-isolate).
+type PeerCutter interface {
+	CutPeers(i int)
+	MendPeers(i int)
+}
+
 // Embedded is a Target of embedded members.
 type Embedded struct{ C *cluster.Cluster }
 
@@ -35,6 +40,12 @@ func (e Embedded) Endpoints() []string { return e.C.Endpoints() }
 
 // Kill implements Target.
 func (e Embedded) Kill(i int) error { e.C.Member(i).Kill(); return nil }
+
+// CutPeers implements PeerCutter.
+func (e Embedded) CutPeers(i int) { e.C.Member(i).CutPeers() }
+
+// MendPeers implements PeerCutter.
+func (e Embedded) MendPeers(i int) { e.C.Member(i).MendPeers() }
 
 // Running implements Target.
 func (e Embedded) Running(i int) bool { return e.C.Member(i).Running() }
@@ -58,56 +69,10 @@ func newClient(endpoints []string) (*clientv3.Client, error) {
 	})
 }
 
-func hostPort(endpoint string) string {
-	if i := strings.Index(endpoint, "://"); i >= 0 {
-		return endpoint[i+3:]
-	}
-	return endpoint
-}
-
-// partition is one client's proxies, one per member, so the client can be
-// cut off from the whole cluster or slowed down.
-type partition struct{ proxies []*netproxy.Proxy }
-
-func newPartition(endpoints []string) (*partition, []string, error) {
-	p := &partition{}
-	var eps []string
-	for _, ep := range endpoints {
-		x, err := netproxy.New(hostPort(ep))
-		if err != nil {
-			p.close()
-			return nil, nil, err
-		}
-		p.proxies = append(p.proxies, x)
-		eps = append(eps, x.Endpoint())
-	}
-	return p, eps, nil
-}
-
-func (p *partition) blackhole() {
-	for _, x := range p.proxies {
-		x.Blackhole()
-	}
-}
-
-func (p *partition) delay(d time.Duration) {
-	for _, x := range p.proxies {
-		x.SetDelay(d)
-	}
-}
-
-func (p *partition) restore() {
-	for _, x := range p.proxies {
-		x.SetDelay(0)
-		x.Restore()
-	}
-}
-
-func (p *partition) close() {
-	for _, x := range p.proxies {
-		x.Restore()
-		_ = x.Close()
-	}
+// heal lets a client's cut or slowed traffic flow again.
+func heal(p *cluster.Partition) {
+	p.SetDelay(0)
+	p.Restore()
 }
 
 // memberStatus finds the leader's index and every member's Raft ID, asking

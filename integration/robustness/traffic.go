@@ -13,6 +13,7 @@ import (
 
 	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/fencing"
+	"github.com/batonhq/baton/integration/cluster"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/rwmutex"
 	"github.com/batonhq/baton/semaphore"
@@ -35,7 +36,7 @@ type worker struct {
 	r    *runner
 	id   int
 	cli  *clientv3.Client
-	part *partition
+	part *cluster.Partition
 
 	mu      sync.Mutex
 	sess    *session.Session
