@@ -88,7 +88,7 @@ func (e *Election) newPlan(st *state, s Strategy, to string) (*plan, error) {
 // lock-delay record (a clean end: no delay runs), any request to end its
 // term, and its candidate record rec if still the one read (nil: none).
 func (e *Election) releaseOps(key string, rec *entry) []clientv3.Op {
-	ops := append(queue.Release(key, true), clientv3.OpDelete(delay.RecordOf(e.Namespace(), keys.Election, e.Name(), key)),
+	ops := append(queue.Release(key, true, false, 0), clientv3.OpDelete(delay.RecordOf(e.Namespace(), keys.Election, e.Name(), key)),
 		clientv3.OpDelete(e.endKey(leaseOf(key))))
 	if rec != nil {
 		ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(rec.key), "=", rec.rev)},

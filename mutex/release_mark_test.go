@@ -93,10 +93,132 @@ func followingSession(t *testing.T, ctx context.Context, cli *clientv3.Client, h
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := warm.Unlock(ctx); err != nil {
+	contendedUnlock(t, ctx, cli, warm)
+	return sess
+}
+
+// contendedUnlock unlocks l with a key queued behind it (on no lease,
+// deleted after), so that its release marks: an uncontended release
+// writes no mark (TestUncontendedReleaseIsOneDeletion).
+func contendedUnlock(t *testing.T, ctx context.Context, cli *clientv3.Client, l *mutex.Lock) {
+	t.Helper()
+	behind := l.Key()[:strings.LastIndex(l.Key(), "/")+1] + "behind"
+	if _, err := cli.Put(ctx, behind, ""); err != nil {
 		t.Fatal(err)
 	}
-	return sess
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Delete(ctx, behind); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// releaseEvents are the events of the revision that deleted l's key,
+// read from a watch of l's namespace from l's acquisition on.
+func releaseEvents(t *testing.T, ctx context.Context, cli *clientv3.Client, l *mutex.Lock) []*clientv3.Event {
+	t.Helper()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rev := int64(0)
+	var out []*clientv3.Event
+	for wr := range cli.Watch(wctx, keys.NamespaceOf(l.Key()), clientv3.WithPrefix(), clientv3.WithRev(int64(l.Token()))) {
+		for _, ev := range wr.Events {
+			if rev == 0 && ev.Type == clientv3.EventTypeDelete && string(ev.Kv.Key) == l.Key() {
+				rev = ev.Kv.ModRevision
+			}
+			if rev != 0 && ev.Kv.ModRevision == rev {
+				out = append(out, ev)
+			}
+			if rev != 0 && ev.Kv.ModRevision > rev {
+				return out
+			}
+		}
+		if rev != 0 && wr.Header.Revision >= rev {
+			return out // a watch delivers a revision's events in one response
+		}
+	}
+	t.Fatalf("no deletion of %s seen: %v", l.Key(), ctx.Err())
+	return nil
+}
+
+// An uncontended release is one deletion, as raw etcd's Unlock: no mark
+// is written when no key came after the holder's (the transaction decides,
+// so a waiter that enqueued meanwhile is never missed). With a key behind
+// it, the release marks.
+func TestUncontendedReleaseIsOneDeletion(t *testing.T) {
+	ctx := etcdtest.Context(t, 20*time.Second)
+	cli := client(t)
+	m := newMutex(t, cli, "uncontended-release", mutex.WithTTL(5*time.Second))
+	for _, contended := range []bool{false, true, false} {
+		l, err := m.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if contended {
+			contendedUnlock(t, ctx, cli, l)
+		} else if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		evs := releaseEvents(t, ctx, cli, l)
+		marked := false
+		for _, ev := range evs {
+			marked = marked || keys.IsReleased(string(ev.Kv.Key))
+		}
+		if contended != marked || !contended && len(evs) != 1 {
+			t.Errorf("contended %v: the release's revision wrote %d events (marked %v), want %s", contended, len(evs), marked,
+				map[bool]string{false: "the key's deletion alone", true: "a mark"}[contended])
+		}
+	}
+}
+
+// A waiter racing an uncontended holder's Unlock holds either way: when
+// its key came first the release marks (and it holds without reading the
+// queue again); when the release came first it finds no key ahead. Each
+// round's order is read from etcd's revisions.
+func TestUncontendedReleaseRacingAnEnqueue(t *testing.T) {
+	ctx := etcdtest.Context(t, 60*time.Second)
+	admin := client(t)
+	wcli := client(t)
+	sess := followingSession(t, ctx, wcli, &core.Hooks{})
+	a := newMutex(t, client(t), "release-race", mutex.WithTTL(5*time.Second))
+	b := newMutex(t, wcli, "release-race", mutex.WithSession(sess))
+	orders := map[bool]int{}
+	for round := 0; round < 40 && (round < 10 || len(orders) < 2); round++ {
+		la, err := a.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		var lb *mutex.Lock
+		start := make(chan struct{})
+		go func() { <-start; var err error; lb, err = b.Lock(ctx); got <- err }()
+		close(start)
+		if round%2 == 1 {
+			time.Sleep(time.Duration(round%5) * 200 * time.Microsecond) // vary who goes first; either order is judged
+		}
+		if err := la.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("round %d: the racing waiter: %v", round, err)
+		}
+		evs := releaseEvents(t, ctx, admin, la)
+		marked := false
+		for _, ev := range evs {
+			marked = marked || keys.IsReleased(string(ev.Kv.Key))
+		}
+		queuedFirst := int64(lb.Token()) < evs[0].Kv.ModRevision
+		if queuedFirst != marked {
+			t.Errorf("round %d: the waiter's key at %d, the release at %d, marked %v: want a mark exactly when the key came first",
+				round, lb.Token(), evs[0].Kv.ModRevision, marked)
+		}
+		orders[queuedFirst]++
+		if err := lb.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("waiter first %d, release first %d", orders[true], orders[false])
 }
 
 // lockWhenWaiting calls m.Lock in a goroutine and returns once it waits
@@ -171,7 +293,7 @@ func TestReleaseHandsOverWithoutARead(t *testing.T) {
 }
 
 // A release's marks are two keys of the namespace without a lease: each
-// release deletes the one that exists and puts the other, in its own
+// release with a key behind it deletes the one that exists and puts the other, in its own
 // revision (the deletion is what a watch of deletions sees), and nothing
 // of it stays on a caller's etcd session, whose lease outlives the Mutex.
 func TestReleaseMarkLeavesNothingOnTheLease(t *testing.T) {
@@ -185,9 +307,7 @@ func TestReleaseMarkLeavesNothingOnTheLease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := l.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
+		contendedUnlock(t, ctx, cli, l)
 		var put []string
 		for _, mark := range []string{keys.ReleasedKey(l.Key()), keys.ReleasedAltKey(l.Key())} {
 			r, err := cli.Get(ctx, mark)

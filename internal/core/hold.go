@@ -53,6 +53,7 @@ type Hold struct {
 
 	mu       sync.Mutex // guards what follows
 	finished bool       // Release reached etcd
+	alone    bool       // alone in its queue at rev: Release marks only if a key came after
 	deleting bool       // a Release left the key's deletion to the background
 	result   error      // what Release returned then
 
@@ -60,7 +61,7 @@ type Hold struct {
 	onEnd   []func(cause error) // see OnEnd; nil once run
 }
 
-func newHold(o owner, l *Lease, key string, rev, at int64, res *reservation, w *watch.Watcher[*Hold], wait telemetry.Wait) *Hold {
+func newHold(o owner, l *Lease, key string, rev, at int64, res *reservation, w *watch.Watcher[*Hold], wait telemetry.Wait, alone bool) *Hold {
 	// Not a child of the lease's context (10,000 holds would each cost it a
 	// map entry, and it carries no values): the lease ends its holds itself.
 	ctx, cancel := context.WithCancelCause(context.Background())
@@ -68,7 +69,7 @@ func newHold(o owner, l *Lease, key string, rev, at int64, res *reservation, w *
 	// that what runs under the Context is its child and a hold keeps no
 	// field for it.
 	ctx, _ = wait.Acquired(ctx, rev, int64(l.ID()), key, int64(l.TTL()/time.Second))
-	h := &Hold{o: o, l: l, key: key, rev: rev, at: at, acquired: time.Now(), ctx: ctx, res: res, watcher: w}
+	h := &Hold{o: o, l: l, key: key, rev: rev, at: at, acquired: time.Now(), ctx: ctx, res: res, watcher: w, alone: alone}
 	h.cancel = func(cause error) {
 		if h.ctx.Err() != nil {
 			return
@@ -314,7 +315,7 @@ func (h *Hold) deleteGuarded(ctx context.Context) error {
 		if !planted.On("a") {
 			txn = txn.If(h.IsOwner())
 		}
-		resp, err = txn.Then(queue.Release(h.key, !planted.On("a"))...).Commit()
+		resp, err = txn.Then(queue.Release(h.key, !planted.On("a"), h.alone, h.rev)...).Commit()
 		unknown = unknown || err != nil
 		return err
 	})

@@ -283,7 +283,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 		}
 	}
 	callKey(s.cfg.Hooks.AfterConfirm, key)
-	h := newHold(o, l, key, rev, at, res, w, req.wait)
+	h := newHold(o, l, key, rev, at, res, w, req.wait, ok && resp.Succeeded && read.Count == 1)
 	w.Register(h)
 	return h, nil
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -304,15 +305,24 @@ func goneSince(ctx context.Context, cli *clientv3.Client, kv *mvccpb.KeyValue, f
 // namespace's release mark that exists and a put of the other
 // (keys.ReleasedKey, keys.ReleasedAltKey), which tells waiters that its
 // holder knew first: a watch that carries deletions only sees the mark's.
-func Release(key string, mark bool) []clientv3.Op {
+// A holder alone in its queue at its CreateRevision rev marks only if a
+// key came after it, decided in the transaction: with nobody to tell, an
+// uncontended release is one deletion, as raw etcd's; every waiter's key
+// came after, so none is left without its mark.
+func Release(key string, mark, alone bool, rev int64) []clientv3.Op {
 	if !mark {
 		return []clientv3.Op{clientv3.OpDelete(key)}
 	}
 	a, b := keys.ReleasedKey(key), keys.ReleasedAltKey(key)
-	return []clientv3.Op{clientv3.OpDelete(key), clientv3.OpTxn(
+	toggle := clientv3.OpTxn(
 		[]clientv3.Cmp{clientv3.Compare(clientv3.Version(a), ">", 0)},
 		[]clientv3.Op{clientv3.OpDelete(a), clientv3.OpPut(b, "")},
-		[]clientv3.Op{clientv3.OpDelete(b), clientv3.OpPut(a, "")})}
+		[]clientv3.Op{clientv3.OpDelete(b), clientv3.OpPut(a, "")})
+	if alone { // etcd evaluates every compare before it applies an op
+		queue := key[:strings.LastIndexByte(key, '/')+1]
+		toggle = clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(queue), "<", rev+1).WithPrefix()}, nil, []clientv3.Op{toggle})
+	}
+	return []clientv3.Op{clientv3.OpDelete(key), toggle}
 }
 
 // DeleteOnce deletes key if its CreateRevision is *rev (0: read it first);

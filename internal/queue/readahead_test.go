@@ -96,7 +96,7 @@ func TestWaitGoneOnOneKeyTellsAReleaseFromAPlainDelete(t *testing.T) {
 			time.Sleep(200 * time.Millisecond) // the watch is established; a deletion before it is read, not marked
 			var del *clientv3.TxnResponse
 			if release {
-				del, err = cli.Txn(ctx).Then(queue.Release(ahead, true)...).Commit()
+				del, err = cli.Txn(ctx).Then(queue.Release(ahead, true, false, 0)...).Commit()
 			} else {
 				del, err = cli.Txn(ctx).Then(clientv3.OpDelete(ahead)).Commit()
 			}
