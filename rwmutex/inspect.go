@@ -8,6 +8,7 @@ import (
 
 	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/internal/inspect"
+	"github.com/batonhq/baton/internal/queue"
 )
 
 // Contender is a holder or waiter of an RWMutex, as read from etcd.
@@ -44,14 +45,10 @@ func (rw *RWMutex) read(ctx context.Context) (holders, waiters []Contender, err 
 	if err != nil {
 		return nil, nil, err
 	}
-	writerSeen := false
+	n := inspect.Holding(entries, queue.RW(rw.readers))
 	for i, e := range entries {
 		c := Contender{Key: e.Key, Shared: IsReader(e.Key), Token: fencing.Token(e.CreateRevision), Lease: e.Lease, TTL: e.TTL, Identity: e.Value}
-		holds := (c.Shared && !writerSeen) || (!c.Shared && i == 0)
-		if !c.Shared {
-			writerSeen = true
-		}
-		if holds {
+		if i < n {
 			holders = append(holders, c)
 		} else {
 			waiters = append(waiters, c)

@@ -3,7 +3,6 @@ package rwmutex
 import (
 	"context"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/internal/config"
@@ -11,6 +10,7 @@ import (
 	"github.com/batonhq/baton/internal/delay"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/metrics"
+	"github.com/batonhq/baton/internal/queue"
 )
 
 // RWMutex is a named distributed read/write lock: any number of readers,
@@ -25,28 +25,13 @@ type RWMutex struct {
 }
 
 // IsReader reports whether a key of an RWMutex is a reader's.
-func IsReader(key string) bool { return keys.TagOf(key) == keys.TagRead }
-
-// readerPolicy lets a reader hold once no older writer remains; any key
-// that is not a reader's counts as a writer. Writers need no policy: like
-// a mutex's key, they wait for every older key.
-type readerPolicy struct{}
-
-func (readerPolicy) Blockers(_ string, older []*mvccpb.KeyValue) ([]*mvccpb.KeyValue, int) {
-	var writers []*mvccpb.KeyValue
-	for _, kv := range older {
-		if !IsReader(string(kv.Key)) {
-			writers = append(writers, kv)
-		}
-	}
-	return writers, 0
-}
+func IsReader(key string) bool { return queue.IsReader(key) }
 
 // New returns an RWMutex for name in the configured namespace. It does not
 // contact etcd. Invalid names and options are rejected with an error
 // wrapping ErrInvalid.
 func New(cli *clientv3.Client, name string, opts ...Option) (*RWMutex, error) {
-	return newRWMutex(cli, name, readerPolicy{}, opts)
+	return newRWMutex(cli, name, queue.Readers{}, opts)
 }
 
 func newRWMutex(cli *clientv3.Client, name string, readers core.Policy, opts []Option) (*RWMutex, error) {

@@ -7,6 +7,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/fencing"
+	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/inspect"
 )
 
@@ -29,30 +30,32 @@ func contender(e inspect.Entry) Contender {
 	return Contender{Key: e.Key, Token: fencing.Token(e.CreateRevision), Lease: e.Lease, TTL: e.TTL, Identity: e.Value}
 }
 
-// Holders returns the contenders that hold a permit: the Limit() oldest,
-// in token order.
+// Holders returns the contenders that hold a permit, in token order: the
+// Limit() oldest, as the semaphore's permits are granted.
 func (s *Semaphore) Holders(ctx context.Context) ([]Contender, error) {
-	entries, _, err := inspect.Read(ctx, s.o.Client(), s.Prefix())
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Contender, 0, min(len(entries), s.limit))
-	for _, e := range entries[:min(len(entries), s.limit)] {
-		out = append(out, contender(e))
-	}
-	return out, nil
+	h, _, err := s.read(ctx)
+	return h, err
 }
 
 // Waiters returns the contenders queued for a permit, in the order they
 // will be served.
 func (s *Semaphore) Waiters(ctx context.Context) ([]Contender, error) {
+	_, w, err := s.read(ctx)
+	return w, err
+}
+
+func (s *Semaphore) read(ctx context.Context) (holders, waiters []Contender, err error) {
 	entries, _, err := inspect.Read(ctx, s.o.Client(), s.Prefix())
-	if err != nil || len(entries) <= s.limit {
-		return nil, err
+	if err != nil {
+		return nil, nil, err
 	}
-	out := make([]Contender, 0, len(entries)-s.limit)
-	for _, e := range entries[s.limit:] {
-		out = append(out, contender(e))
+	n := inspect.Holding(entries, func(string) core.Policy { return s.policy })
+	holders = make([]Contender, 0, n)
+	for _, e := range entries[:n] {
+		holders = append(holders, contender(e))
 	}
-	return out, nil
+	for _, e := range entries[n:] {
+		waiters = append(waiters, contender(e))
+	}
+	return holders, waiters, nil
 }

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"sync/atomic"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/internal/config"
@@ -15,6 +14,7 @@ import (
 	"github.com/batonhq/baton/internal/delay"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/metrics"
+	"github.com/batonhq/baton/internal/queue"
 	"github.com/batonhq/baton/internal/retry"
 )
 
@@ -35,21 +35,13 @@ type Semaphore struct {
 	checked  atomic.Bool   // the stored limit was found equal to ours
 }
 
-// fifo lets a key hold while fewer than limit keys older than it remain:
-// permits go in arrival order, and no key overtakes an older waiter.
-type fifo struct{ limit int }
-
-func (p fifo) Blockers(_ string, older []*mvccpb.KeyValue) ([]*mvccpb.KeyValue, int) {
-	return older, p.limit - 1
-}
-
 // New returns a Semaphore of limit permits for name in the configured
 // namespace. It does not contact etcd: the first Acquire grants the lease
 // and stores the limit if none is stored yet. limit must be 1 to MaxLimit;
 // invalid names, limits and options are rejected with an error wrapping
 // ErrInvalid.
 func New(cli *clientv3.Client, name string, limit int, opts ...Option) (*Semaphore, error) {
-	return newSemaphore(cli, name, limit, fifo{limit}, opts)
+	return newSemaphore(cli, name, limit, queue.FIFO{Limit: limit}, opts)
 }
 
 func newSemaphore(cli *clientv3.Client, name string, limit int, policy core.Policy, opts []Option) (*Semaphore, error) {

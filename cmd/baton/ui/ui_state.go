@@ -481,31 +481,28 @@ func (s *State) queues() map[string][]*uiKey {
 	return qs
 }
 
-// holders is how many of a queue's oldest keys hold, decided as the
-// libraries decide it: the head of a lock or election; a semaphore's
-// limit (every key while its limit is unknown); a read/write lock's writer
-// when it is the oldest, else the readers older than every writer.
+// holders is how many of a queue's oldest keys hold, by the rule baton
+// locks counts by (keyspace.Holding), the libraries' own; a semaphore's
+// limit is the stored one, unknown (every key holds) until read.
 func (s *State) holders(q []*uiKey) int {
 	if len(q) == 0 {
 		return 0
 	}
-	switch q[0].kind {
-	case keys.Semaphore:
-		if l := s.limits[q[0].name]; l > 0 {
-			return min(l, len(q))
-		}
-		return len(q)
-	case keys.RWLock:
-		if q[0].tag == keys.TagWrite {
-			return 1
-		}
-		n := 0
-		for n < len(q) && q[n].tag == keys.TagRead {
-			n++
-		}
-		return n
+	size := 0
+	for _, k := range q {
+		size += len(k.key)
 	}
-	return 1
+	// The rule reads etcd's KeyValues: one backing array each for the
+	// values, the pointers and the keys' bytes.
+	buf := make([]byte, 0, size)
+	vals := make([]mvccpb.KeyValue, len(q))
+	kvs := make([]*mvccpb.KeyValue, len(q))
+	for i, k := range q {
+		buf = append(buf, k.key...)
+		vals[i] = mvccpb.KeyValue{Key: buf[len(buf)-len(k.key):], CreateRevision: k.create}
+		kvs[i] = &vals[i]
+	}
+	return keyspace.Holding(q[0].kind, s.limits[q[0].name], kvs)
 }
 
 func modeOf(tag string) string {
