@@ -3,12 +3,10 @@ package inspect
 import (
 	"fmt"
 	"io"
-	"path"
 	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/cmd/baton/cmdutil"
 	"github.com/batonhq/baton/cmd/baton/keyspace"
@@ -16,53 +14,9 @@ import (
 	"github.com/batonhq/baton/shard"
 )
 
-// ShardsJSON is what `baton shards -o json` prints.
-type ShardsJSON struct {
-	Group    string       `json:"group"`
-	Revision int64        `json:"revision"`
-	Count    int          `json:"count"`
-	Members  []MemberJSON `json:"members"`
-	Unowned  int          `json:"unowned"`
-	Owners   []OwnerJSON  `json:"owners,omitempty"`
-}
-
-// OwnerJSON is one shard's owner, and since when it holds the shard when
-// its owner recorded it (baton shard does; see baton locks' "held for").
-type OwnerJSON struct {
-	shard.Owner
-	HeldSince *time.Time `json:"held_since"`
-	HeldFor   *float64   `json:"held_for_seconds"`
-}
-
-// MemberJSON is one live member and how many shards it owns.
-type MemberJSON struct {
-	Member string `json:"member"`
-	Owns   int    `json:"owns"`
-}
-
-// ShardsView summarizes a group's State; held maps the group's
-// acquisition records (keyspace.ReadHeld of keys.Shard) to their times,
-// and may be nil.
-func ShardsView(group string, st shard.State, held map[string]time.Time, now time.Time) ShardsJSON {
-	out := ShardsJSON{Group: group, Revision: st.Revision, Count: len(st.Owners), Members: []MemberJSON{}}
-	owns := map[string]int{}
-	for _, o := range st.Owners {
-		if o.Member == "" {
-			out.Unowned++
-		}
-		owns[o.Member]++
-		since := ownerSince(held, group, o)
-		out.Owners = append(out.Owners, OwnerJSON{Owner: o, HeldSince: cmdutil.Since(since), HeldFor: cmdutil.SinceSeconds(now, since)})
-	}
-	for _, m := range st.Members {
-		out.Members = append(out.Members, MemberJSON{Member: m, Owns: owns[m]})
-	}
-	return out
-}
-
 // WriteShards prints a group: one row per shard, or per member with
 // members; now is the time "held for" is counted to.
-func WriteShards(w io.Writer, asJSON, members bool, v ShardsJSON, now time.Time) error {
+func WriteShards(w io.Writer, asJSON, members bool, v keyspace.ShardsJSON, now time.Time) error {
 	if members {
 		v.Owners = nil
 	}
@@ -90,19 +44,6 @@ func WriteShards(w io.Writer, asJSON, members bool, v ShardsJSON, now time.Time)
 		t.Row(strconv.Itoa(o.Shard), cmdutil.Dash(cmdutil.Safe(o.Member)), tok, held, cmdutil.Dash(cmdutil.Safe(o.Key)))
 	}
 	return t.Flush()
-}
-
-// ownerSince is when o's owner recorded that it took the shard; zero when
-// unowned or unknown. The owner key ends in its lease, as a lock's does.
-func ownerSince(held map[string]time.Time, group string, o shard.Owner) time.Time {
-	if o.Member == "" {
-		return time.Time{}
-	}
-	lease, err := strconv.ParseInt(path.Base(o.Key), 16, 64)
-	if err != nil {
-		return time.Time{}
-	}
-	return keyspace.HeldLookup(held, keyspace.ShardHeldName(group, o.Shard), clientv3.LeaseID(lease))
 }
 
 func timeOf(t *time.Time) time.Time {
@@ -145,7 +86,7 @@ itself keeps no acquisition time.`,
 				return g.Failed("read acquisition records", err)
 			}
 			now := g.IO.Now()
-			return WriteShards(cmd.OutOrStdout(), g.JSON(), members, ShardsView(a[0], st, held, now), now)
+			return WriteShards(cmd.OutOrStdout(), g.JSON(), members, keyspace.ShardsView(a[0], st, held, now), now)
 		},
 	}
 	cmd.Flags().BoolVar(&members, "members", false, "one row per live member: how many shards it owns, and the unowned")

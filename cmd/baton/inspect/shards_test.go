@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/cmd/baton/cmdutil"
-	"github.com/batonhq/baton/cmd/baton/inspect"
 	"github.com/batonhq/baton/cmd/baton/internal/clitest"
+	"github.com/batonhq/baton/cmd/baton/keyspace"
 	"github.com/batonhq/baton/shard"
 )
 
@@ -45,7 +45,7 @@ func TestShardsShowsOwnersAndMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, _ := clitest.Run(ctx, t, ns, "shards", "ingest\u00e9", "-o", "json")
-	var v inspect.ShardsJSON
+	var v keyspace.ShardsJSON
 	if code != cmdutil.ExitOK || json.Unmarshal([]byte(out), &v) != nil {
 		t.Fatalf("shards -o json: code %d\n%s", code, out)
 	}
@@ -91,7 +91,7 @@ func TestShardsShowsHeldFor(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	var v inspect.ShardsJSON
+	var v keyspace.ShardsJSON
 	clitest.WaitFor(t, func() bool {
 		code, out, _ := clitest.Run(ctx, t, ns, "shards", "held", "-o", "json")
 		return code == cmdutil.ExitOK && json.Unmarshal([]byte(out), &v) == nil && len(v.Owners) == 2 &&
