@@ -38,6 +38,8 @@ token, leading since, candidates in order, each lease's TTL left) and lock
 (holder, token, held for, TTL left, waiters), a timeline of the holders of
 each, and the audit trail. Semaphores show their holders out of the limit and
 their waiters, read/write locks their readers or writer and their waiters.
+Shard groups show their live members and how many shards each owns, the
+unowned shards, and the last 20 moves seen while baton ui runs.
 The page is live: etcd watches push every change to it as server-sent events;
 it reconnects by itself.
 

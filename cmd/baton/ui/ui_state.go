@@ -35,6 +35,9 @@ import (
 // (BenchmarkUILivenessProbe compares the two). When a probe fails, the
 // page says since when etcd is unreachable and what it shows is greyed
 // out; when one succeeds again, both watches read afresh.
+//
+// Shard groups are read with shard.Inspect when the namespace watch shows
+// a change to their keys (ui_shards.go): no watch of their own.
 
 // Bounds of what the UI keeps in memory.
 const (
@@ -161,6 +164,10 @@ type Snapshot struct {
 	Objects     []Object   `json:"objects"`
 	Spans       []*Span    `json:"spans"`
 	Audit       []uiAudit  `json:"audit"`
+	// Shards are the namespace's shard groups, ShardMoves the newest moves
+	// seen, oldest first (ui_shards.go).
+	Shards     []ShardGroup `json:"shards"`
+	ShardMoves []ShardMove  `json:"shard_moves"`
 }
 
 // State is the model behind the page. Its methods are safe for
@@ -183,6 +190,7 @@ type State struct {
 	heads     map[string]*Span // open span per holding contender key
 	spans     []*Span
 	audit     []uiAudit
+	shards    uiShards
 	rev       int64
 	watching  [2]bool // namespace, audit
 	problem   string
@@ -248,8 +256,9 @@ func (s *State) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); <-ctx.Done(); _ = cli.Close() }()
 	}
-	wg.Add(3)
+	wg.Add(4)
 	go func() { defer wg.Done(); s.probe(ctx) }()
+	go func() { defer wg.Done(); s.inspectShards(ctx) }()
 	go func() { defer wg.Done(); s.follow(ctx, 0, keys.NamespacePrefix(s.ns), s.loadKeys, s.applyKeys) }()
 	go func() { defer wg.Done(); s.follow(ctx, 1, keyspace.AuditPrefix(s.ns), s.loadAudit, s.applyAudit) }()
 	return nil
@@ -391,6 +400,7 @@ func (s *State) loadKeys(resp *clientv3.GetResponse) {
 		s.put(kv)
 	}
 	s.rev = resp.Header.Revision
+	s.reloadShards(resp.Kvs)
 	s.transitions(false, resp.Header.Revision, true)
 	s.notify()
 }
@@ -444,6 +454,7 @@ func (s *State) applyKeys(evs []*clientv3.Event, rev int64) {
 		for ; i < len(evs) && evs[i].Kv.ModRevision == r; i++ {
 			ev := evs[i]
 			key := string(ev.Kv.Key)
+			s.noteShard(key)
 			if ev.Type == clientv3.EventTypePut {
 				s.put(ev.Kv)
 				continue
@@ -839,6 +850,7 @@ func (s *State) Snapshot() Snapshot {
 	}
 	from := max(0, len(s.audit)-uiAuditShown)
 	snap.Audit = append(snap.Audit, s.audit[from:]...)
+	s.addShards(&snap)
 	return snap
 }
 

@@ -207,6 +207,37 @@ function renderRWLocks() {
   document.getElementById("rwlocks-count").textContent = `(${objs.length})`;
 }
 
+// renderShards is each shard group's members and unowned shards, and the
+// moves the page's baton ui saw, newest first.
+function renderShards() {
+  const groups = snap.shards || [], moves = snap.shard_moves || [];
+  const rows = [];
+  for (const g of groups) {
+    if (!matches(g.group)) continue;
+    const members = g.members.length === 0 ? unknown("none") : el("ul", { class: "members" },
+      ...g.members.map((m) => el("li", { class: "member", "data-member": m.member, "data-owns": String(m.owns) },
+        el("span", { class: "value" }, m.member), " ", el("span", { class: "mono owns" }, `(${m.owns})`))));
+    rows.push(el("tr", { "data-name": g.group, "data-count": String(g.count), "data-unowned": String(g.unowned) },
+      el("th", { scope: "row", class: "value name" }, g.group, g.problem ? el("span", { class: "problem" }, ` ${g.problem}`) : ""),
+      el("td", { class: "mono shard-count" }, String(g.count)),
+      el("td", { class: "members-cell" }, members),
+      el("td", { class: "unowned" }, g.unowned === 0 ? "0" : `${g.unowned}: `, g.unowned === 0 ? "" : el("span", { class: "mono ids" }, g.unowned_ids))));
+  }
+  document.getElementById("shards-body").replaceChildren(...rows);
+  document.getElementById("shards-empty").hidden = groups.length > 0;
+  document.getElementById("shards-count").textContent = `(${groups.length})`;
+  const mrows = [];
+  for (const m of moves.slice().reverse()) {
+    if (!matches(m.group)) continue;
+    mrows.push(el("tr", { "data-name": m.group, "data-shard": String(m.shard), "data-from": m.from, "data-to": m.to },
+      el("td", {}, clock(local(m.at))), el("td", { class: "value" }, m.group), el("td", { class: "mono" }, String(m.shard)),
+      el("td", { class: "value from" }, m.from), el("td", { class: "value to" }, m.to)));
+  }
+  document.getElementById("moves-body").replaceChildren(...mrows);
+  document.getElementById("moves-empty").hidden = moves.length > 0;
+  document.getElementById("moves-count").textContent = `(${moves.length})`;
+}
+
 function renderAudit() {
   const body = document.getElementById("audit-body");
   const rows = [];
@@ -367,6 +398,7 @@ function render() {
   renderObjects("lock", "locks-body", "locks-empty", "locks-count");
   renderSemaphores();
   renderRWLocks();
+  renderShards();
   renderTimeline();
   renderAudit();
   drain();
