@@ -145,6 +145,9 @@ func TestUIStateShowsShardGroupsAndMoves(t *testing.T) {
 
 	joinShards(t, ns, group, count, "b")
 	two := balanced(t, ns, group, "a", "b")
+	// The page reads a group after its changes, so two moves of one shard
+	// between its reads are one: c joins once the page has seen b's.
+	waitSnapshot(t, st, "a and b, 12 shards each", func(s ui.Snapshot) bool { return showsState(s, group, two) })
 	c := joinShards(t, ns, group, count, hostile)
 	three := balanced(t, ns, group, "a", "b", hostile)
 	s = waitSnapshot(t, st, "three members, 8 shards each", func(s ui.Snapshot) bool { return showsState(s, group, three) })
