@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"runtime"
@@ -183,7 +182,7 @@ func RunShards(ctx context.Context, srv *embedetcd.Server, cfg ShardsConfig, pro
 		}
 	}
 	stable := append([]*shardMember(nil), members...)
-	before, err := balancedState(ctx, og, names(stable), cfg.Timeout)
+	before, err := harness.Balanced(ctx, og, names(stable), cfg.Timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +199,7 @@ func RunShards(ctx context.Context, srv *embedetcd.Server, cfg ShardsConfig, pro
 			return nil, err
 		}
 		changed := map[int]time.Time{}
-		after, err := balancedStateSeen(ctx, og, append(names(stable), name), cfg.Timeout, func(st shard.State, at time.Time) {
+		after, err := harness.BalancedSeen(ctx, og, append(names(stable), name), cfg.Timeout, func(st shard.State, at time.Time) {
 			for _, o := range st.Owners {
 				if _, ok := changed[o.Shard]; !ok && o.Member == name {
 					changed[o.Shard] = at
@@ -239,7 +238,7 @@ func RunShards(ctx context.Context, srv *embedetcd.Server, cfg ShardsConfig, pro
 		// The newcomer leaves again; the group settles back.
 		m.stop()
 		members = members[:len(members)-1]
-		if before, err = balancedState(ctx, og, names(stable), cfg.Timeout); err != nil {
+		if before, err = harness.Balanced(ctx, og, names(stable), cfg.Timeout); err != nil {
 			return nil, fmt.Errorf("leave %d: %w", j, err)
 		}
 		fmt.Fprintf(progress, "shards: join %d: balanced in %.0f ms, %d moves\n", j, rep.JoinToBalancedMs[j], moved)
@@ -251,7 +250,7 @@ func RunShards(ctx context.Context, srv *embedetcd.Server, cfg ShardsConfig, pro
 		if err != nil {
 			return nil, err
 		}
-		if _, err := balancedState(ctx, og, append(names(stable), name), cfg.Timeout); err != nil {
+		if _, err := harness.Balanced(ctx, og, append(names(stable), name), cfg.Timeout); err != nil {
 			return nil, fmt.Errorf("crash %d: %w", c, err)
 		}
 		owners, err := og.Owners(ctx)
@@ -267,7 +266,7 @@ func RunShards(ctx context.Context, srv *embedetcd.Server, cfg ShardsConfig, pro
 		waitStarts(log, name, len(mine), 0, cfg.Timeout)
 		cut := time.Now()
 		m.proxy.Blackhole()
-		if _, err := balancedState(ctx, og, names(stable), cfg.Timeout); err != nil {
+		if _, err := harness.Balanced(ctx, og, names(stable), cfg.Timeout); err != nil {
 			return nil, fmt.Errorf("crash %d: %w", c, err)
 		}
 		owned := time.Since(cut)
@@ -296,7 +295,7 @@ func RunShards(ctx context.Context, srv *embedetcd.Server, cfg ShardsConfig, pro
 		m.proxy.Restore()
 		m.stop()
 		members = members[:len(members)-1]
-		if _, err := balancedState(ctx, og, names(stable), cfg.Timeout); err != nil {
+		if _, err := harness.Balanced(ctx, og, names(stable), cfg.Timeout); err != nil {
 			return nil, err
 		}
 	}
@@ -335,50 +334,6 @@ func (m *shardMember) stop() {
 	if m.proxy != nil {
 		_ = m.proxy.Close()
 	}
-}
-
-// balancedState waits, by observing, until every shard is owned by one of
-// members and each owns floor or ceil of N/M.
-func balancedState(ctx context.Context, g *shard.Group, members []string, timeout time.Duration) (shard.State, error) {
-	return balancedStateSeen(ctx, g, members, timeout, nil)
-}
-
-// balancedStateSeen is balancedState that also gives seen every state, with
-// when it arrived.
-func balancedStateSeen(ctx context.Context, g *shard.Group, members []string, timeout time.Duration, seen func(shard.State, time.Time)) (shard.State, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	want := map[string]bool{}
-	for _, m := range members {
-		want[m] = true
-	}
-	var last shard.State
-	for st := range g.Observe(ctx) {
-		last = st
-		if seen != nil {
-			seen(st, time.Now())
-		}
-		if st.Err != nil {
-			return st, st.Err
-		}
-		if len(st.Members) != len(members) {
-			continue
-		}
-		c := map[string]int{}
-		ok := true
-		for _, o := range st.Owners {
-			ok = ok && want[o.Member]
-			c[o.Member]++
-		}
-		n, m := len(st.Owners), len(members)
-		for _, name := range members {
-			ok = ok && (c[name] == n/m || c[name] == (n+m-1)/m)
-		}
-		if ok {
-			return st, nil
-		}
-	}
-	return last, errors.New("the group did not balance in time")
 }
 
 // Print writes the report as a table.
