@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -256,17 +255,6 @@ func (l *procLedger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// procStatus counts the guard's refusals around fencing.Middleware.
-type procStatus struct {
-	http.ResponseWriter
-	code int
-}
-
-func (s *procStatus) WriteHeader(code int) {
-	s.code = code
-	s.ResponseWriter.WriteHeader(code)
-}
-
 // procChildReport is the JSON line a child prints on stdout at its end.
 type procChildReport struct {
 	Proc     int      `json:"proc"`
@@ -303,55 +291,28 @@ func Processes(ctx context.Context, cfg ProcessesConfig, progress io.Writer) (Pr
 	defer cli.Close()
 
 	// The protected resource: the parent's guard and ledger, over HTTP.
-	guard := fencing.NewMemoryGuard()
 	ledger := &procLedger{names: make(map[string]*procHold, cfg.Names), lat: make([]time.Duration, 0, cfg.Processes*cfg.Locks)}
 	var rejected atomic.Int64
-	fenced := fencing.Middleware(guard, func(r *http.Request) (string, error) {
-		name := strings.TrimPrefix(r.URL.Path, "/write/")
-		if name == "" || name == r.URL.Path {
-			return "", errors.New("no resource in the path")
-		}
-		return name, nil
-	})(ledger)
 	var ready atomic.Int64
 	allReady := make(chan struct{})
-	mux := http.NewServeMux()
-	mux.HandleFunc("/write/", func(w http.ResponseWriter, r *http.Request) {
-		sw := &procStatus{ResponseWriter: w, code: http.StatusOK}
-		fenced.ServeHTTP(sw, r)
-		if sw.code == http.StatusConflict {
-			rejected.Add(1)
-		}
+	fence, err := startFence(ledger, func(*http.Request) { rejected.Add(1) }, func(mux *http.ServeMux) {
+		// /ready answers once every child is connected: the start barrier.
+		mux.HandleFunc("/ready", func(w http.ResponseWriter, r *http.Request) {
+			if ready.Add(1) == int64(cfg.Processes) {
+				close(allReady)
+			}
+			select {
+			case <-allReady:
+				w.WriteHeader(http.StatusNoContent)
+			case <-r.Context().Done():
+			}
+		})
 	})
-	// /ready answers once every child is connected: the start barrier.
-	mux.HandleFunc("/ready", func(w http.ResponseWriter, r *http.Request) {
-		if ready.Add(1) == int64(cfg.Processes) {
-			close(allReady)
-		}
-		select {
-		case <-allReady:
-			w.WriteHeader(http.StatusNoContent)
-		case <-r.Context().Done():
-		}
-	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return res, err
 	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	serveDone := make(chan struct{})
-	go func() {
-		defer close(serveDone)
-		_ = hs.Serve(ln)
-	}()
-	defer func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = hs.Shutdown(sctx)
-		scancel()
-		_ = hs.Close()
-		<-serveDone
-	}()
-	guardURL := "http://" + ln.Addr().String()
+	defer fence.close()
+	guardURL := fence.url
 
 	type child struct {
 		*harness.Child
