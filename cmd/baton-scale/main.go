@@ -9,7 +9,8 @@
 // (a queue on one name, drained), server (etcd's watchers, keys and db
 // bytes per lock and per waiter), storm (holders cut off from etcd past
 // their leases, then back), processes (many OS processes against one
-// etcd), clusters (the router over several embedded clusters).
+// etcd), shards (a shard group of 4,096 over 50 processes, restarted in
+// turn), clusters (the router over several embedded clusters).
 package main
 
 import (
@@ -43,7 +44,7 @@ func main() {
 }
 
 // phases are every phase, in the order they run.
-var phases = []string{"held", "waiters", "server", "storm", "processes", "clusters"}
+var phases = []string{"held", "waiters", "server", "storm", "processes", "shards", "clusters"}
 
 // options are the command's flags.
 type options struct {
@@ -176,9 +177,10 @@ type report struct {
 	Held       *scale.HeldResult     `json:"held,omitempty"`
 	Waiters    []scale.WaitersResult `json:"waiters,omitempty"`
 	Server     *scale.ServerCost     `json:"server,omitempty"`
-	// Storm, Processes and Clusters are those phases' results.
+	// Storm, Processes, Shards and Clusters are those phases' results.
 	Storm     any           `json:"storm,omitempty"`
 	Processes any           `json:"processes,omitempty"`
+	Shards    any           `json:"shards,omitempty"`
 	Clusters  any           `json:"clusters,omitempty"`
 	Summary   scale.Summary `json:"summary"`
 }

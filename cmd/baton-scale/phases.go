@@ -10,8 +10,9 @@ import (
 	"github.com/batonhq/baton/integration/scale"
 )
 
-// others are the phases that run their own members: storm, processes and
-// clusters (integration/scale's storm.go, processes.go, clusters.go).
+// others are the phases that run their own members: storm, processes,
+// shards and clusters (integration/scale's storm.go, processes.go,
+// shards.go, clusters.go).
 var others = []other{
 	{"storm", func(ctx context.Context, o options, rep *report, progress io.Writer) error {
 		cfg := scale.DefaultStormConfig()
@@ -50,6 +51,21 @@ var others = []other{
 			rep.Summary.Failures = append(rep.Summary.Failures, "processes: "+f)
 		}
 		fmt.Fprintf(progress, "  processes %dx%d: p99 %v\n", cfg.Processes, cfg.Locks, r.P99.Round(time.Microsecond))
+		return nil
+	}},
+	{"shards", func(ctx context.Context, o options, rep *report, progress io.Writer) error {
+		cfg := scale.DefaultShardsConfig()
+		if o.quick {
+			cfg.Members, cfg.Shards, cfg.RestShards, cfg.Rest, cfg.Settle = 5, 256, 32, 3*time.Second, time.Second
+		}
+		r, err := scale.Shards(ctx, cfg, progress)
+		if err != nil {
+			return err
+		}
+		rep.Shards = r
+		for _, f := range r.Failures {
+			rep.Summary.Failures = append(rep.Summary.Failures, "shards: "+f)
+		}
 		return nil
 	}},
 	{"clusters", func(ctx context.Context, o options, rep *report, progress io.Writer) error {

@@ -446,9 +446,13 @@ func Processes(ctx context.Context, cfg ProcessesConfig, progress io.Writer) (Pr
 //     parent's start barrier, makes its acquisitions, each with an enter
 //     and an exit write through the parent's guard, closes everything and
 //     prints a JSON report line on stdout.
+//   - shards -endpoint URL -guard URL -group G -count N -member NAME -ttl D:
+//     a member process of the shards phase, until SIGTERM; each shard's fn
+//     writes enter and exit through the parent's guard; a JSON report line
+//     on stdout at its end.
 func Child(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "child: a role is needed: storm or procs")
+		fmt.Fprintln(stderr, "child: a role is needed: storm, procs or shards")
 		return 2
 	}
 	switch args[0] {
@@ -456,8 +460,10 @@ func Child(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return stormHolder(ctx, args[1:], stdout, stderr, os.Stdin)
 	case "procs":
 		return procChildMain(ctx, args[1:], stdout, stderr)
+	case "shards":
+		return shardsChildMain(ctx, args[1:], stdout, stderr)
 	default:
-		fmt.Fprintf(stderr, "child: no role %q (have storm, procs)\n", args[0])
+		fmt.Fprintf(stderr, "child: no role %q (have storm, procs, shards)\n", args[0])
 		return 2
 	}
 }

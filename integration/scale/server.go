@@ -40,6 +40,10 @@ type ServerStats struct {
 	// Unary is grpc_server_handled_total summed over unary methods (Range,
 	// Txn, Put, LeaseGrant…): requests the server answered.
 	Unary float64 `json:"unary"`
+	// StreamMessages is grpc_server_msg_received_total of bidirectional
+	// streams: messages clients sent on them (lease renewals, watch
+	// requests).
+	StreamMessages float64 `json:"stream_messages"`
 	// Ranges, Txns, Puts and Deletes are etcd_mvcc_*_total: operations applied.
 	Ranges, Txns, Puts, Deletes float64
 }
@@ -48,18 +52,19 @@ type ServerStats struct {
 // the samples with that label (grpc_type=unary: unary calls alone).
 func (s *ServerStats) fields() map[string]*float64 {
 	return map[string]*float64{
-		"etcd_debugging_mvcc_watcher_total":            &s.Watchers,
-		"etcd_debugging_mvcc_watch_stream_total":       &s.WatchStreams,
-		"etcd_debugging_mvcc_keys_total":               &s.Keys,
-		"etcd_mvcc_db_total_size_in_bytes":             &s.DBBytes,
-		"etcd_mvcc_db_total_size_in_use_in_bytes":      &s.DBInUseBytes,
-		"etcd_debugging_mvcc_events_total":             &s.Events,
-		"grpc_server_msg_sent_total grpc_method=Watch": &s.WatchMessages,
-		"grpc_server_handled_total grpc_type=unary":    &s.Unary,
-		"etcd_mvcc_range_total":                        &s.Ranges,
-		"etcd_mvcc_txn_total":                          &s.Txns,
-		"etcd_mvcc_put_total":                          &s.Puts,
-		"etcd_mvcc_delete_total":                       &s.Deletes,
+		"etcd_debugging_mvcc_watcher_total":                    &s.Watchers,
+		"etcd_debugging_mvcc_watch_stream_total":               &s.WatchStreams,
+		"etcd_debugging_mvcc_keys_total":                       &s.Keys,
+		"etcd_mvcc_db_total_size_in_bytes":                     &s.DBBytes,
+		"etcd_mvcc_db_total_size_in_use_in_bytes":              &s.DBInUseBytes,
+		"etcd_debugging_mvcc_events_total":                     &s.Events,
+		"grpc_server_msg_sent_total grpc_method=Watch":         &s.WatchMessages,
+		"grpc_server_handled_total grpc_type=unary":            &s.Unary,
+		"grpc_server_msg_received_total grpc_type=bidi_stream": &s.StreamMessages,
+		"etcd_mvcc_range_total":                                &s.Ranges,
+		"etcd_mvcc_txn_total":                                  &s.Txns,
+		"etcd_mvcc_put_total":                                  &s.Puts,
+		"etcd_mvcc_delete_total":                               &s.Deletes,
 	}
 }
 
