@@ -10,8 +10,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/fencing"
-	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/observe"
 	"github.com/batonhq/baton/internal/retry"
 )
 
@@ -95,13 +95,13 @@ func (e *Election) readLeader(ctx context.Context) (Leader, error) {
 // other fields zero, so a receiver tells a refusal from a normal end.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	a := &ahead{e: e, m: map[string]*attrRead{}}
-	return core.Observe(e.o, ctx, func(ctx context.Context, h core.Head) Leader {
+	return observe.Chan(ctx, e.o.Go, e.o.Client(), e.o.Prefix(), func(ctx context.Context, h observe.Head) Leader {
 		l := Leader{Key: h.Key, Value: h.Value, Token: fencing.Token(h.Token), LeaseID: h.Lease, Revision: h.Revision, Err: h.Err}
 		if !l.IsZero() {
 			a.fill(ctx, &l)
 		}
 		return l
-	}, a.track)
+	}, a.track, e.o.Refused)
 }
 
 // attributes are a candidate's, as its record says.

@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/lease"
 )
 
 // manualClock moves only when told to.
@@ -29,7 +29,7 @@ func (c *manualClock) Now() time.Time {
 	return c.now
 }
 
-func (c *manualClock) AfterFunc(d time.Duration, f func()) core.Timer {
+func (c *manualClock) AfterFunc(d time.Duration, f func()) lease.Timer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := &manualTimer{c: c, when: c.now.Add(d), f: f}

@@ -6,7 +6,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/fencing"
-	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/observe"
 )
 
 // Holder is the state of a lock as Observe sends it. The zero Holder
@@ -51,7 +51,7 @@ func (h Holder) IsFree() bool { return h.IsZero() }
 // failed); in that last case the last value sent has Err set and its
 // other fields zero.
 func (m *Mutex) Observe(ctx context.Context) <-chan Holder {
-	return core.Observe(m.o, ctx, func(_ context.Context, h core.Head) Holder {
+	return observe.Chan(ctx, m.o.Go, m.o.Client(), m.o.Prefix(), func(_ context.Context, h observe.Head) Holder {
 		return Holder{Key: h.Key, Identity: h.Value, Token: fencing.Token(h.Token), Lease: h.Lease, Revision: h.Revision, Err: h.Err}
-	}, nil)
+	}, nil, m.o.Refused)
 }

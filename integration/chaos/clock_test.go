@@ -3,7 +3,7 @@ package chaos_test
 import (
 	"time"
 
-	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/lease"
 )
 
 // slowClock runs at factor times real speed (0.5: half speed) from the
@@ -19,7 +19,7 @@ func (c slowClock) Now() time.Time {
 	return c.origin.Add(time.Duration(float64(time.Since(c.origin)) * c.factor))
 }
 
-func (c slowClock) AfterFunc(d time.Duration, f func()) core.Timer {
+func (c slowClock) AfterFunc(d time.Duration, f func()) lease.Timer {
 	return time.AfterFunc(time.Duration(float64(d)/c.factor), f)
 }
 
@@ -29,7 +29,7 @@ type frozenClock struct{ at time.Time }
 
 func (c frozenClock) Now() time.Time { return c.at }
 
-func (c frozenClock) AfterFunc(d time.Duration, f func()) core.Timer {
+func (c frozenClock) AfterFunc(d time.Duration, f func()) lease.Timer {
 	if d <= 0 {
 		return time.AfterFunc(0, f)
 	}

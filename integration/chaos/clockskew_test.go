@@ -13,7 +13,7 @@ import (
 	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/integration/cluster"
 	"github.com/batonhq/baton/internal/config"
-	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/lease"
 	"github.com/batonhq/baton/mutex"
 )
 
@@ -30,7 +30,7 @@ func TestSkewedClockHoldersPartitioned(t *testing.T) {
 	const ttl = 2 * time.Second
 	tests := []struct {
 		name  string
-		clock core.Clock
+		clock lease.Clock
 	}{
 		{"half-speed", newSlowClock(0.5)},
 		{"frozen", frozenClock{at: time.Now()}},

@@ -1,6 +1,7 @@
 package docs_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -431,4 +432,33 @@ func TestPackageMapCheckFails(t *testing.T) {
 	if !slices.Equal(bad, want) {
 		t.Errorf("checkLibraryDeps = %q, want %q", bad, want)
 	}
+}
+
+// coreLines bounds internal/core, the code every primitive runs through
+// (docs/design.md): what only one primitive needs lives with it.
+const coreLines = 1600
+
+// TestCoreStaysSmall: internal/core's non-test Go files stay under
+// coreLines lines in all.
+func TestCoreStaysSmall(t *testing.T) {
+	dir := filepath.Join(moduleRoot(t), "internal", "core")
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += bytes.Count(b, []byte("\n"))
+	}
+	if n >= coreLines {
+		t.Errorf("internal/core has %d lines of non-test Go, want under %d: move what one primitive alone needs to it", n, coreLines)
+	}
+	t.Logf("internal/core: %d lines (bound %d)", n, coreLines)
 }

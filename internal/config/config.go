@@ -18,6 +18,7 @@ import (
 	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/errs"
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/lease"
 	"github.com/batonhq/baton/internal/metrics"
 )
 
@@ -125,7 +126,7 @@ func Untraced() Option {
 }
 
 // Clock sets the watchdog's clock (tests).
-func Clock(clock core.Clock) Option {
+func Clock(clock lease.Clock) Option {
 	return sessionOpt("WithClock", func(c *Config) string { c.Session.Clock = clock; return fmt.Sprintf("%v", clock) })
 }
 
@@ -223,7 +224,7 @@ func Build(cli *clientv3.Client, opts []Option) (Config, error) {
 func build(cli *clientv3.Client, opts []Option, sessionOnly bool) (Config, error) {
 	c := Config{
 		Session: core.Config{
-			TTL: core.DefaultTTL, MaxTTL: core.DefaultMaxTTL, Logger: zap.NewNop(), Clock: core.RealClock{},
+			TTL: core.DefaultTTL, MaxTTL: core.DefaultMaxTTL, Logger: zap.NewNop(), Clock: lease.RealClock{},
 		},
 		set:         make(map[string]string),
 		sessionOnly: sessionOnly,

@@ -1,15 +1,5 @@
 package core
 
-import "github.com/batonhq/baton/internal/lease"
-
-// The watchdog's clock: Go's monotonic clock, or a slow or frozen one in
-// tests.
-type (
-	Clock     = lease.Clock
-	Timer     = lease.Timer
-	RealClock = lease.RealClock
-)
-
 // Hooks are pause points that tests use to force an interleaving at an
 // exact step. Production code leaves them nil.
 type Hooks struct {

@@ -32,10 +32,7 @@ const (
 	cleanupWait    = 80 * time.Millisecond // a failed acquisition's wait for its key's deletion
 )
 
-var (
-	errBusy       = errors.New("held by another contender") // a try found another owner
-	errOwnKeyGone = queue.ErrOwnKeyGone
-)
+var errBusy = errors.New("held by another contender") // a try found another owner
 
 // OwnerConfig configures an Owner; its Recorder names the primitive
 // (Name, Namespace, Label) and records it.
@@ -223,12 +220,9 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 		return nil, err
 	}
 
-	var stale []*mvccpb.KeyValue
+	var stale *etcdserverpb.RangeResponse
 	if planted.On("c") && o.cfg.Kind == metrics.Semaphore {
-		if r, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSerializable(),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)); err == nil {
-			stale = r.Kvs
-		}
+		stale = queue.PlantedStaleRead(ctx, s.cli, prefix)
 	}
 	resp, unheard, err := queue.Enqueue(ctx, s.cli, s.enq, &l.Fence, queue.FenceKey(prefix, l.ID()), l.ID(), key, req.Value, prefix, req.Policy, req.If)
 	none := int64(-1) // a refusal wrote nothing, unless an earlier attempt went unheard
@@ -259,10 +253,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 			}
 		}
 	}
-	read := resp.Responses[1].GetResponseRange()
-	if stale != nil {
-		read = &etcdserverpb.RangeResponse{Kvs: stale, Count: int64(len(stale))}
-	}
+	read := cmp.Or(stale, resp.Responses[1].GetResponseRange())
 	if req.wait.Recording() && resp.Succeeded {
 		req.wait.Enqueued(queue.Position(req.Policy, resp.Responses[1].GetResponseRange(), rev))
 	}
@@ -273,7 +264,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 		}
 		callKey(s.cfg.Hooks.BeforeWait, key)
 		at, err = o.wait(ctx, l, w, key, &rev, req, blockers, allowed, complete, at)
-		if errors.Is(err, errOwnKeyGone) {
+		if errors.Is(err, queue.ErrOwnKeyGone) {
 			w.Unexpect(key)
 			s.free(res, nil)
 			return nil, o.lostReason(ctx, l)
@@ -295,7 +286,7 @@ func (o *Owner[T]) adopt(ctx context.Context, l *Lease, key string, rev int64, v
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 			Then(clientv3.OpPut(key, value, clientv3.WithLease(l.ID()))).Commit()
 		if err == nil && !r.Succeeded {
-			return errOwnKeyGone
+			return queue.ErrOwnKeyGone
 		}
 		return err
 	})
@@ -316,7 +307,7 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 	// moved: a key gone while waiting that a hand-over moved waits on; a
 	// wait that ends meanwhile ends with ctx's cause, not with a loss.
 	moved := func(errp *error) bool {
-		if !errors.Is(*errp, errOwnKeyGone) || o.mover == nil {
+		if !errors.Is(*errp, queue.ErrOwnKeyGone) || o.mover == nil {
 			return false
 		}
 		nr, ok := o.mover.Moved(ctx, key, req.Value, rev)
@@ -341,7 +332,7 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 				continue
 			}
 			if len(own) == 0 || own[0].CreateRevision != rev {
-				err := errOwnKeyGone
+				err := queue.ErrOwnKeyGone
 				if moved(&err) {
 					continue
 				}
@@ -368,25 +359,20 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 		case err != nil:
 			return 0, err
 		case released && p == nil && o.cfg.Kind == metrics.Mutex:
-			// The key just ahead went with its holder's release: it held, so
-			// it was the oldest, and no older key can appear. No read of the
-			// queue, however long (a waiter knows at most queue.MaxRead);
-			// from the enqueue's read, a wait for the MaxRead-1 keys ahead
-			// whose every deletion was a release (one real release among
-			// them shows every older key gone; a forged one, by a contender
-			// that writes the marks, docs/security.md, is not excluded).
+			// The key just ahead went with its holder's release: it was the
+			// oldest, and no older key can appear; no read of the queue,
+			// however long (a forged mark, docs/security.md, is not excluded).
 			return at, nil
 		case done && complete && (released || req.Confirms && o.mover == nil):
-			// Every key ahead was followed: the events confirm. A wait a
-			// hand-over may move reads its own key (unless following the
-			// namespace showed it): a watch of the key ahead does not see it go.
+			// Every key ahead was followed: the events confirm. A movable wait
+			// reads its own key: a watch of the key ahead does not see it go.
 			return at, nil
 		case done && complete:
 			err := queue.Confirm(ctx, o.sess.cli, key, rev, at)
 			if moved(&err) {
 				continue
 			}
-			if err != nil && !errors.Is(err, errOwnKeyGone) {
+			if err != nil && !errors.Is(err, queue.ErrOwnKeyGone) {
 				err = failure(ctx, err)
 			}
 			return at, err
@@ -416,9 +402,8 @@ func failure(ctx context.Context, err error) error {
 }
 
 // deleteKey deletes key, guarded by its CreateRevision (rev 0: an unheard
-// put, voided by raising the lease's fence, then read), then frees it.
-// After cleanupWait the session goes on until etcd answers or the lease ends.
-// also, if not nil, gives more ops of the deletion's transaction (Request.Unmark).
+// put, voided by raising the lease's fence), with also's ops, then frees
+// it; after cleanupWait it goes on in the background.
 func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, r *reservation, also func(rev int64) []clientv3.Op) {
 	s := o.sess
 	stop := l.Context()
@@ -579,6 +564,11 @@ func (o *Owner[T]) close() error {
 	}
 	o.done()
 	return errors.Join(out...)
+}
+
+// Refused logs a read etcd refused for good (observe.Chan's refused).
+func (o *Owner[T]) Refused(err error) {
+	o.cfg.Logger.Error("observe: etcd refused the read", o.cfg.Fields(zap.Error(err))...)
 }
 
 // Name, Namespace, Prefix and Logger are the primitive's.

@@ -504,15 +504,8 @@ func (s *Session) reserve(ctx context.Context, key string, try, takeover bool) (
 			s.mu.Unlock()
 			return nil, errReserved
 		}
-		if busy.freed == nil {
-			busy.freed = make(chan struct{}) // only a waiter pays for one
-		}
-		freed := busy.freed
-		s.mu.Unlock()
-		select {
-		case <-freed:
-		case <-ctx.Done():
-			return nil, context.Cause(ctx)
+		if err := s.awaitFree(ctx, busy); err != nil {
+			return nil, err
 		}
 	}
 }
@@ -520,13 +513,17 @@ func (s *Session) reserve(ctx context.Context, key string, try, takeover bool) (
 // waitFreed waits until key is not reserved here.
 func (s *Session) waitFreed(ctx context.Context, key string) error {
 	s.mu.Lock()
-	r := s.reserved[key]
-	if r == nil {
-		s.mu.Unlock()
-		return nil
+	if r := s.reserved[key]; r != nil {
+		return s.awaitFree(ctx, r)
 	}
+	s.mu.Unlock()
+	return nil
+}
+
+// awaitFree unlocks s.mu, held by the caller, and waits until r is freed.
+func (s *Session) awaitFree(ctx context.Context, r *reservation) error {
 	if r.freed == nil {
-		r.freed = make(chan struct{})
+		r.freed = make(chan struct{}) // only a waiter pays for one
 	}
 	freed := r.freed
 	s.mu.Unlock()

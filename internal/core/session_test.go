@@ -14,6 +14,7 @@ import (
 
 	"github.com/batonhq/baton/integration/etcdtest"
 	"github.com/batonhq/baton/internal/errs"
+	"github.com/batonhq/baton/internal/lease"
 )
 
 var srv *etcdtest.Server
@@ -61,7 +62,7 @@ func (c *manualClock) Now() time.Time {
 	return c.now
 }
 
-func (c *manualClock) AfterFunc(d time.Duration, f func()) Timer {
+func (c *manualClock) AfterFunc(d time.Duration, f func()) lease.Timer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := &manualTimer{c: c, when: c.now.Add(d), f: f}
