@@ -145,29 +145,15 @@ TRACEPARENT and TRACESTATE naming the term's hold, as with baton lock.`,
 // runElect campaigns, leads, and campaigns again after a loss, as
 // election.Run does, with a command restarted on each term.
 func runElect(cmd *cobra.Command, g *cmdutil.Env, o electOptions, name, value string, argv []string, copts []election.Option) (err error) {
-	c, err := newChild(g, argv, o.grace, cmd)
-	if err != nil {
-		return err
-	}
-	ms, err := startMetrics(o.metrics, o.grace)
-	if err != nil {
-		return err
-	}
-	defer ms.close()
-	tr := cmdutil.StartTracing(cmd.Context(), g.IO.Getenv, cmd.ErrOrStderr())
-	defer tr.Flush(cmd.ErrOrStderr())
-	ictx, stop := cmdutil.Interruptible(cmd.Context())
-	defer stop()
-	ictx, span := tr.StartCommand(ictx, "baton elect", telemetry.LockName.String(name),
+	r, err := startHoldRun(cmd, g, argv, o.grace, o.metrics, "baton elect", telemetry.LockName.String(name),
 		telemetry.LockNamespace.String(g.Namespace), telemetry.LockPrimitive.String(telemetry.Election))
-	defer func() { cmdutil.EndCommand(span, err) }()
-	cli, err := g.Client(cmd.Context())
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
+	defer func() { r.end(err) }()
+	c, ms, ictx, cli := r.child, r.ms, r.ictx, r.cli
 	e, err := election.New(cli, name, append([]election.Option{election.WithTTL(o.ttl), election.WithNamespace(g.Namespace),
-		election.WithRegisterer(ms.registerer()), election.WithTracerProvider(tr.Provider), election.WithLockDelay(o.delay)}, copts...)...)
+		election.WithRegisterer(ms.registerer()), election.WithTracerProvider(r.tp), election.WithLockDelay(o.delay)}, copts...)...)
 	if err != nil {
 		return cmdutil.WithCode(cmdutil.ExitUsage, err)
 	}

@@ -168,28 +168,14 @@ TRACESTATE naming the hold, so its own spans are the hold's children.`,
 // releases it.
 func runLock(cmd *cobra.Command, g *cmdutil.Env, o lockOptions, names []string, argv []string) (err error) {
 	errOut := cmd.ErrOrStderr()
-	c, err := newChild(g, argv, o.grace, cmd)
+	r, err := startHoldRun(cmd, g, argv, o.grace, o.metrics, "baton lock",
+		telemetry.LockName.String(strings.Join(names, ", ")), telemetry.LockNamespace.String(g.Namespace))
 	if err != nil {
 		return err
 	}
-	ms, err := startMetrics(o.metrics, o.grace)
-	if err != nil {
-		return err
-	}
-	defer ms.close()
-	tr := cmdutil.StartTracing(cmd.Context(), g.IO.Getenv, errOut)
-	defer tr.Flush(errOut)
-	ictx, stop := cmdutil.Interruptible(cmd.Context())
-	defer stop()
-	ictx, span := tr.StartCommand(ictx, "baton lock", telemetry.LockName.String(strings.Join(names, ", ")), telemetry.LockNamespace.String(g.Namespace))
-	defer func() { cmdutil.EndCommand(span, err) }()
-	// The client outlives an interrupt: the release needs it.
-	cli, err := g.Client(cmd.Context())
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	o.tp = tr.Provider
+	defer func() { r.end(err) }()
+	c, ms, ictx, span, cli := r.child, r.ms, r.ictx, r.span, r.cli
+	o.tp = r.tp
 	var k *locker
 	if len(names) > 1 {
 		k, err = newSetLocker(cli, g, o, names, ms)
@@ -274,6 +260,24 @@ func runLock(cmd *cobra.Command, g *cmdutil.Env, o lockOptions, names []string, 
 	return cmdutil.ChildStatus(res.Status)
 }
 
+// mutexAcquire is a locker's acquire by a Mutex's or a Set's Lock and
+// TryLock; unlockMutex its release.
+func mutexAcquire(lock, tryLock func(context.Context) (*mutex.Lock, error)) func(context.Context, bool) (lockHold, error) {
+	return func(ctx context.Context, try bool) (lockHold, error) {
+		f := lock
+		if try {
+			f = tryLock
+		}
+		l, err := f(ctx)
+		if err != nil {
+			return nil, err // not a nil *mutex.Lock in a lockHold
+		}
+		return l, nil
+	}
+}
+
+func unlockMutex(ctx context.Context, h lockHold) error { return h.(*mutex.Lock).Unlock(ctx) }
+
 // newChild checks the command before anything is requested from etcd; nil
 // without a command.
 func newChild(g *cmdutil.Env, argv []string, grace time.Duration, cmd *cobra.Command) (*supervise.Child, error) {
@@ -314,18 +318,7 @@ func newMutexLocker(cli *clientv3.Client, g *cmdutil.Env, o lockOptions, name st
 	return &locker{
 		kind: keys.Lock, name: name, ns: g.Namespace, prefix: m.Prefix(),
 		notHeld: mutex.ErrNotHeld, busy: mutex.ErrLocked,
-		acquire: func(ctx context.Context, try bool) (lockHold, error) {
-			lock := m.Lock
-			if try {
-				lock = m.TryLock
-			}
-			l, err := lock(ctx)
-			if err != nil {
-				return nil, err
-			}
-			return l, nil
-		},
-		release: func(ctx context.Context, h lockHold) error { return h.(*mutex.Lock).Unlock(ctx) },
+		acquire: mutexAcquire(m.Lock, m.TryLock), release: unlockMutex,
 		busyError: func(ctx context.Context) error {
 			who := ""
 			if h, herr := m.Holder(ctx); herr == nil && h.Key != "" {

@@ -79,18 +79,7 @@ func newSetLocker(cli *clientv3.Client, g *cmdutil.Env, o lockOptions, names []s
 	return &locker{
 		kind: keys.Lock, name: strings.Join(names, ", "), names: names, ns: g.Namespace, prefix: ms2[0].Prefix(),
 		notHeld: mutex.ErrNotHeld, busy: mutex.ErrLocked,
-		acquire: func(ctx context.Context, try bool) (lockHold, error) {
-			lock := s.Lock
-			if try {
-				lock = s.TryLock
-			}
-			l, err := lock(ctx)
-			if err != nil {
-				return nil, err
-			}
-			return l, nil
-		},
-		release: func(ctx context.Context, h lockHold) error { return h.(*mutex.Lock).Unlock(ctx) },
+		acquire: mutexAcquire(s.Lock, s.TryLock), release: unlockMutex,
 		busyError: func(ctx context.Context) error {
 			var held []string
 			for _, m := range ms2 {
