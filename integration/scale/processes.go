@@ -185,28 +185,43 @@ type procHold struct {
 // procLedger checks the fenced writes: per name, an enter must come after
 // the previous holder's exit and carry a greater token.
 type procLedger struct {
+	ledger
+	names     map[string]*procHold
+	lat       []time.Duration
+	handoffs  int
+	contended int
+}
+
+// ledger is what the phases' ledgers share: the fenced writes applied,
+// enters while another holder had not exited, the first violations.
+type ledger struct {
 	mu         sync.Mutex
-	names      map[string]*procHold
-	lat        []time.Duration
-	handoffs   int
-	contended  int
 	writes     int
 	overlaps   int
 	violations []string
 }
 
-func (l *procLedger) violate(format string, args ...any) {
+func (l *ledger) violate(format string, args ...any) {
 	if len(l.violations) < 20 {
 		l.violations = append(l.violations, fmt.Sprintf(format, args...))
 	}
 }
 
-// ServeHTTP applies one admitted write: /write/<name>?proc=&phase=enter|exit
-// (&lat=&start= on enter).
-func (l *procLedger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// admitted is the token and resource of a write the guard let through;
+// false, answered, if it did not.
+func admitted(w http.ResponseWriter, r *http.Request) (fencing.Token, string, bool) {
 	tok, name, ok := fencing.TokenFromContext(r.Context())
 	if !ok {
 		http.Error(w, "not admitted", http.StatusInternalServerError)
+	}
+	return tok, name, ok
+}
+
+// ServeHTTP applies one admitted write: /write/<name>?proc=&phase=enter|exit
+// (&lat=&start= on enter).
+func (l *procLedger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	tok, name, ok := admitted(w, r)
+	if !ok {
 		return
 	}
 	q := r.URL.Query()
@@ -262,6 +277,21 @@ type procChildReport struct {
 	Errors   []string `json:"errors,omitempty"`
 }
 
+// phaseMember starts a phase's embedded member (fsync on) and a client of
+// it; stop closes both.
+func phaseMember() (*embedetcd.Server, *clientv3.Client, func(), error) {
+	srv, err := embedetcd.New(embedetcd.Config{})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cli, err := srv.NewClient()
+	if err != nil {
+		srv.Stop()
+		return nil, nil, nil, err
+	}
+	return srv, cli, func() { _ = cli.Close(); srv.Stop() }, nil
+}
+
 // Processes runs the processes phase. A failed check is in
 // ProcessesResult.Failures (OK false); an error means the phase could not
 // run.
@@ -279,16 +309,11 @@ func Processes(ctx context.Context, cfg ProcessesConfig, progress io.Writer) (Pr
 	ctx, cancel := context.WithTimeout(ctx, cfg.Deadline)
 	defer cancel()
 
-	srv, err := embedetcd.New(embedetcd.Config{})
+	srv, cli, stop, err := phaseMember()
 	if err != nil {
 		return res, err
 	}
-	defer srv.Stop()
-	cli, err := srv.NewClient()
-	if err != nil {
-		return res, err
-	}
-	defer cli.Close()
+	defer stop()
 
 	// The protected resource: the parent's guard and ledger, over HTTP.
 	ledger := &procLedger{names: make(map[string]*procHold, cfg.Names), lat: make([]time.Duration, 0, cfg.Processes*cfg.Locks)}

@@ -23,7 +23,6 @@ import (
 
 	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/integration/harness"
-	"github.com/batonhq/baton/internal/embedetcd"
 	"github.com/batonhq/baton/internal/retry"
 	"github.com/batonhq/baton/session"
 	"github.com/batonhq/baton/shard"
@@ -181,11 +180,8 @@ const shardsNamespace = "scale-shards"
 // previous owner's exit and with a greater token, an exit by the owner
 // that entered; it keeps every token that entered.
 type shardsLedger struct {
-	mu         sync.Mutex
-	shards     map[string]*shardsHold
-	writes     int
-	overlaps   int
-	violations []string
+	ledger
+	shards map[string]*shardsHold
 }
 
 type shardsHold struct {
@@ -196,17 +192,10 @@ type shardsHold struct {
 	entered   []fencing.Token
 }
 
-func (l *shardsLedger) violate(format string, args ...any) {
-	if len(l.violations) < 20 {
-		l.violations = append(l.violations, fmt.Sprintf(format, args...))
-	}
-}
-
 // ServeHTTP applies one admitted write: /write/<group>/<id>?member=&phase=enter|exit.
 func (l *shardsLedger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	tok, name, ok := fencing.TokenFromContext(r.Context())
+	tok, name, ok := admitted(w, r)
 	if !ok {
-		http.Error(w, "not admitted", http.StatusInternalServerError)
 		return
 	}
 	q := r.URL.Query()
@@ -349,16 +338,11 @@ func Shards(ctx context.Context, cfg ShardsConfig, progress io.Writer) (ShardsRe
 	res := ShardsResult{Members: cfg.Members, Shards: cfg.Shards, RestShards: cfg.RestShards, MovesBound: cfg.Shards * 22 / 10}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Deadline)
 	defer cancel()
-	srv, err := embedetcd.New(embedetcd.Config{})
+	srv, cli, stop, err := phaseMember()
 	if err != nil {
 		return res, err
 	}
-	defer srv.Stop()
-	cli, err := srv.NewClient()
-	if err != nil {
-		return res, err
-	}
-	defer cli.Close()
+	defer stop()
 	ledger := &shardsLedger{shards: map[string]*shardsHold{}}
 	var rejected, writes int
 	var rmu sync.Mutex
