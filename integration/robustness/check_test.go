@@ -424,6 +424,43 @@ func TestLockDelayCatchesAnAcquisitionWithinTheDelay(t *testing.T) {
 	wantViolation(t, rep, "lock-delay", "no marker expired")
 }
 
+// With the event watch possibly late (a member isolated while the loss was
+// heard), its clock does not judge the delay; etcd's revisions still do: a
+// write before the loss's marker expired is caught.
+func TestLockDelayJudgedByRevisionsWhenTheWatchMayBeLate(t *testing.T) {
+	n := m0
+	n.Delay, n.DelayPrefix = 2*time.Second, "/robust/v1/delay/lock/m0/"
+	rec := n.DelayPrefix + "held/a"
+	marker := n.DelayPrefix + "until/a"
+	for _, tc := range []struct {
+		name   string
+		events []history.Event
+		caught bool
+	}{
+		{"marker gone before the next write", []history.Event{
+			put(2, ka, 2, ""), put(3, rec, 3, ""), put(4, kb, 4, ""), del(5, ka, 2), del(6, rec, 3), put(6, marker, 6, ""),
+			del(7, marker, 6), put(8, work, 8, kb)}, false},
+		{"a write before the marker expired", []history.Event{
+			put(2, ka, 2, ""), put(3, rec, 3, ""), put(4, kb, 4, ""), del(5, ka, 2), del(6, rec, 3), put(6, marker, 6, ""),
+			put(7, work, 7, kb), del(8, marker, 6)}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &History{Names: []NameInfo{n}, Events: tc.events}
+			h.Holds = []*Hold{
+				{Prim: "mutex", Name: "m0", Client: "w0", Key: ka, Token: 2, Acquired: ms(2), Ended: ms(4)},
+				{Prim: "mutex", Name: "m0", Client: "w1", Key: kb, Token: 4, Acquired: ms(5) + int64(100*time.Millisecond)},
+			}
+			h.Faults = []Fault{{Kind: FaultMemberIsolate, Start: ms(4), End: ms(5)}}
+			rep := run(h)
+			if tc.caught {
+				wantViolation(t, rep, "lock-delay", "before the lock-delay marker")
+				return
+			}
+			wantClean(t, rep)
+		})
+	}
+}
+
 // A frozen holder's write after its key went must be rejected.
 func TestFrozenFencedCatchesALateWriteAccepted(t *testing.T) {
 	h := cleanMutex()

@@ -61,6 +61,9 @@ type faulter struct {
 	r      *runner
 	events *eventLog
 	rng    *rand.Rand
+	// unheard is the holder key an admin's call failed on, unanswered: it
+	// may apply later, so the key's incarnation is the fault's (Fault.Keys).
+	unheard *Fault
 }
 
 func (f *faulter) sleep(ctx context.Context, minMs, spanMs int) {
@@ -104,6 +107,9 @@ func (f *faulter) loop(ctx context.Context, deadline time.Time) {
 		detail, revs, err := inner.inject(fctx, kind)
 		cancel()
 		fl.End, fl.Detail, fl.Revs = now(), detail, revs
+		if u := inner.unheard; u != nil {
+			fl.Keys, fl.Tokens, fl.RevFrom = u.Keys, u.Tokens, u.RevFrom
+		}
 		if err != nil {
 			fl.Detail += " (" + err.Error() + ")"
 		}
@@ -316,18 +322,23 @@ func (f *faulter) admin(ctx context.Context, kind string) (string, []int64, erro
 				continue
 			}
 			key := string(kv.Key)
+			// A call that fails may still apply, after the fault's end:
+			// any later deletion of this incarnation may be the admin's.
+			f.unheard = &Fault{Keys: []string{key}, Tokens: []int64{kv.CreateRevision}, RevFrom: resp.Header.Revision}
 			if kind == FaultAdminDelete {
 				tr, err := f.r.admin.Txn(actx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision)).
 					Then(clientv3.OpDelete(key)).Commit()
 				if err != nil {
 					return key, nil, err
 				}
+				f.unheard = nil
 				return fmt.Sprintf("%s token %d", key, kv.CreateRevision), []int64{tr.Header.Revision}, nil
 			}
 			lr, err := f.r.admin.Revoke(actx, clientv3.LeaseID(kv.Lease))
 			if err != nil {
 				return fmt.Sprintf("lease %x of %s", kv.Lease, key), nil, err
 			}
+			f.unheard = nil
 			return fmt.Sprintf("lease %x of %s", kv.Lease, key), []int64{lr.Header.Revision}, nil
 		}
 	}

@@ -146,7 +146,9 @@ func checkLockDelay(h *History, rep *Report) {
 					continue
 				}
 				rep.judged("lock-delay")
-				if x.Acquired < at+int64(n.Delay-lockDelayTolerance) {
+				if x.Acquired < at+int64(n.Delay-lockDelayTolerance) && h.watchLate(at-int64(n.Delay), at) {
+					rep.judged("lock-delay clock excused: the event watch may have heard the loss late")
+				} else if x.Acquired < at+int64(n.Delay-lockDelayTolerance) {
 					rep.add("lock-delay", fmt.Sprintf("%s %s: %s acquired (token %d) at %s, %v after %s (token %d) was lost without releasing at rev %d (seen at %s): within the lock-delay of %v",
 						n.Prim, n.Name, x.Client, x.Token, since(h.Start, x.Acquired), time.Duration(x.Acquired-at).Round(time.Millisecond),
 						shortKey(l.inc.key), l.inc.create, l.rev, since(h.Start, at), n.Delay), l.rev)
@@ -168,6 +170,30 @@ func checkLockDelay(h *History, rep *Report) {
 			}
 		}
 	}
+}
+
+// watchLate reports whether the event watch may have heard an event of
+// [from, to] late: a fault of the cluster (a member killed, isolated or
+// out of quorum, a leader moved, a compaction) or a disturbance in
+// progress then. Its clock then says when a deletion was heard, not when
+// etcd applied it, and only etcd's revisions judge.
+func (h *History) watchLate(from, to int64) bool {
+	for _, d := range h.Disturbances {
+		if d.Start <= to && d.End >= from {
+			return true
+		}
+	}
+	for _, f := range h.Faults {
+		switch f.Kind {
+		case FaultMemberKill, FaultQuorumLoss, FaultLeaderTransfer, FaultCompact, FaultMemberIsolate:
+		default:
+			continue
+		}
+		if e := f.End; f.Start <= to && (e == 0 || e >= from) {
+			return true
+		}
+	}
+	return false
 }
 
 func markerWhen(rev int64) string {
