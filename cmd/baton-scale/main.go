@@ -48,18 +48,20 @@ var phases = []string{"held", "waiters", "server", "storm", "processes", "shards
 
 // options are the command's flags.
 type options struct {
-	quick      bool
-	only       []string
-	held       int
-	heldSmall  int
-	heldRuns   int
-	waiters    int
-	clients    int
-	waiterRuns int
-	rawWaiters int
-	jsonPath   string
-	cpuProfile string
-	deadline   time.Duration
+	quick        bool
+	only         []string
+	held         int
+	heldSmall    int
+	heldRuns     int
+	waiters      int
+	clients      int
+	waiterRuns   int
+	rawWaiters   int
+	jsonPath     string
+	cpuProfile   string
+	deadline     time.Duration
+	shardMembers int
+	shardCount   int
 	// Set by the phase file of the storm, processes and clusters phases.
 	processes, processLocks int
 }
@@ -129,6 +131,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.clients, "clients", 10, "etcd clients the waiters are spread over")
 	fs.IntVar(&o.waiterRuns, "waiter-rounds", 25, "drains of the 8-waiter queue whose handoff p99 is the baseline")
 	fs.IntVar(&o.rawWaiters, "raw-waiters", 1000, "largest queue raw etcd concurrency drains too (0: none)")
+	fs.IntVar(&o.shardMembers, "shard-members", 0, "member processes of the shards phase (0: 50, 5 with -quick)")
+	fs.IntVar(&o.shardCount, "shard-count", 0, "shards of the shards phase's large group (0: 4096, 256 with -quick)")
 	fs.StringVar(&o.jsonPath, "json", "scale.json", "file to write every figure to as JSON; empty for none")
 	fs.DurationVar(&o.deadline, "deadline", 20*time.Minute, "bound on the whole run")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server and clients) to this file")

@@ -58,6 +58,12 @@ var others = []other{
 		if o.quick {
 			cfg.Members, cfg.Shards, cfg.RestShards, cfg.Rest, cfg.Settle = 5, 256, 32, 3*time.Second, time.Second
 		}
+		if o.shardMembers > 0 {
+			cfg.Members = o.shardMembers
+		}
+		if o.shardCount > 0 {
+			cfg.Shards = o.shardCount
+		}
 		r, err := scale.Shards(ctx, cfg, progress)
 		if err != nil {
 			return err
