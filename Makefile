@@ -59,7 +59,7 @@ robustness:
 # while the session's key reservation keeps a key from being re-created
 # before its previous holder's release; see internal/planted),
 # ROBUSTNESS_PLANTED_DURATION each (default 90s).
-PLANTED ?= b c d e f g h i j k l
+PLANTED ?= b c d e f g h i j k l m
 ROBUSTNESS_PLANTED_DURATION ?= 120s
 robustness-planted:
 	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/planted"
 )
 
 type hold = core.Hold
@@ -31,7 +32,11 @@ type Shard struct {
 }
 
 func newShard(h *core.Hold, id, count int, member string) *Shard {
-	ctx, cancel := context.WithCancelCause(h.Context())
+	parent := h.Context()
+	if planted.On("m") {
+		parent = context.Background() // only a move or a release ends it
+	}
+	ctx, cancel := context.WithCancelCause(parent)
 	return &Shard{hold: h, id: id, count: count, member: member, ctx: ctx, cancel: cancel}
 }
 

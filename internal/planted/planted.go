@@ -27,10 +27,12 @@
 //	   (internal/queue)
 //	l  a follower of the namespace watch is not told of a release
 //	   (internal/watch): the free-lock check's
+//	m  a shard's Context is not ended by its hold's: a lost lease leaves
+//	   it live until the member's watch sees the key go (shard)
 package planted
 
 // Env names the bug that On switches on, in a robustness_planted build.
 const Env = "BATON_PLANTED_BUG"
 
 // Names are the bugs On knows, a letter each.
-const Names = "abcdefghijkl"
+const Names = "abcdefghijklm"
