@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/integration/sharding"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/router"
@@ -105,11 +106,11 @@ func TestFiguresOneClusterVersusTwo(t *testing.T) {
 			}
 		}
 	}
-	s1, s2 := sharding.Summarize(rate1), sharding.Summarize(rate2)
+	s1, s2 := harness.Summarize(rate1), harness.Summarize(rate2)
 	t.Logf("FIGURE acquisitions/s, 1 cluster: %v", s1)
 	t.Logf("FIGURE acquisitions/s, 2 clusters: %v", s2)
 	t.Logf("FIGURE ratio 2/1 of medians: %.2f", s2.Median/s1.Median)
-	t.Logf("FIGURE cycle p99 ms, 1 cluster: %v; 2 clusters: %v", sharding.Summarize(p99one), sharding.Summarize(p99two))
+	t.Logf("FIGURE cycle p99 ms, 1 cluster: %v; 2 clusters: %v", harness.Summarize(p99one), harness.Summarize(p99two))
 	t.Logf("FIGURE load after: %s", loadavg())
 }
 
@@ -170,6 +171,6 @@ func TestFiguresOneClusterDown(t *testing.T) {
 		t.Logf("run: jobs p99 %.2f ms with a up (%d cycles), %.2f ms with a down (%d cycles, 0 failed)",
 			up[len(up)-1], len(cu.Latencies), down[len(down)-1], len(cd.Latencies))
 	}
-	t.Logf("FIGURE jobs cycle p99 ms on b, a up: %v", sharding.Summarize(up))
-	t.Logf("FIGURE jobs cycle p99 ms on b, a down: %v", sharding.Summarize(down))
+	t.Logf("FIGURE jobs cycle p99 ms on b, a up: %v", harness.Summarize(up))
+	t.Logf("FIGURE jobs cycle p99 ms on b, a down: %v", harness.Summarize(down))
 }

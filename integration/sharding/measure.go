@@ -3,12 +3,12 @@ package sharding
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/router"
 )
@@ -29,16 +29,8 @@ func (c Cycles) PerSecond() float64 {
 	return float64(len(c.Latencies)) / c.Elapsed.Seconds()
 }
 
-// Percentile is the p-th percentile cycle time.
-func (c Cycles) Percentile(p float64) time.Duration {
-	if len(c.Latencies) == 0 {
-		return 0
-	}
-	s := slices.Clone(c.Latencies)
-	slices.Sort(s)
-	rank := int(p/100*float64(len(s))+0.999999) - 1
-	return s[max(0, min(rank, len(s)-1))]
-}
+// Percentile is the p-th percentile cycle time (harness.Percentile).
+func (c Cycles) Percentile(p float64) time.Duration { return harness.Percentile(c.Latencies, p) }
 
 // Spread runs perNS goroutines in each namespace for d, each locking and
 // unlocking a name of its own on one session per namespace, through r.
@@ -116,30 +108,6 @@ func Spread(ctx context.Context, r *router.Router, namespaces []string, perNS in
 	wg.Wait()
 	out.Elapsed = time.Since(start)
 	return out, first
-}
-
-// Summary is the median of several runs' values with the lowest and
-// highest.
-type Summary struct {
-	Median, Min, Max float64
-}
-
-// Summarize summarizes one value per run.
-func Summarize(v []float64) Summary {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return Summary{}
-	}
-	med := s[len(s)/2]
-	if len(s)%2 == 0 {
-		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return Summary{Median: med, Min: s[0], Max: s[len(s)-1]}
-}
-
-func (s Summary) String() string {
-	return fmt.Sprintf("%.4g [%.4g–%.4g]", s.Median, s.Min, s.Max)
 }
 
 // Ms is a duration in milliseconds.
