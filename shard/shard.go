@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/batonhq/baton/internal/core"
-	"github.com/batonhq/baton/internal/planted"
 )
 
 type hold = core.Hold
@@ -32,11 +31,7 @@ type Shard struct {
 }
 
 func newShard(h *core.Hold, id, count int, member string) *Shard {
-	parent := h.Context()
-	if planted.On("m") {
-		parent = context.Background() // only a move or a release ends it
-	}
-	ctx, cancel := context.WithCancelCause(parent)
+	ctx, cancel := context.WithCancelCause(h.Context())
 	return &Shard{hold: h, id: id, count: count, member: member, ctx: ctx, cancel: cancel}
 }
 

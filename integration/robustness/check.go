@@ -59,6 +59,7 @@ func check(h *History, cfg Config) *Report {
 	checkFreeLock(h, cfg, rep)
 	checkGranted(h, rep)
 	checkLockDelay(h, rep)
+	checkDrained(h, rep)
 	checkFrozenFenced(h, rep)
 	checkSharedKeys(h, rep)
 	checkRegisters(h, rep)

@@ -506,3 +506,37 @@ func TestKnowsFirstMatchesAnOperatorsCLIRunByRevision(t *testing.T) {
 		})
 	}
 }
+
+// The drain: a shard moved from a member is started by the next owner
+// only once the old fn returned; a start before is named, one after (or a
+// release at the drain timeout, or an end that was not a move) is not.
+func TestDrainedCatchesAMoveBeforeTheFnReturned(t *testing.T) {
+	const moved = "shard: moved to another member"
+	for _, tc := range []struct {
+		name          string
+		cause         string
+		ret, next     int64
+		wantViolation bool
+	}{
+		{"next fn started before the return", moved, ms(20), ms(15), true},
+		{"next fn started after the return", moved, ms(20), ms(25), false},
+		{"released at the drain timeout", moved, ms(10) + int64(shardDrain), ms(15), false},
+		{"not a move", "baton: released", ms(20), ms(15), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &History{}
+			h.Holds = []*Hold{
+				{Prim: "shard", Name: "g0/00001", Client: "shard.m0", Key: ka, Token: 2, Acquired: ms(2), Ended: ms(10), Cause: tc.cause},
+				{Prim: "shard", Name: "g0/00001", Client: "shard.m1", Key: kb, Token: 4, Acquired: tc.next},
+			}
+			h.Ops = []Op{{Client: "shard.m0", Kind: "shard.Return", Name: "g0/00001", Key: ka, Token: 2, Call: tc.ret, Return: tc.ret}}
+			rep := newReport(h)
+			checkDrained(h, rep)
+			if tc.wantViolation {
+				wantViolation(t, rep, "drained", "before the fn of shard.m0")
+				return
+			}
+			wantClean(t, rep)
+		})
+	}
+}

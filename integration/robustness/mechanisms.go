@@ -1086,8 +1086,12 @@ func (r *runner) revision(ctx context.Context) int64 {
 	return 0
 }
 
-// shardCount is the shards of the shard kind's group g0.
-const shardCount = 4
+// shardCount is the shards of the shard kind's group g0, shardDrain its
+// drain timeout.
+const (
+	shardCount = 4
+	shardDrain = time.Second
+)
 
 // shards: members of a group of shardCount shards join (Run), leave (its
 // ctx ends) and crash (an operator revokes a member's lease, a fault),
@@ -1107,7 +1111,7 @@ func (m *mech) shards(ctx context.Context, rng *rand.Rand) {
 				return
 			}
 			defer s.Close()
-			grp, err := shard.New(m.cli, "g0", shardCount, mutex.WithNamespace(m.r.cfg.Namespace), mutex.WithSession(s), shard.WithDrainTimeout(time.Second))
+			grp, err := shard.New(m.cli, "g0", shardCount, mutex.WithNamespace(m.r.cfg.Namespace), mutex.WithSession(s), shard.WithDrainTimeout(shardDrain))
 			if err != nil {
 				m.r.h.op(Op{Client: who, Kind: "shard.New", Call: now(), Return: now(), Err: err.Error()})
 				return
@@ -1147,6 +1151,11 @@ func (m *mech) shards(ctx context.Context, rng *rand.Rand) {
 					m.r.evidence(who, n, sh)
 					pause(sctx, time.Duration(50+g.IntN(250))*time.Millisecond)
 				}
+				// A drain: work that ends a moment after its Context, as
+				// a real fn's would; the drained check times the return.
+				time.Sleep(time.Duration(g.IntN(30)) * time.Millisecond)
+				t := now()
+				m.r.h.op(Op{Client: who, Kind: "shard.Return", Name: n.Name, Key: sh.Key(), Token: int64(sh.Token()), Call: t, Return: t})
 				return nil
 			})
 			m.r.h.op(Op{Client: who, Kind: "shard.Run", Name: "g0", Call: start, Return: now(), Err: errString(err)})

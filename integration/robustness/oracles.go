@@ -2,6 +2,7 @@ package robustness
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 )
@@ -167,6 +168,42 @@ func checkLockDelay(h *History, rep *Report) {
 					rep.add("lock-delay", fmt.Sprintf("%s %s: %s (token %d) wrote at rev %d before the lock-delay marker of %s (token %d, lost at rev %d) was gone (%s)",
 						n.Prim, n.Name, x.Client, x.Token, w, shortKey(l.inc.key), l.inc.create, l.rev, markerWhen(gone)), w)
 				}
+			}
+		}
+	}
+}
+
+// checkDrained checks the shard package's drain: a shard moved from a
+// member (its Context ended with the move's cause) is taken by the next
+// owner only once its fn returned, the return and the next fn's start
+// timed in this process on one clock. The next owner is the hold of the
+// shard with the next token.
+func checkDrained(h *History, rep *Report) {
+	returned := map[incarnation]int64{}
+	for _, o := range h.Ops {
+		if o.Kind == "shard.Return" {
+			returned[incarnation{o.Key, o.Token}] = o.Return
+		}
+	}
+	byName := map[string][]*Hold{}
+	for _, x := range h.Holds {
+		if x.Prim == "shard" && !x.Child {
+			byName[x.Name] = append(byName[x.Name], x)
+		}
+	}
+	for name, xs := range byName {
+		sort.Slice(xs, func(i, j int) bool { return xs[i].Token < xs[j].Token })
+		rep.Histories++
+		for i := 0; i+1 < len(xs); i++ {
+			x, y := xs[i], xs[i+1]
+			ret, ok := returned[incarnation{x.Key, x.Token}]
+			if !ok || !strings.Contains(x.Cause, "moved") || x.Ended == 0 || ret-x.Ended >= int64(shardDrain) {
+				continue // not a move, or released at the drain timeout, as promised
+			}
+			rep.judged("drained")
+			if y.Acquired < ret {
+				rep.add("drained", fmt.Sprintf("shard %s: %s (token %d) started at %s, %v before the fn of %s (token %d, moved: %s) returned",
+					name, y.Client, y.Token, since(h.Start, y.Acquired), time.Duration(ret-y.Acquired).Round(time.Microsecond), x.Client, x.Token, x.Cause), y.Token)
 			}
 		}
 	}

@@ -27,8 +27,8 @@
 //	   (internal/queue)
 //	l  a follower of the namespace watch is not told of a release
 //	   (internal/watch): the free-lock check's
-//	m  a shard's Context is not ended by its hold's: a lost lease leaves
-//	   it live until the member's watch sees the key go (shard)
+//	m  the drain: a shard whose Context ended is released at once, not
+//	   once its fn returned (shard): the drained check's
 package planted
 
 // Env names the bug that On switches on, in a robustness_planted build.
