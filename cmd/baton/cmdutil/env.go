@@ -150,6 +150,17 @@ func (g *Env) OpContext(ctx context.Context) (context.Context, context.CancelFun
 	return context.WithTimeout(ctx, g.CommandTimeout)
 }
 
+// OpClient is a client and a context bounded by the command timeout
+// (OpContext) for one command's reads and writes; done closes both.
+func (g *Env) OpClient(ctx context.Context) (*clientv3.Client, context.Context, func(), error) {
+	cli, err := g.Client(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	octx, cancel := g.OpContext(ctx)
+	return cli, octx, func() { cancel(); _ = cli.Close() }, nil
+}
+
 // Failed names what failed and gives the error its exit code.
 func (g *Env) Failed(what string, err error) error {
 	var ee *CodedError

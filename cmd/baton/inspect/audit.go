@@ -78,13 +78,11 @@ too. A value that is not a record is shown as MALFORMED, never skipped.`,
 				return auditAcross(g, cmd)
 			}
 			ctx := cmd.Context()
-			cli, err := g.Client(ctx)
+			cli, octx, done, err := g.OpClient(ctx)
 			if err != nil {
 				return err
 			}
-			defer cli.Close()
-			octx, cancel := g.OpContext(ctx)
-			defer cancel()
+			defer done()
 			resp, err := cli.Get(octx, keyspace.AuditPrefix(g.Namespace), clientv3.WithPrefix(),
 				clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 			if err != nil {

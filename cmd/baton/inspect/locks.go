@@ -120,13 +120,11 @@ and why, as they wrote it).`,
 				return locksAcross(g, cmd, prefix)
 			}
 			ctx := cmd.Context()
-			cli, err := g.Client(ctx)
+			cli, octx, done, err := g.OpClient(ctx)
 			if err != nil {
 				return err
 			}
-			defer cli.Close()
-			octx, cancel := g.OpContext(ctx)
-			defer cancel()
+			defer done()
 			v, what, err := readLocks(octx, cli, g.Namespace, prefix)
 			if err != nil {
 				return g.Failed(what, err)

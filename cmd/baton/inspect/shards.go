@@ -70,13 +70,11 @@ itself keeps no acquisition time.`,
 		Args: cmdutil.Args(1, 1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			ctx := cmd.Context()
-			cli, err := g.Client(ctx)
+			cli, octx, done, err := g.OpClient(ctx)
 			if err != nil {
 				return err
 			}
-			defer cli.Close()
-			octx, cancel := g.OpContext(ctx)
-			defer cancel()
+			defer done()
 			st, err := shard.Inspect(octx, cli, a[0], shard.WithNamespace(g.Namespace))
 			if err != nil {
 				return g.Failed("read shard group", err)

@@ -17,13 +17,11 @@ import (
 // runRequest is unlock --request: ask the holder of lock name to let go.
 func runRequest(cmd *cobra.Command, g *cmdutil.Env, kind keys.Kind, name, reason string) error {
 	ctx := cmd.Context()
-	cli, err := g.Client(ctx)
+	cli, octx, done, err := g.OpClient(ctx)
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
-	octx, cancel := g.OpContext(ctx)
-	defer cancel()
+	defer done()
 	by := keyspace.HolderIdentity()
 	if u, err := user.Current(); err == nil {
 		by = u.Username + "@" + by
