@@ -522,9 +522,17 @@ func TestDrainedCatchesAMoveBeforeTheFnReturned(t *testing.T) {
 		{"next fn started after the return", moved, ms(20), ms(25), false},
 		{"released at the drain timeout", moved, ms(10) + int64(shardDrain), ms(15), false},
 		{"not a move", "baton: released", ms(20), ms(15), false},
+		{"lost to a crash, ended as moved", moved, ms(20), ms(15), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &History{}
+			if strings.HasPrefix(tc.name, "lost") {
+				// m0's lease revoked by a fault at rev 5: its key went with it.
+				sh := NameInfo{Prim: "shard", Name: "g0/00001", Prefix: mutexPrefix} // ka, kb: its keys
+				h.Names = []NameInfo{sh}
+				h.Events = []history.Event{put(2, ka, 2, ""), del(5, ka, 2)}
+				h.Faults = []Fault{{Kind: FaultShardCrash, Start: ms(4), End: ms(5), Revs: []int64{5}}}
+			}
 			h.Holds = []*Hold{
 				{Prim: "shard", Name: "g0/00001", Client: "shard.m0", Key: ka, Token: 2, Acquired: ms(2), Ended: ms(10), Cause: tc.cause},
 				{Prim: "shard", Name: "g0/00001", Client: "shard.m1", Key: kb, Token: 4, Acquired: tc.next},

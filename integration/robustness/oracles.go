@@ -191,14 +191,30 @@ func checkDrained(h *History, rep *Report) {
 			byName[x.Name] = append(byName[x.Name], x)
 		}
 	}
+	// A shard whose key a fault deleted (a member's lease revoked: the
+	// shard traffic's crash, an admin) was lost, not moved, even where its
+	// member's loop ended it as moved before it heard why: no drain is due.
+	admin := adminRevs(h)
+	lost := map[incarnation]bool{}
+	for _, n := range h.Names {
+		if n.Prim != "shard" {
+			continue
+		}
+		_, deleted := replay(h.Events, n)
+		for inc, rev := range deleted {
+			if admin[rev] {
+				lost[inc] = true
+			}
+		}
+	}
 	for name, xs := range byName {
 		sort.Slice(xs, func(i, j int) bool { return xs[i].Token < xs[j].Token })
 		rep.Histories++
 		for i := 0; i+1 < len(xs); i++ {
 			x, y := xs[i], xs[i+1]
 			ret, ok := returned[incarnation{x.Key, x.Token}]
-			if !ok || !strings.Contains(x.Cause, "moved") || x.Ended == 0 || ret-x.Ended >= int64(shardDrain) {
-				continue // not a move, or released at the drain timeout, as promised
+			if !ok || !strings.Contains(x.Cause, "moved") || x.Ended == 0 || ret-x.Ended >= int64(shardDrain) || lost[incarnation{x.Key, x.Token}] {
+				continue // not a move, released at the drain timeout as promised, or lost
 			}
 			rep.judged("drained")
 			if y.Acquired < ret {
