@@ -158,6 +158,16 @@ func (v *view) head(s int) (contender, bool) {
 	return contender{}, false
 }
 
+// has says whether key is in shard s's queue.
+func (v *view) has(s int, key string) bool {
+	for _, c := range v.queues[s] {
+		if c.key == key {
+			return true
+		}
+	}
+	return false
+}
+
 // order is the live members in join order.
 func (v *view) order() []member {
 	out := make([]member, 0, len(v.members))

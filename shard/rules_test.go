@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/config"
+	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/session"
 	"github.com/batonhq/baton/shard"
 )
@@ -628,4 +630,71 @@ func TestCostAtRestIndependentOfShards(t *testing.T) {
 	if s8 > 6 || s2k > 6 {
 		t.Errorf("stream messages at rest: %d with 8 shards, %d with 2048, want the renewals alone (at most 6)", s8, s2k)
 	}
+}
+
+// TestRevokedMemberEndsItsShardsAsLost (rule 2's cause): a member whose
+// lease someone else revoked ends its shards' Contexts with ErrLost, not
+// ErrMoved, also when its loop sees its keys go before its session's watch
+// tells the holds why (the session's deletions held in the Deleted hook
+// until every shard's Context ended).
+func TestRevokedMemberEndsItsShardsAsLost(t *testing.T) {
+	cli := client(t)
+	const n = 6
+	var armed atomic.Bool
+	hold := make(chan struct{})
+	hooks := &core.Hooks{Deleted: func(string) {
+		if armed.Load() {
+			select {
+			case <-hold:
+			case <-time.After(10 * time.Second):
+			}
+		}
+	}}
+	sess, err := session.New(cli, session.WithTTL(30*time.Second), config.Hooks(hooks))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sess.Close() })
+	log := &eventLog{}
+	ga := newGroup(t, cli, "rule2-revoked", n, shard.WithSession(sess))
+	start(t, ga, "a", log, nil)
+	settled(t, ga, "a")
+	gb := newGroup(t, cli, "rule2-revoked", n)
+	start(t, gb, "b", log, nil)
+	st := settled(t, gb, "a", "b")
+	mine := counts(st)["a"]
+
+	before := len(log.snapshot())
+	armed.Store(true)
+	if _, err := cli.Revoke(etcdtest.Context(t, 5*time.Second), sess.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	ended := func() (lost, other []error) {
+		for _, e := range log.snapshot()[before:] {
+			if e.member == "a" && e.kind == "ended" {
+				if errors.Is(e.cause, shard.ErrLost) {
+					lost = append(lost, e.cause)
+				} else {
+					other = append(other, e.cause)
+				}
+			}
+		}
+		return lost, other
+	}
+	deadline := time.Now().Add(8 * time.Second)
+	for {
+		lost, other := ended()
+		if len(lost)+len(other) >= mine {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a's shards did not end while its session's watch was held: %d of %d ended", len(lost)+len(other), mine)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(hold)
+	if lost, other := ended(); len(other) > 0 {
+		t.Errorf("a revoked member ended %d of its %d shards with another cause than ErrLost: %v", len(other), len(lost)+len(other), other)
+	}
+	settled(t, gb, "b")
 }

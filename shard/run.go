@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/errs"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/metrics"
 	"github.com/batonhq/baton/internal/planted"
@@ -436,6 +437,10 @@ func (e *run) reconcile() {
 		case l == nil || mine:
 		case l.phase == acquiring:
 			l.cancel()
+		case l.phase == running && e.v.rev >= int64(l.sh.Token()) && !e.v.has(id, l.sh.Key()):
+			// The view saw its key made and gone (a revoke, a delete)
+			// before the hold heard: a loss, with the hold's cause, not a move.
+			l.sh.cancel(errs.Lost(errs.ErrKeyGone))
 		case l.phase == running:
 			e.h.moving.call(id)
 			l.sh.cancel(ErrMoved)
