@@ -85,6 +85,7 @@ func (g *Env) Register(fs *pflag.FlagSet) {
 	fs.DurationVar(&g.DialTimeout, "dial-timeout", defaultDialTimeout, "how long to try to reach etcd")
 	fs.DurationVar(&g.CommandTimeout, "command-timeout", defaultCommandTimeout, "bound of each one-shot request")
 	fs.StringVarP(&g.Output, "output", "o", FormatTable, "output format: table or json")
+	fs.StringVarP(&g.Output, "write-out", "w", FormatTable, "the same as --output (etcdctl's spelling)")
 	g.envErr = flagsFromEnv(fs, g.IO.Getenv)
 	g.registerClusters(fs)
 }

@@ -45,6 +45,7 @@ func TestShardsShowsOwnersAndMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, _ := clitest.Run(ctx, t, ns, "shards", "ingest\u00e9", "-o", "json")
+	out0 := out
 	var v keyspace.ShardsJSON
 	if code != cmdutil.ExitOK || json.Unmarshal([]byte(out), &v) != nil {
 		t.Fatalf("shards -o json: code %d\n%s", code, out)
@@ -60,6 +61,10 @@ func TestShardsShowsOwnersAndMembers(t *testing.T) {
 	code, out, _ = clitest.Run(ctx, t, ns, "shards", "ingest\u00e9")
 	if code != cmdutil.ExitOK || !strings.Contains(out, owners[3].Token.String()) || strings.Count(out, "host-a") != 4 {
 		t.Errorf("shards: code %d\n%s", code, out)
+	}
+	code, wout, _ := clitest.Run(ctx, t, ns, "shards", "ingest\u00e9", "-w", "json")
+	if code != cmdutil.ExitOK || wout != out0 {
+		t.Errorf("shards -w json (etcdctl's spelling of -o): code %d\n%s\nwant\n%s", code, wout, out0)
 	}
 	code, out, _ = clitest.Run(ctx, t, ns, "shards", "ingest\u00e9", "--members")
 	if code != cmdutil.ExitOK || !strings.Contains(out, "host-a") || !strings.Contains(out, "(unowned)") {
