@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/batonhq/baton/internal/embedetcd"
 )
@@ -19,6 +20,9 @@ import (
 // Config configures a member. The zero Config is a fresh single member in
 // a new temp directory on free loopback ports.
 type Config = embedetcd.Config
+
+// minBcryptCost is golang.org/x/crypto/bcrypt's MinCost.
+const minBcryptCost = 4
 
 // Server is a running embedded etcd member.
 type Server struct{ *embedetcd.Server }
@@ -38,8 +42,18 @@ func Start(tb testing.TB, cfgs ...Config) *Server {
 	return s
 }
 
-// New starts a member and waits until it serves.
+// New starts a member and waits until it serves. Its passwords are hashed
+// at bcrypt's least cost, so that a test's authentications (one bcrypt on
+// the server each) do not outlast a dial timeout on a loaded machine
+// running the race detector; a Tune of the test's own may set another.
 func New(cfg Config) (*Server, error) {
+	tune := cfg.Tune
+	cfg.Tune = func(ec *embed.Config) {
+		ec.BcryptCost = minBcryptCost
+		if tune != nil {
+			tune(ec)
+		}
+	}
 	s, err := embedetcd.New(cfg)
 	if err != nil {
 		return nil, err
