@@ -238,6 +238,9 @@ func (e *run) join(ctx context.Context, lease *core.Lease, leases map[clientv3.L
 			return err
 		})
 		if err != nil {
+			if ctx.Err() != nil {
+				e.unjoin(l) // the put may have applied unheard
+			}
 			return nil, nil, 0, err
 		}
 		if resp.Succeeded {
@@ -245,6 +248,9 @@ func (e *run) join(ctx context.Context, lease *core.Lease, leases map[clientv3.L
 			// every change after it: a shard another member gave up at once is
 			// a move (for the metrics), not a shard found free.
 			v, err := g.readAt(ctx, resp.Header.Revision)
+			if err != nil && ctx.Err() != nil {
+				e.unjoin(l) // Run ends before it could follow the group
+			}
 			return v, l, resp.Header.Revision, err
 		}
 		// A member joined or changed meanwhile: read again.
@@ -462,6 +468,8 @@ func (e *run) rejoin() {
 		e.send(func() {
 			e.joining = false
 			switch {
+			case err == nil && e.leaving:
+				e.unjoin(l) // Run ended while it joined again: leave is done already
 			case err == nil:
 				e.joined(l, rev)
 				e.watchLease()
@@ -653,17 +661,7 @@ func (e *run) leave() {
 	}
 	e.leaving = true
 	if l := e.lease; l != nil && l.Context().Err() == nil {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.ctx), leaveTimeout)
-		key := memberKey(e.g.prefix, e.member)
-		err := retry.Do(ctx, func(actx context.Context) error {
-			_, err := e.g.cli.Txn(clientv3.WithRequireLeader(actx)).
-				If(clientv3.Compare(clientv3.LeaseValue(key), "=", l.ID())).Then(clientv3.OpDelete(key)).Commit()
-			return err
-		})
-		cancel()
-		if err != nil {
-			e.g.cfg.Session.Logger.Warn("shard: cannot delete the member's key; it goes with its lease", e.fields(zap.Error(err))...)
-		}
+		e.unjoin(l)
 	}
 	e.h.left.call()
 	for _, l := range e.local {
@@ -676,6 +674,22 @@ func (e *run) leave() {
 			e.stopTimers(l)
 			delete(e.local, l.id)
 		}
+	}
+}
+
+// unjoin deletes the member's key if it is on lease l (leaveTimeout at most,
+// whatever Run's ctx).
+func (e *run) unjoin(l *core.Lease) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.ctx), leaveTimeout)
+	defer cancel()
+	key := memberKey(e.g.prefix, e.member)
+	err := retry.Do(ctx, func(actx context.Context) error {
+		_, err := e.g.cli.Txn(clientv3.WithRequireLeader(actx)).
+			If(clientv3.Compare(clientv3.LeaseValue(key), "=", l.ID())).Then(clientv3.OpDelete(key)).Commit()
+		return err
+	})
+	if err != nil {
+		e.g.cfg.Session.Logger.Warn("shard: cannot delete the member's key; it goes with its lease", e.fields(zap.Error(err))...)
 	}
 }
 
