@@ -11,6 +11,9 @@ import (
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/embedded"
+	"go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
@@ -112,4 +115,96 @@ func TestRunEndingDuringRejoinLeavesNoMemberKey(t *testing.T) {
 	if keys := etcdtest.Keys(t, client(t), g.Prefix()+"m/"); len(keys) != 0 {
 		t.Errorf("Run returned but left its member key behind: %v", keys)
 	}
+}
+
+// blockingTP is a tracer provider whose spans record, and whose AddEvent
+// calls block(name): a pause point inside the session, which adds a
+// renewal failure's event to every hold's span under the lease's lock of
+// its holds.
+type blockingTP struct {
+	embedded.TracerProvider
+	block func(name string)
+}
+
+func (p blockingTP) Tracer(string, ...trace.TracerOption) trace.Tracer {
+	return blockingTracer{block: p.block}
+}
+
+type blockingTracer struct {
+	embedded.Tracer
+	block func(name string)
+}
+
+func (t blockingTracer) Start(ctx context.Context, _ string, _ ...trace.SpanStartOption) (context.Context, trace.Span) {
+	s := &blockingSpan{block: t.block}
+	return trace.ContextWithSpan(ctx, s), s
+}
+
+type blockingSpan struct {
+	noop.Span
+	block func(name string)
+}
+
+func (s *blockingSpan) IsRecording() bool                            { return true }
+func (s *blockingSpan) AddEvent(name string, _ ...trace.EventOption) { s.block(name) }
+
+// TestLostLeaseEndsShardsAsLostNotMoved (rule 2's cause): a member cut off
+// from etcd loses its lease at the validity deadline. Its loop hears of the
+// lease's end (its AfterFunc) independently of the session ending the
+// lease's holds; when the loop reconciles first, the member is out of its
+// own assignment and must still end its shards with the lease's cause
+// (ErrLost), not ErrMoved: nothing moved them, and the key may outlive
+// the work by the rest of the TTL. The session's ending of the holds is
+// held back by blocking the first renewal failure's span event (taken
+// under the lease's lock of its holds) until the loop ended a shard as
+// moved, or every shard ended.
+func TestLostLeaseEndsShardsAsLostNotMoved(t *testing.T) {
+	pcli, proxy := srv.Proxied(t)
+	const n = 4
+	log := &eventLog{}
+	var armed atomic.Bool
+	moving := make(chan struct{})
+	var movingOnce, blockOnce sync.Once
+	ended := func() int {
+		c := 0
+		for _, e := range log.snapshot() {
+			if e.member == "a" && e.kind == "ended" {
+				c++
+			}
+		}
+		return c
+	}
+	tp := blockingTP{block: func(name string) {
+		if !armed.Load() || name != "baton.renewal.failed" {
+			return
+		}
+		blockOnce.Do(func() {
+			deadline := time.Now().Add(10 * time.Second)
+			for ended() < n && time.Now().Before(deadline) {
+				select {
+				case <-moving:
+					return
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		})
+	}}
+	g := newGroup(t, pcli, "review-lost-cause", n, shard.WithTTL(3*time.Second), shard.WithTracerProvider(tp))
+	shard.SetHooks(g, shard.Hooks{Moving: func(int) {
+		if armed.Load() {
+			movingOnce.Do(func() { close(moving) })
+		}
+	}})
+	m := start(t, g, "a", log, nil)
+	settled(t, g, "a")
+	waitFor(t, func() bool { return m.count() == n }, "a's work on every shard")
+	armed.Store(true)
+	proxy.Blackhole()
+	waitFor(t, func() bool { return ended() == n }, "every shard of the cut-off member to end")
+	for _, e := range log.snapshot() {
+		if e.member == "a" && e.kind == "ended" && !errors.Is(e.cause, shard.ErrLost) {
+			t.Errorf("shard %d of a member whose lease was lost ended with %v, want ErrLost", e.shard, e.cause)
+		}
+	}
+	proxy.Restore()
 }
