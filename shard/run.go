@@ -447,11 +447,24 @@ func (e *run) reconcile() {
 			// The view saw its key made and gone (a revoke, a delete)
 			// before the hold heard: a loss, with the hold's cause, not a move.
 			l.sh.cancel(errs.Lost(errs.ErrKeyGone))
+		case l.phase == running && e.leaseEnded(l.sh) != nil:
+			// Its lease ended before the session ended its hold: the
+			// lease's cause (a loss), as the hold's will be, not a move.
+			l.sh.cancel(e.leaseEnded(l.sh))
 		case l.phase == running:
 			e.h.moving.call(id)
 			l.sh.cancel(ErrMoved)
 		}
 	}
+}
+
+// leaseEnded is the cause of the end of the lease sh is held on, if that
+// is the member's lease and it ended; nil otherwise.
+func (e *run) leaseEnded(sh *Shard) error {
+	if l := e.lease; l != nil && l.ID() == sh.Lease() && l.Context().Err() != nil {
+		return context.Cause(l.Context())
+	}
+	return nil
 }
 
 // wants says whether the last assignment gives shard id to this member.
