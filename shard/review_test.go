@@ -3,6 +3,7 @@ package shard_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -207,4 +208,50 @@ func TestLostLeaseEndsShardsAsLostNotMoved(t *testing.T) {
 		}
 	}
 	proxy.Restore()
+}
+
+// TestRunRetainsNothingOnASharedLease: a Run that returned on a shared
+// session leaves nothing registered on the session's lease. Each Run
+// registered a context.AfterFunc on its lease's Context (to reconcile when
+// the lease ends) and never unregistered it, so the lease kept every ended
+// Run alive (its view of N shards, its fn and what fn holds) until the
+// lease ended, and each later lease end still started a goroutine for it.
+func TestRunRetainsNothingOnASharedLease(t *testing.T) {
+	cli := client(t)
+	sess, err := session.New(cli, session.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sess.Close() })
+	var finalized atomic.Bool
+	func() {
+		g := newGroup(t, cli, "review-retain", 4, shard.WithSession(sess))
+		sentinel := new([64]byte)
+		runtime.SetFinalizer(sentinel, func(*[64]byte) { finalized.Store(true) })
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- g.Run(ctx, "a", func(ctx context.Context, s *shard.Shard) error {
+				_ = sentinel[0]
+				<-ctx.Done()
+				return nil
+			})
+		}()
+		settled(t, g, "a")
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run: %v", err)
+		}
+		if err := g.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for !finalized.Load() && time.Now().Before(deadline) {
+		runtime.GC()
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !finalized.Load() {
+		t.Fatal("a Run that returned (its Group closed) is still reachable while the shared session's lease lives")
+	}
 }
