@@ -161,6 +161,7 @@ type run struct {
 	local     map[int]*local
 	vacated   map[int]vacancy
 	lease     *core.Lease
+	leaseStop func() bool               // unregisters watchLease's AfterFunc
 	leases    map[clientv3.LeaseID]bool // every lease this Run joined on
 	joinedRev int64                     // the view must reach it before it judges membership
 	joining   bool
@@ -278,6 +279,9 @@ func (e *run) loop() error {
 	defer func() {
 		for _, l := range e.local { // only timers and AfterFuncs remain
 			e.stopTimers(l)
+		}
+		if e.leaseStop != nil {
+			e.leaseStop() // a shared lease outlives the Run
 		}
 		close(e.dead)
 		e.wg.Wait()
@@ -504,8 +508,11 @@ func (e *run) rejoin() {
 
 // watchLease makes the loop reconcile when the member's lease ends.
 func (e *run) watchLease() {
+	if e.leaseStop != nil {
+		e.leaseStop()
+	}
 	if l := e.lease; l != nil {
-		context.AfterFunc(l.Context(), func() { e.send(func() {}) })
+		e.leaseStop = context.AfterFunc(l.Context(), func() { e.send(func() {}) })
 	}
 }
 
