@@ -161,6 +161,7 @@ type run struct {
 	local     map[int]*local
 	vacated   map[int]vacancy
 	lease     *core.Lease
+	leaseStop func() bool               // unregisters watchLease's AfterFunc
 	leases    map[clientv3.LeaseID]bool // every lease this Run joined on
 	joinedRev int64                     // the view must reach it before it judges membership
 	joining   bool
@@ -238,6 +239,9 @@ func (e *run) join(ctx context.Context, lease *core.Lease, leases map[clientv3.L
 			return err
 		})
 		if err != nil {
+			if ctx.Err() != nil {
+				e.unjoin(l) // the put may have applied unheard
+			}
 			return nil, nil, 0, err
 		}
 		if resp.Succeeded {
@@ -245,6 +249,9 @@ func (e *run) join(ctx context.Context, lease *core.Lease, leases map[clientv3.L
 			// every change after it: a shard another member gave up at once is
 			// a move (for the metrics), not a shard found free.
 			v, err := g.readAt(ctx, resp.Header.Revision)
+			if err != nil && ctx.Err() != nil {
+				e.unjoin(l) // Run ends before it could follow the group
+			}
 			return v, l, resp.Header.Revision, err
 		}
 		// A member joined or changed meanwhile: read again.
@@ -272,6 +279,9 @@ func (e *run) loop() error {
 	defer func() {
 		for _, l := range e.local { // only timers and AfterFuncs remain
 			e.stopTimers(l)
+		}
+		if e.leaseStop != nil {
+			e.leaseStop() // a shared lease outlives the Run
 		}
 		close(e.dead)
 		e.wg.Wait()
@@ -441,11 +451,24 @@ func (e *run) reconcile() {
 			// The view saw its key made and gone (a revoke, a delete)
 			// before the hold heard: a loss, with the hold's cause, not a move.
 			l.sh.cancel(errs.Lost(errs.ErrKeyGone))
+		case l.phase == running && e.leaseEnded(l.sh) != nil:
+			// Its lease ended before the session ended its hold: the
+			// lease's cause (a loss), as the hold's will be, not a move.
+			l.sh.cancel(e.leaseEnded(l.sh))
 		case l.phase == running:
 			e.h.moving.call(id)
 			l.sh.cancel(ErrMoved)
 		}
 	}
+}
+
+// leaseEnded is the cause of the end of the lease sh is held on, if that
+// is the member's lease and it ended; nil otherwise.
+func (e *run) leaseEnded(sh *Shard) error {
+	if l := e.lease; l != nil && l.ID() == sh.Lease() && l.Context().Err() != nil {
+		return context.Cause(l.Context())
+	}
+	return nil
 }
 
 // wants says whether the last assignment gives shard id to this member.
@@ -462,6 +485,8 @@ func (e *run) rejoin() {
 		e.send(func() {
 			e.joining = false
 			switch {
+			case err == nil && e.leaving:
+				e.unjoin(l) // Run ended while it joined again: leave is done already
 			case err == nil:
 				e.joined(l, rev)
 				e.watchLease()
@@ -483,8 +508,11 @@ func (e *run) rejoin() {
 
 // watchLease makes the loop reconcile when the member's lease ends.
 func (e *run) watchLease() {
+	if e.leaseStop != nil {
+		e.leaseStop()
+	}
 	if l := e.lease; l != nil {
-		context.AfterFunc(l.Context(), func() { e.send(func() {}) })
+		e.leaseStop = context.AfterFunc(l.Context(), func() { e.send(func() {}) })
 	}
 }
 
@@ -653,17 +681,7 @@ func (e *run) leave() {
 	}
 	e.leaving = true
 	if l := e.lease; l != nil && l.Context().Err() == nil {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.ctx), leaveTimeout)
-		key := memberKey(e.g.prefix, e.member)
-		err := retry.Do(ctx, func(actx context.Context) error {
-			_, err := e.g.cli.Txn(clientv3.WithRequireLeader(actx)).
-				If(clientv3.Compare(clientv3.LeaseValue(key), "=", l.ID())).Then(clientv3.OpDelete(key)).Commit()
-			return err
-		})
-		cancel()
-		if err != nil {
-			e.g.cfg.Session.Logger.Warn("shard: cannot delete the member's key; it goes with its lease", e.fields(zap.Error(err))...)
-		}
+		e.unjoin(l)
 	}
 	e.h.left.call()
 	for _, l := range e.local {
@@ -676,6 +694,22 @@ func (e *run) leave() {
 			e.stopTimers(l)
 			delete(e.local, l.id)
 		}
+	}
+}
+
+// unjoin deletes the member's key if it is on lease l (leaveTimeout at most,
+// whatever Run's ctx).
+func (e *run) unjoin(l *core.Lease) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.ctx), leaveTimeout)
+	defer cancel()
+	key := memberKey(e.g.prefix, e.member)
+	err := retry.Do(ctx, func(actx context.Context) error {
+		_, err := e.g.cli.Txn(clientv3.WithRequireLeader(actx)).
+			If(clientv3.Compare(clientv3.LeaseValue(key), "=", l.ID())).Then(clientv3.OpDelete(key)).Commit()
+		return err
+	})
+	if err != nil {
+		e.g.cfg.Session.Logger.Warn("shard: cannot delete the member's key; it goes with its lease", e.fields(zap.Error(err))...)
 	}
 }
 
