@@ -18,7 +18,9 @@ var (
 	ErrCountMismatch = errors.New("shard: shard count differs from the group's")
 
 	// ErrDuplicateMember is returned by Run when the member name is live in
-	// the group on another lease: another process runs it.
+	// the group on another lease (another process runs it), or when another
+	// member of the group is live on this Run's lease (one lease runs at
+	// most one member of a group).
 	ErrDuplicateMember = errors.New("shard: member already live on another lease")
 
 	// ErrNotHeld is returned by a Shard's Txn when the shard was lost or

@@ -698,3 +698,32 @@ func TestRevokedMemberEndsItsShardsAsLost(t *testing.T) {
 	}
 	settled(t, gb, "b")
 }
+
+// TestOneLeaseRunsOneMember (rule 6): a second member name on a lease a
+// live member of the group already runs on is refused at its first join,
+// with nothing written, as WithSession says ("one lease runs at most one
+// member of a group"); it was refused only on a rejoin before.
+func TestOneLeaseRunsOneMember(t *testing.T) {
+	cli := client(t)
+	sess, err := session.New(cli, session.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sess.Close() })
+	ga := newGroup(t, cli, "rule6-lease", 4, shard.WithSession(sess))
+	start(t, ga, "a", &eventLog{}, nil)
+	settled(t, ga, "a")
+	keysBefore, rev0 := etcdtest.Keys(t, cli, ga.Prefix()), rev(t, cli)
+	gb := newGroup(t, cli, "rule6-lease", 4, shard.WithSession(sess))
+	ctx := etcdtest.Context(t, 10*time.Second)
+	err = gb.Run(ctx, "b", func(ctx context.Context, s *shard.Shard) error { <-ctx.Done(); return nil })
+	if !errors.Is(err, shard.ErrDuplicateMember) || !strings.Contains(err.Error(), `"a"`) {
+		t.Errorf("a second member on a's lease: %v, want ErrDuplicateMember naming a", err)
+	}
+	if got := rev(t, cli); got != rev0 {
+		t.Errorf("the refusal moved etcd from revision %d to %d", rev0, got)
+	}
+	if keys := etcdtest.Keys(t, cli, ga.Prefix()); !equalStrings(keys, keysBefore) {
+		t.Errorf("keys after the refusal: %v, before: %v", keys, keysBefore)
+	}
+}

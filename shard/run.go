@@ -59,8 +59,8 @@ type hooks struct {
 // Run refuses, with nothing written to etcd: a member name that is empty,
 // longer than 256 bytes, not UTF-8 or with control characters
 // (ErrInvalid); a group whose live members use another shard count
-// (ErrCountMismatch, naming both); a member name live on another lease
-// (ErrDuplicateMember); a second Run of this Group while one is in progress
+// (ErrCountMismatch, naming both); a member name live on another lease,
+// or another member live on this one (ErrDuplicateMember); a second Run of this Group while one is in progress
 // (ErrRunning).
 func (g *Group) Run(ctx context.Context, member string, fn func(ctx context.Context, s *Shard) error) error {
 	if err := keys.ValidateName("member name", member); err != nil {
@@ -223,6 +223,11 @@ func (e *run) join(ctx context.Context, lease *core.Lease, leases map[clientv3.L
 		l, err := g.sess.Lease(ctx)
 		if err != nil {
 			return nil, nil, 0, err
+		}
+		for name, m := range v.members {
+			if name != e.member && m.lease == l.ID() {
+				return nil, nil, 0, fmt.Errorf("%w: member %q of group %q runs on this lease already", ErrDuplicateMember, name, g.name)
+			}
 		}
 		if mine != nil && mine.lease == l.ID() && string(val) == string(mustValue(mine.value)) {
 			return v, l, v.rev, nil
