@@ -41,15 +41,18 @@ test-compat:
 # baton CLI) while random faults hit a 3-member embedded cluster; every
 # history checked (docs/design.md, "How correctness is checked"). The seed
 # is printed first; ROBUSTNESS_SEED=S replays the same traffic and faults.
-# The last line sums it up; the exit status is 1 on any violation.
+# The last line sums it up; the exit status is 1 on any violation. etcd's
+# own CLI contends too (`etcdctl lock` and `etcdctl elect`): etcdctl 3.6
+# from make test-compat's binaries (.ci/etcd-binaries.sh, cached).
 ROBUSTNESS_DURATION ?= 60s
 ROBUSTNESS_SEED ?= 0
 ROBUSTNESS_FLAGS ?=
 robustness:
-	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
+	@bins=$$(bash .ci/etcd-binaries.sh) || exit 1; eval "$$bins"; \
+	d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
 	$(GO) build -race -o "$$d/robustness" ./integration/robustness/cmd/robustness && \
 	$(GO) build -o "$$d/baton" ./cmd/baton && \
-	"$$d/robustness" -duration $(ROBUSTNESS_DURATION) -seed $(ROBUSTNESS_SEED) -baton "$$d/baton" $(ROBUSTNESS_FLAGS)
+	"$$d/robustness" -duration $(ROBUSTNESS_DURATION) -seed $(ROBUSTNESS_SEED) -baton "$$d/baton" -etcdctl "$$BATON_COMPAT_DIR/etcd-3.6/etcdctl" $(ROBUSTNESS_FLAGS)
 
 # The checks' proof: each deliberate bug of internal/planted switched on in
 # turn (a build with the robustness_planted tag), a short run each with six

@@ -396,6 +396,30 @@ func TestFreeLockCatchesAWaiterThatDoesNotTakeAFreeLock(t *testing.T) {
 	}
 }
 
+// An etcdctl process's key (no value, or its proposal) first in line on a
+// free lock is not judged while the etcdctl traffic runs: its return is
+// a process's print read through a pipe. Outside that traffic the same
+// key is judged.
+func TestFreeLockDoesNotJudgeAnEtcdctlProcess(t *testing.T) {
+	h := &History{Names: []NameInfo{m0}, Events: []history.Event{
+		put(2, ka, 2, "w0"), put(3, kb, 3, ""), del(5, ka, 2), del(9, kb, 3),
+	}}
+	h.Holds = []*Hold{{Prim: "mutex", Name: "m0", Client: "w0", Key: ka, Token: 2, Acquired: ms(2), Ended: ms(4), Cause: "baton: released"}}
+	seenEvery(h)
+	h.Seen[len(h.Seen)-1].At = ms(5) + int64(3*time.Second)
+	wantViolation(t, check(h, Config{TTL: 3 * time.Second}), "free-lock", `by ""`)
+
+	h.Traffic = []TrafficRun{{Kind: TrafficEtcdctl, Start: ms(1), End: ms(10)}}
+	if rep := check(h, Config{TTL: 3 * time.Second}); rep.Free["violation"] != 0 || rep.Free["not promised: an etcdctl process"] != 1 {
+		t.Errorf("an etcdctl process's key judged: %v", rep.Free)
+	}
+	// A baton contender's key in the same window is still judged.
+	h.Events[1] = put(3, kb, 3, "w1")
+	if rep := check(h, Config{TTL: 3 * time.Second}); rep.Free["violation"] != 1 {
+		t.Errorf("a baton waiter beside the etcdctl traffic not judged: %v", rep.Free)
+	}
+}
+
 // Granted holders only: b's Campaign returned its key although the key
 // went with a's in one revision and never led.
 func TestGrantedCatchesAHolderThatNeverLed(t *testing.T) {

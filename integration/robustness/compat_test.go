@@ -54,7 +54,7 @@ func TestRobustnessCompat(t *testing.T) {
 		c := compat.Start(t, b, compat.Options{})
 		rep, err := Run(context.Background(), Config{
 			Target: compatTarget{c}, Seed: seed, Duration: d, Workers: 3, Children: 1,
-			ChildCmd: childCmd, Baton: buildBaton(t), Log: logWriter{t},
+			ChildCmd: childCmd, Baton: buildBaton(t), Etcdctl: b.Etcdctl, Log: logWriter{t},
 		})
 		if err != nil {
 			t.Fatal(err)

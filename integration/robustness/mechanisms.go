@@ -105,6 +105,8 @@ func (m *mech) do(ctx context.Context, rng *rand.Rand, kind string) {
 		m.preferred(ctx, rng)
 	case TrafficEtcd:
 		m.etcd(ctx, rng)
+	case TrafficEtcdctl:
+		m.etcdctl(ctx, rng)
 	case TrafficCLIForce:
 		m.cliForce(ctx, rng)
 	case TrafficShard:

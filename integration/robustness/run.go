@@ -42,6 +42,10 @@ type Config struct {
 	// Baton is the path of a built `baton` CLI; when set, one more child
 	// takes locks through `baton lock NAME -- <child>`.
 	Baton string
+	// Etcdctl is the path of an etcdctl binary; when set, the etcdctl
+	// traffic kind runs `etcdctl lock` and `etcdctl elect` in baton's
+	// prefixes.
+	Etcdctl string
 	// TTL of every lease, default 3 s.
 	TTL time.Duration
 	// Namespace of every primitive, default "robust".
@@ -197,6 +201,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	kinds := TrafficKinds(cfg.Baton != "")
+	if cfg.Etcdctl != "" {
+		kinds = append(kinds, TrafficEtcdctl)
+	}
 	for i, kind := range kinds {
 		m, err := r.newMech(i, kind)
 		if err != nil {

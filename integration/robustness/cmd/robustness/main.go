@@ -45,6 +45,7 @@ func run() int {
 	flag.IntVar(&cfg.Workers, "workers", 4, "in-process workers, each on its own client")
 	flag.IntVar(&cfg.Children, "children", 2, "holder child processes")
 	flag.StringVar(&cfg.Baton, "baton", "", "path of a built baton CLI: one more child holds through `baton lock`")
+	flag.StringVar(&cfg.Etcdctl, "etcdctl", "", "path of an etcdctl binary: `etcdctl lock` and `etcdctl elect` contend in baton's prefixes")
 	flag.DurationVar(&cfg.TTL, "ttl", 3*time.Second, "lease TTL of every holder")
 	flag.StringVar(&faults, "faults", "", "comma-separated fault kinds (default: all of "+strings.Join(robustness.FaultKinds(true), ",")+")")
 	quiet := flag.Bool("q", false, "no progress lines")
