@@ -52,12 +52,8 @@ func (c WaitersConfig) Validate() error {
 	if c.Rounds < 1 {
 		errs = append(errs, fmt.Errorf("waiters: Rounds must be at least 1, got %d", c.Rounds))
 	}
-	if c.TTL < 2*time.Second || c.TTL%time.Second != 0 {
-		errs = append(errs, fmt.Errorf("waiters: TTL must be whole seconds and at least 2s, got %v", c.TTL))
-	}
-	if c.Deadline <= 0 {
-		errs = append(errs, fmt.Errorf("waiters: Deadline must be positive, got %v", c.Deadline))
-	}
+	errs = append(errs, checkTTL("waiters", c.TTL))
+	errs = append(errs, checkDeadline("waiters", c.Deadline))
 	return errors.Join(errs...)
 }
 
