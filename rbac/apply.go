@@ -67,8 +67,7 @@ type Permission struct {
 // NamespacePermission is the permission access on namespace ns's whole
 // prefix, where its locks, elections and acquisition records live.
 func NamespacePermission(ns string, access Access) Permission {
-	prefix := keys.NamespacePrefix(ns)
-	return Permission{Key: prefix, RangeEnd: clientv3.GetPrefixRangeEnd(prefix), Access: access}
+	return prefixPermission(keys.NamespacePrefix(ns), access)
 }
 
 // AuditPrefix is the prefix of namespace ns's audit trail (the records of
@@ -85,14 +84,17 @@ func RequestAuditPrefix(ns string) string { return keys.RequestAuditPrefix(ns) }
 
 // AuditPermission is the permission access on namespace ns's audit trail.
 func AuditPermission(ns string, access Access) Permission {
-	prefix := AuditPrefix(ns)
-	return Permission{Key: prefix, RangeEnd: clientv3.GetPrefixRangeEnd(prefix), Access: access}
+	return prefixPermission(AuditPrefix(ns), access)
 }
 
 // RequestAuditPermission is the permission access on the request records
 // of namespace ns's audit trail (RequestAuditPrefix).
 func RequestAuditPermission(ns string, access Access) Permission {
-	prefix := RequestAuditPrefix(ns)
+	return prefixPermission(RequestAuditPrefix(ns), access)
+}
+
+// prefixPermission is the permission access on every key under prefix.
+func prefixPermission(prefix string, access Access) Permission {
 	return Permission{Key: prefix, RangeEnd: clientv3.GetPrefixRangeEnd(prefix), Access: access}
 }
 

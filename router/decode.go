@@ -77,9 +77,7 @@ func (d *decoder) top(v any) Map {
 		d.bad["clusters"] = true
 		return m
 	}
-	if v, ok := o["default"]; ok {
-		m.Default = d.str("default", v)
-	}
+	field(o, "(top)", "default", d.str, &m.Default)
 	if v, ok := o["retired"]; ok {
 		if l, ok := v.([]any); ok {
 			for i, e := range l {
@@ -113,24 +111,12 @@ func (d *decoder) cluster(path string, v any) Cluster {
 		}
 		return c
 	}
-	if v, ok := o["name"]; ok {
-		c.Name = d.str(join(path, "name"), v)
-	}
-	if v, ok := o["endpoints"]; ok {
-		c.Endpoints = d.strs(join(path, "endpoints"), v)
-	}
-	if v, ok := o["namespaces"]; ok {
-		c.Namespaces = d.strs(join(path, "namespaces"), v)
-	}
-	if v, ok := o["epoch"]; ok {
-		c.Epoch = d.epoch(join(path, "epoch"), v)
-	}
-	if v, ok := o["id"]; ok {
-		c.ID = d.str(join(path, "id"), v)
-	}
-	if v, ok := o["revision"]; ok {
-		c.Revision = d.revision(join(path, "revision"), v)
-	}
+	field(o, path, "name", d.str, &c.Name)
+	field(o, path, "endpoints", d.strs, &c.Endpoints)
+	field(o, path, "namespaces", d.strs, &c.Namespaces)
+	field(o, path, "epoch", d.epoch, &c.Epoch)
+	field(o, path, "id", d.str, &c.ID)
+	field(o, path, "revision", d.revision, &c.Revision)
 	if v, ok := o["tls"]; ok {
 		p := join(path, "tls")
 		if t, ok := d.object(p, v, "ca", "cert", "key"); ok {
@@ -164,9 +150,7 @@ func (d *decoder) retired(path string, v any) Retired {
 		}
 		r.Default = b
 	}
-	if v, ok := o["epoch"]; ok {
-		r.Epoch = d.epoch(join(path, "epoch"), v)
-	}
+	field(o, path, "epoch", d.epoch, &r.Epoch)
 	return r
 }
 
@@ -187,9 +171,14 @@ func (d *decoder) revision(path string, v any) int64 {
 // fields reads string fields of o, in order, into dst.
 func (d *decoder) fields(path string, o map[string]any, names []string, dst []*string) {
 	for i, k := range names {
-		if v, ok := o[k]; ok {
-			*dst[i] = d.str(join(path, k), v)
-		}
+		field(o, path, k, d.str, dst[i])
+	}
+}
+
+// field decodes o's field name at path, if o has it, into *dst.
+func field[T any](o map[string]any, path, name string, decode func(path string, v any) T, dst *T) {
+	if v, ok := o[name]; ok {
+		*dst = decode(join(path, name), v)
 	}
 }
 

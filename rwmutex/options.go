@@ -16,28 +16,13 @@ type Option = config.Option
 // Bounds of WithTTL and WithMaxTTL, as in package session.
 const DefaultTTL, MinTTL, DefaultMaxTTL = session.DefaultTTL, session.MinTTL, session.DefaultMaxTTL
 
-// The options every primitive takes, one definition for all:
-//
-//   - WithTTL, WithMaxTTL, WithSafetyMargin, WithMaxHeld, WithLogger,
-//     WithRegisterer and WithTracerProvider are package session's, which
-//     documents them: the lease's TTL (default 15 s; it bounds how long a
-//     crashed holder keeps others waiting, not how long one holds), its
-//     cap, the safety margin, the cap on keys held, the logger, the
-//     Registerer and the OpenTelemetry provider of the spans of every
-//     wait, hold and release (docs/telemetry.md). They are
-//     session-wide: given with WithSession they must agree with the
-//     session's.
-//   - WithNamespace sets the first segment of every key (default "baton"):
-//     1 to 64 bytes of letters, digits, '.', '_' and '-'. One namespace per
-//     team or service makes RBAC one prefix grant.
-//   - WithMetricLabel sets the value of the name label of the metrics
-//     (default: "rwmutex:" and its name). Give many primitives one label to bound the series
-//     when names are unbounded; the series stay until the last of them is
-//     closed.
-//   - WithIdentity sets the value written to the keys and shown by the
-//     inspection calls, Observe and the baton CLI (default "host:pid"): 1
-//     to 256 bytes of UTF-8 without control characters. Name the replica
-//     or job, not a secret: anyone who may read the namespace sees it.
+// The options every primitive takes, one definition for all, as in
+// package mutex, which documents them: WithTTL, WithMaxTTL,
+// WithSafetyMargin, WithMaxHeld, WithLogger, WithRegisterer and
+// WithTracerProvider (package session's, session-wide), WithNamespace (the
+// first segment of every key, default "baton"), WithMetricLabel (the
+// metrics' name label, default "rwmutex:" and its name) and WithIdentity
+// (the value written to the keys and shown, default "host:pid").
 var WithTTL, WithMaxTTL, WithSafetyMargin, WithMaxHeld, WithLogger, WithRegisterer, WithTracerProvider, WithNamespace, WithMetricLabel, WithIdentity = session.WithTTL, session.WithMaxTTL, session.WithSafetyMargin, session.WithMaxHeld, session.WithLogger, session.WithRegisterer, session.WithTracerProvider, config.Namespace, config.MetricLabel, config.Identity
 
 // WithSession makes the RWMutex use s (a *session.Session or an etcd
@@ -45,11 +30,7 @@ var WithTTL, WithMaxTTL, WithSafetyMargin, WithMaxHeld, WithLogger, WithRegister
 // mutex.WithSession. The caller keeps ownership: Close does not close s.
 func WithSession[S *session.Session | *concurrency.Session](s S) Option { return config.Session(s) }
 
-// WithLockDelay(d) makes acquisitions wait out a lost holder: after a
-// holder of the lock is lost without releasing (its lease expired or was
-// revoked, its key deleted), an acquisition with a lock-delay returns no
-// sooner than the lost holder's d after etcd made the loss visible, timed
-// by etcd (a key on a lease of TTL d). After Unlock there is no delay.
-// d is 0 (none) or whole seconds from 2s to 1h. docs/primitives.md says
-// what it costs and assumes.
+// WithLockDelay(d) makes acquisitions wait out a holder of the lock lost
+// without Unlock, as mutex.WithLockDelay: d is 0 (none) or whole seconds
+// from 2s to 1h.
 var WithLockDelay = config.LockDelay

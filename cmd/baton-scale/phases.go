@@ -25,9 +25,7 @@ var others = []other{
 		}
 		rep.Storm = r
 		rep.Summary.StormRan, rep.Summary.StormOK, rep.Summary.StormSeconds = true, r.OK, r.RecoverySeconds
-		for _, f := range r.Failures {
-			rep.Summary.Failures = append(rep.Summary.Failures, "storm: "+f)
-		}
+		rep.failed("storm", r.Failures)
 		return nil
 	}},
 	{"processes", func(ctx context.Context, o options, rep *report, progress io.Writer) error {
@@ -47,9 +45,7 @@ var others = []other{
 		rep.Processes = r
 		rep.Summary.ProcessesRan, rep.Summary.ProcessesOK = true, r.OK
 		rep.Summary.Processes, rep.Summary.ProcessLocks = cfg.Processes, cfg.Locks
-		for _, f := range r.Failures {
-			rep.Summary.Failures = append(rep.Summary.Failures, "processes: "+f)
-		}
+		rep.failed("processes", r.Failures)
 		fmt.Fprintf(progress, "  processes %dx%d: p99 %v\n", cfg.Processes, cfg.Locks, r.P99.Round(time.Microsecond))
 		return nil
 	}},
@@ -69,9 +65,7 @@ var others = []other{
 			return err
 		}
 		rep.Shards = r
-		for _, f := range r.Failures {
-			rep.Summary.Failures = append(rep.Summary.Failures, "shards: "+f)
-		}
+		rep.failed("shards", r.Failures)
 		return nil
 	}},
 	{"clusters", func(ctx context.Context, o options, rep *report, progress io.Writer) error {
@@ -84,10 +78,16 @@ var others = []other{
 			return err
 		}
 		rep.Clusters = r
-		for _, f := range r.Failures {
-			rep.Summary.Failures = append(rep.Summary.Failures, "clusters: "+f)
-		}
+		rep.failed("clusters", r.Failures)
 		fmt.Fprint(progress, r.Table())
 		return nil
 	}},
+}
+
+// failed adds a phase's failures to the summary's, each after the phase's
+// name.
+func (rep *report) failed(phase string, failures []string) {
+	for _, f := range failures {
+		rep.Summary.Failures = append(rep.Summary.Failures, phase+": "+f)
+	}
 }

@@ -8,7 +8,6 @@ import (
 	"runtime"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -181,10 +180,7 @@ func (s rawSem) acquire(ctx context.Context) (release, error) {
 }
 func (rawSem) close() error { return nil }
 
-type primWorkload struct {
-	name string
-	run  func(ctx context.Context, env *env, impl primImpl, name string) ([]Value, error)
-}
+type primWorkload = sideWorkload[primImpl]
 
 func primWorkloads() []primWorkload {
 	return []primWorkload{
@@ -380,51 +376,8 @@ func RunPrimitives(ctx context.Context, srv *embedetcd.Server, cfg Config, progr
 	defer cli.Close()
 	e := &env{cfg: cfg, endpoint: srv.Endpoint(), cli: cli, dir: srv.Dir()}
 	rep := &Report{Compared: PrimitivesCompared, Started: time.Now(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), LoadBefore: harness.Loadavg(), Config: cfg}
-	values := map[string][]float64{} // workload \x00 metric \x00 side
-	var order []string
-	var fsP50, fsP99 []float64
-	for round := range cfg.Runs {
-		floor, err := startRound(progress, e.dir, round, cfg.Runs)
-		if err != nil {
-			return nil, err
-		}
-		fsP50, fsP99 = append(fsP50, floor.P50ms), append(fsP99, floor.P99ms)
-		for _, w := range primWorkloads() {
-			if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, w.name) {
-				continue
-			}
-			impls := primImpls
-			if round%2 == 1 {
-				impls = []primImpl{primImpls[1], primImpls[0]}
-			}
-			for _, impl := range impls {
-				start := time.Now()
-				name := fmt.Sprintf("%s-%s-%d-%d", w.name, impl.Name(), round, start.UnixNano())
-				vs, err := w.run(ctx, e, impl, name)
-				if err != nil {
-					return nil, fmt.Errorf("%s, %s, run %d: %w", w.name, impl.Name(), round+1, err)
-				}
-				fmt.Fprintf(progress, "  %-20s %-5s %6.1fs ", w.name, impl.Name(), time.Since(start).Seconds())
-				for _, v := range vs {
-					fmt.Fprintf(progress, " %s=%.3g", v.Metric, v.V)
-					key := w.name + "\x00" + v.Metric
-					if !slices.Contains(order, key) {
-						order = append(order, key)
-					}
-					values[key+"\x00"+impl.Name()] = append(values[key+"\x00"+impl.Name()], v.V)
-				}
-				fmt.Fprintln(progress)
-			}
-		}
-	}
-	rep.FdatasyncP50, rep.FdatasyncP99 = harness.Summarize(fsP50), harness.Summarize(fsP99)
-	for _, key := range order {
-		wl, metric, _ := strings.Cut(key, "\x00")
-		m := Measure{Workload: wl, Metric: metric, Baton: harness.Summarize(values[key+"\x00baton"]), Raw: harness.Summarize(values[key+"\x00raw"])}
-		if m.Raw.Median != 0 {
-			m.Ratio = m.Baton.Median / m.Raw.Median
-		}
-		rep.Measures = append(rep.Measures, m)
+	if err := runRounds(ctx, e, rep, primWorkloads(), primImpls, 20, progress); err != nil {
+		return nil, err
 	}
 	rep.LoadAfter = harness.Loadavg()
 	rep.Finished = time.Now()

@@ -96,10 +96,14 @@ type env struct {
 	dir      string
 }
 
-type workload struct {
+// sideWorkload is a workload whose two sides, baton's and raw etcd's, are
+// of type I: harness.Impl, or primImpl for the primitives.
+type sideWorkload[I interface{ Name() string }] struct {
 	name string
-	run  func(ctx context.Context, env *env, impl harness.Impl, name string) ([]Value, error)
+	run  func(ctx context.Context, env *env, impl I, name string) ([]Value, error)
 }
+
+type workload = sideWorkload[harness.Impl]
 
 // Workloads are the workload names, in the order they run.
 func Workloads() []string {
@@ -173,62 +177,8 @@ func Run(ctx context.Context, srv *embedetcd.Server, cfg Config, progress io.Wri
 	defer cli.Close()
 	e := &env{cfg: cfg, endpoint: srv.Endpoint(), cli: cli, counter: counter, dir: srv.Dir()}
 	rep := &Report{Started: time.Now(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), LoadBefore: harness.Loadavg(), Config: cfg}
-
-	// values[workload][impl][metric] is one value per run.
-	values := map[string]map[string]map[string][]float64{}
-	var order []string // workload/metric in first-seen order
-	var fsP50, fsP99 []float64
-	for round := range cfg.Runs {
-		floor, err := startRound(progress, e.dir, round, cfg.Runs)
-		if err != nil {
-			return nil, err
-		}
-		fsP50, fsP99 = append(fsP50, floor.P50ms), append(fsP99, floor.P99ms)
-		for _, w := range workloads() {
-			if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, w.name) {
-				continue
-			}
-			impls := harness.Impls
-			if round%2 == 1 {
-				impls = []harness.Impl{harness.Impls[1], harness.Impls[0]}
-			}
-			for _, impl := range impls {
-				start := time.Now()
-				name := fmt.Sprintf("%s-%s-%d-%d", w.name, impl.Name(), round, start.UnixNano())
-				vs, err := w.run(ctx, e, impl, name)
-				if err != nil {
-					return nil, fmt.Errorf("%s, %s, run %d: %w", w.name, impl.Name(), round+1, err)
-				}
-				fmt.Fprintf(progress, "  %-22s %-5s %6.1fs ", w.name, impl.Name(), time.Since(start).Seconds())
-				for _, v := range vs {
-					fmt.Fprintf(progress, " %s=%.3g", v.Metric, v.V)
-				}
-				fmt.Fprintln(progress)
-				if values[w.name] == nil {
-					values[w.name] = map[string]map[string][]float64{}
-				}
-				if values[w.name][impl.Name()] == nil {
-					values[w.name][impl.Name()] = map[string][]float64{}
-				}
-				for _, v := range vs {
-					key := w.name + "\x00" + v.Metric
-					if !slices.Contains(order, key) {
-						order = append(order, key)
-					}
-					values[w.name][impl.Name()][v.Metric] = append(values[w.name][impl.Name()][v.Metric], v.V)
-				}
-			}
-		}
-	}
-	rep.FdatasyncP50, rep.FdatasyncP99 = harness.Summarize(fsP50), harness.Summarize(fsP99)
-	for _, key := range order {
-		wl, metric, _ := strings.Cut(key, "\x00")
-		m := Measure{Workload: wl, Metric: metric,
-			Baton: harness.Summarize(values[wl]["baton"][metric]), Raw: harness.Summarize(values[wl]["raw"][metric])}
-		if m.Raw.Median != 0 {
-			m.Ratio = m.Baton.Median / m.Raw.Median
-		}
-		rep.Measures = append(rep.Measures, m)
+	if err := runRounds(ctx, e, rep, workloads(), harness.Impls, 22, progress); err != nil {
+		return nil, err
 	}
 	for i := range rep.Measures {
 		judge(rep, &rep.Measures[i])
@@ -288,6 +238,61 @@ func heldValues(r harness.HeldResult) []Value {
 		{Metric: "other requests/s", V: r.OtherPerSecond},
 		{Metric: "lock all s", V: r.LockSeconds},
 	}
+}
+
+// runRounds runs every workload of ws (but those cfg.Only leaves out)
+// cfg.Runs times per side, alternating which of the two sides goes first,
+// reports each run on progress (the workload's name padded to width), and
+// sets rep's fdatasync floors and Measures: each metric's runs per side,
+// in the order the metrics first came.
+func runRounds[I interface{ Name() string }](ctx context.Context, e *env, rep *Report, ws []sideWorkload[I], sides []I, width int, progress io.Writer) error {
+	values := map[string][]float64{} // workload \x00 metric \x00 side
+	var order []string               // workload \x00 metric
+	var fsP50, fsP99 []float64
+	for round := range e.cfg.Runs {
+		floor, err := startRound(progress, e.dir, round, e.cfg.Runs)
+		if err != nil {
+			return err
+		}
+		fsP50, fsP99 = append(fsP50, floor.P50ms), append(fsP99, floor.P99ms)
+		for _, w := range ws {
+			if len(e.cfg.Only) > 0 && !slices.Contains(e.cfg.Only, w.name) {
+				continue
+			}
+			impls := sides
+			if round%2 == 1 {
+				impls = []I{sides[1], sides[0]}
+			}
+			for _, impl := range impls {
+				start := time.Now()
+				name := fmt.Sprintf("%s-%s-%d-%d", w.name, impl.Name(), round, start.UnixNano())
+				vs, err := w.run(ctx, e, impl, name)
+				if err != nil {
+					return fmt.Errorf("%s, %s, run %d: %w", w.name, impl.Name(), round+1, err)
+				}
+				fmt.Fprintf(progress, "  %-*s %-5s %6.1fs ", width, w.name, impl.Name(), time.Since(start).Seconds())
+				for _, v := range vs {
+					fmt.Fprintf(progress, " %s=%.3g", v.Metric, v.V)
+					key := w.name + "\x00" + v.Metric
+					if !slices.Contains(order, key) {
+						order = append(order, key)
+					}
+					values[key+"\x00"+impl.Name()] = append(values[key+"\x00"+impl.Name()], v.V)
+				}
+				fmt.Fprintln(progress)
+			}
+		}
+	}
+	rep.FdatasyncP50, rep.FdatasyncP99 = harness.Summarize(fsP50), harness.Summarize(fsP99)
+	for _, key := range order {
+		wl, metric, _ := strings.Cut(key, "\x00")
+		m := Measure{Workload: wl, Metric: metric, Baton: harness.Summarize(values[key+"\x00baton"]), Raw: harness.Summarize(values[key+"\x00raw"])}
+		if m.Raw.Median != 0 {
+			m.Ratio = m.Baton.Median / m.Raw.Median
+		}
+		rep.Measures = append(rep.Measures, m)
+	}
+	return nil
 }
 
 // startRound measures the disk's floor at the start of round (from 0) of

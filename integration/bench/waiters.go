@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -106,21 +105,11 @@ func drain(ctx context.Context, env *env, impl harness.Impl, name string, n int)
 			return waitersResult{}, err
 		}
 		mus[i] = m
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			h, err := m.Lock(lctx)
-			if err != nil {
-				errs <- err
-				return
-			}
+		harness.WaitTurn(lctx, &wg, m, errs, func() {
 			mu.Lock()
 			order = append(order, i)
 			mu.Unlock()
-			if err := h.Unlock(lctx); err != nil {
-				errs <- err
-			}
-		}()
+		})
 		if err := nextPut(); err != nil {
 			return waitersResult{}, err
 		}
@@ -135,12 +124,7 @@ func drain(ctx context.Context, env *env, impl harness.Impl, name string, n int)
 	wg.Wait()
 	elapsed := time.Since(start)
 	counts := counter.Snapshot()
-	close(errs)
-	var all []error
-	for err := range errs {
-		all = append(all, err)
-	}
-	if err := errors.Join(all...); err != nil {
+	if err := harness.JoinErrors(errs); err != nil {
 		return waitersResult{}, err
 	}
 	out := 0

@@ -39,6 +39,7 @@ import (
 
 	"github.com/batonhq/baton/integration/etcdtest"
 	"github.com/batonhq/baton/integration/netproxy"
+	"github.com/batonhq/baton/internal/embedetcd"
 )
 
 // Options tune the cluster. The zero Options is 3 members with a 50 ms
@@ -163,11 +164,7 @@ func (c *Cluster) NewClient(endpoints ...string) (*clientv3.Client, error) {
 	if len(endpoints) == 0 {
 		endpoints = c.Endpoints()
 	}
-	return clientv3.New(clientv3.Config{
-		Endpoints:   endpoints,
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-	})
+	return embedetcd.Dial(endpoints, nil)
 }
 
 // Client returns a client of every member, closed on t.Cleanup.

@@ -16,9 +16,9 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/embedetcd"
 )
 
 // Options shape a cluster.
@@ -122,12 +122,7 @@ func (c *Cluster) NewClient(endpoints ...string) (*clientv3.Client, error) {
 	if len(endpoints) == 0 {
 		endpoints = c.Endpoints()
 	}
-	return clientv3.New(clientv3.Config{
-		Endpoints:   endpoints,
-		DialTimeout: 5 * time.Second,
-		TLS:         c.opts.ClientTLS,
-		Logger:      zap.NewNop(),
-	})
+	return embedetcd.Dial(endpoints, c.opts.ClientTLS)
 }
 
 // Client is NewClient, closed at the test's end.

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -319,4 +320,33 @@ func CloseAll(mus []Mutex) {
 	}
 	close(next)
 	wg.Wait()
+}
+
+// WaitTurn starts a waiter on wg: a goroutine that locks m with ctx,
+// calls held while it holds the lock, and unlocks it with ctx. An error of
+// Lock or Unlock goes to errs, which must have room for it.
+func WaitTurn(ctx context.Context, wg *sync.WaitGroup, m Mutex, errs chan<- error, held func()) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		h, err := m.Lock(ctx)
+		if err != nil {
+			errs <- err
+			return
+		}
+		held()
+		if err := h.Unlock(ctx); err != nil {
+			errs <- err
+		}
+	}()
+}
+
+// JoinErrors closes errs and joins the errors in it; nil if none.
+func JoinErrors(errs chan error) error {
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return errors.Join(all...)
 }

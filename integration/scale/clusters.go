@@ -79,9 +79,7 @@ func (c ClustersConfig) Validate() error {
 	if c.Runs <= 0 {
 		errs = append(errs, fmt.Errorf("clusters: Runs must be at least 1, got %d", c.Runs))
 	}
-	if c.TTL < session.MinTTL || c.TTL%time.Second != 0 {
-		errs = append(errs, fmt.Errorf("clusters: TTL must be whole seconds and at least %v, got %v", session.MinTTL, c.TTL))
-	}
+	errs = append(errs, checkTTL("clusters", c.TTL))
 	return errors.Join(errs...)
 }
 

@@ -44,15 +44,11 @@ func (c HeldConfig) Validate() error {
 	if c.Runs < 1 {
 		errs = append(errs, fmt.Errorf("held: Runs must be at least 1, got %d", c.Runs))
 	}
-	if c.TTL < 2*time.Second || c.TTL%time.Second != 0 {
-		errs = append(errs, fmt.Errorf("held: TTL must be whole seconds and at least 2s, got %v", c.TTL))
-	}
+	errs = append(errs, checkTTL("held", c.TTL))
 	if c.Window < c.TTL {
 		errs = append(errs, fmt.Errorf("held: Window must be at least TTL (%v) to count a TTL's renewals, got %v", c.TTL, c.Window))
 	}
-	if c.Deadline <= 0 {
-		errs = append(errs, fmt.Errorf("held: Deadline must be positive, got %v", c.Deadline))
-	}
+	errs = append(errs, checkDeadline("held", c.Deadline))
 	return errors.Join(errs...)
 }
 

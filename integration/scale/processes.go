@@ -11,6 +11,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -94,12 +95,8 @@ func (c ProcessesConfig) Validate() error {
 	if c.Workers <= 0 {
 		errs = append(errs, fmt.Errorf("processes: Workers must be at least 1, got %d", c.Workers))
 	}
-	if c.TTL < session.MinTTL || c.TTL%time.Second != 0 {
-		errs = append(errs, fmt.Errorf("processes: TTL must be whole seconds and at least %v, got %v", session.MinTTL, c.TTL))
-	}
-	if c.Deadline <= 0 {
-		errs = append(errs, fmt.Errorf("processes: Deadline must be positive, got %v", c.Deadline))
-	}
+	errs = append(errs, checkTTL("processes", c.TTL))
+	errs = append(errs, checkDeadline("processes", c.Deadline))
 	if c.Processes > 0 && c.Workers > 0 {
 		fds, mem := harness.Limits()
 		per := uint64(procFDsPerChild + c.Workers)
@@ -217,6 +214,30 @@ func admitted(w http.ResponseWriter, r *http.Request) (fencing.Token, string, bo
 	return tok, name, ok
 }
 
+// applyPhase applies an admitted write by its query's phase, enter or
+// exit, and answers 204; any other phase is answered 400.
+func applyPhase(w http.ResponseWriter, q url.Values, enter, exit func()) {
+	switch q.Get("phase") {
+	case "enter":
+		enter()
+	case "exit":
+		exit()
+	default:
+		http.Error(w, "bad phase", http.StatusBadRequest)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// readReport decodes into rep the JSON lines a child printed on stdout:
+// its report, one line at its end.
+func readReport(stdout *bytes.Buffer, rep any) {
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		_ = json.Unmarshal(sc.Bytes(), rep)
+	}
+}
+
 // ServeHTTP applies one admitted write: /write/<name>?proc=&phase=enter|exit
 // (&lat=&start= on enter).
 func (l *procLedger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -239,8 +260,7 @@ func (l *procLedger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h = &procHold{lastProc: -1}
 		l.names[name] = h
 	}
-	switch q.Get("phase") {
-	case "enter":
+	applyPhase(w, q, func() {
 		lat, _ := strconv.ParseInt(q.Get("lat"), 10, 64)
 		start, _ := strconv.ParseInt(q.Get("start"), 10, 64)
 		l.lat = append(l.lat, time.Duration(lat))
@@ -258,16 +278,12 @@ func (l *procLedger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		h.open, h.proc, h.token = true, proc, tok
-	case "exit":
+	}, func() {
 		if !h.open || h.proc != proc || h.token != tok {
 			l.violate("%s: process %d exited with token %d, not the holder (open %v, process %d, token %d)", name, proc, tok, h.open, h.proc, h.token)
 		}
 		h.open, h.lastProc, h.lastToken, h.lastExit = false, proc, tok, now
-	default:
-		http.Error(w, "bad phase", http.StatusBadRequest)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	})
 }
 
 // procChildReport is the JSON line a child prints on stdout at its end.
@@ -405,10 +421,7 @@ func Processes(ctx context.Context, cfg ProcessesConfig, progress io.Writer) (Pr
 		st := c.ProcessState
 		res.ChildMaxRSS = max(res.ChildMaxRSS, c.MaxRSS())
 		var rep procChildReport
-		sc := bufio.NewScanner(&c.stdout)
-		for sc.Scan() {
-			_ = json.Unmarshal(sc.Bytes(), &rep)
-		}
+		readReport(&c.stdout, &rep)
 		res.ChildErrors += len(rep.Errors)
 		switch {
 		case !st.Success():
@@ -444,13 +457,8 @@ func Processes(ctx context.Context, cfg ProcessesConfig, progress io.Writer) (Pr
 		res.PerSecond = float64(res.Acquisitions) / res.RunSeconds
 	}
 
-	left, err := stormKeysLeft(context.Background(), cli, procNamespace)
-	if err != nil {
+	if res.KeysLeft, err = countKeysLeft(cli, procNamespace, &failures); err != nil {
 		return res, fmt.Errorf("processes: %w", err)
-	}
-	res.KeysLeft = len(left)
-	if res.KeysLeft != 0 {
-		failures = append(failures, fmt.Sprintf("%d keys left under /%s/, first %q", res.KeysLeft, procNamespace, left[0]))
 	}
 	res.Failures = stormFirst(failures, 20)
 	res.OK = len(res.Failures) == 0

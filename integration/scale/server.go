@@ -177,9 +177,7 @@ func (c ServerCostConfig) Validate() error {
 	if c.Waiters < 1 || c.Clients < 1 || c.Clients > c.Waiters {
 		errs = append(errs, fmt.Errorf("server: Waiters must be at least Clients and Clients at least 1, got %d and %d", c.Waiters, c.Clients))
 	}
-	if c.Deadline <= 0 {
-		errs = append(errs, fmt.Errorf("server: Deadline must be positive, got %v", c.Deadline))
-	}
+	errs = append(errs, checkDeadline("server", c.Deadline))
 	return errors.Join(errs...)
 }
 

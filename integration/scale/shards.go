@@ -1,7 +1,6 @@
 package scale
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -24,7 +23,6 @@ import (
 	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/internal/retry"
-	"github.com/batonhq/baton/session"
 	"github.com/batonhq/baton/shard"
 )
 
@@ -88,9 +86,7 @@ func (c ShardsConfig) Validate() error {
 	if c.RestShards < 0 || c.RestShards > shard.MaxCount {
 		errs = append(errs, fmt.Errorf("shards: RestShards must be 0 to %d, got %d", shard.MaxCount, c.RestShards))
 	}
-	if c.TTL < session.MinTTL || c.TTL%time.Second != 0 {
-		errs = append(errs, fmt.Errorf("shards: TTL must be whole seconds and at least %v, got %v", session.MinTTL, c.TTL))
-	}
+	errs = append(errs, checkTTL("shards", c.TTL))
 	for _, d := range []struct {
 		name string
 		v    time.Duration
@@ -208,8 +204,7 @@ func (l *shardsLedger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h = &shardsHold{}
 		l.shards[name] = h
 	}
-	switch q.Get("phase") {
-	case "enter":
+	applyPhase(w, q, func() {
 		if h.open {
 			l.overlaps++
 			l.violate("shard %s: %q entered with token %d while %q (token %d) owned it", name, member, tok, h.member, h.token)
@@ -219,16 +214,12 @@ func (l *shardsLedger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		h.open, h.member, h.token = true, member, tok
 		h.entered = append(h.entered, tok)
-	case "exit":
+	}, func() {
 		if !h.open || h.member != member || h.token != tok {
 			l.violate("shard %s: %q exited with token %d, not the owner (open %v, %q, token %d)", name, member, tok, h.open, h.member, h.token)
 		}
 		h.open, h.lastToken = false, tok
-	default:
-		http.Error(w, "bad phase", http.StatusBadRequest)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	})
 }
 
 // shardsChildReport is the JSON line a member process prints at its end.
@@ -278,10 +269,7 @@ func (r *shardsRun) start(ctx context.Context, i int) (*shardsProc, error) {
 func (r *shardsRun) finished(p *shardsProc) {
 	r.res.ChildMaxRSS = max(r.res.ChildMaxRSS, p.MaxRSS())
 	var rep shardsChildReport
-	sc := bufio.NewScanner(&p.stdout)
-	for sc.Scan() {
-		_ = json.Unmarshal(sc.Bytes(), &rep)
-	}
+	readReport(&p.stdout, &rep)
 	r.res.ChildErrors += len(rep.Errors)
 	if !p.ProcessState.Success() || len(rep.Errors) > 0 {
 		*r.failures = append(*r.failures, fmt.Sprintf("member %s of %s: %v, errors %q: %s", p.member, r.group, p.ProcessState, rep.Errors, p.Stderr()))
@@ -553,13 +541,8 @@ func Shards(ctx context.Context, cfg ShardsConfig, progress io.Writer) (ShardsRe
 	if res.Moves > res.MovesBound {
 		failures = append(failures, fmt.Sprintf("%d moves in the rolling restart, above 2.2 × N = %d", res.Moves, res.MovesBound))
 	}
-	left, err := stormKeysLeft(context.Background(), cli, shardsNamespace)
-	if err != nil {
+	if res.KeysLeft, err = countKeysLeft(cli, shardsNamespace, &failures); err != nil {
 		return res, fmt.Errorf("shards: %w", err)
-	}
-	res.KeysLeft = len(left)
-	if res.KeysLeft != 0 {
-		failures = append(failures, fmt.Sprintf("%d keys left under /%s/, first %q", res.KeysLeft, shardsNamespace, left[0]))
 	}
 	res.Failures = stormFirst(failures, 20)
 	res.OK = len(res.Failures) == 0

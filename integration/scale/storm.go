@@ -22,7 +22,6 @@ import (
 	"github.com/batonhq/baton/internal/embedetcd"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/retry"
-	"github.com/batonhq/baton/session"
 )
 
 // StormConfig sizes the storm phase: Locks mutexes held across Sessions
@@ -118,9 +117,7 @@ func (c StormConfig) Validate() error {
 	} else if c.Locks > 0 && c.Sessions > c.Locks {
 		errs = append(errs, fmt.Errorf("storm: Sessions must be at most Locks (%d), got %d", c.Locks, c.Sessions))
 	}
-	if c.TTL < session.MinTTL || c.TTL%time.Second != 0 {
-		errs = append(errs, fmt.Errorf("storm: TTL must be whole seconds and at least %v, got %v", session.MinTTL, c.TTL))
-	}
+	errs = append(errs, checkTTL("storm", c.TTL))
 	if c.Outage <= c.TTL {
 		errs = append(errs, fmt.Errorf("storm: Outage must exceed TTL (%v) so that the server expires the leases, got %v", c.TTL, c.Outage))
 	}
@@ -965,6 +962,20 @@ func stormKeysLeft(ctx context.Context, cli *clientv3.Client, ns string) ([]stri
 		}
 	}
 	return left, nil
+}
+
+// countKeysLeft counts the keys left under namespace ns once a phase's
+// processes are gone (stormKeysLeft), and adds a failure naming the first
+// if there are any.
+func countKeysLeft(cli *clientv3.Client, ns string, failures *[]string) (int, error) {
+	left, err := stormKeysLeft(context.Background(), cli, ns)
+	if err != nil {
+		return 0, err
+	}
+	if len(left) != 0 {
+		*failures = append(*failures, fmt.Sprintf("%d keys left under /%s/, first %q", len(left), ns, left[0]))
+	}
+	return len(left), nil
 }
 
 // stormEvery runs f with the tick's time every d until ctx ends.

@@ -52,12 +52,8 @@ func (c WaitersConfig) Validate() error {
 	if c.Rounds < 1 {
 		errs = append(errs, fmt.Errorf("waiters: Rounds must be at least 1, got %d", c.Rounds))
 	}
-	if c.TTL < 2*time.Second || c.TTL%time.Second != 0 {
-		errs = append(errs, fmt.Errorf("waiters: TTL must be whole seconds and at least 2s, got %v", c.TTL))
-	}
-	if c.Deadline <= 0 {
-		errs = append(errs, fmt.Errorf("waiters: Deadline must be positive, got %v", c.Deadline))
-	}
+	errs = append(errs, checkTTL("waiters", c.TTL))
+	errs = append(errs, checkDeadline("waiters", c.Deadline))
 	return errors.Join(errs...)
 }
 
@@ -271,14 +267,7 @@ func drainOnce(ctx context.Context, clis []*clientv3.Client, counter *harness.Co
 				return out, err
 			}
 			mus[i] = m
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				h, err := m.Lock(lctx)
-				if err != nil {
-					errs <- err
-					return
-				}
+			harness.WaitTurn(lctx, &wg, m, errs, func() {
 				if holding.Add(1) > 1 {
 					double.Add(1)
 				}
@@ -288,10 +277,7 @@ func drainOnce(ctx context.Context, clis []*clientv3.Client, counter *harness.Co
 				mu.Lock()
 				turns = append(turns, t)
 				mu.Unlock()
-				if err := h.Unlock(lctx); err != nil {
-					errs <- err
-				}
-			}()
+			})
 		}
 		if err := waitCount(ctx, clis[0], prefix, int64(hi+1), errs); err != nil {
 			return out, fmt.Errorf("queueing %d waiters: %w", hi, err)
@@ -319,12 +305,7 @@ func drainOnce(ctx context.Context, clis []*clientv3.Client, counter *harness.Co
 		return out, err
 	}
 	out.server = after.Sub(standing)
-	close(errs)
-	var all []error
-	for err := range errs {
-		all = append(all, err)
-	}
-	if err := errors.Join(all...); err != nil {
+	if err := harness.JoinErrors(errs); err != nil {
 		return out, err
 	}
 	out.keepalives = counts[harness.MethodKeepAlive]

@@ -443,17 +443,24 @@ func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, r *reservation, al
 	}
 }
 
-// release is a handle's Unlock, Resign or Release, with a fresh bounded
-// ctx if the caller's ended.
-func (o *Owner[T]) release(ctx context.Context, h *Hold) error {
+// ReleaseContext is the ctx a release runs with: ctx, without its
+// cancellation if it has ended, bounded by releaseTimeout if it has no
+// deadline. cancel frees it.
+func ReleaseContext(ctx context.Context) (_ context.Context, cancel context.CancelFunc) {
 	if ctx.Err() != nil {
 		ctx = context.WithoutCancel(ctx)
 	}
 	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, releaseTimeout)
-		defer cancel()
+		return context.WithTimeout(ctx, releaseTimeout)
 	}
+	return ctx, func() {}
+}
+
+// release is a handle's Unlock, Resign or Release, with a fresh bounded
+// ctx if the caller's ended.
+func (o *Owner[T]) release(ctx context.Context, h *Hold) error {
+	ctx, cancel := ReleaseContext(ctx)
+	defer cancel()
 	ctx, span := h.span().StartRelease(ctx)
 	err := h.deleteGuarded(ctx)
 	if err == nil || errors.Is(err, o.cfg.NotHeld) { // no retry is due: forget h

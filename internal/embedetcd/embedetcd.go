@@ -6,6 +6,7 @@ package embedetcd
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -161,9 +162,17 @@ func (s *Server) NewClient(endpoints ...string) (*clientv3.Client, error) {
 	if len(endpoints) == 0 {
 		endpoints = s.Endpoints()
 	}
+	return Dial(endpoints, nil)
+}
+
+// Dial returns a client of endpoints, over TLS when tlsCfg is not nil,
+// with a short dial timeout and silent logs: how a Server's NewClient and
+// the test clusters' connect.
+func Dial(endpoints []string, tlsCfg *tls.Config) (*clientv3.Client, error) {
 	return clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
+		TLS:         tlsCfg,
 		Logger:      zap.NewNop(),
 	})
 }

@@ -9,16 +9,12 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/retry"
 )
-
-// releaseTimeout bounds a release whose caller's ctx has ended, as core's.
-const releaseTimeout = 5 * time.Second
 
 // Release deletes every hold's key and the keys in also in one transaction
 // guarded by every hold's CreateRevision, and ends the holds as released
@@ -29,14 +25,8 @@ const releaseTimeout = 5 * time.Second
 // caller's records of an unclean end. notHeld is the primitive's
 // ErrNotHeld; the result wraps it for every hold that was lost.
 func Release(ctx context.Context, cli *clientv3.Client, holds []*core.Hold, notHeld error, also ...string) error {
-	if ctx.Err() != nil {
-		ctx = context.WithoutCancel(ctx)
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, releaseTimeout)
-		defer cancel()
-	}
+	ctx, cancel := core.ReleaseContext(ctx)
+	defer cancel()
 	live := true
 	for _, h := range holds {
 		live = live && h.Context().Err() == nil
@@ -104,14 +94,8 @@ type Change struct {
 // guarded delete, in the background while etcd does not answer). It
 // returns whether c applied and the last answer (nil on err).
 func Commit(ctx context.Context, cli *clientv3.Client, holds []*core.Hold, c Change) (applied bool, resp *clientv3.TxnResponse, err error) {
-	if ctx.Err() != nil {
-		ctx = context.WithoutCancel(ctx)
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, releaseTimeout)
-		defer cancel()
-	}
+	ctx, cancel := core.ReleaseContext(ctx)
+	defer cancel()
 	for _, h := range holds {
 		core.Releasing(h) // the deletion below is no loss
 	}

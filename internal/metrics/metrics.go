@@ -48,54 +48,40 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return nil, nil
 	}
+	c := collectors{reg: reg}
 	m := &Metrics{
-		AcquireDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "baton_lock_acquire_duration_seconds", Help: "Time from Lock or TryLock to its return, by result.",
-			Buckets: durationBuckets,
-		}, resultLabels),
-		AcquireTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "baton_lock_acquire_total", Help: "Lock and TryLock calls by result: acquired, locked, canceled, error.",
-		}, resultLabels),
-		HoldDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "baton_lock_hold_duration_seconds", Help: "Time a lock was held, from acquisition to release or loss.",
-			Buckets: durationBuckets,
-		}, nameLabels),
-		LostTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "baton_lock_lost_total", Help: "Locks lost while held, by reason.",
-		}, reasonLabels),
-		RenewalFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "baton_session_renewal_failures_total", Help: "Lease renewal attempts that failed.",
-		}, nameLabels),
-		IsLeader: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "baton_election_is_leader", Help: "1 while this process leads the election.",
-		}, nameLabels),
-		Transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "baton_election_transitions_total", Help: "Times this process became leader or stopped leading.",
-		}, nameLabels),
-		CampaignDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "baton_election_campaign_duration_seconds", Help: "Time from Campaign to its return, by result.",
-			Buckets: durationBuckets,
-		}, resultLabels),
-		ElectionLostTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "baton_election_lost_total", Help: "Terms lost while leading, by reason.",
-		}, reasonLabels),
-		FencingRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "baton_fencing_rejections_total", Help: "Writes rejected for carrying a stale fencing token.",
-		}, []string{"resource"}),
+		users:             register(reg, &users{n: map[[2]string]int{}, leading: map[[2]string]int{}}, &c.err),
+		AcquireDuration:   c.histogram("baton_lock_acquire_duration_seconds", "Time from Lock or TryLock to its return, by result.", durationBuckets, resultLabels),
+		AcquireTotal:      c.counter("baton_lock_acquire_total", "Lock and TryLock calls by result: acquired, locked, canceled, error.", resultLabels),
+		HoldDuration:      c.histogram("baton_lock_hold_duration_seconds", "Time a lock was held, from acquisition to release or loss.", durationBuckets, nameLabels),
+		LostTotal:         c.counter("baton_lock_lost_total", "Locks lost while held, by reason.", reasonLabels),
+		RenewalFailures:   c.counter("baton_session_renewal_failures_total", "Lease renewal attempts that failed.", nameLabels),
+		IsLeader:          c.gauge("baton_election_is_leader", "1 while this process leads the election.", nameLabels),
+		Transitions:       c.counter("baton_election_transitions_total", "Times this process became leader or stopped leading.", nameLabels),
+		CampaignDuration:  c.histogram("baton_election_campaign_duration_seconds", "Time from Campaign to its return, by result.", durationBuckets, resultLabels),
+		ElectionLostTotal: c.counter("baton_election_lost_total", "Terms lost while leading, by reason.", reasonLabels),
+		FencingRejections: c.counter("baton_fencing_rejections_total", "Writes rejected for carrying a stale fencing token.", []string{"resource"}),
 	}
-	var err error
-	m.users = register(reg, &users{n: map[[2]string]int{}, leading: map[[2]string]int{}}, &err)
-	m.AcquireDuration = register(reg, m.AcquireDuration, &err)
-	m.AcquireTotal = register(reg, m.AcquireTotal, &err)
-	m.HoldDuration = register(reg, m.HoldDuration, &err)
-	m.LostTotal = register(reg, m.LostTotal, &err)
-	m.RenewalFailures = register(reg, m.RenewalFailures, &err)
-	m.IsLeader = register(reg, m.IsLeader, &err)
-	m.Transitions = register(reg, m.Transitions, &err)
-	m.CampaignDuration = register(reg, m.CampaignDuration, &err)
-	m.ElectionLostTotal = register(reg, m.ElectionLostTotal, &err)
-	m.FencingRejections = register(reg, m.FencingRejections, &err)
-	return m, err
+	return m, c.err
+}
+
+// collectors builds collectors and registers them on reg (register),
+// keeping the first error.
+type collectors struct {
+	reg prometheus.Registerer
+	err error
+}
+
+func (c *collectors) counter(name, help string, labels []string) *prometheus.CounterVec {
+	return register(c.reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels), &c.err)
+}
+
+func (c *collectors) gauge(name, help string, labels []string) *prometheus.GaugeVec {
+	return register(c.reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels), &c.err)
+}
+
+func (c *collectors) histogram(name, help string, buckets []float64, labels []string) *prometheus.HistogramVec {
+	return register(c.reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels), &c.err)
 }
 
 // register registers c, or returns the collector already registered under

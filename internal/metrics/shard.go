@@ -35,24 +35,15 @@ func NewShards(reg prometheus.Registerer, ns, name, member string) (*Shards, err
 	if reg == nil {
 		return nil, nil
 	}
+	c := collectors{reg: reg}
 	s := &Shards{
-		Owned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "baton_shard_owned", Help: "Shards this member of the group owns.",
-		}, []string{"namespace", "name", "member"}),
-		Moves: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "baton_shard_moves_total", Help: "Shards this member took over from another member, by reason: join, leave, loss.",
-		}, reasonLabels),
-		Unowned: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "baton_shard_unowned_duration_seconds", Help: "Time a shard this member took over was without an owner: from the old owner's key's deletion, as this member saw it, to the new work's start.",
-			Buckets: unownedBuckets,
-		}, nameLabels),
+		Owned: c.gauge("baton_shard_owned", "Shards this member of the group owns.", []string{"namespace", "name", "member"}),
+		Moves: c.counter("baton_shard_moves_total", "Shards this member took over from another member, by reason: join, leave, loss.", reasonLabels),
+		Unowned: c.histogram("baton_shard_unowned_duration_seconds", "Time a shard this member took over was without an owner: from the old owner's key's deletion, as this member saw it, to the new work's start.",
+			unownedBuckets, nameLabels),
 		ns: ns, name: name, member: member,
 	}
-	var err error
-	s.Owned = register(reg, s.Owned, &err)
-	s.Moves = register(reg, s.Moves, &err)
-	s.Unowned = register(reg, s.Unowned, &err)
-	return s, err
+	return s, c.err
 }
 
 // SetOwned records how many shards the member owns.

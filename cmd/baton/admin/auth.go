@@ -14,12 +14,7 @@ import (
 )
 
 func NewCmdAuth(g *cmdutil.Env) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "auth",
-		Short: "etcd authentication",
-	}
-	cmd.AddCommand(newAuthEnableCmd(g))
-	return cmd
+	return cmdutil.Group("auth", "etcd authentication", newAuthEnableCmd(g))
 }
 
 func newAuthEnableCmd(g *cmdutil.Env) *cobra.Command {

@@ -13,12 +13,7 @@ import (
 )
 
 func NewCmdCerts(g *cmdutil.Env) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "certs",
-		Short: "Development certificates for TLS with client-certificate auth",
-	}
-	cmd.AddCommand(newCertsInitCmd(g))
-	return cmd
+	return cmdutil.Group("certs", "Development certificates for TLS with client-certificate auth", newCertsInitCmd(g))
 }
 
 // CertsReport is what certs init wrote, for -o json.

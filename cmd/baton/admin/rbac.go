@@ -12,12 +12,7 @@ import (
 )
 
 func NewCmdRBAC(g *cmdutil.Env) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "rbac",
-		Short: "Apply and show the namespace access policy (etcd roles)",
-	}
-	cmd.AddCommand(newRBACApplyCmd(g), newRBACShowCmd(g))
-	return cmd
+	return cmdutil.Group("rbac", "Apply and show the namespace access policy (etcd roles)", newRBACApplyCmd(g), newRBACShowCmd(g))
 }
 
 // applyReport is the outcome of rbac apply, for -o json.

@@ -14,12 +14,7 @@ import (
 )
 
 func NewCmdClusters(g *cmdutil.Env) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "clusters",
-		Short: "Work with cluster maps (--clusters)",
-	}
-	cmd.AddCommand(newClustersCheckMoveCmd(g), newClustersPinCmd(g), newClustersCheckCmd(g))
-	return cmd
+	return cmdutil.Group("clusters", "Work with cluster maps (--clusters)", newClustersCheckMoveCmd(g), newClustersPinCmd(g), newClustersCheckCmd(g))
 }
 
 // moveRow is one namespace (or the default) of check-move's report.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -410,6 +411,19 @@ func probeForcePermission(ctx context.Context, cli *clientv3.Client, ns string, 
 	return err
 }
 
+// stillShown guards a forced release's transaction: the holder's key is
+// still the one shown (its token), and akey holds no audit record yet.
+func stillShown(h holder, akey string) []clientv3.Cmp {
+	return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(h.Key), "=", h.Token),
+		clientv3.Compare(clientv3.CreateRevision(akey), "=", 0)}
+}
+
+// leftMeanwhile says that a forced release's transaction found the holder
+// gone (stillShown failed).
+func leftMeanwhile(out io.Writer, h holder) {
+	fmt.Fprintf(out, "the holder left meanwhile (key %s is no longer token %d): nothing was forced\n", cmdutil.Safe(h.Key), h.Token)
+}
+
 // deleteHolderKey deletes the holder's one key and acquisition record and
 // writes the audit record, in one transaction guarded by the key's
 // CreateRevision: either all three happen, or (the holder left meanwhile)
@@ -419,9 +433,7 @@ func deleteHolderKey(cmd *cobra.Command, g *cmdutil.Env, cli *clientv3.Client, h
 	rec.Result = ResultDeleted
 	octx, cancel := g.OpContext(cmd.Context())
 	defer cancel()
-	resp, err := cli.Txn(octx).
-		If(clientv3.Compare(clientv3.CreateRevision(h.Key), "=", h.Token),
-			clientv3.Compare(clientv3.CreateRevision(akey), "=", 0)).
+	resp, err := cli.Txn(octx).If(stillShown(h, akey)...).
 		Then(clientv3.OpDelete(h.Key), clientv3.OpDelete(keyspace.HeldKey(g.Namespace, h.Kind, h.Name, h.Lease)),
 			clientv3.OpPut(akey, keyspace.MustJSON(rec))).
 		Commit()
@@ -429,7 +441,7 @@ func deleteHolderKey(cmd *cobra.Command, g *cmdutil.Env, cli *clientv3.Client, h
 		return g.Failed("delete the holder's key with its audit record", err)
 	}
 	if !resp.Succeeded {
-		fmt.Fprintf(out, "the holder left meanwhile (key %s is no longer token %d): nothing was forced\n", cmdutil.Safe(h.Key), h.Token)
+		leftMeanwhile(out, h)
 		return nil
 	}
 	fmt.Fprintf(out, "deleted key %s: %s is free; lease %s and any other key on it are untouched; recorded as %s\n",
@@ -446,15 +458,13 @@ func revokeHolderLease(cmd *cobra.Command, g *cmdutil.Env, cli *clientv3.Client,
 	defer cancel()
 	// The record is written only if the holder is still the one shown, so
 	// it never names a holder that was not revoked.
-	resp, err := cli.Txn(octx).
-		If(clientv3.Compare(clientv3.CreateRevision(h.Key), "=", h.Token),
-			clientv3.Compare(clientv3.CreateRevision(akey), "=", 0)).
+	resp, err := cli.Txn(octx).If(stillShown(h, akey)...).
 		Then(clientv3.OpPut(akey, keyspace.MustJSON(rec))).Commit()
 	if err != nil {
 		return g.Failed("write the audit record", err)
 	}
 	if !resp.Succeeded {
-		fmt.Fprintf(out, "the holder left meanwhile (key %s is no longer token %d): nothing was forced\n", cmdutil.Safe(h.Key), h.Token)
+		leftMeanwhile(out, h)
 		return nil
 	}
 	_, rerr := cli.Revoke(octx, h.Lease)
