@@ -95,6 +95,10 @@ func (c ShardsConfig) Validate() error {
 			errs = append(errs, fmt.Errorf("shards: %s must be positive, got %v", d.name, d.v))
 		}
 	}
+	if c.Rest > 0 && c.Rest < c.TTL/3 {
+		// Shorter than a renewal's period, the window may see none.
+		errs = append(errs, fmt.Errorf("shards: Rest must be at least TTL/3 (%v), got %v", c.TTL/3, c.Rest))
+	}
 	if c.Settle < 0 {
 		errs = append(errs, fmt.Errorf("shards: Settle must not be negative, got %v", c.Settle))
 	}

@@ -15,7 +15,7 @@ import (
 // beside one of 16 at rest.
 func smallShards() scale.ShardsConfig {
 	return scale.ShardsConfig{Binary: os.Args[0], Members: 4, Shards: 64, RestShards: 16, TTL: 5 * time.Second,
-		Rest: time.Second, Balance: 30 * time.Second, Deadline: 3 * time.Minute}
+		Rest: 2 * time.Second, Balance: 30 * time.Second, Deadline: 3 * time.Minute}
 }
 
 // TestShardsRollingRestart: every member process restarted in turn moves
@@ -70,6 +70,7 @@ func TestShardsRefusesBadConfig(t *testing.T) {
 		{"TTL too short", func(c *scale.ShardsConfig) { c.TTL = time.Second }, "TTL must be whole seconds and at least"},
 		{"no rest", func(c *scale.ShardsConfig) { c.Rest = 0 }, "Rest must be positive"},
 		{"negative settle", func(c *scale.ShardsConfig) { c.Settle = -time.Second }, "Settle must not be negative"},
+		{"rest below a renewal", func(c *scale.ShardsConfig) { c.Rest = time.Second }, "Rest must be at least TTL/3"},
 		{"more members than descriptors", func(c *scale.ShardsConfig) { c.Members = 10_000_000 }, "under the file-descriptor limit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
