@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,13 +21,30 @@ import (
 // One embedded etcd member (fsync on) for the package.
 var srv *etcdtest.Server
 
+// endpoint is srv's, or BATON_BENCH_ENDPOINT's: with an etcd in another
+// process (`baton dev --listen 127.0.0.1:23790 --listen-peer
+// 127.0.0.1:23800`), the benchmarks' -benchmem and -cpuprofile count the
+// client alone, not the server's work too. The tests that need the
+// embedded member skip then.
+var endpoint = os.Getenv("BATON_BENCH_ENDPOINT")
+
+// needServer skips a test that runs workloads on the embedded member.
+func needServer(t *testing.T) {
+	if srv == nil {
+		t.Skip("BATON_BENCH_ENDPOINT set: no embedded member")
+	}
+}
+
 func TestMain(m *testing.M) {
+	if endpoint != "" {
+		os.Exit(m.Run())
+	}
 	s, err := etcdtest.New(etcdtest.Config{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	srv = s
+	srv, endpoint = s, s.Endpoint()
 	code := m.Run()
 	s.Stop()
 	if code == 0 {
@@ -47,7 +65,7 @@ var goleakOptions = []goleak.Option{
 
 func client(tb testing.TB) *clientv3.Client {
 	tb.Helper()
-	cli, err := harness.NewClient(srv.Endpoint(), nil)
+	cli, err := harness.NewClient(endpoint, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -82,6 +100,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer m.Close()
+			cpu := cpuTime()
 			for b.Loop() {
 				h, err := m.Lock(ctx)
 				if err != nil {
@@ -91,10 +110,12 @@ func BenchmarkLockUnlock(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			reportCPU(b, cpu)
 		})
 		b.Run("impl="+impl.Name()+"/session=per-lock", func(b *testing.B) {
 			cli := client(b)
 			name := uniq(b)
+			cpu := cpuTime()
 			for b.Loop() {
 				m, err := impl.NewMutex(cli, nil, name, 30*time.Second)
 				if err != nil {
@@ -111,8 +132,25 @@ func BenchmarkLockUnlock(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			reportCPU(b, cpu)
 		})
 	}
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the process's CPU time per op since since: with the
+// etcd member in another process (BATON_BENCH_ENDPOINT), the client's
+// own, which the machine's load moves far less than the time per op.
+func reportCPU(b *testing.B, since time.Duration) {
+	b.ReportMetric(float64((cpuTime()-since).Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
 
 // BenchmarkContended is one acquisition of a key that 8 goroutines, each
@@ -235,6 +273,7 @@ func TestRunSmall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs every workload: about 20 s")
 	}
+	needServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var progress strings.Builder

@@ -14,6 +14,7 @@ func TestRunPrimitivesSmall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs every primitives workload: about 5 s")
 	}
+	needServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var progress strings.Builder

@@ -43,7 +43,7 @@ type Hold struct {
 	acquired time.Time
 
 	ctx     context.Context
-	cancel  context.CancelCauseFunc // ends ctx, then runs onEnd
+	stop    context.CancelCauseFunc // ends ctx: see cancel
 	res     *reservation
 	watcher *watch.Watcher[*Hold]
 	armed   sync.WaitGroup // done once arm ran
@@ -64,29 +64,31 @@ type Hold struct {
 func newHold(o owner, l *Lease, key string, rev, at int64, res *reservation, w *watch.Watcher[*Hold], wait telemetry.Wait, alone bool) *Hold {
 	// Not a child of the lease's context (10,000 holds would each cost it a
 	// map entry, and it carries no values): the lease ends its holds itself.
-	ctx, cancel := context.WithCancelCause(context.Background())
+	ctx, stop := context.WithCancelCause(context.Background())
 	// The hold's span lives in its Context (none unless it has a trace), so
 	// that what runs under the Context is its child and a hold keeps no
 	// field for it.
 	ctx, _ = wait.Acquired(ctx, rev, int64(l.ID()), key, int64(l.TTL()/time.Second))
-	h := &Hold{o: o, l: l, key: key, rev: rev, at: at, acquired: time.Now(), ctx: ctx, res: res, watcher: w, alone: alone}
-	h.cancel = func(cause error) {
-		if h.ctx.Err() != nil {
-			return
-		}
-		cancel(cause)
-		h.onEndMu.Lock()
-		fs := h.onEnd
-		h.onEnd = nil
-		h.onEndMu.Unlock()
-		for _, f := range fs {
-			f(context.Cause(h.ctx))
-		}
-		callKey(h.l.s.cfg.Hooks.HoldEnded, h.key)
-	}
+	h := &Hold{o: o, l: l, key: key, rev: rev, at: at, acquired: time.Now(), ctx: ctx, stop: stop, res: res, watcher: w, alone: alone}
 	h.armed.Add(1)
 	h.ended.Add(1)
 	return h
+}
+
+// cancel ends ctx with cause, then runs the OnEnd functions.
+func (h *Hold) cancel(cause error) {
+	if h.ctx.Err() != nil {
+		return
+	}
+	h.stop(cause)
+	h.onEndMu.Lock()
+	fs := h.onEnd
+	h.onEnd = nil
+	h.onEndMu.Unlock()
+	for _, f := range fs {
+		f(context.Cause(h.ctx))
+	}
+	callKey(h.l.s.cfg.Hooks.HoldEnded, h.key)
 }
 
 // arm runs the start hook, joins the lease's holds and lets the end hooks
@@ -311,7 +313,7 @@ func (h *Hold) deleteGuarded(ctx context.Context) error {
 	var resp *clientv3.TxnResponse
 	unknown := false // an attempt may have applied without our hearing
 	err := retry.Do(ctx, func(ctx context.Context) (err error) {
-		txn := h.l.s.cli.Txn(clientv3.WithRequireLeader(ctx))
+		txn := h.l.s.cli.Txn(retry.Leader(ctx))
 		if !planted.On("a") {
 			txn = txn.If(h.IsOwner())
 		}

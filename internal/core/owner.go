@@ -224,7 +224,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 	if planted.On("c") && o.cfg.Kind == metrics.Semaphore {
 		stale = queue.PlantedStaleRead(ctx, s.cli, prefix)
 	}
-	resp, unheard, err := queue.Enqueue(ctx, s.cli, s.enq, &l.Fence, queue.FenceKey(prefix, l.ID()), l.ID(), key, req.Value, prefix, req.Policy, req.If)
+	resp, unheard, err := queue.Enqueue(ctx, s.cli, s.enq, &l.Fence, l.Fence.Key(prefix, l.ID()), l.ID(), key, req.Value, prefix, req.Policy, req.If)
 	none := int64(-1) // a refusal wrote nothing, unless an earlier attempt went unheard
 	if unheard {
 		none = 0

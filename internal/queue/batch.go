@@ -81,7 +81,7 @@ func (b *Batcher) commit(ctx context.Context, lease clientv3.LeaseID, queue stri
 	if b.inflight < maxInflight && len(b.queued) == 0 {
 		b.inflight++
 		b.mu.Unlock()
-		resp, err := b.cli.Txn(clientv3.WithRequireLeader(ctx)).If(cmps...).Then(then...).Else(els...).Commit()
+		resp, err := b.cli.Txn(retry.Leader(ctx)).If(cmps...).Then(then...).Else(els...).Commit()
 		b.release()
 		return resp, err
 	}

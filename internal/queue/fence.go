@@ -18,8 +18,57 @@ import (
 // and one read then finds whatever it wrote. The fence key is on the lease
 // and goes with it. The zero Fence is ready to use; one per lease.
 type Fence struct {
-	mu sync.Mutex
-	v  map[string]seen // fence key → its version at the newest read
+	mu   sync.Mutex
+	v    map[string]seen // fence key → its version at the newest read
+	fkey struct {
+		prefix, key string
+		lease       clientv3.LeaseID
+	}
+	last *enqueued // the newest plain enqueue's ops, for the next of the same key
+}
+
+// enqueued is one plain enqueue's compares and ops (no Policy, no further
+// conditions, without the reads of a refusal), kept so that a lease that
+// takes the same key again (one Mutex locking and unlocking) builds them
+// once: an Op or a Cmp is not changed by a transaction that sends it
+// (clientv3 copies the compares and converts the ops), so they are shared.
+// One per lease, whatever it holds: a lease that takes many keys builds
+// each as before.
+type enqueued struct {
+	fkey, key, value, prefix string
+	lease                    clientv3.LeaseID
+	v                        int64 // the fence version compared
+	cmps                     []clientv3.Cmp
+	then                     []clientv3.Op
+}
+
+// Key is FenceKey(prefix, lease), kept for the lease's newest prefix.
+func (f *Fence) Key(prefix string, lease clientv3.LeaseID) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fkey.prefix != prefix || f.fkey.lease != lease || f.fkey.key == "" {
+		f.fkey.prefix, f.fkey.lease, f.fkey.key = prefix, lease, FenceKey(prefix, lease)
+	}
+	return f.fkey.key
+}
+
+// plain returns the kept ops of a plain enqueue of key if the fence is
+// still at the version they compare, or builds and keeps them.
+func (f *Fence) plain(fkey string, lease clientv3.LeaseID, key, value, prefix string) *enqueued {
+	f.mu.Lock()
+	v := f.v[fkey].version
+	e := f.last
+	f.mu.Unlock()
+	if e != nil && e.v == v && e.key == key && e.value == value && e.fkey == fkey && e.prefix == prefix && e.lease == lease {
+		return e
+	}
+	e = &enqueued{fkey: fkey, key: key, value: value, prefix: prefix, lease: lease, v: v,
+		cmps: []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0), clientv3.Compare(clientv3.Version(fkey), "=", v)},
+		then: []clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(lease)), Read(prefix, nil, true)}}
+	f.mu.Lock()
+	f.last = e
+	f.mu.Unlock()
+	return e
 }
 
 type seen struct{ version, rev int64 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -109,6 +110,10 @@ func EnqueueTxn(ctx context.Context, cli *clientv3.Client, f *Fence, fkey string
 
 // enqueueOps are the compares and branches of one attempt.
 func enqueueOps(f *Fence, fkey string, lease clientv3.LeaseID, key, value, prefix string, p Policy, conds []clientv3.Cmp, why bool) (cmps []clientv3.Cmp, then, els []clientv3.Op, v int64) {
+	if p == nil && len(conds) == 0 && !why {
+		e := f.plain(fkey, lease, key, value, prefix)
+		return e.cmps, e.then, nil, e.v
+	}
 	fence, v := f.Cmp(fkey)
 	cmps = append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0), fence}, conds...)
 	then = []clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(lease)), Read(prefix, p, true)}
@@ -313,16 +318,54 @@ func Release(key string, mark, alone bool, rev int64) []clientv3.Op {
 	if !mark {
 		return []clientv3.Op{clientv3.OpDelete(key)}
 	}
-	a, b := keys.ReleasedKey(key), keys.ReleasedAltKey(key)
-	toggle := clientv3.OpTxn(
-		[]clientv3.Cmp{clientv3.Compare(clientv3.Version(a), ">", 0)},
-		[]clientv3.Op{clientv3.OpDelete(a), clientv3.OpPut(b, "")},
-		[]clientv3.Op{clientv3.OpDelete(b), clientv3.OpPut(a, "")})
+	toggle, branch := toggleOf(key)
 	if alone { // etcd evaluates every compare before it applies an op
+		// CreateRevision(queue) < rev+1 over the prefix, built as etcd's
+		// message: clientv3's Compare and WithPrefix copy it once each.
 		queue := key[:strings.LastIndexByte(key, '/')+1]
-		toggle = clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(queue), "<", rev+1).WithPrefix()}, nil, []clientv3.Op{toggle})
+		later := clientv3.FromCompare(&etcdserverpb.Compare{Result: etcdserverpb.Compare_LESS, Target: etcdserverpb.Compare_CREATE,
+			Key: []byte(queue), RangeEnd: []byte(clientv3.GetPrefixRangeEnd(queue)), TargetUnion: &etcdserverpb.Compare_CreateRevision{CreateRevision: rev + 1}})
+		toggle = clientv3.OpTxn([]clientv3.Cmp{later}, nil, branch)
 	}
 	return []clientv3.Op{clientv3.OpDelete(key), toggle}
+}
+
+// toggles holds each namespace's mark toggle, built once: an Op is not
+// changed by a transaction that sends it (clientv3 copies its compares and
+// converts its ops), so one serves every release, concurrently. Bounded:
+// past maxToggles namespaces a toggle is built per release, as before.
+var toggles struct {
+	sync.RWMutex
+	m map[string][]clientv3.Op // the toggle alone
+}
+
+const maxToggles = 64
+
+// toggleOf is the namespace of key's toggle of its two release marks
+// (delete the one that exists, put the other), and a slice of it alone,
+// the branch of a release that may be alone: neither is changed by anyone.
+func toggleOf(key string) (clientv3.Op, []clientv3.Op) {
+	ns := keys.NamespaceOf(key)
+	toggles.RLock()
+	ops, ok := toggles.m[ns]
+	toggles.RUnlock()
+	if ok {
+		return ops[0], ops
+	}
+	a, b := keys.ReleasedKey(key), keys.ReleasedAltKey(key)
+	ops = []clientv3.Op{clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.Version(a), ">", 0)},
+		[]clientv3.Op{clientv3.OpDelete(a), clientv3.OpPut(b, "")},
+		[]clientv3.Op{clientv3.OpDelete(b), clientv3.OpPut(a, "")})}
+	toggles.Lock()
+	if toggles.m == nil {
+		toggles.m = make(map[string][]clientv3.Op)
+	}
+	if len(toggles.m) < maxToggles {
+		toggles.m[strings.Clone(ns)] = ops
+	}
+	toggles.Unlock()
+	return ops[0], ops
 }
 
 // DeleteOnce deletes key if its CreateRevision is *rev (0: read it first);

@@ -241,10 +241,10 @@ func TestUnrecordedSpansAllocateOnlyTheirStart(t *testing.T) {
 		tp   trace.TracerProvider
 		max  float64
 	}{
-		// Two spans start: a wait and a hold; a hold not recorded has no
-		// release span.
-		{"explicit no-op", noop.NewTracerProvider(), 2}, // a context per start
-		{"global default", nil, 6},                      // and the span, boxed twice
+		// One span starts: the wait, whose no-op span under no trace is
+		// dropped with its hold; a hold not recorded has no release span.
+		{"explicit no-op", noop.NewTracerProvider(), 1}, // the start's context
+		{"global default", nil, 3},                      // and the span, boxed twice
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tg := telemetry.NewTarget(tc.tp, telemetry.Mutex, "ns", "name")
@@ -267,6 +267,39 @@ func TestUnrecordedSpansAllocateOnlyTheirStart(t *testing.T) {
 		f.End(telemetry.Admitted, 1, nil)
 	}); a != 0 {
 		t.Fatalf("an untraced fencing check allocates %v times, want 0", a)
+	}
+}
+
+// A no-op provider's wait under no trace is dropped, with its hold (the
+// cheap path); under a trace (a remote parent) the no-op spans still carry
+// it to the hold's context, and an SDK provider records both.
+func TestNoopSpansAreDroppedOnlyOutsideATrace(t *testing.T) {
+	ctx := context.Background()
+	tg := telemetry.NewTarget(noop.NewTracerProvider(), telemetry.Mutex, "ns", "name")
+	wctx, w := tg.StartWait(ctx)
+	if wctx != ctx || w != (telemetry.Wait{}) {
+		t.Fatal("a no-op wait under no trace is kept")
+	}
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled, Remote: true})
+	parent := trace.ContextWithRemoteSpanContext(ctx, sc)
+	wctx, w = tg.StartWait(parent)
+	if got := trace.SpanContextFromContext(wctx); got.TraceID() != sc.TraceID() || w.SpanContext().TraceID() != sc.TraceID() {
+		t.Fatalf("a no-op wait under a trace lost it: %v", got)
+	}
+	if hctx, _ := w.Acquired(ctx, 1, 1, "k", 1); trace.SpanContextFromContext(hctx).TraceID() != sc.TraceID() {
+		t.Fatal("the hold of a no-op wait under a trace does not carry it")
+	}
+
+	rec, tp := recorder(t)
+	sdk := telemetry.NewTarget(tp, telemetry.Mutex, "ns", "name")
+	_, w = sdk.StartWait(ctx)
+	hctx, h := w.Acquired(ctx, 7, 1, "k", 1)
+	if !h.Recording() || !trace.SpanContextFromContext(hctx).IsValid() {
+		t.Fatal("an SDK hold outside a trace not recorded")
+	}
+	h.Released()
+	if n := len(rec.Ended()); n != 2 {
+		t.Fatalf("%d spans recorded, want the wait and the hold", n)
 	}
 }
 

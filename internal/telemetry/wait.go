@@ -23,6 +23,12 @@ func (t *Target) StartWait(ctx context.Context) (context.Context, Wait) {
 	}
 	name, _, _ := t.names()
 	wctx, span := t.tracer.Start(ctx, name)
+	if !span.IsRecording() && !span.SpanContext().IsValid() {
+		// A no-op provider's span (the global provider's until the
+		// application installs one) under no trace: it carries nothing,
+		// and its hold would be the same; neither is kept.
+		return ctx, Wait{}
+	}
 	if span.IsRecording() {
 		t.setAttributes(span)
 	}
