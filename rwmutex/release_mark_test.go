@@ -55,12 +55,36 @@ func TestWriterReadsUnlessEveryReaderReleased(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = other.Unlock(context.Background()) })
 	// A namespace's first release ever puts its first mark and has none to
-	// delete yet, so it is not marked to a watch of deletions: one before.
-	first, err := newRW(t, client(t), "release-mark-rw-first").Lock(ctx)
+	// delete yet, so it is not marked to a watch of deletions: one before,
+	// with a waiter behind it (a holder alone in its queue releases
+	// without a mark), whatever tests ran in the namespace before.
+	fm := newRW(t, client(t), "release-mark-rw-first")
+	first, err := fm.Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	second := make(chan error, 1)
+	go func() {
+		l, err := newRW(t, client(t), "release-mark-rw-first").Lock(ctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		second <- err
+	}()
+	for {
+		resp, err := admin.Get(ctx, fm.Prefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Count == 2 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if err := first.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; err != nil {
 		t.Fatal(err)
 	}
 	for _, how := range []string{"both released", "one deleted by an admin"} {
