@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,16 +26,25 @@ import (
 
 // rangeClient counts the reads it sends: Range requests, and transactions
 // that only read (no put, no delete).
-func rangeClient(t *testing.T, n *atomic.Int64) *clientv3.Client {
+// rangeClient counts the reads through it in n and, when seen is set,
+// records each answered read's revision there.
+func rangeClient(t *testing.T, n *atomic.Int64, seen func(rev int64)) *clientv3.Client {
 	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
 			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				if method == "/etcdserverpb.KV/Range" || method == "/etcdserverpb.KV/Txn" && readOnly(req) {
+				read := method == "/etcdserverpb.KV/Range" || method == "/etcdserverpb.KV/Txn" && readOnly(req)
+				if read {
 					n.Add(1)
 				}
-				return invoker(ctx, method, req, reply, cc, opts...)
+				err := invoker(ctx, method, req, reply, cc, opts...)
+				if r, ok := reply.(interface {
+					GetHeader() *etcdserverpb.ResponseHeader
+				}); read && seen != nil && err == nil && ok {
+					seen(r.GetHeader().GetRevision())
+				}
+				return err
 			})},
 	})
 	if err != nil {
@@ -247,7 +257,9 @@ func TestReleaseHandsOverWithoutARead(t *testing.T) {
 	ctx := etcdtest.Context(t, 30*time.Second)
 	admin := client(t)
 	var reads atomic.Int64
-	wcli := rangeClient(t, &reads)
+	var mu sync.Mutex
+	var revs []int64 // each read's revision, in the order answered
+	wcli := rangeClient(t, &reads, func(rev int64) { mu.Lock(); revs = append(revs, rev); mu.Unlock() })
 	waiting := make(chan int64, 1) // the reads so far, as the waiter starts its wait
 	sess := followingSession(t, ctx, wcli, &core.Hooks{BeforeWait: func(string) { waiting <- reads.Load() }})
 	for _, how := range []string{"unlock", "admin delete"} {
@@ -266,10 +278,18 @@ func TestReleaseHandsOverWithoutARead(t *testing.T) {
 		case err := <-got:
 			t.Fatalf("%s: Lock returned before it waited: %v", how, err)
 		}
+		mu.Lock()
+		from := len(revs)
+		mu.Unlock()
+		var delRev int64
 		if how == "unlock" {
 			err = la.Unlock(ctx)
 		} else {
-			_, err = admin.Delete(ctx, la.Key())
+			var resp *clientv3.DeleteResponse
+			resp, err = admin.Delete(ctx, la.Key())
+			if err == nil {
+				delRev = resp.Header.Revision
+			}
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -278,11 +298,22 @@ func TestReleaseHandsOverWithoutARead(t *testing.T) {
 			t.Fatal(err)
 		}
 		n := reads.Load() - before
+		// Reads that saw the delete: a serializable read that etcd served
+		// from before it (its watch notifies before the write's revision
+		// is the store's) is answered again linearizably, one read.
+		mu.Lock()
+		saw := 0
+		for _, r := range revs[from:] {
+			if r >= delRev {
+				saw++
+			}
+		}
+		mu.Unlock()
 		switch {
 		case how == "unlock" && n != 0:
 			t.Errorf("after an Unlock the waiter read %d times before it held, want 0", n)
-		case how == "admin delete" && n != 1:
-			t.Errorf("after an admin's delete the waiter read %d times before it held, want 1", n)
+		case how == "admin delete" && saw != 1:
+			t.Errorf("after an admin's delete the waiter read %d times (%d of them at or after the delete's revision %d) before it held, want 1 that saw it", n, saw, delRev)
 		}
 		if err := lb.Unlock(ctx); err != nil {
 			t.Fatal(err)
