@@ -1344,4 +1344,7 @@ func (m *mech) twins(ctx context.Context, rng *rand.Rand) {
 		}()
 	}
 	wg.Wait()
+	// A run takes a moment: without a rest the kind would be a tenth of
+	// all the run's acquisitions.
+	pause(ctx, time.Duration(1000+rng.IntN(1000))*time.Millisecond)
 }
