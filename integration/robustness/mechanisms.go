@@ -1305,7 +1305,9 @@ func (m *mech) giveUp(ctx context.Context, rng *rand.Rand) {
 func (r *runner) awaitKeys(ctx context.Context, prefix string, stop func() bool, ok func([]*mvccpb.KeyValue) bool) bool {
 	for i := 0; i < 100 && ctx.Err() == nil && !stop(); i++ {
 		gctx, cancel := context.WithTimeout(ctx, time.Second)
-		resp, err := r.admin.Get(gctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		// Not keys only: etcd 3.7 serves those from its index, without
+		// their leases.
+		resp, err := r.admin.Get(gctx, prefix, clientv3.WithPrefix())
 		cancel()
 		if err == nil && ok(resp.Kvs) {
 			return true
