@@ -320,7 +320,7 @@ func TestReportLastLine(t *testing.T) {
 	var b strings.Builder
 	rep.Print(&b)
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	want := "robustness: 2 operations, 3 faults (2 kinds), 8 histories checked, 1 violations, seed 42" // with the free-lock, granted and frozen-fenced checks
+	want := "robustness: 2 operations, 3 faults (2 kinds), 9 histories checked, 1 violations, seed 42" // with the free-lock, granted, frozen-fenced and distinct-tokens checks
 	if got := lines[len(lines)-1]; got != want {
 		t.Errorf("last line %q, want %q", got, want)
 	}
