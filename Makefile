@@ -57,7 +57,7 @@ robustness:
 # The checks' proof: each deliberate bug of internal/planted switched on in
 # turn (a build with the robustness_planted tag), a short run each with six
 # workers, which must report a violation; prints each run's last line and
-# the time into the run of its first violation. PLANTED (default b c d e:
+# the time into the run of its first violation, with the check that found it. PLANTED (default b c d e:
 # bug a, a release without its CreateRevision guard, has no effect to find
 # while the session's key reservation keeps a key from being re-created
 # before its previous holder's release; see internal/planted),

@@ -62,6 +62,7 @@ func check(h *History, cfg Config) *Report {
 	checkDrained(h, rep)
 	checkFrozenFenced(h, rep)
 	checkSharedKeys(h, rep)
+	checkDistinctTokens(h, rep)
 	checkRegisters(h, rep)
 	checkFences(h, rep)
 	rep.finish(h)

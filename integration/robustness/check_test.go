@@ -320,7 +320,7 @@ func TestReportLastLine(t *testing.T) {
 	var b strings.Builder
 	rep.Print(&b)
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	want := "robustness: 2 operations, 3 faults (2 kinds), 8 histories checked, 1 violations, seed 42" // with the free-lock, granted and frozen-fenced checks
+	want := "robustness: 2 operations, 3 faults (2 kinds), 9 histories checked, 1 violations, seed 42" // with the free-lock, granted, frozen-fenced and distinct-tokens checks
 	if got := lines[len(lines)-1]; got != want {
 		t.Errorf("last line %q, want %q", got, want)
 	}
@@ -570,5 +570,28 @@ func TestDrainedCatchesAMoveBeforeTheFnReturned(t *testing.T) {
 			}
 			wantClean(t, rep)
 		})
+	}
+}
+
+// Planted bug (g)'s trace: an enqueue group that put two write locks of
+// one session in one queue in one transaction, both keys created at rev 3:
+// neither ahead of the other, one fencing token for two holders. Keys of
+// two names created in one revision (a group as it should be) are not.
+func TestDistinctTokensCatchesTwoKeysOfOneQueueInOneRevision(t *testing.T) {
+	rp := "/robust/v1/rwlock/rw1/"
+	rw1 := NameInfo{Prim: "rwmutex", Name: "rw1", Prefix: rp, Work: workPrefix + "rwmutex/rw1", Limit: 1}
+	a, b := rp+"1.w1", rp+"1.w2"
+	h := &History{Names: []NameInfo{rw1}, Events: []history.Event{
+		put(3, a, 3, ""), put(3, b, 3, ""), put(4, rw1.Work, 4, a), del(5, a, 3), put(6, rw1.Work, 4, b), del(7, b, 3),
+	}}
+	wantViolation(t, run(h), "distinct-tokens", "rwmutex rw1: 1.w1 and 1.w2 created in one revision")
+
+	clean := &History{Names: []NameInfo{m0, rw1}, Events: []history.Event{
+		put(3, ka, 3, ""), put(3, a, 3, ""), put(4, work, 4, ka), put(5, rw1.Work, 5, a), del(6, ka, 3), del(6, a, 3),
+	}}
+	rep := run(clean)
+	wantClean(t, rep)
+	if got := rep.Oracles["distinct-tokens"]; got != 2 {
+		t.Errorf("distinct-tokens judged %d creations, want 2", got)
 	}
 }

@@ -15,9 +15,11 @@
 // name, mutex Sets over overlapping names, a lock-delay name with unclean
 // losses, RequestRelease, Oldest transfers past waiting candidates,
 // Preferred elections with priorities, versions, RequestEnd and
-// preemption, etcd's concurrency contenders in baton's prefixes, and an
-// operator's `baton unlock/resign --force`. A run in which a kind made no
-// acquisition fails (coverage).
+// preemption, etcd's concurrency contenders in baton's prefixes, an
+// operator's `baton unlock/resign --force`, shard members, a waiter past
+// one read of its queue whose waiters ahead give up (give-up), and more
+// write locks of one name at once through one session than it sends alone
+// (twins). A run in which a kind made no acquisition fails (coverage).
 //
 // Faults, from a declared list dealt in shuffled rounds (every kind once a
 // round): member kill and restart, leader transfer, quorum loss, a member
@@ -43,7 +45,8 @@
 // is taken (a key first in line, with no fault or disturbance near, is
 // returned to its caller within FreeBound or goes); every acquisition
 // returned a key etcd let hold (no candidate leads out of turn); no
-// holder acquires within a lock-delay of an unclean loss; every
+// holder acquires within a lock-delay of an unclean loss; no two keys of
+// one name are created in one revision (distinct tokens); every
 // Observe stream must move forward only, report the true state at each
 // revision it names, and converge after each fault; no key may be left
 // once everything is closed.

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/batonhq/baton/integration/cluster"
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/queue"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/rwmutex"
 	"github.com/batonhq/baton/semaphore"
@@ -40,12 +43,14 @@ const (
 	TrafficEtcd     = "etcd"       // etcd concurrency.Mutex and concurrency.Election contenders in baton's prefixes
 	TrafficCLIForce = "cli-force"  // an operator's baton unlock --force and baton resign --to --force
 	TrafficShard    = "shard"      // members of a shard group joining, leaving and crashing
+	TrafficGiveUp   = "give-up"    // a waiter past one read of its queue, following its session's watch, while the waiters ahead give up
+	TrafficTwins    = "twins"      // 6 to 10 write locks of one name at once through one session: enqueues past the session's in-flight ones
 )
 
 // TrafficKinds lists the kinds a run drives; cli-force needs the baton
 // CLI.
 func TrafficKinds(baton bool) []string {
-	k := []string{TrafficBurst, TrafficCrowd, TrafficSet, TrafficDelay, TrafficRequest, TrafficTransfer, TrafficPrefer, TrafficEtcd, TrafficShard}
+	k := []string{TrafficBurst, TrafficCrowd, TrafficSet, TrafficDelay, TrafficRequest, TrafficTransfer, TrafficPrefer, TrafficEtcd, TrafficShard, TrafficGiveUp, TrafficTwins}
 	if baton {
 		k = append(k, TrafficCLIForce)
 	}
@@ -111,6 +116,10 @@ func (m *mech) do(ctx context.Context, rng *rand.Rand, kind string) {
 		m.cliForce(ctx, rng)
 	case TrafficShard:
 		m.shards(ctx, rng)
+	case TrafficGiveUp:
+		m.giveUp(ctx, rng)
+	case TrafficTwins:
+		m.twins(ctx, rng)
 	}
 }
 
@@ -1100,7 +1109,7 @@ const (
 // each owning shards as locks, writing evidence while it owns one.
 func (m *mech) shards(ctx context.Context, rng *rand.Rand) {
 	var wg sync.WaitGroup
-	k := 2 + rng.IntN(2)
+	k := 3 + rng.IntN(2) // each joining member moves shards from those before
 	for i := 0; i < k; i++ {
 		g := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
 		who := fmt.Sprintf("%s.m%d", m.client(), i)
@@ -1153,9 +1162,12 @@ func (m *mech) shards(ctx context.Context, rng *rand.Rand) {
 					m.r.evidence(who, n, sh)
 					pause(sctx, time.Duration(50+g.IntN(250))*time.Millisecond)
 				}
-				// A drain: work that ends a moment after its Context, as
-				// a real fn's would; the drained check times the return.
-				time.Sleep(time.Duration(g.IntN(30)) * time.Millisecond)
+				// A drain: work that ends 200 to 700 ms after its Context,
+				// as a real fn's would, well within the drain timeout; the
+				// drained check times the return. (With 0 to 30 ms, a
+				// drain skipped was seen by few of a run's moves: the next
+				// owner's acquisition seldom returned that fast.)
+				time.Sleep(time.Duration(200+g.IntN(500)) * time.Millisecond)
 				t := now()
 				m.r.h.op(Op{Client: who, Kind: "shard.Return", Name: n.Name, Key: sh.Key(), Token: int64(sh.Token()), Call: t, Return: t})
 				return nil
@@ -1164,4 +1176,179 @@ func (m *mech) shards(ctx context.Context, rng *rand.Rand) {
 		}()
 	}
 	wg.Wait()
+}
+
+// giveUp: a holder of u0, then 31 to 34 waiters on leases of their own
+// queued behind it, then a waiter whose session holds u1 meanwhile (its
+// namespace watch is live, so its wait follows that watch) behind them:
+// more keys ahead of it than its enqueue reads (queue.MaxRead), so it
+// knows the newest 31 alone. The waiters ahead give up while the holder
+// still holds, each deletion one key without a release mark: the
+// release-mark rule must not take them for releases (the follower must
+// read the queue again and wait for the holder, which holds on and writes
+// evidence a while after).
+func (m *mech) giveUp(ctx context.Context, rng *rand.Rand) {
+	n, an := m.r.name("mutex", "u0"), m.r.name("mutex", "u1")
+	hwho := m.client() + ".h"
+	hmu, err := mutex.New(m.cli, n.Name, m.r.opts(n, nil, hwho)...)
+	if err != nil {
+		return
+	}
+	defer hmu.Close()
+	hctx, hcancel := context.WithTimeout(ctx, 8*time.Second)
+	start := now()
+	hl, err := hmu.Lock(hctx)
+	hcancel()
+	var h handle
+	if err == nil {
+		h = hl
+	}
+	if m.r.took(hwho, "mutex.Lock", n, start, h, err, false) == nil {
+		return
+	}
+	held := true
+	unlock := func() {
+		if !held {
+			return
+		}
+		held = false
+		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer rcancel()
+		start := now()
+		m.r.released(hwho, n, hl, start, hl.Unlock(rctx))
+	}
+	defer unlock()
+	m.r.evidence(hwho, n, hl)
+
+	// The follower's session, holding u1 before anything queues.
+	s, err := session.New(m.cli, session.WithTTL(m.r.cfg.TTL))
+	if err != nil {
+		return
+	}
+	defer s.Close()
+	fwho := m.client() + ".f"
+	amu, err := mutex.New(m.cli, an.Name, m.r.opts(an, s, fwho+".aside")...)
+	if err != nil {
+		return
+	}
+	defer amu.Close()
+	actx, acancel := context.WithTimeout(ctx, 3*time.Second)
+	start = now()
+	al, err := amu.Lock(actx)
+	acancel()
+	var ah handle
+	if err == nil {
+		ah = al
+	}
+	if m.r.took(fwho+".aside", "mutex.Lock", an, start, ah, err, false) == nil {
+		return
+	}
+	defer func() {
+		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer rcancel()
+		start := now()
+		m.r.released(fwho+".aside", an, al, start, al.Unlock(rctx))
+	}()
+
+	// The waiters ahead, then the follower; on any way out every waiter
+	// gives up and the holder lets go before the wait for them.
+	var wg sync.WaitGroup
+	wctx, giveUp := context.WithCancel(ctx)
+	fctx, fcancel := context.WithCancel(ctx)
+	played := false // the follower waits for the holder's release: not cut short
+	defer func() {
+		giveUp()
+		if !played {
+			fcancel()
+		}
+		unlock()
+		wg.Wait()
+		fcancel()
+	}()
+	lost := func() bool { return hl.Context().Err() != nil || al.Context().Err() != nil }
+	k := queue.MaxRead - 1 + rng.IntN(2) // with the holder, one more than the follower's enqueue reads
+	for i := 0; i < k; i++ {
+		g := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+		who := fmt.Sprintf("%s.w%d", m.client(), i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.r.lockAndRelease(wctx, g, m.cli, nil, n, who, 10*time.Second, time.Duration(g.IntN(20))*time.Millisecond)
+		}()
+	}
+	if !m.r.awaitKeys(ctx, n.Prefix, lost, func(kvs []*mvccpb.KeyValue) bool { return len(kvs) >= k+1 }) {
+		return
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		m.r.lockAndRelease(fctx, rng, m.cli, s, n, fwho, 10*time.Second, time.Duration(10+rng.IntN(40))*time.Millisecond)
+	}()
+	lease := int64(s.Lease())
+	if !m.r.awaitKeys(ctx, n.Prefix, lost, func(kvs []*mvccpb.KeyValue) bool {
+		return slices.ContainsFunc(kvs, func(kv *mvccpb.KeyValue) bool { return kv.Lease == lease })
+	}) {
+		return
+	}
+	pause(ctx, time.Duration(rng.IntN(30))*time.Millisecond)
+	giveUp()
+	// The holder holds on a while: a follower that took the give-ups for
+	// releases holds beside it.
+	for i := 0; i < 4+rng.IntN(4) && ctx.Err() == nil && !lost(); i++ {
+		pause(ctx, 100*time.Millisecond)
+		m.r.evidence(hwho, n, hl)
+	}
+	played = true
+	unlock() // the follower holds next, and returns
+}
+
+// awaitKeys polls the keys under prefix until ok says so, up to 5 s, or
+// until stop does.
+func (r *runner) awaitKeys(ctx context.Context, prefix string, stop func() bool, ok func([]*mvccpb.KeyValue) bool) bool {
+	for i := 0; i < 100 && ctx.Err() == nil && !stop(); i++ {
+		gctx, cancel := context.WithTimeout(ctx, time.Second)
+		// Not keys only: etcd 3.7 serves those from its index, without
+		// their leases.
+		resp, err := r.admin.Get(gctx, prefix, clientv3.WithPrefix())
+		cancel()
+		if err == nil && ok(resp.Kvs) {
+			return true
+		}
+		pause(ctx, 50*time.Millisecond)
+	}
+	return false
+}
+
+// twins: 6 to 10 write locks of rw1 at once through one fresh session:
+// more enqueues of one queue than the session sends alone at once, so
+// that the rest wait to go as a group, which must not hold two keys of
+// one queue (they would share a CreateRevision: two writers, neither
+// ahead of the other, and one fencing token).
+func (m *mech) twins(ctx context.Context, rng *rand.Rand) {
+	s, err := session.New(m.cli, session.WithTTL(m.r.cfg.TTL))
+	if err != nil {
+		m.r.h.op(Op{Client: m.client(), Kind: "session.New", Call: now(), Return: now(), Err: err.Error()})
+		return
+	}
+	defer func() {
+		start := now()
+		err := s.Close()
+		m.r.h.op(Op{Client: m.client(), Kind: "session.Close", Call: start, Return: now(), Err: errString(err)})
+	}()
+	n := m.r.name("rwmutex", "rw1")
+	k := 6 + rng.IntN(5)
+	var wg sync.WaitGroup
+	for i := 0; i < k; i++ {
+		g := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+		who := fmt.Sprintf("%s.t%d", m.client(), i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.r.shared(ctx, g, m.cli, s, n, who, 8*time.Second, time.Duration(g.IntN(30))*time.Millisecond)
+		}()
+	}
+	wg.Wait()
+	// A run takes a moment: without a rest the kind would be a tenth of
+	// all the run's acquisitions.
+	pause(ctx, time.Duration(1000+rng.IntN(1000))*time.Millisecond)
 }

@@ -295,3 +295,30 @@ func checkFrozenFenced(h *History, rep *Report) {
 		}
 	}
 }
+
+// checkDistinctTokens checks that no two contender keys of one name were
+// created in one revision. A queue's order is its keys' CreateRevisions:
+// two keys created together are neither ahead of the other (each counts
+// only the keys older than it, so two writers or permits may hold as one,
+// or each wait for the other), and their holders carry one fencing token,
+// which no guard tells apart. A session's enqueue groups put keys of
+// different queues in one transaction, never two of one; a Set puts one
+// key per name.
+func checkDistinctTokens(h *History, rep *Report) {
+	rep.Histories++
+	for _, n := range h.Names {
+		created := map[int64]string{}
+		for _, e := range h.Events {
+			if e.Delete || e.Create != e.Rev || !isContender(n, e.Key) {
+				continue
+			}
+			rep.judged("distinct-tokens")
+			if k, ok := created[e.Rev]; ok && k != e.Key {
+				rep.add("distinct-tokens", fmt.Sprintf("%s %s: %s and %s created in one revision: neither is ahead of the other, and their holders share fencing token %d",
+					n.Prim, n.Name, shortKey(k), shortKey(e.Key), e.Rev), e.Rev)
+				continue
+			}
+			created[e.Rev] = e.Key
+		}
+	}
+}

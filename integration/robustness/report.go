@@ -236,13 +236,20 @@ func trim(s string) string {
 // FirstFound is how far into the run the earliest violation with a known
 // time happened; zero if none.
 func (r *Report) FirstFound() time.Duration {
+	first, _ := r.firstViolation()
+	return first
+}
+
+// firstViolation is FirstFound and the check that reported it.
+func (r *Report) firstViolation() (time.Duration, string) {
 	var first time.Duration
+	check := ""
 	for _, v := range r.Violations {
 		if v.At > 0 && (first == 0 || v.At < first) {
-			first = v.At
+			first, check = v.At, v.Check
 		}
 	}
-	return first
+	return first, check
 }
 
 // Summary is the report's last line.
@@ -313,8 +320,8 @@ func (r *Report) Print(w io.Writer) {
 		}
 	}
 	if len(r.Violations) > 0 {
-		if first := r.FirstFound(); first > 0 {
-			fmt.Fprintf(w, "first violation at %v into the run\n", first.Round(time.Millisecond))
+		if first, check := r.firstViolation(); first > 0 {
+			fmt.Fprintf(w, "first violation at %v into the run [%s]\n", first.Round(time.Millisecond), check)
 		}
 		fmt.Fprintf(w, "replay: make robustness ROBUSTNESS_SEED=%d\n", r.Seed)
 	}

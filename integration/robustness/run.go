@@ -272,9 +272,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 // describeNames builds the run's primitives: mutexes m0 and m1 and
 // elections e0 and e1 (observed), mutexes m2 (the crowd's), m3 and m4
-// (Sets' too), w0 to w2 (the bursts' only), h0 to h7 (held aside by
-// candidates), ld0 (the lock-delay kind's) (a lock-delay of 2 s on every contender), a Preferred
-// election e2 (the preferred kind's), a semaphore of limit 2, a read/write lock.
+// (Sets' too), w0 to w2 (the bursts' only), u0 and u1 (the give-up
+// kind's), h0 to h7 (held aside by candidates), ld0 (the lock-delay
+// kind's) (a lock-delay of 2 s on every contender), a Preferred election
+// e2 (the preferred kind's), a semaphore of limit 2, a read/write lock
+// rw0 and rw1 (the twins kind's).
 func describeNames(cli *clientv3.Client, ns string) ([]NameInfo, error) {
 	var out []NameInfo
 	add := func(prim, name string, limit int, observed bool, prefix string) *NameInfo {
@@ -282,7 +284,7 @@ func describeNames(cli *clientv3.Client, ns string) ([]NameInfo, error) {
 			Work: workPrefix + prim + "/" + name})
 		return &out[len(out)-1]
 	}
-	for _, name := range []string{"m0", "m1", "m2", "m3", "m4", "ld0", "w0", "w1", "w2", "h0", "h1", "h2", "h3", "h4", "h5", "h6", "h7"} {
+	for _, name := range []string{"m0", "m1", "m2", "m3", "m4", "ld0", "w0", "w1", "w2", "u0", "u1", "h0", "h1", "h2", "h3", "h4", "h5", "h6", "h7"} {
 		m, err := mutex.New(cli, name, mutex.WithNamespace(ns))
 		if err != nil {
 			return nil, err
@@ -321,6 +323,11 @@ func describeNames(cli *clientv3.Client, ns string) ([]NameInfo, error) {
 		return nil, err
 	}
 	add("rwmutex", "rw0", 1, false, rw.Prefix())
+	_ = rw.Close()
+	if rw, err = rwmutex.New(cli, "rw1", rwmutex.WithNamespace(ns)); err != nil {
+		return nil, err
+	}
+	add("rwmutex", "rw1", 1, false, rw.Prefix()).Private = true
 	_ = rw.Close()
 	g, err := fencing.NewEtcdGuard(cli, fencing.WithNamespace(ns))
 	if err != nil {

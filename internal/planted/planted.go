@@ -21,7 +21,11 @@
 //	h  the foreign-candidate check: a Transfer skips an etcd candidate
 //	   (election)
 //	i  the moved-mark re-put: a skipped candidate puts its key again but
-//	   waits with its old revision (election)
+//	   waits with its old revision (election): it reads the keys ahead of
+//	   the old one, and takes its key at the revision read (internal/core:
+//	   without that half the read finds the old revision wrong and the
+//	   move's retry path returns the new one, so the bug heals itself in
+//	   one round trip)
 //	j  lock-delay timing: the marker's lease is half the delay (internal/delay)
 //	k  a Set member taken alone: a mutex's first read ignores Set keys ahead
 //	   (internal/queue)
