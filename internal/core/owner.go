@@ -331,11 +331,8 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 				minRev = 0 // a member behind the deletion, or our key's: ask the leader
 				continue
 			}
-			// Planted bug i's other half (election.mover.Moved returns the
-			// old revision): the keys ahead were read with the old revision,
-			// and our key is taken at the revision read. Without it the
-			// check below finds the old revision wrong and the move's retry
-			// path returns the new one: the bug would heal itself.
+			// Planted bug i's other half (Moved returns the old revision): our key
+			// taken at the revision read, or the check below heals the bug.
 			if planted.On("i") && o.mover != nil && len(own) == 1 && own[0].CreateRevision > rev {
 				rev, *revp = own[0].CreateRevision, own[0].CreateRevision
 			}
