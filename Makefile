@@ -1,16 +1,24 @@
 GO ?= go
-PKGS ?= ./...
+
+# The repository's modules: the library (the root), the etcd server for
+# tests and baton dev, the CLI, and the suites and harnesses
+# (docs/design.md, "Modules"). Every target runs each module on its own go.mod
+# (GOWORK=off), as its importers and `go install` see it; go.work is for
+# editors and for the README's `go run ./cmd/baton demo` at the root.
+MODULES := . internal/embedetcd cmd/baton integration
+export GOWORK := off
+TEST_FLAGS ?=
 
 .PHONY: all test test-deploy test-short test-chaos test-compat robustness robustness-compat robustness-planted lint bench bench-shard bench-scale demo build fuzz check-alerts screenshots
 
 all: lint test
 
 build:
-	$(GO) build ./...
+	@for m in $(MODULES); do echo "build $$m"; $(GO) -C $$m build ./... || exit 1; done
 
 # Every test, with the race detector, against embedded etcd on 127.0.0.1.
 test:
-	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	@status=0; for m in $(MODULES); do echo "== test $$m"; $(GO) -C $$m test -race -count=1 -timeout 15m $(TEST_FLAGS) ./... || status=1; done; exit $$status
 
 # The Kubernetes manifests, decoded strictly with the Kubernetes API types
 # (a module of its own, so its k8s.io dependencies stay out of go.mod).
@@ -19,13 +27,13 @@ test-deploy:
 
 # The quick subset: skips the long trial loops.
 test-short:
-	$(GO) test -race -count=1 -short -timeout 10m $(PKGS)
+	@status=0; for m in $(MODULES); do echo "== test -short $$m"; $(GO) -C $$m test -race -count=1 -short -timeout 10m $(TEST_FLAGS) ./... || status=1; done; exit $$status
 
 # The fault-injection suite (3-member clusters, killed members, partitions,
 # frozen and slow-clock holders, linearizability), with its measured
 # figures: lead times, failover and resume times.
 test-chaos:
-	@log=$$(mktemp); $(GO) test -race -count=1 -v -timeout 15m ./integration/cluster ./integration/chaos >$$log 2>&1; status=$$?; \
+	@log=$$(mktemp); { $(GO) -C internal/embedetcd test -race -count=1 -v -timeout 15m ./cluster && $(GO) -C integration test -race -count=1 -v -timeout 15m ./chaos; } >$$log 2>&1; status=$$?; \
 	grep -E '^(--- |PASS|FAIL|ok|panic)|FIGURE|_test.go:' $$log; rm -f $$log; exit $$status
 
 # The compatibility suite: 3-member clusters of real etcd 3.4, 3.5 and 3.6
@@ -34,7 +42,7 @@ test-chaos:
 # version's binaries are missing; a failed run prints its whole log.
 test-compat:
 	@bins=$$(bash .ci/etcd-binaries.sh) || exit 1; eval "$$bins"; export BATON_COMPAT_DIR BATON_COMPAT_REQUIRE=1; \
-	log=$$(mktemp) && $(GO) test -race -count=1 -v -timeout 15m ./integration/compat >$$log 2>&1; status=$$?; \
+	log=$$(mktemp) && $(GO) -C integration test -race -count=1 -v -timeout 15m ./compat >$$log 2>&1; status=$$?; \
 	if [ $$status -eq 0 ]; then grep -E '^(--- |    --- |PASS|FAIL|ok|panic|SUMMARY)|_test.go:' $$log; else cat $$log; fi; rm -f $$log; exit $$status
 
 # Random traffic on every primitive (and through holder processes and the
@@ -50,8 +58,8 @@ ROBUSTNESS_FLAGS ?=
 robustness:
 	@bins=$$(bash .ci/etcd-binaries.sh) || exit 1; eval "$$bins"; \
 	d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
-	$(GO) build -race -o "$$d/robustness" ./integration/robustness/cmd/robustness && \
-	$(GO) build -o "$$d/baton" ./cmd/baton && \
+	$(GO) -C integration build -race -o "$$d/robustness" ./robustness/cmd/robustness && \
+	$(GO) -C cmd/baton build -o "$$d/baton" . && \
 	"$$d/robustness" -duration $(ROBUSTNESS_DURATION) -seed $(ROBUSTNESS_SEED) -baton "$$d/baton" -etcdctl "$$BATON_COMPAT_DIR/etcd-3.6/etcdctl" $(ROBUSTNESS_FLAGS)
 
 # The checks' proof: each deliberate bug of internal/planted switched on in
@@ -67,8 +75,8 @@ PLANTED ?= b c d e f g h i j k l m
 ROBUSTNESS_PLANTED_DURATION ?= 120s
 robustness-planted:
 	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
-	$(GO) build -race -tags robustness_planted -o "$$d/robustness" ./integration/robustness/cmd/robustness && \
-	$(GO) build -o "$$d/baton" ./cmd/baton && status=0 && \
+	$(GO) -C integration build -race -tags robustness_planted -o "$$d/robustness" ./robustness/cmd/robustness && \
+	$(GO) -C cmd/baton build -o "$$d/baton" . && status=0 && \
 	for b in $(PLANTED); do \
 		"$$d/robustness" -planted $$b -q -workers 6 -duration $(ROBUSTNESS_PLANTED_DURATION) -seed $(ROBUSTNESS_SEED) -baton "$$d/baton" >"$$d/out" 2>&1; rc=$$?; \
 		echo "planted bug $$b: $$(grep -m1 -E '^VIOLATION' "$$d/out" | cut -c1-200)"; grep -E '^first violation|^robustness: [0-9]' "$$d/out"; \
@@ -82,13 +90,12 @@ ROBUSTNESS_COMPAT_DURATION ?= 20s
 robustness-compat:
 	@bins=$$(bash .ci/etcd-binaries.sh) || exit 1; eval "$$bins"; export BATON_COMPAT_DIR BATON_COMPAT_REQUIRE=1; \
 	export ROBUSTNESS_DURATION=$(ROBUSTNESS_COMPAT_DURATION) ROBUSTNESS_SEED=$(ROBUSTNESS_SEED); \
-	log=$$(mktemp) && $(GO) test -race -count=1 -v -timeout 20m -run '^TestRobustnessCompat$$' ./integration/robustness >$$log 2>&1; status=$$?; \
+	log=$$(mktemp) && $(GO) -C integration test -race -count=1 -v -timeout 20m -run '^TestRobustnessCompat$$' ./robustness >$$log 2>&1; status=$$?; \
 	grep -E '^(--- |    --- |PASS|FAIL|ok|panic)|robustness: [0-9]+ operations|VIOLATION|seed' $$log; rm -f $$log; exit $$status
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	$(GO) mod tidy -diff
+	@for m in $(MODULES); do echo "vet, tidy $$m"; $(GO) -C $$m vet ./... && $(GO) -C $$m mod tidy -diff || exit 1; done
 
 # Fuzz the name escaping, token parsing and policy parsing, FUZZTIME each.
 FUZZTIME ?= 30s
@@ -108,14 +115,14 @@ BENCH_RUNS ?= 3
 BENCH_JSON ?= bench.json
 BENCH_FLAGS ?=
 bench:
-	$(GO) run ./cmd/baton-bench -runs $(BENCH_RUNS) -json $(BENCH_JSON) $(BENCH_FLAGS)
+	$(GO) -C integration run ./cmd/baton-bench -runs $(BENCH_RUNS) -json '$(if $(BENCH_JSON),$(abspath $(BENCH_JSON)))' $(BENCH_FLAGS)
 
 # One cluster against two for locks spread on two namespaces, and one
 # namespace's latency while another's cluster is down (docs/scaling.md).
 # About 2 minutes; BATON_SHARD_RUNS, BATON_SHARD_DURATION and
 # BATON_SHARD_GOROUTINES scale it.
 bench-shard:
-	@BATON_SHARD_BENCH=1 $(GO) test -count=1 -v -timeout 20m -run Figures ./integration/sharding | grep -E 'FIGURE|run:|^(--- |ok|FAIL)'
+	@BATON_SHARD_BENCH=1 $(GO) -C integration test -count=1 -v -timeout 20m -run Figures ./sharding | grep -E 'FIGURE|run:|^(--- |ok|FAIL)'
 
 # baton at scale (docs/scaling.md), on embedded members with fsync on and
 # beside raw etcd concurrency where raw can do the same: 100,000 locks held
@@ -130,18 +137,18 @@ SCALE_JSON ?= scale.json
 SCALE_FLAGS ?=
 bench-scale:
 	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
-	$(GO) build -o "$$d/baton-scale" ./cmd/baton-scale && \
+	$(GO) -C integration build -o "$$d/baton-scale" ./cmd/baton-scale && \
 	"$$d/baton-scale" -json $(SCALE_JSON) $(SCALE_FLAGS)
 
 # The showcase: an embedded etcd, three worker processes, a leader frozen
 # past its lease, and fencing rejecting its late write. Needs only Go.
 demo:
-	$(GO) run ./cmd/baton demo
+	$(GO) -C cmd/baton run . demo
 
 # Pictures of baton ui for the docs (docs/ui.png): a scene on an
 # embedded etcd, taken by headless chromium (.ci/chromium.sh installs it).
 screenshots:
-	BATON_SCREENSHOTS=$(CURDIR)/docs BATON_UI_BROWSER_REQUIRED=1 $(GO) test -count=1 -run '^TestUIScreenshots$$' -v ./cmd/baton/ui | grep -E '^(--- |ok|FAIL)|wrote'
+	BATON_SCREENSHOTS=$(CURDIR)/docs BATON_UI_BROWSER_REQUIRED=1 $(GO) -C cmd/baton test -count=1 -run '^TestUIScreenshots$$' -v ./ui | grep -E '^(--- |ok|FAIL)|wrote'
 
 # Alert rules: syntax, then unit tests with series that fire and that do
 # not. Needs promtool (.ci/promtool.sh installs it).

@@ -11,7 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/election"
-	"github.com/batonhq/baton/integration/history"
+	"github.com/batonhq/baton/internal/history"
 )
 
 type campaignResult struct {

@@ -13,9 +13,9 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/batonhq/baton/election"
-	"github.com/batonhq/baton/integration/etcdtest"
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/etcdtest"
 	"github.com/batonhq/baton/internal/keys"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/fencing"
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/etcdtest"
 )
 
 func newElection(t *testing.T, cli *clientv3.Client, name string, opts ...election.Option) *election.Election {

@@ -9,7 +9,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/batonhq/baton/election"
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/etcdtest"
 )
 
 // Under Preferred, etcd's own concurrency.Election (as `etcdctl elect -l`

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/election"
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/etcdtest"
 )
 
 func newHealthCheck(t *testing.T, timeout time.Duration) *election.HealthCheck {

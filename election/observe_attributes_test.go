@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/batonhq/baton/election"
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/etcdtest"
 )
 
 // Observe carries each leader's attributes from its record: the Preferred

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/election"
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/etcdtest"
 )
 
 func next(t *testing.T, ch <-chan election.Leader) election.Leader {

@@ -22,9 +22,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/batonhq/baton/election"
-	"github.com/batonhq/baton/integration/etcdtest"
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/etcdtest"
 )
 
 // overflowHooks make the session's namespace watch drop out of reach of a

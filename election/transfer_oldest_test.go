@@ -13,8 +13,8 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/batonhq/baton/election"
-	"github.com/batonhq/baton/integration/etcdtest"
-	"github.com/batonhq/baton/integration/history"
+	"github.com/batonhq/baton/internal/etcdtest"
+	"github.com/batonhq/baton/internal/history"
 )
 
 // queued is a candidate leadThenQueue queues: its election, value and,

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/batonhq/baton/election"
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/etcdtest"
 )
 
 func preferred(t *testing.T, cli *clientv3.Client, name string, opts ...election.Option) *election.Election {

@@ -8,12 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/batonhq/baton/integration/etcdtest"
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/etcdtest"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/mutex"
 	bsession "github.com/batonhq/baton/session"
@@ -114,19 +113,10 @@ func (f *followSetup) lockWithin(t *testing.T, ctx context.Context, what string)
 	_ = l.Unlock(ctx)
 }
 
+// watchers is the number of watchers the member serves.
 func watchers(t *testing.T) float64 {
 	t.Helper()
-	mfs, err := prometheus.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == "etcd_debugging_mvcc_watcher_total" {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatal("etcd_debugging_mvcc_watcher_total not found")
-	return 0
+	return srv.Metric(t, "etcd_debugging_mvcc_watcher_total")
 }
 
 // A waiter whose session's namespace watch runs follows it: no watch of its

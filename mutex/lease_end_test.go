@@ -10,9 +10,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/batonhq/baton/integration/etcdtest"
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/etcdtest"
 	"github.com/batonhq/baton/mutex"
 	bsession "github.com/batonhq/baton/session"
 )

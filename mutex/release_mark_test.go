@@ -15,9 +15,9 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
-	"github.com/batonhq/baton/integration/etcdtest"
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/etcdtest"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/queue"
 	"github.com/batonhq/baton/mutex"

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/etcdtest"
 	"github.com/batonhq/baton/mutex"
 	bsession "github.com/batonhq/baton/session"
 )

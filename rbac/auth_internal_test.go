@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/etcdtest"
 )
 
 // TestAuthProbeTellsOffFromOn checks the etcd 3.4 path of AuthEnabled

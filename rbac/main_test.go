@@ -7,7 +7,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/etcdtest"
 )
 
 // srv is the package's shared embedded etcd, auth off. Tests on it use

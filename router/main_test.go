@@ -5,9 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"go.uber.org/goleak"
-
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/etcdtest"
 	"github.com/batonhq/baton/router"
 )
 
@@ -30,8 +28,8 @@ func TestMain(m *testing.M) {
 	srvA.Stop()
 	srvB.Stop()
 	if code == 0 {
-		if err := goleak.Find(etcdtest.IgnoredGoroutines()...); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
+		if err := etcdtest.Leaked(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			code = 1
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/etcdtest"
 )
 
 // Close of an RWMutex holding several read locks returns promptly while

@@ -12,9 +12,9 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
-	"github.com/batonhq/baton/integration/etcdtest"
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/etcdtest"
 	"github.com/batonhq/baton/rwmutex"
 	bsession "github.com/batonhq/baton/session"
 )

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/fencing"
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/etcdtest"
 	"github.com/batonhq/baton/semaphore"
 )
 

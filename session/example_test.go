@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/election"
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/etcdtest"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/session"
 )

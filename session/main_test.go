@@ -5,8 +5,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/batonhq/baton/integration/etcdtest"
-	"github.com/batonhq/baton/integration/netproxy"
+	"github.com/batonhq/baton/internal/etcdtest"
+	"github.com/batonhq/baton/internal/netproxy"
 )
 
 // srv is the package's one embedded etcd; tests share it and use distinct

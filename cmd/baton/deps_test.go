@@ -7,7 +7,8 @@ import (
 )
 
 // TestBinaryCarriesNoTestHarness: the shipped binary must not link the
-// testing package, goleak, or any integration package (the embedded etcd
+// testing package, goleak, any integration package or a test harness of
+// internal/etcdtest or internal/embedetcd's subpackages (the embedded etcd
 // of baton dev comes from internal/embedetcd, not the test harness).
 func TestBinaryCarriesNoTestHarness(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
@@ -17,7 +18,9 @@ func TestBinaryCarriesNoTestHarness(t *testing.T) {
 	var bad []string
 	for _, p := range strings.Fields(string(out)) {
 		if p == "testing" || strings.HasPrefix(p, "testing/") || strings.HasPrefix(p, "go.uber.org/goleak") ||
-			strings.HasPrefix(p, "github.com/batonhq/baton/integration") {
+			strings.HasPrefix(p, "github.com/batonhq/baton/integration") ||
+			strings.HasPrefix(p, "github.com/batonhq/baton/internal/etcdtest") ||
+			strings.HasPrefix(p, "github.com/batonhq/baton/internal/embedetcd/") {
 			bad = append(bad, p)
 		}
 	}

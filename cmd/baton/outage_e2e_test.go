@@ -11,7 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/cmd/baton/cli"
-	"github.com/batonhq/baton/integration/cluster"
+	"github.com/batonhq/baton/internal/embedetcd/cluster"
 )
 
 // lastEvent is the last acquired or lost event baton -o json printed.

@@ -15,7 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/cmd/baton/cli"
-	"github.com/batonhq/baton/integration/netproxy"
+	"github.com/batonhq/baton/internal/netproxy"
 	"github.com/batonhq/baton/mutex"
 )
 

@@ -14,8 +14,8 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/goleak"
 
-	"github.com/batonhq/baton/integration/etcdtest"
 	"github.com/batonhq/baton/integration/harness"
+	"github.com/batonhq/baton/internal/embedetcd/etcdtest"
 )
 
 // One embedded etcd member (fsync on) for the package.

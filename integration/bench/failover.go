@@ -11,7 +11,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/batonhq/baton/integration/harness"
-	"github.com/batonhq/baton/integration/netproxy"
+	"github.com/batonhq/baton/internal/netproxy"
 )
 
 // observed is a leader key an observer heard, and when.

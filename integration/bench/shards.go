@@ -12,8 +12,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/integration/harness"
-	"github.com/batonhq/baton/integration/netproxy"
 	"github.com/batonhq/baton/internal/embedetcd"
+	"github.com/batonhq/baton/internal/netproxy"
 	"github.com/batonhq/baton/shard"
 )
 

@@ -11,8 +11,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/fencing"
-	"github.com/batonhq/baton/integration/cluster"
 	"github.com/batonhq/baton/internal/config"
+	"github.com/batonhq/baton/internal/embedetcd/cluster"
 	"github.com/batonhq/baton/internal/lease"
 	"github.com/batonhq/baton/mutex"
 )

@@ -1,6 +1,6 @@
 // Package chaos holds baton's fault-injection tests, run by `make
 // test-chaos` and with every `go test ./...`: real embedded etcd clusters
-// (package integration/cluster), holder processes that are the test binary
+// (package internal/embedetcd/cluster), holder processes that are the test binary
 // run again as a child so that they can be stopped with SIGSTOP and killed
 // with SIGKILL, proxies that partition a client, slow and frozen watchdog
 // clocks, and a linearizability check of fenced writes with porcupine.

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/election"
-	"github.com/batonhq/baton/integration/cluster"
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/embedetcd/cluster"
+	"github.com/batonhq/baton/internal/embedetcd/etcdtest"
 	"github.com/batonhq/baton/mutex"
 )
 

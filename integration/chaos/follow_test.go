@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton/integration/cluster"
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/embedetcd/cluster"
 	"github.com/batonhq/baton/mutex"
 	bsession "github.com/batonhq/baton/session"
 )

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton/integration/cluster"
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/embedetcd/cluster"
+	"github.com/batonhq/baton/internal/embedetcd/etcdtest"
 	"github.com/batonhq/baton/mutex"
 )
 

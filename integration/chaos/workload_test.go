@@ -14,7 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/election"
-	"github.com/batonhq/baton/integration/cluster"
+	"github.com/batonhq/baton/internal/embedetcd/cluster"
 	"github.com/batonhq/baton/mutex"
 )
 

@@ -17,8 +17,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/batonhq/baton/integration/etcdtest"
 	"github.com/batonhq/baton/internal/embedetcd"
+	"github.com/batonhq/baton/internal/embedetcd/etcdtest"
 )
 
 // Options shape a cluster.

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/embedetcd/etcdtest"
 )
 
 // fatalTB records a Fatalf and ends the calling goroutine, as testing.T

@@ -106,7 +106,7 @@ var imports = map[string]string{
 	"shard":     "github.com/batonhq/baton/shard",
 	"rbac":      "github.com/batonhq/baton/rbac",
 	"debughttp": "github.com/batonhq/baton/debughttp",
-	"etcdtest":  "github.com/batonhq/baton/integration/etcdtest",
+	"etcdtest":  "github.com/batonhq/baton/internal/embedetcd/etcdtest",
 }
 
 // alwaysImported are the packages of snippetParams.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/batonhq/baton/integration/history"
+	"github.com/batonhq/baton/internal/history"
 	"github.com/batonhq/baton/rwmutex"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton/integration/history"
+	"github.com/batonhq/baton/internal/history"
 )
 
 // The checks are judged on hand-made histories first: each must find the

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton/integration/etcdtest"
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/embedetcd/etcdtest"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/session"
 )

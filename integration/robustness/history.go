@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/batonhq/baton/integration/history"
+	"github.com/batonhq/baton/internal/history"
 )
 
 // Op is one call and its return, on the shared clock. Return is zero when

@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/batonhq/baton/integration/cluster"
+	"github.com/batonhq/baton/internal/embedetcd/cluster"
 )
 
 func TestMain(m *testing.M) {

@@ -18,9 +18,9 @@ import (
 
 	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/fencing"
-	"github.com/batonhq/baton/integration/cluster"
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/embedetcd/cluster"
 	"github.com/batonhq/baton/internal/queue"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/rwmutex"

@@ -15,8 +15,8 @@ import (
 
 	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/fencing"
-	"github.com/batonhq/baton/integration/cluster"
 	"github.com/batonhq/baton/internal/delay"
+	"github.com/batonhq/baton/internal/embedetcd/cluster"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/rwmutex"

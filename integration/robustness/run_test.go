@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton/integration/cluster"
+	"github.com/batonhq/baton/internal/embedetcd/cluster"
 )
 
 // childCmd runs this test binary again as a child.

@@ -9,11 +9,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/batonhq/baton/integration/cluster"
+	"github.com/batonhq/baton/internal/embedetcd/cluster"
 )
 
 // Target is the etcd cluster a run drives: embedded members
-// (integration/cluster) or real server processes (integration/compat).
+// (internal/embedetcd/cluster) or real server processes (integration/compat).
 type Target interface {
 	// Endpoints are the members' client URLs, in a fixed order.
 	Endpoints() []string

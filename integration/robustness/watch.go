@@ -10,7 +10,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/batonhq/baton/integration/history"
+	"github.com/batonhq/baton/internal/history"
 )
 
 // eventLog is one watch of every key from revision 1, kept open for the

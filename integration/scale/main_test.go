@@ -8,8 +8,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/batonhq/baton/integration/cluster"
 	"github.com/batonhq/baton/integration/scale"
+	"github.com/batonhq/baton/internal/embedetcd/cluster"
 )
 
 // TestMain runs the package's tests and fails the run if a goroutine is

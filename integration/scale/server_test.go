@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton/integration/etcdtest"
 	"github.com/batonhq/baton/integration/scale"
+	"github.com/batonhq/baton/internal/embedetcd/etcdtest"
 )
 
 // Locks held on a few sessions in a few namespaces cost the server one

@@ -18,9 +18,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/integration/harness"
-	"github.com/batonhq/baton/integration/netproxy"
 	"github.com/batonhq/baton/internal/embedetcd"
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/netproxy"
 	"github.com/batonhq/baton/internal/retry"
 )
 

@@ -13,9 +13,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/batonhq/baton/integration/etcdtest"
 	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/integration/sharding"
+	"github.com/batonhq/baton/internal/embedetcd/etcdtest"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/router"
 )

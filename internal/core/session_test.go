@@ -10,10 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
-	"github.com/batonhq/baton/integration/etcdtest"
 	"github.com/batonhq/baton/internal/errs"
+	"github.com/batonhq/baton/internal/etcdtest"
 	"github.com/batonhq/baton/internal/lease"
 )
 
@@ -29,8 +27,8 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	srv.Stop()
 	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreAnyFunction("go.etcd.io/etcd/server/v3/etcdserver/api/v3rpc.(*serverWatchStream).recvLoop")); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
+		if err := etcdtest.Leaked(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			code = 1
 		}
 	}

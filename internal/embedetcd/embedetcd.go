@@ -1,5 +1,5 @@
 // Package embedetcd starts a real embedded etcd member on 127.0.0.1 for
-// baton dev, baton demo, the benchmarks and (through integration/etcdtest)
+// baton dev, baton demo, the benchmarks and (through internal/embedetcd/etcdtest)
 // the tests: a data directory (a temp one by default), free loopback
 // ports, fsync on, silent logs, ready in about a second.
 package embedetcd

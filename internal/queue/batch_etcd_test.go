@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/etcdtest"
 	"github.com/batonhq/baton/internal/queue"
 	"github.com/batonhq/baton/internal/retry"
 )

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/election"
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/etcdtest"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/request"
 	"github.com/batonhq/baton/mutex"

@@ -3,7 +3,7 @@ package watch
 import (
 	"testing"
 
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/etcdtest"
 )
 
 var srv *etcdtest.Server

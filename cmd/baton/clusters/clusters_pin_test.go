@@ -10,7 +10,7 @@ import (
 	"github.com/batonhq/baton/cmd/baton/clusters"
 	"github.com/batonhq/baton/cmd/baton/cmdutil"
 	"github.com/batonhq/baton/cmd/baton/internal/clitest"
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/embedetcd/etcdtest"
 	"github.com/batonhq/baton/router"
 )
 

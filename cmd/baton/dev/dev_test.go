@@ -13,7 +13,7 @@ import (
 	"github.com/batonhq/baton/cmd/baton/cmdutil"
 	"github.com/batonhq/baton/cmd/baton/dev"
 	"github.com/batonhq/baton/cmd/baton/internal/clitest"
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/embedetcd/etcdtest"
 )
 
 // startDev runs baton dev in this process until the returned stop is

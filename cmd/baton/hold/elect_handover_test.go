@@ -9,7 +9,7 @@ import (
 	"github.com/batonhq/baton/cmd/baton/cmdutil"
 	"github.com/batonhq/baton/cmd/baton/internal/clitest"
 	"github.com/batonhq/baton/election"
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/embedetcd/etcdtest"
 )
 
 // A preferred-strategy baton elect asked by a better candidate to end its

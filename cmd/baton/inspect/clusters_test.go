@@ -12,7 +12,7 @@ import (
 	"github.com/batonhq/baton/cmd/baton/cmdutil"
 	"github.com/batonhq/baton/cmd/baton/inspect"
 	"github.com/batonhq/baton/cmd/baton/internal/clitest"
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/embedetcd/etcdtest"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/rbac"
 	"github.com/batonhq/baton/router"

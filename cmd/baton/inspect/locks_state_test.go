@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/cmd/baton/internal/clitest"
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/embedetcd/etcdtest"
 	"github.com/batonhq/baton/mutex"
 )
 

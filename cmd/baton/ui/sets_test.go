@@ -8,7 +8,7 @@ import (
 
 	"github.com/batonhq/baton/cmd/baton/internal/clitest"
 	"github.com/batonhq/baton/cmd/baton/ui"
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/embedetcd/etcdtest"
 	"github.com/batonhq/baton/mutex"
 )
 

@@ -20,7 +20,7 @@ import (
 	"github.com/batonhq/baton/cmd/baton/internal/clitest"
 	"github.com/batonhq/baton/cmd/baton/keyspace"
 	"github.com/batonhq/baton/election"
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/embedetcd/etcdtest"
 	"github.com/batonhq/baton/mutex"
 )
 

@@ -17,7 +17,7 @@ import (
 
 	"github.com/batonhq/baton/cmd/baton/internal/clitest"
 	"github.com/batonhq/baton/cmd/baton/ui"
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/embedetcd/etcdtest"
 )
 
 // childHeap asks the child for its live heap and waits for the answer.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/batonhq/baton/cmd/baton/cmdutil"
 	"github.com/batonhq/baton/cmd/baton/supervise"
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/embedetcd/etcdtest"
 )
 
 // Srv is the test package's embedded etcd, started once by RunTests.

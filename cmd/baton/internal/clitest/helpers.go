@@ -18,7 +18,7 @@ import (
 
 	"github.com/batonhq/baton/cmd/baton/cmdutil"
 	"github.com/batonhq/baton/election"
-	"github.com/batonhq/baton/integration/etcdtest"
+	"github.com/batonhq/baton/internal/embedetcd/etcdtest"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/rbac"
 	"github.com/batonhq/baton/router"

@@ -22,8 +22,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/batonhq/baton/integration/cluster"
 	"github.com/batonhq/baton/integration/robustness"
+	"github.com/batonhq/baton/internal/embedetcd/cluster"
 	"github.com/batonhq/baton/internal/planted"
 )
 

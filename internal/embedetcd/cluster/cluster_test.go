@@ -9,7 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/batonhq/baton/integration/cluster"
+	"github.com/batonhq/baton/internal/embedetcd/cluster"
 )
 
 func TestMain(m *testing.M) {

@@ -2,13 +2,16 @@ package etcdtest
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/batonhq/baton/integration/netproxy"
+	"github.com/batonhq/baton/internal/netproxy"
 )
 
 // Proxied returns a client whose traffic passes through a proxy that the
@@ -85,4 +88,59 @@ func Within(tb testing.TB, ch <-chan struct{}, d time.Duration, what string) {
 	case <-time.After(d):
 		tb.Fatalf("%s did not happen within %v", what, d)
 	}
+}
+
+// Client returns a client of the member, closed on t.Cleanup.
+func (s *Server) Client(tb testing.TB) *clientv3.Client {
+	tb.Helper()
+	cli, err := s.NewClient()
+	if err != nil {
+		tb.Fatalf("etcdtest: client: %v", err)
+	}
+	tb.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// Compact compacts the member's history up to its current revision.
+func (s *Server) Compact(ctx context.Context, cli *clientv3.Client) (int64, error) {
+	resp, err := cli.Get(ctx, "compact-probe")
+	if err != nil {
+		return 0, err
+	}
+	rev := resp.Header.Revision
+	_, err = cli.Compact(ctx, rev, clientv3.WithCompactPhysical())
+	return rev, err
+}
+
+// Metric returns the sum of the member's series of the named metric, read
+// from its /metrics page; it fails the test if there is none.
+func (s *Server) Metric(tb testing.TB, name string) float64 {
+	tb.Helper()
+	resp, err := http.Get(s.endpoint + "/metrics")
+	if err != nil {
+		tb.Fatalf("etcdtest: metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatalf("etcdtest: metrics: %v", err)
+	}
+	var sum float64
+	found := false
+	for _, line := range strings.Split(string(body), "\n") {
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || (!strings.HasPrefix(rest, " ") && !strings.HasPrefix(rest, "{")) {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			tb.Fatalf("etcdtest: metric line %q: %v", line, err)
+		}
+		sum, found = sum+v, true
+	}
+	if !found {
+		tb.Fatalf("etcdtest: metric %s not found", name)
+	}
+	return sum
 }

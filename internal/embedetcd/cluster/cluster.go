@@ -37,9 +37,9 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
-	"github.com/batonhq/baton/integration/etcdtest"
-	"github.com/batonhq/baton/integration/netproxy"
 	"github.com/batonhq/baton/internal/embedetcd"
+	"github.com/batonhq/baton/internal/embedetcd/etcdtest"
+	"github.com/batonhq/baton/internal/netproxy"
 )
 
 // Options tune the cluster. The zero Options is 3 members with a 50 ms

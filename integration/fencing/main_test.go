@@ -1,0 +1,22 @@
+package fencing_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/internal/embedetcd/etcdtest"
+)
+
+// srv is the package's one embedded etcd; tests share it and use distinct
+// resource names or namespaces.
+var srv *etcdtest.Server
+
+func TestMain(m *testing.M) { etcdtest.Main(m, &srv) }
+
+func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
