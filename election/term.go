@@ -10,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/delay"
 	"github.com/batonhq/baton/internal/group"
@@ -19,20 +20,18 @@ import (
 	"github.com/batonhq/baton/internal/telemetry"
 )
 
-type hold = core.Hold
-
 // releaseTimeout bounds a hand-over or release whose caller's ctx ended.
 const releaseTimeout = 5 * time.Second
 
 // Term is one leadership won by Campaign. Its methods are safe for
-// concurrent use. Besides Value, Proclaim, Resign, Transfer and the end
-// requests it has the methods every baton handle has, which package
-// session documents: Token (the fencing token, strictly greater than
-// every earlier leader's; Proclaim does not change it), Key, Lease, TTL,
-// Acquired, Deadline, Txn (a transaction guarded by leadership;
-// ErrNotLeader once lost) and IsOwner.
+// concurrent use. Besides Value, Proclaim, Resign, Transfer, IsLeader and
+// the end and release requests it has the methods every baton handle has
+// (package session describes them for all): Token (the fencing token,
+// strictly greater than every earlier leader's; Proclaim does not change
+// it), Key, Lease, TTL, Acquired, Deadline, Context and Done, Txn (a
+// transaction guarded by leadership; ErrNotLeader once lost) and IsOwner.
 type Term struct {
-	*hold
+	hold   *core.Hold // the leader's key
 	e      *Election
 	rec    *core.Hold // the candidate's record; nil without one
 	ctx    context.Context
@@ -60,13 +59,71 @@ type EndRequest struct {
 	Deadline string `json:"deadline,omitempty"`
 }
 
+// Token returns the fencing token: the CreateRevision of the leader's key,
+// strictly greater than every earlier leader's of the election, also
+// across restarts of etcd. Proclaim does not change it. Hand it to the
+// resource the leader writes to (package fencing), which rejects lower
+// ones. It never changes, and after the term ends it still names this
+// term: the one a resource must refuse once a later leader wrote.
+func (t *Term) Token() fencing.Token { return t.hold.Token() }
+
+// Key returns the leader's etcd key, in the election's prefix, whose value
+// is Value. It is the same after the term ends, when the key is gone or
+// going; a later Campaign through the same lease may put the same key
+// again, with a new CreateRevision, so match Token as well.
+func (t *Term) Key() string { return t.hold.Key() }
+
+// Lease returns the ID of the lease the leader's key is attached to: the
+// session's, shared by every key held through it. It is the same after
+// the term ends; the lease itself may live on for the session's other
+// holds, or be gone after a loss.
+func (t *Term) Lease() clientv3.LeaseID { return t.hold.Lease() }
+
+// TTL returns the TTL the server granted the lease, which can differ from
+// the one asked for. It is the same after the term ends.
+func (t *Term) TTL() time.Duration { return t.hold.TTL() }
+
+// Acquired returns when this process won the term, on its own clock (with
+// a monotonic reading). It is the same after the term ends.
+func (t *Term) Acquired() time.Time { return t.hold.Acquired() }
+
+// Deadline returns the lease's current validity deadline: the send time of
+// the last grant or renewal the server acknowledged, plus the TTL, minus
+// the safety margin. The Context ends by then unless a renewal is
+// acknowledged first. The deadline is the lease's, not the term's: after
+// the term ends it keeps moving while the session renews the lease for
+// others (or stays where a loss left it), and says nothing of this Term.
+func (t *Term) Deadline() time.Time { return t.hold.Deadline() }
+
+// Txn returns a transaction that commits only while the leader's key
+// exists with its original CreateRevision: the caller's If, Then and Else
+// are nested under IsOwner. If leadership is gone, or the key was released
+// (Resign, Transfer, Close), Commit returns an error wrapping ErrNotLeader
+// and the cause, applies nothing, and ends the Context if the key was
+// found gone. Commit is not retried: the caller's operations may not be
+// safe to apply twice. Otherwise it returns etcd's error, or the response
+// of the caller's transaction.
+func (t *Term) Txn(ctx context.Context) clientv3.Txn { return t.hold.Txn(ctx) }
+
+// IsOwner returns the comparison that holds while the leader's key exists
+// with its original CreateRevision (Key and Token), for building
+// transactions by hand. It compares the same key and revision after the
+// term ends, so a transaction guarded by it fails once the key is gone, and
+// never succeeds on a later leader's key.
+func (t *Term) IsOwner() clientv3.Cmp { return t.hold.IsOwner() }
+
 // Context is cancelled when leadership may be gone, before the server can
-// expire the lease, and on Resign, Transfer or Close; context.Cause says
-// why: an error wrapping ErrLost and a reason, ErrReleased, or
-// ErrTransferred.
+// expire the lease (by Deadline at the latest), and on Resign, Transfer or
+// Close. context.Cause says why: ErrReleased, ErrTransferred, or an error
+// wrapping ErrLost and a reason: ErrKeyGone at once when the key is
+// deleted or its lease revoked (Resign's error, the logs and the metrics
+// then tell ErrKeyDeleted from ErrLeaseExpired), ErrReplaced when another
+// Campaign through the same lease took the key over, ErrRenewalFailed,
+// ErrValidityExpired, ErrLeaseExpired or ErrSessionClosed.
 func (t *Term) Context() context.Context { return t.ctx }
 
-// Done is Context().Done().
+// Done returns Context().Done(): a channel closed when leadership may be
+// gone, and on Resign, Transfer or Close.
 func (t *Term) Done() <-chan struct{} { return t.ctx.Done() }
 
 // IsLeader reports whether the term still leads as far as this process

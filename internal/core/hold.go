@@ -30,10 +30,10 @@ type owner interface {
 	release(ctx context.Context, h *Hold) error
 }
 
-// Hold is ownership of one key, the handle every primitive embeds (a
+// Hold is ownership of one key, the handle every primitive holds (a
 // mutex's Lock, an election's Term, a semaphore's Permit): a context that
 // ends when ownership may be gone, the fencing token, guarded transactions.
-// Its exported methods are the handles' shared API.
+// Each handle declares these methods itself, each calling the one here.
 type Hold struct {
 	o        owner
 	l        *Lease
