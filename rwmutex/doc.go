@@ -11,9 +11,11 @@
 // /<namespace>/v1/rwlock/<escaped name>/, each acquisition with a key of
 // its own: <lease id hex>.r<n> for a reader, <lease id hex>.w<n> for a
 // writer. The order of the queue is the keys' CreateRevision. A writer
-// holds when it is the oldest key, and waits by watching the newest key
-// older than its own, like a mutex; a reader holds when no older writer
-// remains, and waits by watching the queue's deletions.
+// holds when it is the oldest key, and waits for the keys ahead of it as a
+// mutex does; a reader holds when no older writer remains, and waits for
+// the queue's deletions. Either follows its session's deletion watch of
+// the namespace while that runs (as a mutex waiter does), and otherwise
+// watches on its own: a writer the key just ahead, a reader the queue.
 //
 // # Guarantees
 //

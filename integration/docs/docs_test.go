@@ -1,8 +1,10 @@
 // Package docs_test checks that the documentation says what the code
 // does: every Go block of README.md and docs/*.md compiles against the
 // module, every baton command line of its shell blocks names existing
-// commands and flags, and the module's imports follow docs/design.md's
-// package map, with a library that links no tool (packages_test.go).
+// commands and flags, the module's imports follow docs/design.md's
+// package map, with a library that links no tool (packages_test.go), and
+// the README's performance figures are those of the latest run
+// docs/performance.md records (figures_test.go).
 package docs_test
 
 import (
