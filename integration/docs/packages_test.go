@@ -263,43 +263,52 @@ func sortedKeys[K interface{ ~string | ~int }, V any](m map[K]V) []K {
 	return out
 }
 
-// goList runs go list -deps -json over the whole module and returns every
-// package's non-test imports, and the module's own packages.
+// goList runs go list -deps -json in each of the repository's modules
+// (each on its own go.mod) and returns every package's non-test imports,
+// and the repository's own packages.
 func goList(t *testing.T, root string) (deps map[string][]string, own []string) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-e", "-deps", "-json=ImportPath,Imports,DepOnly,Error", "./...")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=")
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, stderr.String())
-	}
 	deps = map[string][]string{}
-	dec := json.NewDecoder(strings.NewReader(string(out)))
-	for {
-		var p struct {
-			ImportPath string
-			Imports    []string
-			DepOnly    bool
-			Error      *struct{ Err string }
+	seen := map[string]bool{}
+	for _, dir := range modules {
+		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-e", "-deps", "-json=ImportPath,Imports,DepOnly,Error", "./...")
+		cmd.Dir = filepath.Join(root, dir)
+		cmd.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=", "GOWORK=off")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list in %s: %v\n%s", dir, err, stderr.String())
 		}
-		if err := dec.Decode(&p); err == io.EOF {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		if p.Error != nil && !strings.Contains(p.Error.Err, "no non-test Go files") {
-			t.Fatalf("go list: %s: %s", p.ImportPath, p.Error.Err)
-		}
-		deps[p.ImportPath] = p.Imports
-		if !p.DepOnly && strings.HasPrefix(p.ImportPath, module+"/") {
-			own = append(own, p.ImportPath)
+		dec := json.NewDecoder(strings.NewReader(string(out)))
+		for {
+			var p struct {
+				ImportPath string
+				Imports    []string
+				DepOnly    bool
+				Error      *struct{ Err string }
+			}
+			if err := dec.Decode(&p); err == io.EOF {
+				break
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if p.Error != nil && !strings.Contains(p.Error.Err, "no non-test Go files") {
+				t.Fatalf("go list: %s: %s", p.ImportPath, p.Error.Err)
+			}
+			deps[p.ImportPath] = p.Imports
+			if !p.DepOnly && strings.HasPrefix(p.ImportPath, module+"/") && !seen[p.ImportPath] {
+				seen[p.ImportPath] = true
+				own = append(own, p.ImportPath)
+			}
 		}
 	}
 	return deps, own
 }
+
+// modules are the repository's Go modules, by directory (the Makefile's
+// MODULES).
+var modules = []string{".", "internal/embedetcd", "cmd/baton", "integration"}
 
 // moduleGraph is the module's own import graph, module-relative.
 func moduleGraph(deps map[string][]string, own []string) map[string][]string {
@@ -390,7 +399,7 @@ func TestPackageMapCheckFails(t *testing.T) {
 		{"new primitive on a peer", "shard", "mutex"},
 		{"shared handle on a primitive", "session", "mutex"},
 		{"primitive on a tool", "election", "rbac"},
-		{"library on the harness", "mutex", "integration/etcdtest"},
+		{"library on the harness", "mutex", "integration/harness"},
 		{"library on a command", "router", "cmd/baton/cli"},
 		{"CLI on the harness", "cmd/baton/cli", "integration/bench"},
 		{"harness on a command", "integration/bench", "cmd/baton/cli"},
@@ -405,7 +414,7 @@ func TestPackageMapCheckFails(t *testing.T) {
 	}
 	for _, ok := range [][2]string{
 		{"mutex", "session"}, {"shard", "internal/core"}, {"election", "election/internal/handover"},
-		{"cmd/baton-bench", "integration/bench"}, {"examples/singleton", "rbac"}, {"internal/delay", "internal/core"},
+		{"integration/cmd/baton-bench", "integration/bench"}, {"examples/singleton", "rbac"}, {"internal/delay", "internal/core"},
 	} {
 		if bad := checkImports(plain, map[string][]string{ok[0]: {ok[1]}, ok[1]: {}}); len(bad) != 0 {
 			t.Errorf("checkImports(%s → %s) = %q, want it allowed", ok[0], ok[1], bad)
