@@ -9,7 +9,7 @@ MODULES := . internal/embedetcd cmd/baton integration
 export GOWORK := off
 TEST_FLAGS ?=
 
-.PHONY: all test test-deploy test-short test-chaos test-compat robustness robustness-compat robustness-planted lint bench bench-shard bench-scale demo build fuzz check-alerts screenshots
+.PHONY: all test test-deploy test-short test-chaos test-compat robustness robustness-compat robustness-planted lint bench bench-shard bench-scale demo build fuzz check-alerts screenshots dist release-prep
 
 all: lint test
 
@@ -155,3 +155,24 @@ screenshots:
 check-alerts:
 	promtool check rules docs/prometheus/alerts.yml
 	cd docs/prometheus && promtool test rules alerts_test.yml
+
+# Release binaries of the CLI for linux and darwin on amd64 and arm64,
+# static (no cgo), stamped with VERSION (default: git describe), with a
+# SHA256SUMS file, in DIST. docs/releasing.md.
+VERSION ?= $(shell git describe --tags --match 'v*' --always --dirty 2>/dev/null || echo devel)
+DIST ?= dist
+PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+dist:
+	@rm -rf $(DIST) && mkdir -p $(DIST) && \
+	for p in $(PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; out=$(abspath $(DIST))/baton-$(VERSION)-$$os-$$arch; \
+		echo "build $$out"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) -C cmd/baton build -trimpath -buildvcs=false \
+			-ldflags "-s -w -X github.com/batonhq/baton/cmd/baton/version.release=$(VERSION)" -o $$out . || exit 1; \
+	done && cd $(DIST) && sha256sum baton-* > SHA256SUMS && cat SHA256SUMS
+
+# A release commit's go.mod and go.sum files: the CLI and the test server
+# require the library at VERSION instead of this commit's directories
+# (docs/releasing.md); run on a release branch, then tag.
+release-prep:
+	@case "$(VERSION)" in v*.*.*) ;; *) echo "VERSION=vX.Y.Z is required"; exit 1;; esac
+	$(GO) -C integration run ./cmd/baton-release -version $(VERSION) -repo $(CURDIR)

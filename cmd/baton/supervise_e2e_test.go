@@ -108,25 +108,6 @@ func waitGroupGone(t *testing.T, pgid int, timeout time.Duration) time.Time {
 	}
 }
 
-func keyCount(t *testing.T, prefix string) int64 {
-	t.Helper()
-	resp, err := client(t).Get(ctxT(t), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.Count
-}
-
-func waitKeys(t *testing.T, prefix string, n int64) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for keyCount(t, prefix) != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d keys, want %d", prefix, keyCount(t, prefix), n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 func TestKilledBatonTakesItsWholeCommandGroup(t *testing.T) {
 	var worst time.Duration

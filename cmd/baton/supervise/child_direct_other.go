@@ -19,20 +19,20 @@ import (
 // baton, and its own children are not signalled.
 const supervised = false
 
-const superviseCommand = "__supervise"
+const SuperviseCommand = "__supervise"
 
 func NewCmdSupervise(*cmdutil.Env) *cobra.Command {
 	return &cobra.Command{
-		Use:    superviseCommand,
+		Use:    SuperviseCommand,
 		Hidden: true,
 		RunE: func(*cobra.Command, []string) error {
-			return cmdutil.UsageErrorf("%s needs Linux", superviseCommand)
+			return cmdutil.UsageErrorf("%s needs Linux", SuperviseCommand)
 		},
 	}
 }
 
-// warnUnsupervised tells the operator what is not covered here.
-func warnUnsupervised(warn func(string)) {
+// WarnUnsupervised tells the operator what is not covered here.
+func WarnUnsupervised(warn func(string)) {
 	warn("warning: the command is not supervised on this system (Linux only): it is not stopped if baton is killed or frozen, and only the command itself gets signals")
 }
 

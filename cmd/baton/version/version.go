@@ -254,6 +254,11 @@ func versionsError(eps []endpointVersion) error {
 	return nil
 }
 
+// release is the version make dist stamps (-ldflags -X), for builds from a
+// checkout, where the build info's module version is "(devel)"; `go
+// install …@VERSION` needs no stamp.
+var release string
+
 // Text is the module version and the commit baton was built from.
 func Text() string {
 	info, ok := debug.ReadBuildInfo()
@@ -261,6 +266,9 @@ func Text() string {
 		return "unknown (built without module information)"
 	}
 	v := info.Main.Version
+	if release != "" && (v == "" || v == "(devel)") {
+		v = release
+	}
 	if v == "" {
 		v = "(devel)"
 	}

@@ -1,0 +1,57 @@
+// Command baton-release prepares a release commit: it rewrites the
+// published modules' go.mod and go.sum files so that each requires the
+// others at the release's version instead of the same commit's
+// directories (docs/releasing.md). It changes nothing else.
+//
+//	go -C integration run ./cmd/baton-release -version v0.1.0 -repo ..
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/batonhq/baton/integration/release"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "baton-release:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	version := flag.String("version", "", "the release's version, e.g. v0.1.0")
+	repo := flag.String("repo", "..", "the repository's root")
+	flag.Parse()
+	if *version == "" {
+		return fmt.Errorf("-version is required")
+	}
+	tmp, err := os.MkdirTemp("", "baton-release-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	// Hash what the tags will hold: the files git tracks.
+	if err := release.Copy(*repo, tmp, false); err != nil {
+		return err
+	}
+	if _, err := release.Prep(tmp, *version); err != nil {
+		return err
+	}
+	for _, m := range release.Published {
+		for _, f := range []string{"go.mod", "go.sum"} {
+			b, err := os.ReadFile(filepath.Join(tmp, m.Dir, f))
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(*repo, m.Dir, f), b, 0o644); err != nil {
+				return err
+			}
+		}
+		fmt.Printf("%s: requires the published modules at %s; tag %s\n", m.Path, *version, release.Tag(m, *version))
+	}
+	return nil
+}
