@@ -108,7 +108,6 @@ func waitGroupGone(t *testing.T, pgid int, timeout time.Duration) time.Time {
 	}
 }
 
-
 func TestKilledBatonTakesItsWholeCommandGroup(t *testing.T) {
 	var worst time.Duration
 	for i := 0; i < trials(t); i++ {
