@@ -9,7 +9,7 @@ MODULES := . internal/embedetcd cmd/baton integration
 export GOWORK := off
 TEST_FLAGS ?=
 
-.PHONY: all test test-deploy test-short test-chaos test-compat robustness robustness-compat robustness-planted lint bench bench-shard bench-scale demo build fuzz check-alerts screenshots dist release-prep
+.PHONY: all test test-deploy test-short test-chaos test-compat robustness robustness-compat robustness-planted lint bench bench-shard bench-scale demo build fuzz check-alerts screenshots dist release-prep image
 
 all: lint test
 
@@ -176,3 +176,9 @@ dist:
 release-prep:
 	@case "$(VERSION)" in v*.*.*) ;; *) echo "VERSION=vX.Y.Z is required"; exit 1;; esac
 	$(GO) -C integration run ./cmd/baton-release -version $(VERSION) -repo $(CURDIR)
+
+# The CLI's container image (deploy/container/Dockerfile): static, non-root.
+# Needs a Docker engine; IMAGE names it.
+IMAGE ?= ghcr.io/batonhq/baton:$(VERSION)
+image:
+	docker build -f deploy/container/Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE) .
