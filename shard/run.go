@@ -49,7 +49,12 @@ type hooks struct {
 // is deleted first, so the others queue on its shards while they drain),
 // ends every shard's Context with ErrReleased, releases each once fn
 // returned or the drain timeout passed, waits for every fn to return, and
-// returns ctx.Err() (ErrClosed after Close). If fn returns an error, Run
+// returns ctx.Err() (ErrClosed after Close). The member key's deletion is
+// retried until etcd answers or the lease ends (a key left on a shared
+// session's lease would keep shards assigned to a member nobody runs), so
+// Run may take as long as an outage to return; if etcd refuses the
+// deletion for good (permission denied), Run returns an error that says
+// the key stays until its lease ends. If fn returns an error, Run
 // does the same and returns that error, unless the shard's Context had
 // ended and the error is context.Canceled or its cause: that is fn
 // stopping as asked. If fn returns nil while the shard is still this
@@ -101,7 +106,7 @@ func (g *Group) Run(ctx context.Context, member string, fn func(ctx context.Cont
 	}
 	v, l, rev, err := e.join(ctx, nil, nil)
 	if err != nil {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil && !errors.As(err, new(*keyStays)) {
 			return e.result()
 		}
 		return err
@@ -166,8 +171,10 @@ type run struct {
 	joinedRev int64                     // the view must reach it before it judges membership
 	joining   bool
 	leaving   bool
-	err       error // the error Run returns, if not ctx's
-	owned     int
+	departing int // deletions of the member's key still retried
+
+	err   error // the error Run returns, if not ctx's
+	owned int
 }
 
 // send runs f in the loop; dropped once the loop returned.
@@ -245,7 +252,9 @@ func (e *run) join(ctx context.Context, lease *core.Lease, leases map[clientv3.L
 		})
 		if err != nil {
 			if ctx.Err() != nil {
-				e.unjoin(l) // the put may have applied unheard
+				if kerr := e.unjoinUntilDone(l); kerr != nil { // the put may have applied unheard
+					err = kerr
+				}
 			}
 			return nil, nil, 0, err
 		}
@@ -255,7 +264,9 @@ func (e *run) join(ctx context.Context, lease *core.Lease, leases map[clientv3.L
 			// a move (for the metrics), not a shard found free.
 			v, err := g.readAt(ctx, resp.Header.Revision)
 			if err != nil && ctx.Err() != nil {
-				e.unjoin(l) // Run ends before it could follow the group
+				if kerr := e.unjoinUntilDone(l); kerr != nil { // Run ends before it could follow the group
+					err = kerr
+				}
 			}
 			return v, l, resp.Header.Revision, err
 		}
@@ -306,7 +317,7 @@ func (e *run) loop() error {
 	e.reconcile()
 	done := e.ctx.Done()
 	for {
-		if e.leaving && len(e.local) == 0 && !e.joining {
+		if e.leaving && len(e.local) == 0 && !e.joining && e.departing == 0 {
 			return e.result()
 		}
 		dirty := false
@@ -491,7 +502,9 @@ func (e *run) rejoin() {
 			e.joining = false
 			switch {
 			case err == nil && e.leaving:
-				e.unjoin(l) // Run ended while it joined again: leave is done already
+				e.depart(l) // Run ended while it joined again: leave is done already
+			case errors.As(err, new(*keyStays)):
+				e.keyStays(err)
 			case err == nil:
 				e.joined(l, rev)
 				e.watchLease()
@@ -686,7 +699,7 @@ func (e *run) leave() {
 	}
 	e.leaving = true
 	if l := e.lease; l != nil && l.Context().Err() == nil {
-		e.unjoin(l)
+		e.depart(l)
 	}
 	e.h.left.call()
 	for _, l := range e.local {
@@ -702,20 +715,94 @@ func (e *run) leave() {
 	}
 }
 
-// unjoin deletes the member's key if it is on lease l (leaveTimeout at most,
-// whatever Run's ctx).
-func (e *run) unjoin(l *core.Lease) {
+// depart deletes the member's key from lease l: a first attempt here
+// (leaveTimeout at most, whatever Run's ctx), then, if etcd did not
+// answer, again in the background until it does or the lease ends; Run
+// returns only after. A key left behind would make every other member
+// assign shards to a member nobody runs for as long as the lease lives (a
+// shared session's).
+func (e *run) depart(l *core.Lease) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.ctx), leaveTimeout)
+	err := e.unjoin(ctx, l)
+	cancel()
+	switch {
+	case err == nil:
+	case retry.Permanent(err):
+		e.keyStays(e.stays(l, err))
+	default:
+		e.departing++
+		e.spawn(func() {
+			err := e.unjoinUntilDone(l)
+			e.send(func() {
+				e.departing--
+				if err != nil {
+					e.keyStays(err)
+				}
+			})
+		})
+	}
+}
+
+// keyStays records that the member's key could not be deleted (a
+// *keyStays): Run returns it, beside any error it had already.
+func (e *run) keyStays(stays error) {
+	if e.err == nil {
+		e.err = stays
+	} else {
+		e.err = errors.Join(e.err, stays)
+	}
+}
+
+// keyStays is Run's error when the member's key could not be deleted.
+type keyStays struct {
+	member, group string
+	lease         clientv3.LeaseID
+	err           error
+}
+
+func (k *keyStays) Error() string {
+	return fmt.Sprintf("shard: member %q of group %q: its member key could not be deleted (%v); it stays until lease %x ends", k.member, k.group, k.err, int64(k.lease))
+}
+
+func (k *keyStays) Unwrap() error { return k.err }
+
+func (e *run) stays(l *core.Lease, err error) error {
+	return &keyStays{member: e.member, group: e.g.name, lease: l.ID(), err: err}
+}
+
+// unjoinUntilDone deletes the member's key from lease l, retrying until
+// etcd answers, the lease ends (the key goes with it), or Close of the
+// Group that made the lease began (Close revokes it); it returns a
+// *keyStays if etcd refused for good.
+func (e *run) unjoinUntilDone(l *core.Lease) error {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(e.ctx))
 	defer cancel()
+	defer context.AfterFunc(l.Context(), cancel)()
+	if e.g.own {
+		defer context.AfterFunc(e.g.ctx, cancel)()
+	}
+	for attempt := 0; ; attempt++ {
+		err := e.unjoin(ctx, l)
+		switch {
+		case err == nil, ctx.Err() != nil:
+			return nil
+		case retry.Permanent(err):
+			return e.stays(l, err)
+		}
+		if retry.Sleep(ctx, retry.Backoff(attempt)) != nil {
+			return nil
+		}
+	}
+}
+
+// unjoin deletes the member's key if it is on lease l.
+func (e *run) unjoin(ctx context.Context, l *core.Lease) error {
 	key := memberKey(e.g.prefix, e.member)
-	err := retry.Do(ctx, func(actx context.Context) error {
+	return retry.Do(ctx, func(actx context.Context) error {
 		_, err := e.g.cli.Txn(clientv3.WithRequireLeader(actx)).
 			If(clientv3.Compare(clientv3.LeaseValue(key), "=", l.ID())).Then(clientv3.OpDelete(key)).Commit()
 		return err
 	})
-	if err != nil {
-		e.g.cfg.Session.Logger.Warn("shard: cannot delete the member's key; it goes with its lease", e.fields(zap.Error(err))...)
-	}
 }
 
 func (e *run) fields(f ...zap.Field) []zap.Field {
