@@ -62,7 +62,8 @@
 //     graceful move or a graceful leave (Run deletes the member's key
 //     first, so the others queue on its shards while they drain).
 //   - Bad input refused, nothing written: New refuses a count out of 1 to
-//     MaxCount and a bad group name (ErrInvalid); Run refuses a bad member
+//     MaxCount, a bad group name, and a session's WithMaxHeld below the
+//     count (ErrInvalid, naming both numbers); Run refuses a bad member
 //     name (ErrInvalid), a group whose live members use another count
 //     (ErrCountMismatch), and a member name live on another lease
 //     (ErrDuplicateMember), before it writes any key.

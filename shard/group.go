@@ -54,8 +54,9 @@ type Group struct {
 
 // New returns a Group of count shards for group in the configured
 // namespace. It does not contact etcd: Run joins. count must be 1 to
-// MaxCount; invalid names, counts and options are rejected with an error
-// wrapping ErrInvalid.
+// MaxCount, and a session's WithMaxHeld, if set, at least count (a member
+// alone owns every shard); invalid names, counts and options are rejected
+// with an error wrapping ErrInvalid.
 func New(cli *clientv3.Client, group string, count int, opts ...Option) (*Group, error) {
 	if err := keys.ValidateName("shard group name", group); err != nil {
 		return nil, err
@@ -69,6 +70,14 @@ func New(cli *clientv3.Client, group string, count int, opts ...Option) (*Group,
 	cfg, sess, own, met, identity, err := config.OpenGroup(cli, opts)
 	if err != nil {
 		return nil, err
+	}
+	if max := sess.Settings().MaxHeld; max > 0 && max < count {
+		// A member alone in the group owns every shard, one key each: below
+		// the count some shards would be assigned to it for ever in vain.
+		if own {
+			_ = config.CloseOwn(sess)
+		}
+		return nil, fmt.Errorf("%w: WithMaxHeld(%d) is below the group's %d shards: a member alone in the group owns every shard, one key each on its session", ErrInvalid, max, count)
 	}
 	g := &Group{cli: cli, name: group, count: count, ns: cfg.Namespace, prefix: GroupPrefix(cfg.Namespace, group),
 		label: cfg.MetricLabel, identity: identity, drain: DefaultDrainTimeout, cfg: cfg, sess: sess, own: own, met: met,

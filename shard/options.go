@@ -30,7 +30,10 @@ const (
 //     WithRegisterer and WithTracerProvider are package session's, which
 //     documents them. The TTL bounds how long a crashed member's shards
 //     stay without an owner. Each shard a member takes or waits for is one
-//     key of the session (WithMaxHeld).
+//     key of the session: New refuses a WithMaxHeld below the shard count
+//     (a member alone in the group owns every shard), naming both. On a
+//     shared session whose other keys fill the cap, Run keeps retrying the
+//     shards it cannot take, and says so at Warn once per stretch.
 //   - WithNamespace sets the first segment of every key (default "baton").
 //   - WithMetricLabel sets the value of the name label of the metrics
 //     (default: "shard:" and the group).

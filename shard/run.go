@@ -171,7 +171,8 @@ type run struct {
 	joinedRev int64                     // the view must reach it before it judges membership
 	joining   bool
 	leaving   bool
-	departing int // deletions of the member's key still retried
+	departing int  // deletions of the member's key still retried
+	atCap     bool // an acquisition failed at the session's WithMaxHeld since the last one succeeded
 
 	err   error // the error Run returns, if not ctx's
 	owned int
@@ -552,9 +553,17 @@ func (e *run) acquired(l *local, sh *Shard, err error) {
 		if e.ctx.Err() == nil && retry.Permanent(err) {
 			e.fail(fmt.Errorf("shard %d: %w", l.id, err))
 		}
+		if errors.Is(err, errs.ErrTooManyHeld) && !e.atCap {
+			// Only a shared session's other keys can fill it (New refuses a
+			// cap below the count): said once per stretch at the cap.
+			e.atCap = true
+			e.g.cfg.Session.Logger.Warn("shard: the session holds as many keys as WithMaxHeld allows; retrying the shard every 100 ms until it has room",
+				e.fields(zap.Int("shard", l.id), zap.Int("max_held", e.g.sess.Settings().MaxHeld))...)
+		}
 		e.rest(l)
 		return
 	}
+	e.atCap = false
 	l.sh = sh
 	if !e.wants(l.id) {
 		sh.cancel(ErrMoved)
