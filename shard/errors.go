@@ -17,11 +17,14 @@ var (
 	// another shard count than this Group's; the error names both counts.
 	ErrCountMismatch = errors.New("shard: shard count differs from the group's")
 
-	// ErrDuplicateMember is returned by Run when the member name is live in
-	// the group on another lease (another process runs it), or when another
+	// ErrDuplicateMember is returned by Run, before it writes anything, when
+	// the member name is live in the group on another lease (another
+	// process runs it), when another Run of the same name is in progress on
+	// the same session (another Group on a shared session), or when another
 	// member of the group is live on this Run's lease (one lease runs at
-	// most one member of a group).
-	ErrDuplicateMember = errors.New("shard: member already live on another lease")
+	// most one member of a group). Nothing of the running member is
+	// touched.
+	ErrDuplicateMember = errors.New("shard: member already runs")
 
 	// ErrNotHeld is returned by a Shard's Txn when the shard was lost or
 	// released before the call; it is wrapped together with the cause.

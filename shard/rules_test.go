@@ -727,3 +727,43 @@ func TestOneLeaseRunsOneMember(t *testing.T) {
 		t.Errorf("keys after the refusal: %v, before: %v", keys, keysBefore)
 	}
 }
+
+// TestSecondRunOfANameOnOneLeaseRefused (rule 6): a second Run of a member
+// name already running on the same lease (another Group on the same shared
+// session) is refused with ErrDuplicateMember, with nothing written or
+// deleted: the first Run's shards run on undisturbed. It was accepted
+// before, as the first Run's own key, and when it stopped it deleted the
+// member key from under the first Run, whose shards all ended with
+// ErrMoved although nothing moved.
+func TestSecondRunOfANameOnOneLeaseRefused(t *testing.T) {
+	cli := client(t)
+	sess, err := session.New(cli, session.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sess.Close() })
+	const n = 4
+	log := &eventLog{}
+	ga := newGroup(t, cli, "rule6-same-lease", n, shard.WithSession(sess))
+	a := start(t, ga, "a", log, nil)
+	settled(t, ga, "a")
+	waitFor(t, func() bool { return a.count() == n }, "a's work on every shard")
+	keysBefore, rev0 := etcdtest.Keys(t, cli, ga.Prefix()), rev(t, cli)
+	gb := newGroup(t, cli, "rule6-same-lease", n, shard.WithSession(sess))
+	ctx := etcdtest.Context(t, 3*time.Second)
+	err = gb.Run(ctx, "a", func(ctx context.Context, s *shard.Shard) error { <-ctx.Done(); return nil })
+	if !errors.Is(err, shard.ErrDuplicateMember) || !strings.Contains(err.Error(), `"a"`) {
+		t.Errorf("a second Run of a on a's lease: %v, want ErrDuplicateMember naming a", err)
+	}
+	if got := rev(t, cli); got != rev0 {
+		t.Errorf("the refusal moved etcd from revision %d to %d", rev0, got)
+	}
+	if keys := etcdtest.Keys(t, cli, ga.Prefix()); !equalStrings(keys, keysBefore) {
+		t.Errorf("keys after the refusal: %v, before: %v", keys, keysBefore)
+	}
+	for _, e := range log.snapshot() {
+		if e.kind == "ended" {
+			t.Errorf("shard %d of the first Run ended (%v) after the second Run of its name", e.shard, e.cause)
+		}
+	}
+}

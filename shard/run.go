@@ -65,8 +65,9 @@ type hooks struct {
 // longer than 256 bytes, not UTF-8 or with control characters
 // (ErrInvalid); a group whose live members use another shard count
 // (ErrCountMismatch, naming both); a member name live on another lease,
-// or another member live on this one (ErrDuplicateMember); a second Run of this Group while one is in progress
-// (ErrRunning).
+// another member live on this one, or the same name run already through
+// this session by another Group (ErrDuplicateMember); a second Run of this
+// Group while one is in progress (ErrRunning).
 func (g *Group) Run(ctx context.Context, member string, fn func(ctx context.Context, s *Shard) error) error {
 	if err := keys.ValidateName("member name", member); err != nil {
 		return err
@@ -86,6 +87,13 @@ func (g *Group) Run(ctx context.Context, member string, fn func(ctx context.Cont
 	g.running = true
 	g.mu.Unlock()
 	defer func() { g.mu.Lock(); g.running = false; g.mu.Unlock() }()
+	// One Run of a name per session: another Group on it may run the name
+	// already, and its key on this lease would pass for this Run's own.
+	free, ok := g.sess.Claim(memberKey(g.prefix, member))
+	if !ok {
+		return fmt.Errorf("%w: member %q of group %q runs already on this session", ErrDuplicateMember, member, g.name)
+	}
+	defer free()
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
