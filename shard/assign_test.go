@@ -2,6 +2,7 @@ package shard
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -9,8 +10,8 @@ import (
 // do once membership is stable, and returns the balanced owners.
 func settle(t *testing.T, n, m int, owner []int) []int {
 	t.Helper()
-	target := assign(n, m, owner)
-	if again := assign(n, m, target); !equal(again, target) {
+	target := assign(n, m, owner, nil)
+	if again := assign(n, m, target, nil); !equal(again, target) {
 		t.Fatalf("n=%d m=%d: the assignment is not a fixed point of itself", n, m)
 	}
 	return target
@@ -123,9 +124,66 @@ func TestAssignConvergesFromAnyOwners(t *testing.T) {
 
 // TestAssignWithNoMembers leaves every shard unassigned.
 func TestAssignWithNoMembers(t *testing.T) {
-	for _, o := range assign(3, 0, []int{-1, -1, -1}) {
+	for _, o := range assign(3, 0, []int{-1, -1, -1}, nil) {
 		if o != -1 {
 			t.Fatal("a shard was assigned with no members")
+		}
+	}
+}
+
+// TestAssignNeverGivesAMemberAShardStuckOnIt: from arbitrary owners and
+// shards stuck on some members, repeated steps reach a fixed point within
+// three; no shard is ever given to a member it is stuck on, every shard
+// that some member can take is given, and a member owns its quota, give
+// or take the number of stuck shards (balanced within one when none is
+// stuck).
+func TestAssignNeverGivesAMemberAShardStuckOnIt(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 3000 {
+		n, m := 1+r.IntN(60), 1+r.IntN(8)
+		owner := make([]int, n)
+		for s := range owner {
+			owner[s] = r.IntN(m+1) - 1
+		}
+		stuck := make([][]int, m)
+		nstuck := map[int]bool{}
+		for range r.IntN(4) {
+			s, i := r.IntN(n), r.IntN(m)
+			stuck[i] = append(stuck[i], s)
+			nstuck[s] = true
+		}
+		on := func(s, i int) bool { return slices.Contains(stuck[i], s) }
+		target, steps := owner, 0
+		for ; steps < 4; steps++ {
+			next := assign(n, m, target, stuck)
+			for s, i := range next {
+				if i >= 0 && on(s, i) {
+					t.Fatalf("n=%d m=%d stuck %v: shard %d given to member %d, stuck on it", n, m, stuck, s, i)
+				}
+				all := true
+				for j := 0; j < m; j++ {
+					all = all && on(s, j)
+				}
+				if i < 0 && !all {
+					t.Fatalf("n=%d m=%d stuck %v: shard %d given to no one", n, m, stuck, s)
+				}
+			}
+			if equal(next, target) {
+				break
+			}
+			target = next
+		}
+		if steps > 3 {
+			t.Fatalf("n=%d m=%d stuck %v: no fixed point within 3 steps from %v", n, m, stuck, owner)
+		}
+		for i, c := range counts(m, target) {
+			q := n / m
+			if i < n%m {
+				q++
+			}
+			if c < q-len(nstuck) || c > q+len(nstuck) {
+				t.Fatalf("n=%d m=%d stuck %v: member %d owns %d at the fixed point, quota %d", n, m, stuck, i, c, q)
+			}
 		}
 	}
 }

@@ -31,9 +31,11 @@
 // in one round trip; no one waits for a lease to expire but after a crash.
 //
 // Keys, under /<namespace>/v1/shard/<escaped group>/: m/<escaped member>
-// (the member, valued {"count":N,"identity":…}) and s/<id, 5 digits>/<lease
-// id hex> (a shard's contenders, valued the member's name). docs/shards.md
-// describes the design and compares it with other assignors.
+// (the member, valued {"count":N,"identity":…,"stuck":[…]}, stuck naming
+// the shards whose fn outlived its drain there and still runs) and
+// s/<id, 5 digits>/<lease id hex> (a shard's contenders, valued the
+// member's name). docs/shards.md describes the design and compares it
+// with other assignors.
 //
 // # Guarantees
 //
@@ -51,7 +53,12 @@
 //   - Balanced. Once membership has been stable long enough for the moves
 //     to finish (a round trip per move, plus the drain of the work moved),
 //     each live member owns floor(N/M) or ceil(N/M) shards and every shard
-//     is owned.
+//     is owned. A shard whose fn outlived its drain on a member (below) is
+//     owned by another live member while that fn runs: the stuck member
+//     names it in its member key and the assignment never gives it back
+//     there; the balance then holds within one plus the number of such
+//     shards (within one whenever another member can keep the stuck shard
+//     inside its share).
 //   - Sticky. From a balanced group, a member joining moves at most
 //     ceil(N/(M+1)) shards, all to the new member; a member leaving or
 //     lost moves only its own shards. No shard moves between two members
@@ -76,9 +83,10 @@
 //
 //   - That fn has stopped when another member owns the shard: a fn that
 //     ignores its Context keeps running after the drain timeout released
-//     its shard (Run waits for it before it returns, and never takes that
-//     shard again meanwhile). Its Txn fails once the key is gone, and the
-//     token fences its other writes.
+//     its shard (Run waits for it before it returns, never takes that
+//     shard again meanwhile, and logs the shard at Warn when its drain
+//     times out and at Info when its fn returns). Its Txn fails once the
+//     key is gone, and the token fences its other writes.
 //   - Balance while members keep coming and going: the assignment follows
 //     what each member read, and members that read different revisions may
 //     queue for the same shard; the oldest key wins, the other gives up

@@ -32,6 +32,10 @@ func shardPrefix(prefix string, id int) string { return fmt.Sprintf("%s%s%05d/",
 type memberValue struct {
 	Count    int    `json:"count"`
 	Identity string `json:"identity,omitempty"`
+	// Stuck are the shards whose fn outlived its drain on this member and
+	// still runs: the member cannot take them, and the assignment gives
+	// them to others.
+	Stuck []int `json:"stuck,omitempty"`
 }
 
 // parsed is one key of a group taken apart; kind 0 is a key this package
@@ -197,8 +201,17 @@ func (v *view) target() []string {
 			}
 		}
 	}
+	var stuck [][]int
+	for i, m := range ms {
+		if len(m.value.Stuck) > 0 {
+			if stuck == nil {
+				stuck = make([][]int, len(ms))
+			}
+			stuck[i] = m.value.Stuck
+		}
+	}
 	out := make([]string, v.count)
-	for s, i := range assign(v.count, len(ms), owner) {
+	for s, i := range assign(v.count, len(ms), owner, stuck) {
 		if i >= 0 {
 			out[s] = ms[i].name
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -32,9 +33,10 @@ const (
 // hooks are pause points that tests use to force an interleaving; nil in
 // production.
 type hooks struct {
-	moving    hookID // in the member's loop, as it ends a shard's Context with ErrMoved
-	releasing hookID // before a shard's release is sent (fn returned or the drain timed out)
-	left      hook   // after the member's key was deleted, before its shards are ended
+	moving    hookID  // in the member's loop, as it ends a shard's Context with ErrMoved
+	releasing hookID  // before a shard's release is sent (fn returned or the drain timed out)
+	left      hook    // after the member's key was deleted, before its shards are ended
+	acted     hookRev // once the loop acted on the view at a revision
 }
 
 // Run joins the group as member and calls fn once per shard this member
@@ -103,7 +105,7 @@ func (g *Group) Run(ctx context.Context, member string, fn func(ctx context.Cont
 		return fmt.Errorf("%w: WithRegisterer: %w", ErrInvalid, err)
 	}
 	e := &run{g: g, member: member, fn: fn, ctx: ctx, stop: cancel, met: met, events: make(chan func()), dead: make(chan struct{}),
-		local: map[int]*local{}, vacated: map[int]vacancy{}, leases: map[clientv3.LeaseID]bool{}, h: g.hooks}
+		local: map[int]*local{}, stuck: map[int]bool{}, vacated: map[int]vacancy{}, leases: map[clientv3.LeaseID]bool{}, h: g.hooks}
 	if g.hooks == nil {
 		e.h = &hooks{}
 	}
@@ -112,7 +114,7 @@ func (g *Group) Run(ctx context.Context, member string, fn func(ctx context.Cont
 			defer g.sess.OnRenewalFailure(fn)()
 		}
 	}
-	v, l, rev, err := e.join(ctx, nil, nil)
+	v, l, rev, err := e.join(ctx, nil, nil, nil)
 	if err != nil {
 		if ctx.Err() != nil && !errors.As(err, new(*keyStays)) {
 			return e.result()
@@ -120,7 +122,7 @@ func (g *Group) Run(ctx context.Context, member string, fn func(ctx context.Cont
 		return err
 	}
 	e.v = v
-	e.joined(l, rev)
+	e.joined(l, rev, nil)
 	return e.loop()
 }
 
@@ -169,18 +171,21 @@ type run struct {
 	dead   chan struct{}  // closed when the loop returned: late reports are dropped
 	wg     sync.WaitGroup // the goroutines that report through events
 
-	v         *view
-	target    []string
-	local     map[int]*local
-	vacated   map[int]vacancy
-	lease     *core.Lease
-	leaseStop func() bool               // unregisters watchLease's AfterFunc
-	leases    map[clientv3.LeaseID]bool // every lease this Run joined on
-	joinedRev int64                     // the view must reach it before it judges membership
-	joining   bool
-	leaving   bool
-	departing int  // deletions of the member's key still retried
-	atCap     bool // an acquisition failed at the session's WithMaxHeld since the last one succeeded
+	v          *view
+	target     []string
+	local      map[int]*local
+	vacated    map[int]vacancy
+	lease      *core.Lease
+	leaseStop  func() bool               // unregisters watchLease's AfterFunc
+	leases     map[clientv3.LeaseID]bool // every lease this Run joined on
+	joinedRev  int64                     // the view must reach it before it judges membership
+	joining    bool
+	leaving    bool
+	stuck      map[int]bool // shards in phase zombie
+	published  []int        // the stuck shards the member's key names
+	publishing bool
+	departing  int  // deletions of the member's key still retried
+	atCap      bool // an acquisition failed at the session's WithMaxHeld since the last one succeeded
 
 	err   error // the error Run returns, if not ctx's
 	owned int
@@ -208,10 +213,10 @@ func (e *run) result() error {
 // members were read and found to agree: same count, no other lease under
 // the name. A txn guarded by the members' ModRevision makes the check and
 // the put one step.
-func (e *run) join(ctx context.Context, lease *core.Lease, leases map[clientv3.LeaseID]bool) (*view, *core.Lease, int64, error) {
+func (e *run) join(ctx context.Context, lease *core.Lease, leases map[clientv3.LeaseID]bool, stuck []int) (*view, *core.Lease, int64, error) {
 	g := e.g
 	key := memberKey(g.prefix, e.member)
-	val, _ := json.Marshal(memberValue{Count: g.count, Identity: g.identity})
+	val := e.value(stuck)
 	for attempt := 0; ; attempt++ {
 		v, err := g.read(ctx)
 		if err != nil {
@@ -288,8 +293,61 @@ func (e *run) join(ctx context.Context, lease *core.Lease, leases map[clientv3.L
 
 func mustValue(v memberValue) []byte { b, _ := json.Marshal(v); return b }
 
-func (e *run) joined(l *core.Lease, rev int64) {
-	e.lease, e.leases[l.ID()], e.joinedRev = l, true, rev
+// value is the member key's value, naming the shards stuck here.
+func (e *run) value(stuck []int) []byte {
+	return mustValue(memberValue{Count: e.g.count, Identity: e.g.identity, Stuck: stuck})
+}
+
+func (e *run) joined(l *core.Lease, rev int64, stuck []int) {
+	e.lease, e.leases[l.ID()], e.joinedRev, e.published = l, true, rev, stuck
+}
+
+// stuckIDs are the shards whose fn outlived its drain here and still
+// runs, sorted.
+func (e *run) stuckIDs() []int {
+	if len(e.stuck) == 0 {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(e.stuck))
+}
+
+// publish writes the shards stuck here into the member's key when they
+// changed, so that every member's assignment gives them to others (this
+// member cannot take them while their fn runs). One write at a time,
+// guarded by the key's CreateRevision and lease: a rejoin writes its own.
+func (e *run) publish() {
+	if e.leaving || e.joining || e.publishing || e.lease == nil || e.lease.Context().Err() != nil {
+		return
+	}
+	want := e.stuckIDs()
+	if slices.Equal(want, e.published) {
+		return
+	}
+	me, ok := e.v.members[e.member]
+	if !ok || me.lease != e.lease.ID() {
+		return // a rejoin writes the value
+	}
+	e.publishing = true
+	key, val, l := memberKey(e.g.prefix, e.member), string(e.value(want)), e.lease.ID()
+	e.spawn(func() {
+		var ok bool
+		err := retry.Do(e.ctx, func(actx context.Context) error {
+			resp, err := e.g.cli.Txn(clientv3.WithRequireLeader(actx)).
+				If(clientv3.Compare(clientv3.CreateRevision(key), "=", me.rev), clientv3.Compare(clientv3.LeaseValue(key), "=", l)).
+				Then(clientv3.OpPut(key, val, clientv3.WithLease(l))).Commit()
+			ok = err == nil && resp.Succeeded
+			return err
+		})
+		e.send(func() {
+			e.publishing = false
+			switch {
+			case ok:
+				e.published = want
+			case err != nil && e.ctx.Err() == nil:
+				e.g.cfg.Session.Logger.Warn("shard: cannot name the stuck shards in the member's key; retrying at the next change", e.fields(zap.Ints("stuck", want), zap.Error(err))...)
+			}
+		})
+	})
 }
 
 // spawn runs fn in a goroutine the loop waits for before Run returns.
@@ -485,6 +543,8 @@ func (e *run) reconcile() {
 			l.sh.cancel(ErrMoved)
 		}
 	}
+	e.publish()
+	e.h.acted.call(e.v.rev)
 }
 
 // leaseEnded is the cause of the end of the lease sh is held on, if that
@@ -504,9 +564,9 @@ func (e *run) wants(id int) bool {
 // rejoin joins again on the session's next lease, in the background.
 func (e *run) rejoin() {
 	e.joining = true
-	prev, leases := e.lease, maps.Clone(e.leases)
+	prev, leases, stuck := e.lease, maps.Clone(e.leases), e.stuckIDs()
 	e.spawn(func() {
-		_, l, rev, err := e.join(e.ctx, prev, leases)
+		_, l, rev, err := e.join(e.ctx, prev, leases, stuck)
 		e.send(func() {
 			e.joining = false
 			switch {
@@ -515,7 +575,7 @@ func (e *run) rejoin() {
 			case errors.As(err, new(*keyStays)):
 				e.keyStays(err)
 			case err == nil:
-				e.joined(l, rev)
+				e.joined(l, rev, stuck)
 				e.watchLease()
 			case e.ctx.Err() != nil:
 			case errors.Is(err, ErrCountMismatch), errors.Is(err, ErrDuplicateMember), errors.Is(err, ErrSessionClosed), errors.Is(err, ErrClosed), retry.Permanent(err):
@@ -630,6 +690,8 @@ func (e *run) returned(l *local, err error) {
 	case draining:
 		e.release(l)
 	case zombie:
+		delete(e.stuck, l.id)
+		e.g.cfg.Session.Logger.Info("shard: work returned after its drain timeout; the shard may be taken here again", e.fields(zap.Int("shard", l.id))...)
 		e.finish(l)
 	}
 }
@@ -657,7 +719,8 @@ func (e *run) released(l *local, err error) {
 		e.g.cfg.Session.Logger.Warn("shard: release failed", e.fields(zap.Int("shard", l.id), zap.Error(err))...)
 	}
 	if !l.fnDone {
-		l.phase = zombie // its fn keeps the shard from being taken here again
+		l.phase = zombie // its fn keeps the shard from being taken here again: others take it
+		e.stuck[l.id] = true
 		return
 	}
 	e.finish(l)
@@ -827,9 +890,16 @@ func (e *run) fields(f ...zap.Field) []zap.Field {
 }
 
 type (
-	hookID func(id int)
-	hook   func()
+	hookID  func(id int)
+	hook    func()
+	hookRev func(rev int64)
 )
+
+func (f hookRev) call(rev int64) {
+	if f != nil {
+		f(rev)
+	}
+}
 
 func (f hookID) call(id int) {
 	if f != nil {

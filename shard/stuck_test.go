@@ -1,0 +1,124 @@
+package shard_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/internal/etcdtest"
+	"github.com/batonhq/baton/session"
+	"github.com/batonhq/baton/shard"
+)
+
+// ownedByLive waits, observing, until the group's live members are
+// members and every shard is owned by one of them; it returns that state.
+func ownedByLive(t *testing.T, g *shard.Group, within time.Duration, members ...string) shard.State {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	var last shard.State
+	for st := range g.Observe(ctx) {
+		last = st
+		live := map[string]bool{}
+		for _, m := range st.Members {
+			live[m] = true
+		}
+		all := slices.Equal(st.Members, members)
+		for _, o := range st.Owners {
+			all = all && live[o.Member]
+		}
+		if all {
+			return st
+		}
+	}
+	unowned := []int{}
+	for _, o := range last.Owners {
+		if o.Member == "" {
+			unowned = append(unowned, o.Shard)
+		}
+	}
+	t.Fatalf("within %v, never every shard owned by a live member: members %v, owners %v, unowned %v", within, last.Members, counts(last), unowned)
+	return last
+}
+
+// TestStuckShardGoesToALiveMember: a member whose fn ignores its Context
+// keeps running it after the drain timeout released the shard, and never
+// takes that shard again while it runs. After a loss of its lease it
+// rejoins as the youngest member, and the balance gave it back the very
+// shard whose fn is stuck: the shard stayed unowned although another
+// member was live. The stuck member now tells the group (its member key
+// names the shard), the others keep or take that shard (the stuck member
+// gets another), and once the fn returns the group stays balanced.
+func TestStuckShardGoesToALiveMember(t *testing.T) {
+	cli := client(t)
+	const n = 2
+	sess, err := session.New(cli, session.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sess.Close() })
+	log := &eventLog{}
+	stuck := make(chan struct{})
+	var stuckID atomic.Int64 // the first shard a drains: its fn ignores its Context
+	stuckID.Store(-1)
+	ga := newGroup(t, cli, "stuck", n, shard.WithSession(sess), shard.WithDrainTimeout(300*time.Millisecond))
+	start(t, ga, "a", log, func(ctx context.Context, s *shard.Shard) {
+		if stuckID.CompareAndSwap(-1, int64(s.ID())) {
+			<-stuck
+		}
+	})
+	settled(t, ga, "a")
+	gb := newGroup(t, cli, "stuck", n)
+	var armed atomic.Bool
+	var acted atomic.Int64
+	var moved sync.Map // shards b gave up after a rejoined
+	shard.SetHooks(gb, shard.Hooks{
+		Moving: func(id int) {
+			if armed.Load() {
+				moved.Store(id, true)
+			}
+		},
+		Acted: func(rev int64) { acted.Store(rev) },
+	})
+	start(t, gb, "b", log, nil)
+	settled(t, gb, "a", "b") // a's fn of the shard that moved is stuck from here on
+	t.Cleanup(func() {
+		select {
+		case <-stuck:
+		default:
+			close(stuck)
+		}
+	})
+
+	// a's lease ends under it: it loses its other shard (that fn returns)
+	// and rejoins as the youngest member; the balance would give it the
+	// shard whose fn is stuck.
+	if _, err := cli.Revoke(etcdtest.Context(t, 5*time.Second), sess.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	st := ownedByLive(t, gb, 10*time.Second, "a", "b")
+	// b's loop acted on that state: it kept every shard.
+	waitFor(t, func() bool { return acted.Load() >= st.Revision }, "b's loop to act on the state")
+	id := int(stuckID.Load())
+	if _, ok := moved.Load(id); ok {
+		t.Errorf("b gave shard %d up after a rejoined, while a's fn of it was stuck: it stays unowned", id)
+	}
+	owners, err := gb.Owners(etcdtest.Context(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := owners[id]; o.Member != "b" {
+		t.Errorf("while a's fn of shard %d is stuck: it is owned by %q, want b", id, o.Member)
+	}
+	for _, e := range log.snapshot() {
+		if e.member == "a" && e.kind == "return" && e.shard == id {
+			t.Fatalf("a's fn of shard %d returned while stuck", e.shard)
+		}
+	}
+	close(stuck) // the fn returns: the group is balanced, every shard owned
+	settled(t, gb, "a", "b")
+}
