@@ -510,8 +510,15 @@ func Shards(ctx context.Context, cfg ShardsConfig, progress io.Writer) (ShardsRe
 		res.Restarts, res.RestartSeconds, res.RestartP50, res.RestartP99)
 	r.stop()
 
-	// The history, from before the first join to the last restart's balance.
-	h, err := replayShards(context.Background(), cli, prefix, cfg.Shards, rev0, bounds)
+	// The history, from before the first join to after every member's
+	// exit: moves are counted to the last restart's balance, owners to the
+	// end, so that every enter the ledger saw, an interrupted restart's
+	// too, is judged against it.
+	end, err := currentRevision(context.Background(), cli)
+	if err != nil {
+		return res, fmt.Errorf("shards: %w", err)
+	}
+	h, err := replayShards(context.Background(), cli, prefix, cfg.Shards, rev0, bounds, end)
 	if err != nil {
 		return res, fmt.Errorf("shards: reading etcd's history: %w", err)
 	}
@@ -594,13 +601,16 @@ type shardsHistory struct {
 	violations  []string
 }
 
-// replayShards reads the group's keys' history from rev0+1 to the last of
-// bounds with a watch, and replays each shard's queue: its owner at each
-// revision is its oldest key (as shard.Inspect reads it), valued the
-// member's name.
-func replayShards(ctx context.Context, cli *clientv3.Client, prefix string, count int, rev0 int64, bounds []int64) (shardsHistory, error) {
+// replayShards reads the group's keys' history from rev0+1 to end with a
+// watch, and replays each shard's queue: its owner at each revision is its
+// oldest key (as shard.Inspect reads it), valued the member's name. Moves
+// are counted between the first and the last of bounds (per bound in
+// perRestart); every owner to end is kept, for notOwners: end is the
+// revision after the members' last write to the ledger, so that a run cut
+// short between two bounds still judges every enter it made.
+func replayShards(ctx context.Context, cli *clientv3.Client, prefix string, count int, rev0 int64, bounds []int64, end int64) (shardsHistory, error) {
 	h := shardsHistory{perRestart: make([]int, len(bounds)-1), owners: make([]map[fencing.Token]bool, count)}
-	end := bounds[len(bounds)-1]
+	end = max(end, bounds[len(bounds)-1])
 	type key struct {
 		rev    int64
 		member string
@@ -640,7 +650,7 @@ func replayShards(ctx context.Context, cli *clientv3.Client, prefix string, coun
 			}
 			top[id] = max(top[id], t)
 			h.owners[id][t] = true
-			if last[id] != "" && last[id] != best.member && rev > bounds[0] {
+			if last[id] != "" && last[id] != best.member && rev > bounds[0] && rev <= bounds[len(bounds)-1] {
 				h.moves++
 				if i, _ := slices.BinarySearch(bounds, rev); i > 0 && i <= len(h.perRestart) {
 					h.perRestart[i-1]++

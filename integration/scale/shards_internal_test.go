@@ -59,14 +59,29 @@ func TestShardsHistoryJudge(t *testing.T) {
 	del("s/00000/d")             // 0: unowned
 	put("s/00000/f", "z")        // 0: x → z, a move
 	end := put("s/00001/g", "z") // a waiter of 1: no change
-	put("s/00001/h", "z")        // after the last bound: not read
+	// After the last bound (a restart the deadline cut short): no move
+	// counted, but its owners are judged.
+	del("s/00001/e")               // 1: y → z (g), not counted
+	after := put("s/00000/i", "y") // a waiter of 0
+	del("s/00000/f")               // 0: z → y (i), not counted
+	last := put("s/00001/h", "z")  // the ledger's end
+	put("s/00001/j", "z")          // after the end: not read
 
-	h, err := replayShards(ctx, cli, prefix, 2, rev0, []int64{start, mid, end})
+	h, err := replayShards(ctx, cli, prefix, 2, rev0, []int64{start, mid, end}, last)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if h.moves != 3 || h.perRestart[0] != 2 || h.perRestart[1] != 1 || h.regressions != 0 {
 		t.Fatalf("moves %d (per bound %v), regressions %d; want 3 ([2 1]), 0", h.moves, h.perRestart, h.regressions)
+	}
+	// The enters after the last bound, by owners etcd's history shows once
+	// replayed to the end, are not named.
+	cut := &shardsLedger{shards: map[string]*shardsHold{
+		"judge/0": {entered: []fencing.Token{fencing.Token(after)}},
+		"judge/1": {entered: []fencing.Token{fencing.Token(end)}},
+	}}
+	if got := h.notOwners(cut, "judge"); len(got) != 0 {
+		t.Fatalf("notOwners after the last bound = %q, want none: the replay must reach the ledger's end", got)
 	}
 	l := &shardsLedger{shards: map[string]*shardsHold{
 		"judge/0": {entered: []fencing.Token{fencing.Token(a), fencing.Token(waiter)}},
@@ -79,8 +94,8 @@ func TestShardsHistoryJudge(t *testing.T) {
 		// was the oldest is named.
 		t.Fatalf("notOwners = %q, want none", got)
 	}
-	l.shards["judge/1"].entered = append(l.shards["judge/1"].entered, fencing.Token(end))
+	l.shards["judge/1"].entered = append(l.shards["judge/1"].entered, fencing.Token(mid+1))
 	if got := h.notOwners(l, "judge"); len(got) != 1 {
-		t.Fatalf("notOwners = %q, want the enter by shard 1's waiter g (token %d)", got, end)
+		t.Fatalf("notOwners = %q, want the enter by a token that never owned shard 1 (%d)", got, mid+1)
 	}
 }
