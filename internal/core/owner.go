@@ -235,8 +235,8 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		l.Lose(errs.ErrLeaseExpired)
 		return fail(-1, errs.Lost(errs.ErrLeaseExpired))
-	case errors.Is(err, queue.ErrNotSent):
-		return fail(none, errs.ErrClosed)
+	case errors.Is(err, queue.ErrNotSent): // never sent: its session closed, or ctx ended while it was queued
+		return fail(none, failure(ctx, errs.ErrClosed))
 	case err != nil:
 		return fail(0, failure(ctx, err)) // the put may have applied unheard
 	}

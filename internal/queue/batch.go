@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -46,22 +47,35 @@ func NewBatcher(cli *clientv3.Client, stop context.Context, goFn func(fn func())
 	return &Batcher{cli: cli, stop: stop, Go: goFn}
 }
 
-// ErrNotSent is returned for an enqueue a closing session never sent.
-var ErrNotSent = errors.New("the session closed before the enqueue was sent")
+// ErrNotSent is returned for an enqueue that was never sent and never
+// will be: its session closed first, or its caller gave up while it was
+// queued, before a sender took it (then wrapped with the ctx's error).
+// Nothing can apply it: no fence needs raising.
+var ErrNotSent = errors.New("the enqueue was not sent")
 
 type pending struct {
-	ctx    context.Context
-	lease  clientv3.LeaseID
-	queue  string
-	size   int
-	cmps   []clientv3.Cmp
-	then   []clientv3.Op
-	els    []clientv3.Op
-	done   chan struct{}
-	resp   *clientv3.TxnResponse
-	err    error
-	waited atomic.Bool // its caller stopped waiting
+	ctx   context.Context
+	lease clientv3.LeaseID
+	queue string
+	size  int
+	cmps  []clientv3.Cmp
+	then  []clientv3.Op
+	els   []clientv3.Op
+	done  chan struct{}
+	resp  *clientv3.TxnResponse
+	err   error
+	state atomic.Int32 // queued, then taken by a sender or given up by its caller: whichever comes first
 }
+
+// A pending enqueue's state.
+const (
+	queued int32 = iota
+	taken
+	givenUp
+)
+
+// notSent is the error of an enqueue given up before a sender took it.
+func notSent(err error) error { return fmt.Errorf("%w: %w", ErrNotSent, err) }
 
 // maxInflight is how many enqueues of a session go alone at once, before
 // the next wait to go as a group: a few acquisitions at once see no added
@@ -92,15 +106,18 @@ func (b *Batcher) commit(ctx context.Context, lease clientv3.LeaseID, queue stri
 	case <-p.done:
 		return p.resp, p.err
 	case <-ctx.Done():
-		p.waited.Store(true)
+		if p.state.CompareAndSwap(queued, givenUp) {
+			return nil, notSent(ctx.Err()) // no sender can take it now
+		}
 		select {
 		case <-p.done: // answered meanwhile: that is its outcome
 			return p.resp, p.err
 		default:
 		}
-		// As a call cut short: it may still apply. ctx.Err, not the cause,
-		// which a caller may have set to any error (one that reads as a
-		// refusal, or as the lease's expiry, would skip the cleanup).
+		// Taken by a sender: as a call cut short, it may still apply.
+		// ctx.Err, not the cause, which a caller may have set to any error
+		// (one that reads as a refusal, or as the lease's expiry, would
+		// skip the cleanup).
 		return nil, ctx.Err()
 	}
 }
@@ -177,11 +194,12 @@ func (b *Batcher) take() []*pending {
 func (b *Batcher) send(g []*pending) {
 	live := g[:0:0]
 	for _, p := range g {
-		if p.waited.Load() || p.ctx.Err() != nil {
-			p.finish(nil, context.Cause(p.ctx)) // gone: not sent at all
-		} else {
+		if p.ctx.Err() == nil && p.state.CompareAndSwap(queued, taken) {
 			live = append(live, p)
+			continue
 		}
+		p.state.CompareAndSwap(queued, givenUp)
+		p.finish(nil, notSent(p.ctx.Err())) // gone: not sent at all
 	}
 	switch len(live) {
 	case 0:

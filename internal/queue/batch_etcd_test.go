@@ -199,7 +199,8 @@ func TestBatcherRefusedGroupGoesOneByOne(t *testing.T) {
 
 // stagedClient holds its first n transactions until release is called and
 // the next one until its ctx ends: a group's request that never returns
-// unless cut short.
+// unless cut short. held counts the first n once they are held, and the
+// next once it is.
 func stagedClient(t *testing.T, n int) (cli *clientv3.Client, held func() int, release func()) {
 	t.Helper()
 	var mu sync.Mutex
@@ -218,7 +219,7 @@ func stagedClient(t *testing.T, n int) (cli *clientv3.Client, held func() int, r
 				mu.Lock()
 				calls++
 				call := calls
-				if call <= n {
+				if call <= n+1 {
 					blocked++
 				}
 				mu.Unlock()
@@ -256,12 +257,15 @@ func fillSlots(t *testing.T, ctx context.Context, cli *clientv3.Client, b *queue
 	return &wg
 }
 
-// A queued enqueue whose caller gives up returns as a call cut short
-// does, whatever the caller's cause: ctx.Err, and unheard (its group may
-// still apply it, and only the fence's cleanup makes that harmless). A
-// cause that reads as a refusal would otherwise skip the cleanup and
-// leave the key on the live lease.
-func TestBatcherQueuedCallerGivingUpIsUnheard(t *testing.T) {
+// A queued enqueue whose caller gives up before a sender took it is
+// never sent: it returns ErrNotSent with ctx's error, and is not unheard,
+// so its cleanup raises no fence (a cold start of a shard group cancels
+// thousands of acquisitions queued this way, and each fence raised was a
+// write). Whatever the caller's cause, the error is ctx.Err's, never one
+// that reads as a refusal. Given up once a sender took it, it returns as
+// a call cut short does: ctx.Err, and unheard (its request may still
+// apply it, and only the fence's cleanup makes that harmless).
+func TestBatcherQueuedCallerGivingUp(t *testing.T) {
 	ctx := etcdtest.Context(t, 30*time.Second)
 	cli, held, release := stagedClient(t, queue.MaxInflight)
 	g, err := cli.Grant(ctx, 30)
@@ -273,26 +277,43 @@ func TestBatcherQueuedCallerGivingUpIsUnheard(t *testing.T) {
 	b := queue.NewBatcher(cli, ctx, func(fn func()) bool { wg.Go(fn); return true })
 	base := fmt.Sprintf("/batch-gaveup-%d/v1/mutex/", time.Now().UnixNano())
 	direct := fillSlots(t, ctx, cli, b, g.ID, held, base)
-	cctx, cancel := context.WithCancelCause(ctx)
 	type out struct {
 		unheard bool
 		err     error
 	}
-	got := make(chan out, 1)
-	go func() {
-		var f queue.Fence
-		p := base + "queued/"
-		_, unheard, err := queue.Enqueue(cctx, cli, b, &f, queue.FenceKey(p, g.ID), g.ID, p+"k", "v", p, nil, nil)
-		got <- out{unheard, err}
-	}()
+	enqueue := func(name string) (func(error), <-chan out) {
+		cctx, cancel := context.WithCancelCause(ctx)
+		got := make(chan out, 1)
+		go func() {
+			var f queue.Fence
+			p := base + name + "/"
+			_, unheard, err := queue.Enqueue(cctx, cli, b, &f, queue.FenceKey(p, g.ID), g.ID, p+"k", "v", p, nil, nil)
+			got <- out{unheard, err}
+		}()
+		return cancel, got
+	}
+
+	cancel, got := enqueue("queued")
 	waitUntil(t, func() bool { return queue.Queued(b) == 1 }, "the enqueue queued")
 	cancel(rpctypes.ErrGRPCPermissionDenied)
 	o := <-got
-	if !o.unheard || !errors.Is(o.err, context.Canceled) || retry.Permanent(o.err) {
-		t.Errorf("a queued enqueue given up: unheard=%v err=%v; want unheard, context.Canceled", o.unheard, o.err)
+	if o.unheard || !errors.Is(o.err, queue.ErrNotSent) || !errors.Is(o.err, context.Canceled) || retry.Permanent(o.err) {
+		t.Errorf("a queued enqueue given up before it was sent: unheard=%v err=%v; want not unheard, ErrNotSent and context.Canceled", o.unheard, o.err)
 	}
-	release()
+
+	cancel, got = enqueue("taken")
+	waitUntil(t, func() bool { return queue.Queued(b) == 2 }, "the second enqueue queued beside the first (never sent)")
+	release() // the slots free: a sender takes both, and the second's request is held until its ctx ends
+	waitUntil(t, func() bool { return held() == queue.MaxInflight+1 }, "a sender to send the second")
 	direct.Wait()
+	cancel(rpctypes.ErrGRPCPermissionDenied)
+	o = <-got
+	if !o.unheard || errors.Is(o.err, queue.ErrNotSent) || !errors.Is(o.err, context.Canceled) || retry.Permanent(o.err) {
+		t.Errorf("an enqueue given up once a sender took it: unheard=%v err=%v; want unheard, context.Canceled", o.unheard, o.err)
+	}
+	if r, err := cli.Get(ctx, base+"queued/k"); err != nil || len(r.Kvs) != 0 {
+		t.Errorf("the enqueue given up while queued: its key %v, %v; want it never sent", r, err)
+	}
 }
 
 // A sender goroutine's request ends with the session (stop), so that
