@@ -9,3 +9,14 @@ func Queued(b *Batcher) int {
 
 // MaxInflight is maxInflight.
 const MaxInflight = maxInflight
+
+// Joined is how many Raise callers of key wait for the raise after the
+// one in flight.
+func Joined(f *Fence, key string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if r := f.raises[key]; r != nil && r.next != nil {
+		return r.next.joined
+	}
+	return 0
+}

@@ -24,7 +24,24 @@ type Fence struct {
 		prefix, key string
 		lease       clientv3.LeaseID
 	}
-	last *enqueued // the newest plain enqueue's ops, for the next of the same key
+	last   *enqueued          // the newest plain enqueue's ops, for the next of the same key
+	raises map[string]*raiser // per fence key: the raise in flight, and the next
+}
+
+// raiser shares raises of one fence key: a caller that asks while one is
+// in flight joins the next, which starts once that one returned, so that
+// many cleanups at once (a shard group's member dropping hundreds of
+// acquisitions in flight when the group changes) cost two puts, not one
+// each. A raise sent after a caller asked voids every enqueue that caller
+// could have sent before: sharing it is as safe as sending one's own.
+type raiser struct {
+	cur, next *raiseCall // in flight; not sent yet
+}
+
+type raiseCall struct {
+	done   chan struct{}
+	err    error
+	joined int // callers waiting for it (for tests)
 }
 
 // enqueued is one plain enqueue's compares and ops (no Policy, no further
@@ -104,14 +121,61 @@ func (f *Fence) Moved(key string, v int64, read []*mvccpb.KeyValue, rev int64) b
 }
 
 // Raise puts the fence key on lease: once it returns nil, no enqueue that
-// compared an older version can apply.
+// compared an older version can apply. Callers at once share a put: one
+// that asks while a raise is in flight waits for the next, sent once that
+// one returned by the first of its callers to see it return (raiser).
 func (f *Fence) Raise(ctx context.Context, cli *clientv3.Client, lease clientv3.LeaseID, key string) error {
-	resp, err := cli.Txn(clientv3.WithRequireLeader(ctx)).Then(clientv3.OpPut(key, "", clientv3.WithLease(lease)), FenceGet(key)).Commit()
-	if err != nil {
-		return err
+	f.mu.Lock()
+	if f.raises == nil {
+		f.raises = map[string]*raiser{}
 	}
-	f.Moved(key, 0, resp.Responses[1].GetResponseRange().Kvs, resp.Header.Revision)
-	return nil
+	r := f.raises[key]
+	if r == nil {
+		r = &raiser{}
+		f.raises[key] = r
+	}
+	if r.cur == nil {
+		c := &raiseCall{done: make(chan struct{})}
+		r.cur = c
+		f.mu.Unlock()
+		return f.raise(ctx, cli, lease, key, r, c)
+	}
+	if r.next == nil {
+		r.next = &raiseCall{done: make(chan struct{})}
+	}
+	c, cur := r.next, r.cur
+	c.joined++
+	f.mu.Unlock()
+	for {
+		select {
+		case <-c.done:
+			return c.err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-cur.done:
+			f.mu.Lock()
+			if r.cur == nil && r.next == c { // this caller sends the next
+				r.cur, r.next = c, nil
+				f.mu.Unlock()
+				return f.raise(ctx, cli, lease, key, r, c)
+			}
+			cur = c // another of its callers sent it
+			f.mu.Unlock()
+		}
+	}
+}
+
+// raise sends c, r's raise in flight, and tells its callers.
+func (f *Fence) raise(ctx context.Context, cli *clientv3.Client, lease clientv3.LeaseID, key string, r *raiser, c *raiseCall) error {
+	resp, err := cli.Txn(clientv3.WithRequireLeader(ctx)).Then(clientv3.OpPut(key, "", clientv3.WithLease(lease)), FenceGet(key)).Commit()
+	if err == nil {
+		f.Moved(key, 0, resp.Responses[1].GetResponseRange().Kvs, resp.Header.Revision)
+	}
+	f.mu.Lock()
+	r.cur, c.err = nil, err
+	close(c.done)
+	f.mu.Unlock()
+	return err
 }
 
 // see keeps the newest read: a fence key deleted by hand reads 0 again,
