@@ -187,3 +187,99 @@ func TestAssignNeverGivesAMemberAShardStuckOnIt(t *testing.T) {
 		}
 	}
 }
+
+// TestAssignerIsAssign: the incremental assigner answers assign's result
+// for every shard after every change of an owner, from arbitrary owners,
+// members and stuck shards, and each member's wanted set, kept current by
+// follow from the touched shards alone, is the set assign gives it.
+func TestAssignerIsAssign(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for trial := range 400 {
+		n, m := 1+r.IntN(150), 1+r.IntN(9)
+		owner := make([]int, n)
+		for s := range owner {
+			owner[s] = r.IntN(m+1) - 1
+		}
+		var stuck [][]int
+		if trial%3 == 0 {
+			stuck = make([][]int, m)
+			for range r.IntN(4) {
+				i := r.IntN(m)
+				stuck[i] = append(stuck[i], r.IntN(n))
+			}
+		}
+		a := newAssigner(n, m, owner, stuck)
+		a.take()
+		w := make([][]bool, m)
+		spans := make([][2]int, m)
+		for i := range w {
+			w[i] = make([]bool, n)
+			for s := range w[i] {
+				w[i][s] = a.target(s) == i
+			}
+			spans[i][0], spans[i][1] = a.span(i)
+		}
+		for step := range 60 {
+			for range 1 + r.IntN(4) {
+				s, o := r.IntN(n), r.IntN(m+1)-1
+				if r.IntN(3) == 0 {
+					o = assign(n, m, owner, stuck)[s] // a move the assignment asked for
+				}
+				owner[s] = o
+				a.setOwner(s, o)
+			}
+			want := assign(n, m, owner, stuck)
+			for s := range want {
+				if got := a.target(s); got != want[s] {
+					t.Fatalf("trial %d step %d (n=%d m=%d stuck %v): shard %d: assigner %d, assign %d", trial, step, n, m, stuck, s, got, want[s])
+				}
+			}
+			touched, shifts := a.take()
+			for i := range w {
+				_, spans[i][0], spans[i][1] = a.follow(i, w[i], spans[i][0], spans[i][1], touched, shifts, nil)
+				for s := range want {
+					if w[i][s] != (want[s] == i) {
+						t.Fatalf("trial %d step %d (n=%d m=%d): member %d's wanted set says %v for shard %d, assign gives it to %d", trial, step, n, m, i, w[i][s], s, want[s])
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestAssignerWorkFollowsTheChanges: in a group of 16,384 shards over 50
+// members, one owner's change costs a member's follow a handful of
+// evaluations, not one per shard: a cold start's every acquisition and
+// release is such a change, seen by every member.
+func TestAssignerWorkFollowsTheChanges(t *testing.T) {
+	const n, m = 16384, 50
+	r := rand.New(rand.NewPCG(7, 8))
+	owner := make([]int, n)
+	for s := range owner {
+		owner[s] = -1 // a cold start: nothing owned yet
+	}
+	a := newAssigner(n, m, owner, nil)
+	a.take()
+	w := make([]bool, n)
+	for s := range w {
+		w[s] = a.target(s) == 7
+	}
+	lo, hi := a.span(7)
+	most := 0
+	for range 5000 {
+		s := r.IntN(n)
+		o := r.IntN(m+1) - 1
+		if r.IntN(2) == 0 {
+			o = a.target(s) // the move the assignment asks for
+		}
+		a.setOwner(s, o)
+		touched, shifts := a.take()
+		a.evals = 0
+		_, lo, hi = a.follow(7, w, lo, hi, touched, shifts, nil)
+		most = max(most, a.evals)
+	}
+	if most > 32 {
+		t.Fatalf("a change of one owner cost up to %d evaluations of member 7's follow in a group of %d shards, want a handful", most, n)
+	}
+	t.Logf("one owner's change: at most %d evaluations in a group of %d shards", most, n)
+}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -121,6 +122,29 @@ var errBusy = errors.New("shard: held by another member") // never returned: Run
 
 // read returns the group's keys at one revision.
 func (g *Group) read(ctx context.Context) (*view, error) { return g.readAt(ctx, 0) }
+
+// readMembers returns the group's live members and the revision read.
+func (g *Group) readMembers(ctx context.Context) (map[string]member, int64, error) {
+	var resp *clientv3.GetResponse
+	err := retry.Reads(ctx, func(ctx context.Context) (err error) {
+		resp, err = g.cli.Get(ctx, g.prefix+memberSeg, clientv3.WithPrefix())
+		return err
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return parseMembers(g.prefix, resp.Kvs), resp.Header.Revision, nil
+}
+
+func parseMembers(prefix string, kvs []*mvccpb.KeyValue) map[string]member {
+	out := make(map[string]member, len(kvs))
+	for _, kv := range kvs {
+		if m, ok := parseMember(prefix, kv); ok {
+			out[m.name] = m
+		}
+	}
+	return out
+}
 
 // readAt returns the group's keys at revision rev (0: the latest), or the
 // latest if rev was compacted.

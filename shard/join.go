@@ -22,22 +22,26 @@ import (
 // join puts the member's key on the session's lease, once the group's live
 // members were read and found to agree: same count, no other lease under
 // the name. A txn guarded by the members' ModRevision makes the check and
-// the put one step.
+// the put one step. It reads the member keys alone, and a txn that lost to
+// another member's join reads them again in its Else branch, so that each
+// further attempt costs one round trip (many members joining together must
+// not each read every shard key per attempt); the group is read whole
+// once, at the put's revision.
 func (e *run) join(ctx context.Context, lease *core.Lease, leases map[clientv3.LeaseID]bool, stuck []int) (*view, *core.Lease, int64, error) {
 	g := e.g
 	key := memberKey(g.prefix, e.member)
 	val := e.value(stuck)
+	members, rev, err := g.readMembers(ctx)
+	if err != nil {
+		return nil, nil, 0, err
+	}
 	for attempt := 0; ; attempt++ {
-		v, err := g.read(ctx)
-		if err != nil {
-			return nil, nil, 0, err
-		}
 		var cur *core.Lease
 		if lease != nil && lease.Context().Err() == nil {
 			cur = lease
 		}
 		var mine *member
-		for name, m := range v.members {
+		for name, m := range members {
 			if m.value.Count != g.count {
 				return nil, nil, 0, fmt.Errorf("%w: group %q's live member %q uses %d shards, this Group %d", ErrCountMismatch, g.name, name, m.value.Count, g.count)
 			}
@@ -55,13 +59,14 @@ func (e *run) join(ctx context.Context, lease *core.Lease, leases map[clientv3.L
 		if err != nil {
 			return nil, nil, 0, err
 		}
-		for name, m := range v.members {
+		for name, m := range members {
 			if name != e.member && m.lease == l.ID() {
 				return nil, nil, 0, fmt.Errorf("%w: member %q of group %q runs on this lease already", ErrDuplicateMember, name, g.name)
 			}
 		}
 		if mine != nil && mine.lease == l.ID() && string(val) == string(mustValue(mine.value)) {
-			return v, l, v.rev, nil
+			v, err := g.readAt(ctx, rev)
+			return v, l, rev, err
 		}
 		exists := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
 		if mine != nil {
@@ -70,8 +75,9 @@ func (e *run) join(ctx context.Context, lease *core.Lease, leases map[clientv3.L
 		var resp *clientv3.TxnResponse
 		err = retry.Do(ctx, func(actx context.Context) (err error) {
 			resp, err = g.cli.Txn(clientv3.WithRequireLeader(actx)).
-				If(exists, clientv3.Compare(clientv3.ModRevision(g.prefix+memberSeg).WithPrefix(), "<", v.rev+1)).
-				Then(clientv3.OpPut(key, string(val), clientv3.WithLease(l.ID()))).Commit()
+				If(exists, clientv3.Compare(clientv3.ModRevision(g.prefix+memberSeg).WithPrefix(), "<", rev+1)).
+				Then(clientv3.OpPut(key, string(val), clientv3.WithLease(l.ID()))).
+				Else(clientv3.OpGet(g.prefix+memberSeg, clientv3.WithPrefix())).Commit()
 			return err
 		})
 		if err != nil {
@@ -94,8 +100,9 @@ func (e *run) join(ctx context.Context, lease *core.Lease, leases map[clientv3.L
 			}
 			return v, l, resp.Header.Revision, err
 		}
-		// A member joined or changed meanwhile: read again.
-		if err := retry.Sleep(ctx, time.Duration(attempt%10)*10*time.Millisecond); err != nil {
+		// A member joined or changed meanwhile: the Else branch read them.
+		members, rev = parseMembers(g.prefix, resp.Responses[0].GetResponseRange().Kvs), resp.Header.Revision
+		if err := retry.Sleep(ctx, time.Duration(attempt%4)*5*time.Millisecond); err != nil {
 			return nil, nil, 0, err
 		}
 	}

@@ -1,10 +1,12 @@
 package shard
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/internal/keys"
@@ -73,6 +75,21 @@ type member struct {
 	lease clientv3.LeaseID
 	rev   int64 // its key's CreateRevision: the join order
 	value memberValue
+}
+
+func newMember(name string, kv *mvccpb.KeyValue) member {
+	var mv memberValue
+	_ = json.Unmarshal(kv.Value, &mv) // a bad value counts as count 0: a mismatch
+	return member{name: name, lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision, value: mv}
+}
+
+// parseMember is kv as a member, if it is a member key under prefix.
+func parseMember(prefix string, kv *mvccpb.KeyValue) (member, bool) {
+	p := parseKey(prefix, string(kv.Key))
+	if p.kind != 'm' {
+		return member{}, false
+	}
+	return newMember(p.member, kv), true
 }
 
 // contender is one key of a shard's queue.

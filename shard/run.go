@@ -98,6 +98,7 @@ func (g *Group) Run(ctx context.Context, member string, fn func(ctx context.Cont
 		return fmt.Errorf("%w: WithRegisterer: %w", ErrInvalid, err)
 	}
 	e := &run{g: g, member: member, fn: fn, ctx: ctx, stop: cancel, met: met, events: make(chan func()), dead: make(chan struct{}),
+		index: map[string]int{}, want: make([]bool, g.count), mark: make([]bool, g.count),
 		local: map[int]*local{}, stuck: map[int]bool{}, vacancies: map[int]vacancy{}, leases: map[clientv3.LeaseID]bool{}, h: g.hooks}
 	if g.hooks == nil {
 		e.h = &hooks{}
@@ -133,11 +134,22 @@ type run struct {
 	dead   chan struct{}  // closed when the loop returned: late reports are dropped
 	wg     sync.WaitGroup // the goroutines that report through events
 
-	// The view of the group and the assignment at it (view.go).
-	v       *view
-	target  []string
-	wch     clientv3.WatchChan
-	wcancel context.CancelFunc
+	// The view of the group (view.go) and the assignment at it (assign.go).
+	v              *view
+	wch            clientv3.WatchChan
+	wcancel        context.CancelFunc
+	a              *assigner // nil: rebuilt at the next reconcile
+	order          []member  // the members in join order, as a knows them
+	index          map[string]int
+	me             int    // this member's index in order, or -1
+	in             bool   // this member is live in the view, on its lease
+	want           []bool // per shard: the assignment gives it to this member
+	span           [2]int // this member's run among the free shards (assigner.span)
+	membersChanged bool
+	dirty          []int  // shards whose keys changed since the last reconcile
+	mark           []bool // per shard: in dirty
+	redo           []int  // shards this member ended since: taken again if still its own
+	flips          []int  // scratch
 
 	// The shards (state.go) and their metrics (moves.go).
 	local     map[int]*local
@@ -236,9 +248,12 @@ func (e *run) loop() error {
 	}
 }
 
-// reconcile computes the assignment at the view and acts on it: takes the
-// shards it gives this member, gives up the others. It also joins again
-// when the member's key is gone (its lease ended).
+// reconcile keeps the assignment current with the view and acts on what
+// changed: takes the shards it now gives this member, gives up those it
+// no longer does. The work is proportional to the shards whose owner
+// changed since the last reconcile (assign.go's assigner); a change of the
+// members rebuilds the assignment, O(N). It also joins again when the
+// member's key is gone (its lease ended).
 func (e *run) reconcile() {
 	if e.leaving || e.v.rev < e.joinedRev {
 		return // the view is behind this member's own join
@@ -248,9 +263,25 @@ func (e *run) reconcile() {
 	if !in && !e.joining {
 		e.rejoin()
 	}
-	e.target = e.v.target()
-	for id, to := range e.target {
-		mine := in && to == e.member
+	flips := e.flips[:0]
+	full := e.a == nil || e.membersChanged || in != e.in
+	if e.a == nil || e.membersChanged {
+		e.rebuild()
+	} else {
+		for _, s := range e.dirty {
+			e.a.setOwner(s, e.ownerOf(s))
+		}
+		touched, shifts := e.a.take()
+		if e.me >= 0 {
+			flips, e.span[0], e.span[1] = e.a.follow(e.me, e.want, e.span[0], e.span[1], touched, shifts, flips)
+		}
+	}
+	for _, s := range e.dirty {
+		e.mark[s] = false
+	}
+	e.dirty, e.membersChanged, e.in = e.dirty[:0], false, in
+	act := func(id int) {
+		mine := in && e.want[id]
 		switch l := e.local[id]; {
 		case l == nil && mine:
 			e.acquire(id)
@@ -258,13 +289,84 @@ func (e *run) reconcile() {
 			e.step(l, evGiveUp, nil)
 		}
 	}
+	if full {
+		for id := range e.want {
+			act(id)
+		}
+	} else {
+		for _, id := range flips {
+			act(id)
+		}
+		for _, id := range e.redo {
+			act(id)
+		}
+	}
+	e.flips, e.redo = flips, e.redo[:0]
 	e.publish()
 	e.h.acted.call(e.v.rev)
 }
 
-// wants says whether the last assignment gives shard id to this member.
+// changed notes a watch event on shard s (-1: none) or on a member key.
+func (e *run) changed(s int, kind byte) {
+	switch {
+	case kind == 'm':
+		e.membersChanged = true
+	case s >= 0 && !e.mark[s]:
+		e.mark[s] = true
+		e.dirty = append(e.dirty, s)
+	}
+}
+
+// rebuild makes the assignment anew from the view: the members in join
+// order, each shard's owner (its oldest key's member, on that member's
+// lease), the shards stuck on each member.
+func (e *run) rebuild() {
+	e.order = e.v.order()
+	clear(e.index)
+	e.me = -1
+	var stuck [][]int
+	for i, m := range e.order {
+		e.index[m.name] = i
+		if m.name == e.member {
+			e.me = i
+		}
+		if len(m.value.Stuck) > 0 {
+			if stuck == nil {
+				stuck = make([][]int, len(e.order))
+			}
+			stuck[i] = m.value.Stuck
+		}
+	}
+	owner := make([]int, e.g.count)
+	for s := range owner {
+		owner[s] = e.ownerOf(s)
+	}
+	e.a = newAssigner(e.g.count, len(e.order), owner, stuck)
+	e.a.take()
+	for s := range e.want {
+		e.want[s] = e.me >= 0 && e.a.target(s) == e.me
+	}
+	if e.me >= 0 {
+		e.span[0], e.span[1] = e.a.span(e.me)
+	}
+}
+
+// ownerOf is the member that owns shard s in the view (an index into
+// e.order), or -1: none, or a key left on an earlier lease of its name.
+func (e *run) ownerOf(s int) int {
+	h, ok := e.v.head(s)
+	if !ok {
+		return -1
+	}
+	if i, ok := e.index[h.member]; ok && e.order[i].lease == h.lease {
+		return i
+	}
+	return -1
+}
+
+// wants says whether the assignment gives shard id to this member.
 func (e *run) wants(id int) bool {
-	return !e.leaving && e.target != nil && e.target[id] == e.member && e.lease != nil && e.lease.Context().Err() == nil
+	return !e.leaving && e.in && e.want[id] && e.lease != nil && e.lease.Context().Err() == nil
 }
 
 // fail ends Run with err (the first one wins).

@@ -147,8 +147,7 @@ func (e *run) step(l *local, ev event, err error) {
 		}
 	case resting:
 		if ev == evRested || ev == evGiveUp && e.leaving {
-			e.stopTimers(l)
-			delete(e.local, l.id)
+			e.forget(l)
 		}
 	}
 }
@@ -267,14 +266,21 @@ func (e *run) finish(l *local) {
 		e.rest(l)
 		return
 	}
+	e.forget(l)
+}
+
+// forget ends shard l here: the loop takes it again if it is still this
+// member's.
+func (e *run) forget(l *local) {
 	e.stopTimers(l)
 	delete(e.local, l.id)
+	e.redo = append(e.redo, l.id)
 }
 
 // rest keeps shard l from being tried again for a while.
 func (e *run) rest(l *local) {
 	if e.leaving {
-		delete(e.local, l.id)
+		e.forget(l)
 		return
 	}
 	l.phase, l.again = resting, false

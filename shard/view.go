@@ -2,7 +2,6 @@ package shard
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -40,9 +39,7 @@ func (v *view) put(kv *mvccpb.KeyValue) int {
 	p := parseKey(v.prefix, string(kv.Key))
 	switch {
 	case p.kind == 'm':
-		var mv memberValue
-		_ = json.Unmarshal(kv.Value, &mv) // a bad value counts as count 0: a mismatch
-		v.members[p.member] = member{name: p.member, lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision, value: mv}
+		v.members[p.member] = newMember(p.member, kv)
 	case p.kind == 's' && p.shard < v.count:
 		q := v.queues[p.shard]
 		c := contender{key: string(kv.Key), member: string(kv.Value), lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision}
@@ -108,43 +105,6 @@ func (v *view) order() []member {
 	return out
 }
 
-// target is the assignment at this view: the member each shard should go
-// to ("" for none).
-func (v *view) target() []string {
-	ms := v.order()
-	names := make(map[string]int, len(ms))
-	for i, m := range ms {
-		names[m.name] = i
-	}
-	owner := make([]int, v.count)
-	for s := range owner {
-		owner[s] = -1
-		if h, ok := v.head(s); ok {
-			// An owner counts as the member only on the member's lease: a key
-			// left on an earlier lease of that name is not its own.
-			if i, ok := names[h.member]; ok && ms[i].lease == h.lease {
-				owner[s] = i
-			}
-		}
-	}
-	var stuck [][]int
-	for i, m := range ms {
-		if len(m.value.Stuck) > 0 {
-			if stuck == nil {
-				stuck = make([][]int, len(ms))
-			}
-			stuck[i] = m.value.Stuck
-		}
-	}
-	out := make([]string, v.count)
-	for s, i := range assign(v.count, len(ms), owner, stuck) {
-		if i >= 0 {
-			out[s] = ms[i].name
-		}
-	}
-	return out
-}
-
 // watch follows the group's keys from the view's revision on.
 func (e *run) watch() {
 	e.unwatch()
@@ -188,6 +148,7 @@ func (e *run) reread() bool {
 	}
 	e.v = v
 	clear(e.vacancies)
+	e.a = nil // rebuilt at the next reconcile
 	return true
 }
 
@@ -210,10 +171,12 @@ func (e *run) apply(wr clientv3.WatchResponse) {
 					vacated = append(vacated, gone{p.shard, h, ev.Kv.ModRevision})
 				}
 			}
-			e.v.del(key)
+			e.changed(e.v.del(key), p.kind)
 			continue
 		}
-		if s := e.v.put(ev.Kv); s >= 0 {
+		s := e.v.put(ev.Kv)
+		e.changed(s, parseKey(e.v.prefix, key).kind)
+		if s >= 0 {
 			if h, ok := e.v.head(s); ok && h.key == key && !e.leases[h.lease] {
 				e.taken(s) // another member took it
 			}
