@@ -128,11 +128,13 @@ bench-shard:
 # beside raw etcd concurrency where raw can do the same: 100,000 locks held
 # on one session, 10,000 waiters on one name over 10 clients, what each
 # costs the etcd server (its own metrics), a partition storm over 100,000
-# holders, 50 processes x 2,000 locks, the router over 1, 2 and 4 clusters.
-# A progress line per phase on stderr, one summary line on stdout, every
-# figure in SCALE_JSON. About 10 minutes on 2 cores (the storm's 100,000
-# re-acquisitions, paced, take 2 of them); SCALE_FLAGS="-quick" for a smoke
-# run, -only held,waiters,server,storm,processes,clusters for some phases.
+# holders, 50 processes x 2,000 locks, a shard group of 4,096 over 50
+# processes restarted in turn and started at once (cold), the router over 1,
+# 2 and 4 clusters. A progress line per phase on stderr, one summary line on
+# stdout, every figure in SCALE_JSON. About 12 minutes on 2 cores (the
+# storm's 100,000 re-acquisitions, paced, take 2 of them); SCALE_FLAGS="-quick"
+# for a smoke run, -only held,waiters,server,storm,processes,shards,cold,clusters
+# for some phases.
 SCALE_JSON ?= scale.json
 SCALE_FLAGS ?=
 bench-scale:

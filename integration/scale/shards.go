@@ -10,6 +10,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -253,13 +255,17 @@ type shardsRun struct {
 	procs    []*shardsProc
 	failures *[]string
 	res      *ShardsResult
+	profile  func(member string) string // a member's CPU profile file, if set
 }
 
 func (r *shardsRun) start(ctx context.Context, i int) (*shardsProc, error) {
+	args := []string{"-endpoint", r.endpoint, "-guard", r.guardURL, "-group", r.group, "-count", strconv.Itoa(r.count),
+		"-member", r.members[i], "-ttl", r.cfg.TTL.String()}
+	if r.profile != nil {
+		args = append(args, "-cpuprofile", r.profile(r.members[i]))
+	}
 	p := &shardsProc{member: r.members[i], done: make(chan struct{}),
-		Child: harness.NewChild(ctx, r.cfg.Binary, "shards", r.cfg.TTL+5*time.Second,
-			"-endpoint", r.endpoint, "-guard", r.guardURL, "-group", r.group, "-count", strconv.Itoa(r.count),
-			"-member", r.members[i], "-ttl", r.cfg.TTL.String())}
+		Child: harness.NewChild(ctx, r.cfg.Binary, "shards", r.cfg.TTL+5*time.Second, args...)}
 	p.Stdout = &p.stdout
 	if err := p.Start(); err != nil {
 		return nil, fmt.Errorf("shards: starting member %s: %w", r.members[i], err)
@@ -514,11 +520,7 @@ func Shards(ctx context.Context, cfg ShardsConfig, progress io.Writer) (ShardsRe
 	// exit: moves are counted to the last restart's balance, owners to the
 	// end, so that every enter the ledger saw, an interrupted restart's
 	// too, is judged against it.
-	end, err := currentRevision(context.Background(), cli)
-	if err != nil {
-		return res, fmt.Errorf("shards: %w", err)
-	}
-	h, err := replayShards(context.Background(), cli, prefix, cfg.Shards, rev0, bounds, end)
+	h, err := replayShards(context.Background(), cli, prefix, cfg.Shards, rev0, bounds)
 	if err != nil {
 		return res, fmt.Errorf("shards: reading etcd's history: %w", err)
 	}
@@ -601,16 +603,16 @@ type shardsHistory struct {
 	violations  []string
 }
 
-// replayShards reads the group's keys' history from rev0+1 to end with a
+// replayShards reads the group's keys' history from rev0+1 to now with a
 // watch, and replays each shard's queue: its owner at each revision is its
 // oldest key (as shard.Inspect reads it), valued the member's name. Moves
 // are counted between the first and the last of bounds (per bound in
-// perRestart); every owner to end is kept, for notOwners: end is the
-// revision after the members' last write to the ledger, so that a run cut
-// short between two bounds still judges every enter it made.
-func replayShards(ctx context.Context, cli *clientv3.Client, prefix string, count int, rev0 int64, bounds []int64, end int64) (shardsHistory, error) {
+// perRestart); every owner to now is kept, for notOwners: called once
+// every member exited, so that a run cut short between two bounds still
+// judges every enter it made. Now is a marker key put and deleted here
+// (no shard's), whose event ends the watch.
+func replayShards(ctx context.Context, cli *clientv3.Client, prefix string, count int, rev0 int64, bounds []int64) (shardsHistory, error) {
 	h := shardsHistory{perRestart: make([]int, len(bounds)-1), owners: make([]map[fencing.Token]bool, count)}
-	end = max(end, bounds[len(bounds)-1])
 	type key struct {
 		rev    int64
 		member string
@@ -622,10 +624,17 @@ func replayShards(ctx context.Context, cli *clientv3.Client, prefix string, coun
 	for i := range queues {
 		queues[i], h.owners[i] = map[string]key{}, map[fencing.Token]bool{}
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute) // a loaded machine replays a cold start's 100,000s of revisions slowly
 	defer cancel()
 	sprefix := prefix + "s/"
-	wch := cli.Watch(clientv3.WithRequireLeader(ctx), sprefix, clientv3.WithPrefix(), clientv3.WithRev(rev0+1), clientv3.WithProgressNotify())
+	marker := sprefix + "~end"
+	mr, err := cli.Put(ctx, marker, "")
+	if err != nil {
+		return h, err
+	}
+	end := mr.Header.Revision
+	defer func() { _, _ = cli.Delete(context.Background(), marker) }()
+	wch := cli.Watch(clientv3.WithRequireLeader(ctx), sprefix, clientv3.WithPrefix(), clientv3.WithRev(rev0+1))
 	touched := map[int]bool{}
 	settle := func(rev int64) {
 		for id := range touched {
@@ -660,18 +669,6 @@ func replayShards(ctx context.Context, cli *clientv3.Client, prefix string, coun
 		}
 		clear(touched)
 	}
-	go func() { // progress notifications tell when the watch caught up
-		t := time.NewTicker(200 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				_ = cli.RequestProgress(ctx)
-			}
-		}
-	}()
 	var cur int64
 	for wr := range wch {
 		if err := wr.Err(); err != nil {
@@ -679,7 +676,7 @@ func replayShards(ctx context.Context, cli *clientv3.Client, prefix string, coun
 		}
 		for _, ev := range wr.Events {
 			rev := ev.Kv.ModRevision
-			if rev > end {
+			if rev >= end { // the marker
 				settle(cur)
 				return h, nil
 			}
@@ -700,10 +697,6 @@ func replayShards(ctx context.Context, cli *clientv3.Client, prefix string, coun
 			} else {
 				queues[id][string(ev.Kv.Key)] = key{rev: ev.Kv.CreateRevision, member: string(ev.Kv.Value)}
 			}
-		}
-		if wr.IsProgressNotify() && wr.Header.Revision >= end {
-			settle(cur)
-			return h, nil
 		}
 	}
 	return h, fmt.Errorf("the watch ended before revision %d: %w", end, ctx.Err())
@@ -740,8 +733,20 @@ func shardsChildMain(ctx context.Context, args []string, stdout, stderr io.Write
 	count := fs.Int("count", 0, "the group's shard count")
 	member := fs.String("member", "", "this member's name")
 	ttl := fs.Duration("ttl", 10*time.Second, "the session's lease TTL")
+	profile := fs.String("cpuprofile", "", "write this member's CPU profile to this file")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *profile != "" {
+		f, err := os.Create(*profile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "child shards: -cpuprofile: %v\n", err)
+			return 2
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
 	}
 	if *endpoint == "" || *guardURL == "" || *group == "" || *member == "" || *count < 1 {
 		fmt.Fprintln(stderr, "child shards: -endpoint, -guard, -group, -member and -count are required")

@@ -64,10 +64,9 @@ func TestShardsHistoryJudge(t *testing.T) {
 	del("s/00001/e")               // 1: y → z (g), not counted
 	after := put("s/00000/i", "y") // a waiter of 0
 	del("s/00000/f")               // 0: z → y (i), not counted
-	last := put("s/00001/h", "z")  // the ledger's end
-	put("s/00001/j", "z")          // after the end: not read
+	put("s/00001/h", "z")          // a waiter of 1: the ledger's end
 
-	h, err := replayShards(ctx, cli, prefix, 2, rev0, []int64{start, mid, end}, last)
+	h, err := replayShards(ctx, cli, prefix, 2, rev0, []int64{start, mid, end})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,3 +83,35 @@ func TestShardsRefusesBadConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestColdStart: member processes of a group started at once reach every
+// shard owned and the balance, each figure timed and the moves counted
+// from etcd's history, with no double ownership and nothing left in etcd.
+func TestColdStart(t *testing.T) {
+	cfg := scale.ColdConfig{Binary: os.Args[0], Members: 4, Shards: 64, TTL: 5 * time.Second,
+		Target: time.Minute, Wait: time.Minute, Deadline: 3 * time.Minute}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var progress strings.Builder
+	res, err := scale.Cold(ctx, cfg, &progress)
+	t.Log(progress.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range res.Failures {
+		t.Error(f)
+	}
+	if res.OwnedSeconds <= 0 || res.BalancedSeconds < res.OwnedSeconds || res.JoinedSeconds <= 0 {
+		t.Errorf("joined %.2f s, owned %.2f s, balanced %.2f s: want each timed, balanced last", res.JoinedSeconds, res.OwnedSeconds, res.BalancedSeconds)
+	}
+	if res.Joins < cfg.Members || res.Writes.ShardPuts < cfg.Shards || res.Revisions <= 0 || res.HistoryEvents < cfg.Shards {
+		t.Errorf("joins %d, writes %+v, revisions %d, history events %d: want at least a join per member and a put per shard", res.Joins, res.Writes, res.Revisions, res.HistoryEvents)
+	}
+	if res.DoubleHistory != 0 || res.DoubleFenced != 0 || res.ChildErrors != 0 || res.KeysLeft != 0 {
+		t.Errorf("double ownership %d (history) %d (fenced), %d child errors, %d keys left; want none",
+			res.DoubleHistory, res.DoubleFenced, res.ChildErrors, res.KeysLeft)
+	}
+	if res.FencedWrites < 2*cfg.Shards {
+		t.Errorf("%d fenced writes, want at least an enter and an exit per shard (%d)", res.FencedWrites, 2*cfg.Shards)
+	}
+}

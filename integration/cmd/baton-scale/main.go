@@ -3,14 +3,15 @@
 // prints one summary line on stdout; progress goes to stderr, every figure
 // to a JSON file (docs/scaling.md).
 //
-//	baton-scale [-quick] [-only held,waiters,server,storm,processes,clusters] [-held 100000] [-waiters 10000] [-clients 10] [-json scale.json]
+//	baton-scale [-quick] [-only held,waiters,server,storm,processes,shards,cold,clusters] [-held 100000] [-waiters 10000] [-clients 10] [-json scale.json]
 //
 // Phases: held (locks held on one session, in a child process), waiters
 // (a queue on one name, drained), server (etcd's watchers, keys and db
 // bytes per lock and per waiter), storm (holders cut off from etcd past
 // their leases, then back), processes (many OS processes against one
 // etcd), shards (a shard group of 4,096 over 50 processes, restarted in
-// turn), clusters (the router over several embedded clusters).
+// turn), cold (the same group's 50 processes started at once), clusters
+// (the router over several embedded clusters).
 package main
 
 import (
@@ -44,7 +45,7 @@ func main() {
 }
 
 // phases are every phase, in the order they run.
-var phases = []string{"held", "waiters", "server", "storm", "processes", "shards", "clusters"}
+var phases = []string{"held", "waiters", "server", "storm", "processes", "shards", "cold", "clusters"}
 
 // options are the command's flags.
 type options struct {
@@ -62,6 +63,7 @@ type options struct {
 	deadline     time.Duration
 	shardMembers int
 	shardCount   int
+	coldProfile  string
 	// Set by the phase file of the storm, processes and clusters phases.
 	processes, processLocks int
 }
@@ -131,8 +133,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.clients, "clients", 10, "etcd clients the waiters are spread over")
 	fs.IntVar(&o.waiterRuns, "waiter-rounds", 25, "drains of the 8-waiter queue whose handoff p99 is the baseline")
 	fs.IntVar(&o.rawWaiters, "raw-waiters", 1000, "largest queue raw etcd concurrency drains too (0: none)")
-	fs.IntVar(&o.shardMembers, "shard-members", 0, "member processes of the shards phase (0: 50, 5 with -quick)")
-	fs.IntVar(&o.shardCount, "shard-count", 0, "shards of the shards phase's large group (0: 4096, 256 with -quick)")
+	fs.IntVar(&o.shardMembers, "shard-members", 0, "member processes of the shards and cold phases (0: 50, 5 with -quick)")
+	fs.IntVar(&o.shardCount, "shard-count", 0, "shards of the shards phase's large group and of the cold phase's (0: 4096, 256 with -quick)")
+	fs.StringVar(&o.coldProfile, "cold-profile", "", "directory where each member process of the cold phase writes its CPU profile")
 	fs.StringVar(&o.jsonPath, "json", "scale.json", "file to write every figure to as JSON; empty for none")
 	fs.DurationVar(&o.deadline, "deadline", 20*time.Minute, "bound on the whole run")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (server and clients) to this file")
@@ -181,10 +184,11 @@ type report struct {
 	Held       *scale.HeldResult     `json:"held,omitempty"`
 	Waiters    []scale.WaitersResult `json:"waiters,omitempty"`
 	Server     *scale.ServerCost     `json:"server,omitempty"`
-	// Storm, Processes, Shards and Clusters are those phases' results.
+	// Storm, Processes, Shards, Cold and Clusters are those phases' results.
 	Storm     any           `json:"storm,omitempty"`
 	Processes any           `json:"processes,omitempty"`
 	Shards    any           `json:"shards,omitempty"`
+	Cold      any           `json:"cold,omitempty"`
 	Clusters  any           `json:"clusters,omitempty"`
 	Summary   scale.Summary `json:"summary"`
 }

@@ -11,8 +11,8 @@ import (
 )
 
 // others are the phases that run their own members: storm, processes,
-// shards and clusters (integration/scale's storm.go, processes.go,
-// shards.go, clusters.go).
+// shards, cold and clusters (integration/scale's storm.go, processes.go,
+// shards.go, coldstart.go, clusters.go).
 var others = []other{
 	{"storm", func(ctx context.Context, o options, rep *report, progress io.Writer) error {
 		cfg := scale.DefaultStormConfig()
@@ -66,6 +66,26 @@ var others = []other{
 		}
 		rep.Shards = r
 		rep.failed("shards", r.Failures)
+		return nil
+	}},
+	{"cold", func(ctx context.Context, o options, rep *report, progress io.Writer) error {
+		cfg := scale.DefaultColdConfig()
+		if o.quick {
+			cfg.Members, cfg.Shards = 5, 256
+		}
+		if o.shardMembers > 0 {
+			cfg.Members = o.shardMembers
+		}
+		if o.shardCount > 0 {
+			cfg.Shards = o.shardCount
+		}
+		cfg.Profile = o.coldProfile
+		r, err := scale.Cold(ctx, cfg, progress)
+		if err != nil {
+			return err
+		}
+		rep.Cold = r
+		rep.failed("cold", r.Failures)
 		return nil
 	}},
 	{"clusters", func(ctx context.Context, o options, rep *report, progress io.Writer) error {
