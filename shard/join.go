@@ -128,6 +128,22 @@ func (e *run) stuckIDs() []int {
 	return slices.Sorted(maps.Keys(e.stuck))
 }
 
+// busyIDs are the shards whose fn still runs after their Context ended
+// (draining, being released, or stuck), sorted. A member joining again
+// after a loss names them all stuck at once: it cannot take them back
+// before their fns return, and the balance would give them back to it
+// (its later writes name the stuck ones alone).
+func (e *run) busyIDs() []int {
+	var out []int
+	for id, l := range e.local {
+		if (l.phase == draining || l.phase == releasing || l.phase == zombie) && !l.fnDone {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // publish writes the shards stuck here into the member's key when they
 // changed, so that every member's assignment gives them to others (this
 // member cannot take them while their fn runs). One write at a time,
@@ -170,7 +186,7 @@ func (e *run) publish() {
 // rejoin joins again on the session's next lease, in the background.
 func (e *run) rejoin() {
 	e.joining = true
-	prev, leases, stuck := e.lease, maps.Clone(e.leases), e.stuckIDs()
+	prev, leases, stuck := e.lease, maps.Clone(e.leases), e.busyIDs()
 	e.spawn(func() {
 		_, l, rev, err := e.join(e.ctx, prev, leases, stuck)
 		e.send(func() {

@@ -2,6 +2,7 @@ package shard_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -121,4 +122,75 @@ func TestStuckShardGoesToALiveMember(t *testing.T) {
 	}
 	close(stuck) // the fn returns: the group is balanced, every shard owned
 	settled(t, gb, "a", "b")
+}
+
+// TestRejoinNamesTheShardsStillDraining: a member that joins again after
+// a loss while its fns of the lost shards still drain (a long drain
+// timeout: they are not stuck yet) names them stuck in its join, so the
+// balance never gives them back to it: the member that took them keeps
+// them (and the rejoined member gets another). Named only once the drain
+// timed out, such a shard was given back to it by the rejoin's balance:
+// its owner gave it up, and it stayed unowned until the drain timed out.
+func TestRejoinNamesTheShardsStillDraining(t *testing.T) {
+	cli := client(t)
+	const n = 2
+	log := &eventLog{}
+	gb := newGroup(t, cli, "stuck-rejoin", n)
+	var armed atomic.Bool
+	var acted atomic.Int64
+	var moved sync.Map
+	shard.SetHooks(gb, shard.Hooks{
+		Moving: func(id int) {
+			if armed.Load() {
+				moved.Store(id, true)
+			}
+		},
+		Acted: func(rev int64) { acted.Store(rev) },
+	})
+	start(t, gb, "b", log, nil)
+	settled(t, gb, "b")
+	sess, err := session.New(cli, session.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sess.Close() })
+	stuck := make(chan struct{})
+	ga := newGroup(t, cli, "stuck-rejoin", n, shard.WithSession(sess), shard.WithDrainTimeout(20*time.Second))
+	start(t, ga, "a", log, func(ctx context.Context, s *shard.Shard) {
+		if errors.Is(context.Cause(ctx), shard.ErrLost) {
+			<-stuck // ignores a loss until the test lets it go
+		}
+	})
+	t.Cleanup(func() { // before a's Run is stopped, which waits for its fns
+		select {
+		case <-stuck:
+		default:
+			close(stuck)
+		}
+	})
+	st := settled(t, gb, "b", "a")
+	lost := -1 // a's shard, whose fn will ignore the loss
+	for _, o := range st.Owners {
+		if o.Member == "a" {
+			lost = o.Shard
+		}
+	}
+	armed.Store(true)
+	if _, err := cli.Revoke(etcdtest.Context(t, 5*time.Second), sess.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	st = ownedByLive(t, gb, 10*time.Second, "a", "b")
+	waitFor(t, func() bool { return acted.Load() >= st.Revision }, "b's loop to act on a's rejoin")
+	if _, ok := moved.Load(lost); ok {
+		t.Errorf("b gave shard %d up after a rejoined, while a's fn of it still drained: it bounced", lost)
+	}
+	owners, err := gb.Owners(etcdtest.Context(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := owners[lost]; o.Member != "b" {
+		t.Errorf("after a rejoined with its fn of shard %d draining: it is owned by %q, want b", lost, o.Member)
+	}
+	close(stuck)
+	settled(t, gb, "b", "a")
 }
