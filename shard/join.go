@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/planted"
 	"github.com/batonhq/baton/internal/retry"
 )
 
@@ -112,6 +113,9 @@ func mustValue(v memberValue) []byte { b, _ := json.Marshal(v); return b }
 
 // value is the member key's value, naming the shards stuck here.
 func (e *run) value(stuck []int) []byte {
+	if planted.On("s") {
+		stuck = nil
+	}
 	return mustValue(memberValue{Count: e.g.count, Identity: e.g.identity, Stuck: stuck})
 }
 

@@ -60,6 +60,7 @@ func check(h *History, cfg Config) *Report {
 	checkGranted(h, rep)
 	checkLockDelay(h, rep)
 	checkDrained(h, rep)
+	checkOwned(h, rep)
 	checkFrozenFenced(h, rep)
 	checkSharedKeys(h, rep)
 	checkDistinctTokens(h, rep)

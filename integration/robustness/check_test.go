@@ -1,6 +1,7 @@
 package robustness
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -593,5 +594,62 @@ func TestDistinctTokensCatchesTwoKeysOfOneQueueInOneRevision(t *testing.T) {
 	wantClean(t, rep)
 	if got := rep.Oracles["distinct-tokens"]; got != 2 {
 		t.Errorf("distinct-tokens judged %d creations, want 2", got)
+	}
+}
+
+// The shard group's ownership: a shard with no key queued while a live
+// member could take it is named once that lasts past the bound; not when
+// it is short, when every live member is stuck on it (its member key
+// names it), when a client was cut off as it began (a fault that began
+// later cuts the judged stretch short), or while the only member that
+// could take it had just joined.
+func TestOwnedCatchesAShardNobodyQueuesOn(t *testing.T) {
+	const g = "/robust/v1/shard/g0/"
+	for _, tc := range []struct {
+		name          string
+		member        string        // m0's value
+		joined        time.Duration // when m0's key was seen made (shard 1 is released at 10 s)
+		gap           time.Duration
+		fault         string
+		wantViolation bool
+	}{
+		{"unqueued past the bound", `{"count":4}`, 0, 4 * time.Second, "", true},
+		{"unqueued briefly", `{"count":4}`, 0, 500 * time.Millisecond, "", false},
+		{"stuck on the only live member", `{"count":4,"stuck":[1]}`, 0, 4 * time.Second, "", false},
+		{"stuck on another shard", `{"count":4,"stuck":[2]}`, 0, 4 * time.Second, "", true},
+		{"a client cut off", `{"count":4}`, 0, 4 * time.Second, FaultBlackhole, false},
+		{"a client cut off after the bound", `{"count":4}`, 0, 6 * time.Second, FaultBlackhole + " late", true},
+		{"just joined", `{"count":4}`, 9500 * time.Millisecond, 4 * time.Second, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &History{}
+			for id := 0; id < shardCount; id++ {
+				h.Names = append(h.Names, NameInfo{Prim: "shard", Name: fmt.Sprintf("g0/%05d", id), Prefix: fmt.Sprintf("%ss/%05d/", g, id)})
+			}
+			k := func(id int, l string) string { return fmt.Sprintf("%ss/%05d/%s", g, id, l) }
+			h.Events = []history.Event{
+				put(2, g+"m/m0", 2, tc.member),
+				put(3, k(0, "a"), 3, "m0"), put(3, k(1, "a"), 3, "m0"), put(3, k(2, "a"), 3, "m0"), put(3, k(3, "a"), 3, "m0"),
+				del(4, k(1, "a"), 3), // shard 1 released: nobody queued
+				put(5, k(1, "b"), 5, "m0"),
+				del(6, g+"m/m0", 2), del(6, k(0, "a"), 3), del(6, k(1, "b"), 5), del(6, k(2, "a"), 3), del(6, k(3, "a"), 3),
+			}
+			at := func(d time.Duration) int64 { return int64(d) }
+			h.Seen = []Observed{{2, at(tc.joined)}, {3, at(tc.joined + time.Millisecond)}, {4, at(10 * time.Second)},
+				{5, at(10*time.Second + tc.gap)}, {6, at(11*time.Second + tc.gap)}}
+			h.End = 7
+			if kind, late := strings.CutSuffix(tc.fault, " late"); late {
+				h.Faults = []Fault{{Kind: kind, Start: at(13 * time.Second), End: at(14 * time.Second)}}
+			} else if tc.fault != "" {
+				h.Faults = []Fault{{Kind: tc.fault, Start: at(10 * time.Second), End: at(11 * time.Second)}}
+			}
+			rep := newReport(h)
+			checkOwned(h, rep)
+			if tc.wantViolation {
+				wantViolation(t, rep, "owned", "shard g0/00001: no member queued on it")
+				return
+			}
+			wantClean(t, rep)
+		})
 	}
 }

@@ -16,7 +16,9 @@
 // losses, RequestRelease, Oldest transfers past waiting candidates,
 // Preferred elections with priorities, versions, RequestEnd and
 // preemption, etcd's concurrency contenders in baton's prefixes, an
-// operator's `baton unlock/resign --force`, shard members, a waiter past
+// operator's `baton unlock/resign --force`, shard members (some of whose
+// fns outlive the drain timeout, one scenario in two a member whose fns
+// are stuck after a loss rejoining as the youngest), a waiter past
 // one read of its queue whose waiters ahead give up (give-up), and more
 // write locks of one name at once through one session than it sends alone
 // (twins). A run in which a kind made no acquisition fails (coverage).
@@ -46,7 +48,10 @@
 // returned to its caller within FreeBound or goes); every acquisition
 // returned a key etcd let hold (no candidate leads out of turn); no
 // holder acquires within a lock-delay of an unclean loss; no two keys of
-// one name are created in one revision (distinct tokens); every
+// one name are created in one revision (distinct tokens); a moved shard's
+// next owner starts only after the old fn returned (drained); a shard with
+// no key queued while a settled live member could take it (not one its
+// member key names stuck) gets one within 2 s (owned); every
 // Observe stream must move forward only, report the true state at each
 // revision it names, and converge after each fault; no key may be left
 // once everything is closed.

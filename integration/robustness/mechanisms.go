@@ -1106,76 +1106,148 @@ const (
 
 // shards: members of a group of shardCount shards join (Run), leave (its
 // ctx ends) and crash (an operator revokes a member's lease, a fault),
-// each owning shards as locks, writing evidence while it owns one.
+// each owning shards as locks, writing evidence while it owns one; some
+// fns outlive the drain timeout (stuck shards, given to other members).
+// Half the runs play the stuck scenario instead (shardsStuck).
 func (m *mech) shards(ctx context.Context, rng *rand.Rand) {
+	if rng.IntN(2) == 0 {
+		m.shardsStuck(ctx, rng)
+		return
+	}
 	var wg sync.WaitGroup
 	k := 3 + rng.IntN(2) // each joining member moves shards from those before
 	for i := 0; i < k; i++ {
 		g := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
-		who := fmt.Sprintf("%s.m%d", m.client(), i)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pause(ctx, time.Duration(g.IntN(1500))*time.Millisecond) // joins
-			s, err := session.New(m.cli, session.WithTTL(m.r.cfg.TTL))
-			if err != nil {
-				return
-			}
-			defer s.Close()
-			grp, err := shard.New(m.cli, "g0", shardCount, mutex.WithNamespace(m.r.cfg.Namespace), mutex.WithSession(s), shard.WithDrainTimeout(shardDrain))
-			if err != nil {
-				m.r.h.op(Op{Client: who, Kind: "shard.New", Call: now(), Return: now(), Err: err.Error()})
-				return
-			}
-			defer grp.Close()
-			rctx, cancel := context.WithTimeout(ctx, time.Duration(2000+g.IntN(4000))*time.Millisecond) // leaves
-			defer cancel()
-			if i == 0 && g.IntN(2) == 0 {
-				// Crashes: its lease revoked unannounced, a moment in.
-				crash := time.Duration(1000+g.IntN(2000)) * time.Millisecond
-				t := time.AfterFunc(crash, func() {
-					if s.Lease() == 0 {
-						return // no lease yet: nothing to crash
-					}
-					start := now()
-					actx, acancel := context.WithTimeout(context.Background(), 3*time.Second)
-					defer acancel()
-					lr, err := m.r.admin.Revoke(actx, s.Lease())
-					f := Fault{Kind: FaultShardCrash, Detail: fmt.Sprintf("%s: lease %x revoked", who, int64(s.Lease())), Start: start, End: now()}
-					if err == nil {
-						f.Revs = []int64{lr.Header.Revision}
-					} else {
-						f.Detail += " (" + err.Error() + ")"
-					}
-					m.r.h.fault(f)
-				})
-				defer t.Stop()
-			}
-			start := now()
-			// fn runs on a goroutine per shard: each call draws from a rand of its own.
-			seed, calls := g.Uint64(), atomic.Uint64{}
-			err = grp.Run(rctx, who, func(sctx context.Context, sh *shard.Shard) error {
-				g := rand.New(rand.NewPCG(seed, calls.Add(1)))
-				n := m.r.name("shard", fmt.Sprintf("g0/%05d", sh.ID()))
-				m.r.took(who, "shard.Own", n, now(), sh, nil, false)
-				for sctx.Err() == nil {
-					m.r.evidence(who, n, sh)
-					pause(sctx, time.Duration(50+g.IntN(250))*time.Millisecond)
+		join := time.Duration(g.IntN(1500)) * time.Millisecond
+		life := time.Duration(2000+g.IntN(4000)) * time.Millisecond
+		var crash time.Duration
+		if i == 0 && g.IntN(2) == 0 {
+			crash = time.Duration(1000+g.IntN(2000)) * time.Millisecond // its lease revoked unannounced, a moment in
+		}
+		wg.Go(func() {
+			m.shardMember(ctx, fmt.Sprintf("%s.m%d", m.client(), i), g, m.r.cfg.TTL, join, life, crash, false, func(g *rand.Rand, _ error) time.Duration {
+				// One in four ignores its Context past the drain timeout,
+				// 4 to 7 s more: its member names the shard stuck, and
+				// another live member must take it meanwhile (the owned
+				// check's bound is 3 s).
+				if g.IntN(4) == 0 {
+					return shardDrain + time.Duration(4000+g.IntN(3000))*time.Millisecond
 				}
-				// A drain: work that ends 200 to 700 ms after its Context,
-				// as a real fn's would, well within the drain timeout; the
-				// drained check times the return. (With 0 to 30 ms, a
-				// drain skipped was seen by few of a run's moves: the next
-				// owner's acquisition seldom returned that fast.)
-				time.Sleep(time.Duration(200+g.IntN(500)) * time.Millisecond)
-				t := now()
-				m.r.h.op(Op{Client: who, Kind: "shard.Return", Name: n.Name, Key: sh.Key(), Token: int64(sh.Token()), Call: t, Return: t})
-				return nil
+				return shardDrainWithin(g)
 			})
-			m.r.h.op(Op{Client: who, Kind: "shard.Run", Name: "g0", Call: start, Return: now(), Err: errString(err)})
-		}()
+		})
 	}
 	wg.Wait()
+}
+
+// shardsStuck: the member whose fns outlive their drain after a loss is
+// given those very shards back by the balance as it rejoins. m0 joins
+// alone and owns every shard; m1 joins and takes the upper half; m1's
+// lease is revoked a second after it took its first and m0 takes them
+// back; m1's fns of them ignore their Context for 6 s; m1 rejoins as the
+// youngest, and m0's excess is those shards. They must stay owned (by m0:
+// m1 names them stuck), not wait for m1's fns (the owned check). Its
+// sessions' TTL is 10 s: on a loaded machine the run's 3 s lose leases to
+// late renewals, and the scenario is about the revoke.
+func (m *mech) shardsStuck(ctx context.Context, rng *rand.Rand) {
+	var wg sync.WaitGroup
+	g0, g1 := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+	const ttl = 10 * time.Second
+	wg.Go(func() {
+		m.shardMember(ctx, m.client()+".m0", g0, ttl, 0, 14*time.Second, 0, false, func(g *rand.Rand, _ error) time.Duration { return shardDrainWithin(g) })
+	})
+	wg.Go(func() {
+		m.shardMember(ctx, m.client()+".m1", g1, ttl, 1500*time.Millisecond, 12*time.Second, time.Second, true, func(g *rand.Rand, cause error) time.Duration {
+			if errors.Is(cause, shard.ErrLost) {
+				return shardDrain + 5*time.Second
+			}
+			return shardDrainWithin(g)
+		})
+	})
+	wg.Wait()
+}
+
+// shardDrainWithin is a drain well within the drain timeout: work that
+// ends 200 to 700 ms after its Context, as a real fn's would; the drained
+// check times the return. (With 0 to 30 ms, a drain skipped was seen by
+// few of a run's moves: the next owner's acquisition seldom returned that
+// fast.)
+func shardDrainWithin(g *rand.Rand) time.Duration {
+	return time.Duration(200+g.IntN(500)) * time.Millisecond
+}
+
+// shardMember runs member who of g0 on a session of its own (ttl): it
+// joins after join, leaves life later, has its lease revoked crash after
+// it joined, or after its first fn started if onOwn (0: never), and each
+// fn, once its Context ended, drains for drain(its own rand, the cause)
+// before it returns.
+func (m *mech) shardMember(ctx context.Context, who string, g *rand.Rand, ttl, join, life, crash time.Duration, onOwn bool, drain func(*rand.Rand, error) time.Duration) {
+	pause(ctx, join)
+	s, err := session.New(m.cli, session.WithTTL(ttl))
+	if err != nil {
+		return
+	}
+	defer s.Close()
+	grp, err := shard.New(m.cli, "g0", shardCount, mutex.WithNamespace(m.r.cfg.Namespace), mutex.WithSession(s), shard.WithDrainTimeout(shardDrain))
+	if err != nil {
+		m.r.h.op(Op{Client: who, Kind: "shard.New", Call: now(), Return: now(), Err: err.Error()})
+		return
+	}
+	defer grp.Close()
+	var crashes sync.WaitGroup
+	defer crashes.Wait()
+	rctx, cancel := context.WithTimeout(ctx, life)
+	defer cancel()
+	owned := make(chan struct{}) // closed when the first fn starts
+	var ownOnce sync.Once
+	if crash > 0 {
+		crashes.Go(func() {
+			if onOwn {
+				select {
+				case <-owned:
+				case <-rctx.Done():
+					return
+				}
+			}
+			select {
+			case <-time.After(crash):
+			case <-rctx.Done():
+				return
+			}
+			if s.Lease() == 0 {
+				return // no lease yet: nothing to crash
+			}
+			start := now()
+			actx, acancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer acancel()
+			lr, err := m.r.admin.Revoke(actx, s.Lease())
+			f := Fault{Kind: FaultShardCrash, Detail: fmt.Sprintf("%s: lease %x revoked", who, int64(s.Lease())), Start: start, End: now()}
+			if err == nil {
+				f.Revs = []int64{lr.Header.Revision}
+			} else {
+				f.Detail += " (" + err.Error() + ")"
+			}
+			m.r.h.fault(f)
+		})
+	}
+	start := now()
+	// fn runs on a goroutine per shard: each call draws from a rand of its own.
+	seed, calls := g.Uint64(), atomic.Uint64{}
+	err = grp.Run(rctx, who, func(sctx context.Context, sh *shard.Shard) error {
+		g := rand.New(rand.NewPCG(seed, calls.Add(1)))
+		n := m.r.name("shard", fmt.Sprintf("g0/%05d", sh.ID()))
+		m.r.took(who, "shard.Own", n, now(), sh, nil, false)
+		ownOnce.Do(func() { close(owned) })
+		for sctx.Err() == nil {
+			m.r.evidence(who, n, sh)
+			pause(sctx, time.Duration(50+g.IntN(250))*time.Millisecond)
+		}
+		time.Sleep(drain(g, context.Cause(sctx)))
+		t := now()
+		m.r.h.op(Op{Client: who, Kind: "shard.Return", Name: n.Name, Key: sh.Key(), Token: int64(sh.Token()), Call: t, Return: t})
+		return nil
+	})
+	m.r.h.op(Op{Client: who, Kind: "shard.Run", Name: "g0", Call: start, Return: now(), Err: errString(err)})
 }
 
 // giveUp: a holder of u0, then 31 to 34 waiters on leases of their own

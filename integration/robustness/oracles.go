@@ -1,8 +1,11 @@
 package robustness
 
 import (
+	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -223,6 +226,171 @@ func checkDrained(h *History, rep *Report) {
 			}
 		}
 	}
+}
+
+// shardOwnedBound bounds how long a shard of the shard traffic's group may
+// have no key queued while a member that could take it had been live for
+// shardSettle: the round trip of the member whose assignment gives it the
+// shard (its view of the change, its enqueue), with room for a loaded
+// machine. A member that just joined is given shardSettle first: its join
+// reads the group and starts its watch before it acts, which on a loaded
+// machine took 2.4 s.
+const (
+	shardOwnedBound = 2 * time.Second
+	shardSettle     = 3 * time.Second
+)
+
+// checkOwned checks the shard group's assignment from etcd's history: a
+// shard with no key in its queue while some live member (its member key
+// present) is not stuck on it (its member key names the shards whose fn
+// outlived the drain there) gets a key within shardOwnedBound of the
+// later of the stretch's start and that member's join + shardSettle,
+// unless a fault of the cluster or of a client, or a disturbance, was
+// near: every member computes who takes it, and one does. A member whose assignment
+// missed a shard (the incremental assigner), or a shard given back to the
+// member its fn is stuck on (the stuck reassignment), leaves it unqueued
+// for as long as the group does not change.
+func checkOwned(h *History, rep *Report) {
+	var group string
+	for _, n := range h.Names {
+		if n.Prim == "shard" {
+			group = n.Prefix[:len(n.Prefix)-len("s/00000/")]
+			break
+		}
+	}
+	if group == "" {
+		return
+	}
+	rep.Histories++
+	members := map[string][]int{} // live member -> its stuck shards
+	joined := map[string]int64{}  // live member -> when its key was made
+	queued := make([]int, shardCount)
+	begun := make([]int64, shardCount) // the revision an unqueued stretch began; 0: none
+	eligible := func(s int) []string {
+		var out []string
+		for m, stuck := range members {
+			if !slices.Contains(stuck, s) {
+				out = append(out, m)
+			}
+		}
+		sort.Strings(out)
+		return out
+	}
+	judge := func(s int, from, to int64, live []string, settled int64) {
+		t1, ok1 := h.seenAt(from)
+		t2, ok2 := h.seenAt(to)
+		if !ok1 || !ok2 {
+			return
+		}
+		// Judged up to the first fault of the cluster or of a client, or
+		// disturbance, near it: the members may not have heard, or could
+		// not act, from then on; not at all if one was in progress as it
+		// began.
+		if f, ok := h.firstTrouble(t1-int64(time.Second), t2); ok {
+			if f <= t1 {
+				return
+			}
+			t2 = f
+		}
+		start := max(t1, settled)
+		if start >= t2 {
+			return // none of them had settled in
+		}
+		rep.judged("owned")
+		if d := time.Duration(t2 - start); d > shardOwnedBound {
+			rep.add("owned", fmt.Sprintf("shard g0/%05d: no member queued on it for %v (revisions %d to %d, from %s, judged to %s) while %v were live and not stuck on it",
+				s, time.Duration(t2-t1).Round(time.Millisecond), from, to, since(h.Start, t1), since(h.Start, t2), live), from)
+		}
+	}
+	var last int64
+	live := make([][]string, shardCount) // who could take each unqueued shard when it began
+	settled := make([]int64, shardCount) // when the first of them had been live shardSettle
+	step := func(rev int64) {
+		for s := range queued {
+			open := queued[s] == 0 && len(members) > 0
+			var can []string
+			if open {
+				can = eligible(s)
+				open = len(can) > 0
+			}
+			switch {
+			case open && begun[s] == 0:
+				begun[s], live[s], settled[s] = rev, can, 1<<62
+				for _, m := range can {
+					settled[s] = min(settled[s], joined[m]+int64(shardSettle))
+				}
+			case !open && begun[s] != 0:
+				judge(s, begun[s], rev, live[s], settled[s])
+				begun[s] = 0
+			}
+		}
+	}
+	for _, e := range h.Events {
+		rest, ok := strings.CutPrefix(e.Key, group)
+		if !ok {
+			continue
+		}
+		if last != 0 && e.Rev != last {
+			step(last)
+		}
+		last = e.Rev
+		if name, ok := strings.CutPrefix(rest, "m/"); ok {
+			if e.Delete {
+				delete(members, name)
+				delete(joined, name)
+				continue
+			}
+			if e.Create == e.Rev {
+				joined[name], _ = h.seenAt(e.Rev)
+			}
+			var v struct {
+				Stuck []int `json:"stuck"`
+			}
+			_ = json.Unmarshal([]byte(e.Value), &v)
+			members[name] = v.Stuck
+			continue
+		}
+		idText, _, _ := strings.Cut(strings.TrimPrefix(rest, "s/"), "/")
+		id, err := strconv.Atoi(idText)
+		if err != nil || id < 0 || id >= shardCount {
+			continue
+		}
+		switch {
+		case e.Delete:
+			queued[id]--
+		case e.Create == e.Rev:
+			queued[id]++
+		}
+	}
+	if last != 0 {
+		step(last)
+	}
+}
+
+// firstTrouble is the earliest start (from at the earliest) of a fault of
+// the cluster (watchLate's kinds) or of a client (cut off, slowed, its
+// clock skewed, its process stopped), or of a disturbance, in progress in
+// [from, to].
+func (h *History) firstTrouble(from, to int64) (int64, bool) {
+	first, ok := int64(0), false
+	see := func(start, end int64) {
+		if start <= to && (end == 0 || end >= from) {
+			if t := max(start, from); !ok || t < first {
+				first, ok = t, true
+			}
+		}
+	}
+	for _, d := range h.Disturbances {
+		see(d.Start, d.End)
+	}
+	for _, f := range h.Faults {
+		switch f.Kind {
+		case FaultMemberKill, FaultQuorumLoss, FaultLeaderTransfer, FaultCompact, FaultMemberIsolate,
+			FaultBlackhole, FaultSlowLink, FaultClockSkew, FaultFreeze:
+			see(f.Start, f.End)
+		}
+	}
+	return first, ok
 }
 
 // watchLate reports whether the event watch may have heard an event of

@@ -33,10 +33,13 @@
 //	   (internal/watch): the free-lock check's
 //	m  the drain: a shard whose Context ended is released at once, not
 //	   once its fn returned (shard): the drained check's
+//	s  the stuck reassignment: a member never names the shards whose fn
+//	   outlived the drain in its member key (shard), so the assignment
+//	   gives one back to it, which cannot take it: the owned check's
 package planted
 
 // Env names the bug that On switches on, in a robustness_planted build.
 const Env = "BATON_PLANTED_BUG"
 
 // Names are the bugs On knows, a letter each.
-const Names = "abcdefghijklm"
+const Names = "abcdefghijklms"
