@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -19,6 +20,33 @@ import (
 
 // The member's key: joining (and joining again after a loss of the lease),
 // naming the shards stuck here, and leaving.
+
+// claims are the member keys Runs in this process use, per session: the
+// shard's half of the session's key reservations (internal/core keeps
+// what every primitive needs; this only a shard member does). An entry
+// lives while its Run does.
+var claims = struct {
+	sync.Mutex
+	m map[claimed]struct{}
+}{m: map[claimed]struct{}{}}
+
+type claimed struct {
+	sess *core.Session
+	key  string
+}
+
+// claim reserves key on sess for one Run until free is called; false while
+// another Run has it.
+func claim(sess *core.Session, key string) (free func(), ok bool) {
+	c := claimed{sess, key}
+	claims.Lock()
+	defer claims.Unlock()
+	if _, busy := claims.m[c]; busy {
+		return nil, false
+	}
+	claims.m[c] = struct{}{}
+	return func() { claims.Lock(); delete(claims.m, c); claims.Unlock() }, true
+}
 
 // join puts the member's key on the session's lease, once the group's live
 // members were read and found to agree: same count, no other lease under

@@ -84,7 +84,7 @@ func (g *Group) Run(ctx context.Context, member string, fn func(ctx context.Cont
 	defer func() { g.mu.Lock(); g.running = false; g.mu.Unlock() }()
 	// One Run of a name per session: another Group on it may run the name
 	// already, and its key on this lease would pass for this Run's own.
-	free, ok := g.sess.Claim(memberKey(g.prefix, member))
+	free, ok := claim(g.sess, memberKey(g.prefix, member))
 	if !ok {
 		return fmt.Errorf("%w: member %q of group %q runs already on this session", ErrDuplicateMember, member, g.name)
 	}

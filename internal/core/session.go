@@ -84,7 +84,6 @@ type Session struct {
 	watchers  map[string]*watch.Watcher[*Hold]
 	wcfg      *watch.Config[*Hold]
 	listeners map[*func()]struct{} // told of every failed renewal
-	claims    map[string]struct{}  // names one caller at a time uses (Claim)
 }
 
 type grantCall struct {
@@ -609,26 +608,4 @@ func (s *Session) watcher(key string) *watch.Watcher[*Hold] {
 		s.watchers[prefix] = w
 	}
 	return w
-}
-
-// Claim reserves name for one caller among the session's users until free
-// is called; ok is false while another caller has it. A shard group's
-// member claims its member key: one Run of a name per session, whichever
-// Group it runs through. A claim is not a key: WithMaxHeld does not count
-// it.
-func (s *Session) Claim(name string) (free func(), ok bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, busy := s.claims[name]; busy {
-		return nil, false
-	}
-	if s.claims == nil {
-		s.claims = make(map[string]struct{})
-	}
-	s.claims[name] = struct{}{}
-	return func() {
-		s.mu.Lock()
-		delete(s.claims, name)
-		s.mu.Unlock()
-	}, true
 }
