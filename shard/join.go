@@ -160,15 +160,15 @@ func (e *run) stuckIDs() []int {
 	return slices.Sorted(maps.Keys(e.stuck))
 }
 
-// busyIDs are the shards whose fn still runs after their Context ended
-// (draining, being released, or stuck), sorted. A member joining again
-// after a loss names them all stuck at once: it cannot take them back
-// before their fns return, and the balance would give them back to it
-// (its later writes name the stuck ones alone).
+// busyIDs are the shards whose fn still runs (its Context ended, or
+// about to: the loop may not have heard yet), sorted. A member joining
+// again after a loss names them all stuck at once: it cannot take them
+// back before their fns return, and the balance would give them back to
+// it (its later writes name the stuck ones alone).
 func (e *run) busyIDs() []int {
 	var out []int
 	for id, l := range e.local {
-		if (l.phase == draining || l.phase == releasing || l.phase == zombie) && !l.fnDone {
+		if (l.phase == running || l.phase == draining || l.phase == releasing || l.phase == zombie) && !l.fnDone {
 			out = append(out, id)
 		}
 	}
