@@ -6,11 +6,12 @@ type Hooks struct {
 	Releasing func(id int)    // before a shard's release is sent
 	Left      func()          // after the member's key was deleted, before its shards are ended
 	Acted     func(rev int64) // in the member's loop, once it acted on the view at rev
+	Rejoining func()          // in the member's loop, as it starts to join again after its key went
 }
 
 // SetHooks sets g's pause points; call it before Run.
 func SetHooks(g *Group, h Hooks) {
-	g.hooks = &hooks{moving: h.Moving, releasing: h.Releasing, left: h.Left, acted: h.Acted}
+	g.hooks = &hooks{moving: h.Moving, releasing: h.Releasing, left: h.Left, acted: h.Acted, rejoining: h.Rejoining}
 }
 
 // Assign is the assignment function, for the tests of other packages.

@@ -56,7 +56,7 @@ func claim(sess *core.Session, key string) (free func(), ok bool) {
 // further attempt costs one round trip (many members joining together must
 // not each read every shard key per attempt); the group is read whole
 // once, at the put's revision.
-func (e *run) join(ctx context.Context, lease *core.Lease, leases map[clientv3.LeaseID]bool, stuck []int) (*view, *core.Lease, int64, error) {
+func (e *run) join(ctx context.Context, lease *core.Lease, leases map[clientv3.LeaseID]*core.Lease, stuck []int) (*view, *core.Lease, int64, error) {
 	g := e.g
 	key := memberKey(g.prefix, e.member)
 	val := e.value(stuck)
@@ -75,7 +75,7 @@ func (e *run) join(ctx context.Context, lease *core.Lease, leases map[clientv3.L
 				return nil, nil, 0, fmt.Errorf("%w: group %q's live member %q uses %d shards, this Group %d", ErrCountMismatch, g.name, name, m.value.Count, g.count)
 			}
 			switch {
-			case name == e.member && !leases[m.lease] && m.lease != g.sess.LeaseID():
+			case name == e.member && leases[m.lease] == nil && m.lease != g.sess.LeaseID():
 				return nil, nil, 0, fmt.Errorf("%w: member %q of group %q is live on lease %x", ErrDuplicateMember, e.member, g.name, int64(m.lease))
 			case name == e.member:
 				m := m
@@ -148,7 +148,7 @@ func (e *run) value(stuck []int) []byte {
 }
 
 func (e *run) joined(l *core.Lease, rev int64, stuck []int) {
-	e.lease, e.leases[l.ID()], e.joinedRev, e.published = l, true, rev, stuck
+	e.lease, e.leases[l.ID()], e.joinedRev, e.published = l, l, rev, stuck
 }
 
 // stuckIDs are the shards whose fn outlived its drain here and still
@@ -160,20 +160,19 @@ func (e *run) stuckIDs() []int {
 	return slices.Sorted(maps.Keys(e.stuck))
 }
 
-// busyIDs are the shards whose fn still runs (its Context ended, or
-// about to: the loop may not have heard yet), sorted. A member joining
-// again after a loss names them all stuck at once: it cannot take them
-// back before their fns return, and the balance would give them back to
-// it (its later writes name the stuck ones alone).
-func (e *run) busyIDs() []int {
-	var out []int
-	for id, l := range e.local {
-		if (l.phase == running || l.phase == draining || l.phase == releasing || l.phase == zombie) && !l.fnDone {
-			out = append(out, id)
+// settling says whether a shard this member held is still running or
+// being drained or released: after a loss, the member joins again only
+// once none is (each fn returned, or its drain timed out and the member
+// names it stuck), so that the balance never gives it back a shard whose
+// fn still runs. Its absence costs the group nothing: the others own
+// every shard meanwhile.
+func (e *run) settling() bool {
+	for _, l := range e.local {
+		if (l.phase == running || l.phase == draining || l.phase == releasing) && !l.fnDone {
+			return true
 		}
 	}
-	slices.Sort(out)
-	return out
+	return false
 }
 
 // publish writes the shards stuck here into the member's key when they
@@ -217,8 +216,9 @@ func (e *run) publish() {
 
 // rejoin joins again on the session's next lease, in the background.
 func (e *run) rejoin() {
+	e.h.rejoining.call()
 	e.joining = true
-	prev, leases, stuck := e.lease, maps.Clone(e.leases), e.busyIDs()
+	prev, leases, stuck := e.lease, maps.Clone(e.leases), e.stuckIDs()
 	e.spawn(func() {
 		_, l, rev, err := e.join(e.ctx, prev, leases, stuck)
 		e.send(func() {

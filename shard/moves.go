@@ -33,7 +33,7 @@ type gone struct {
 func (e *run) vacated(keys []gone, left map[string]int64) {
 	now := time.Now()
 	for _, v := range keys {
-		if e.leases[v.c.lease] {
+		if e.leases[v.c.lease] != nil {
 			continue // this member's own release
 		}
 		reason := metrics.MoveJoin

@@ -30,6 +30,7 @@ type hooks struct {
 	releasing hookID  // before a shard's release is sent (fn returned or the drain timed out)
 	left      hook    // after the member's key was deleted, before its shards are ended
 	acted     hookRev // once the loop acted on the view at a revision
+	rejoining hook    // as the member starts to join again after its key went
 }
 
 // Run joins the group as member and calls fn once per shard this member
@@ -99,7 +100,7 @@ func (g *Group) Run(ctx context.Context, member string, fn func(ctx context.Cont
 	}
 	e := &run{g: g, member: member, fn: fn, ctx: ctx, stop: cancel, met: met, events: make(chan func()), dead: make(chan struct{}),
 		index: map[string]int{}, want: make([]bool, g.count), mark: make([]bool, g.count),
-		local: map[int]*local{}, stuck: map[int]bool{}, vacancies: map[int]vacancy{}, leases: map[clientv3.LeaseID]bool{}, h: g.hooks}
+		local: map[int]*local{}, stuck: map[int]bool{}, vacancies: map[int]vacancy{}, leases: map[clientv3.LeaseID]*core.Lease{}, h: g.hooks}
 	if g.hooks == nil {
 		e.h = &hooks{}
 	}
@@ -160,9 +161,9 @@ type run struct {
 
 	// The member's key (join.go).
 	lease      *core.Lease
-	leaseStop  func() bool               // unregisters watchLease's AfterFunc
-	leases     map[clientv3.LeaseID]bool // every lease this Run joined on
-	joinedRev  int64                     // the view must reach it before it judges membership
+	leaseStop  func() bool                      // unregisters watchLease's AfterFunc
+	leases     map[clientv3.LeaseID]*core.Lease // every lease this Run joined on
+	joinedRev  int64                            // the view must reach it before it judges membership
 	joining    bool
 	leaving    bool
 	published  []int // the stuck shards the member's key names
@@ -260,7 +261,7 @@ func (e *run) reconcile() {
 	}
 	me, ok := e.v.members[e.member]
 	in := ok && e.lease != nil && me.lease == e.lease.ID() && e.lease.Context().Err() == nil
-	if !in && !e.joining {
+	if !in && !e.joining && !e.settling() {
 		e.rejoin()
 	}
 	flips := e.flips[:0]

@@ -156,9 +156,9 @@ func (e *run) step(l *local, ev event, err error) {
 // path: Run ending, or fn returning while the shard was still this
 // member's, is ErrReleased; a key the view saw made and gone before the
 // hold heard (a revoke, a delete) is a loss with the hold's cause, and a
-// lease that ended before the session ended its hold the lease's cause,
-// never a move; otherwise the assignment gave the shard to another member:
-// ErrMoved.
+// lease that ended before the session ended its hold (also one this Run
+// has joined again since) the lease's cause, never a move; otherwise the
+// assignment gave the shard to another member: ErrMoved.
 func (e *run) cause(l *local) error {
 	switch {
 	case e.leaving, l.fnDone:
@@ -180,10 +180,11 @@ func (e *run) end(l *local) {
 	l.sh.cancel(cause)
 }
 
-// leaseEnded is the cause of the end of the lease sh is held on, if that
-// is the member's lease and it ended; nil otherwise.
+// leaseEnded is the cause of the end of the lease sh is held on, if this
+// Run joined on that lease (its current one, or one it lost and joined
+// again since) and it ended; nil otherwise.
 func (e *run) leaseEnded(sh *Shard) error {
-	if l := e.lease; l != nil && l.ID() == sh.Lease() && l.Context().Err() != nil {
+	if l := e.leases[sh.Lease()]; l != nil && l.Context().Err() != nil {
 		return context.Cause(l.Context())
 	}
 	return nil

@@ -15,7 +15,8 @@ import (
 )
 
 // ownedByLive waits, observing, until the group's live members are
-// members and every shard is owned by one of them; it returns that state.
+// members (any, if none are given) and every shard is owned by one of
+// them; it returns that state.
 func ownedByLive(t *testing.T, g *shard.Group, within time.Duration, members ...string) shard.State {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
@@ -27,7 +28,7 @@ func ownedByLive(t *testing.T, g *shard.Group, within time.Duration, members ...
 		for _, m := range st.Members {
 			live[m] = true
 		}
-		all := slices.Equal(st.Members, members)
+		all := len(members) == 0 || slices.Equal(st.Members, members)
 		for _, o := range st.Owners {
 			all = all && live[o.Member]
 		}
@@ -124,14 +125,15 @@ func TestStuckShardGoesToALiveMember(t *testing.T) {
 	settled(t, gb, "a", "b")
 }
 
-// TestRejoinNamesTheShardsStillDraining: a member that joins again after
-// a loss while its fns of the lost shards still drain (a long drain
-// timeout: they are not stuck yet) names them stuck in its join, so the
-// balance never gives them back to it: the member that took them keeps
-// them (and the rejoined member gets another). Named only once the drain
-// timed out, such a shard was given back to it by the rejoin's balance:
-// its owner gave it up, and it stayed unowned until the drain timed out.
-func TestRejoinNamesTheShardsStillDraining(t *testing.T) {
+// TestRejoinWaitsForTheLostShardsFns: a member that lost its lease joins
+// again only once its fns of the lost shards returned (or their drain
+// timed out, and it names them stuck), so that the balance never gives it
+// back a shard whose fn still runs: meanwhile the member that took them
+// keeps them. Joining again at once (its fns still draining, a long drain
+// timeout: not named stuck yet), it was given such a shard back by the
+// balance: its owner gave it up, and it stayed unowned until the drain
+// timed out.
+func TestRejoinWaitsForTheLostShardsFns(t *testing.T) {
 	cli := client(t)
 	const n = 2
 	log := &eventLog{}
@@ -156,6 +158,8 @@ func TestRejoinNamesTheShardsStillDraining(t *testing.T) {
 	t.Cleanup(func() { _ = sess.Close() })
 	stuck := make(chan struct{})
 	ga := newGroup(t, cli, "stuck-rejoin", n, shard.WithSession(sess), shard.WithDrainTimeout(20*time.Second))
+	var rejoined atomic.Int64 // when a started to join again (0: not yet)
+	shard.SetHooks(ga, shard.Hooks{Rejoining: func() { rejoined.CompareAndSwap(0, time.Now().UnixNano()) }})
 	start(t, ga, "a", log, func(ctx context.Context, s *shard.Shard) {
 		if errors.Is(context.Cause(ctx), shard.ErrLost) {
 			<-stuck // ignores a loss until the test lets it go
@@ -179,18 +183,44 @@ func TestRejoinNamesTheShardsStillDraining(t *testing.T) {
 	if _, err := cli.Revoke(etcdtest.Context(t, 5*time.Second), sess.Lease()); err != nil {
 		t.Fatal(err)
 	}
-	st = ownedByLive(t, gb, 10*time.Second, "a", "b")
-	waitFor(t, func() bool { return acted.Load() >= st.Revision }, "b's loop to act on a's rejoin")
-	if _, ok := moved.Load(lost); ok {
-		t.Errorf("b gave shard %d up after a rejoined, while a's fn of it still drained: it bounced", lost)
+	// b takes a's shard; b's loop acts on that state.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for st = range gb.Observe(ctx) {
+		if st.Owners[lost].Member == "b" {
+			break
+		}
+	}
+	if st.Owners[lost].Member != "b" {
+		t.Fatalf("b never took shard %d after a's loss: %v", lost, counts(st))
+	}
+	waitFor(t, func() bool { return acted.Load() >= st.Revision }, "b's loop to act on it")
+	aEnded := func() bool {
+		for _, e := range log.snapshot() {
+			if e.member == "a" && e.kind == "ended" && e.shard == lost {
+				return true
+			}
+		}
+		return false
+	}
+	waitFor(t, aEnded, "a's fn of the lost shard to see its Context end") // its loop gave it up: it has heard of the loss
+	if rejoined.Load() != 0 {
+		t.Errorf("a started to join again while its fn of shard %d still ran", lost)
 	}
 	owners, err := gb.Owners(etcdtest.Context(t, 5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o := owners[lost]; o.Member != "b" {
-		t.Errorf("after a rejoined with its fn of shard %d draining: it is owned by %q, want b", lost, o.Member)
+		t.Errorf("while a's fn of shard %d still runs: it is owned by %q, want b", lost, o.Member)
 	}
-	close(stuck)
+	if _, ok := moved.Load(lost); ok {
+		t.Errorf("b gave shard %d up while a's fn of it still ran: it bounced", lost)
+	}
+	returned := time.Now()
+	close(stuck) // a's fn returns: a joins again, and the group balances
 	settled(t, gb, "b", "a")
+	if r := rejoined.Load(); r == 0 || r < returned.UnixNano() {
+		t.Errorf("a joined again at %v, before its fn returned (%v)", time.Unix(0, r), returned)
+	}
 }

@@ -177,7 +177,7 @@ func (e *run) apply(wr clientv3.WatchResponse) {
 		s := e.v.put(ev.Kv)
 		e.changed(s, parseKey(e.v.prefix, key).kind)
 		if s >= 0 {
-			if h, ok := e.v.head(s); ok && h.key == key && !e.leases[h.lease] {
+			if h, ok := e.v.head(s); ok && h.key == key && e.leases[h.lease] == nil {
 				e.taken(s) // another member took it
 			}
 		}
