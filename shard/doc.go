@@ -20,9 +20,13 @@
 // floor(N/M), the oldest N mod M members one more; a member keeps the
 // shards it owns, lowest IDs first, up to its quota; its excess and the
 // shards without a live owner go, lowest ID first, to the oldest members
-// under their quota. The assignment only decides who queues for which
-// shard and who gives which up; the lock decides who owns it, so two
-// members never own a shard at once whatever each believes.
+// under their quota; a shard whose fn outlived its drain on a member
+// (that member names it stuck in its key) is never given back to it. The
+// assignment only decides who queues for which shard and who gives which
+// up; the lock decides who owns it, so two members never own a shard at
+// once whatever each believes. Each member keeps it current shard by
+// shard as its watch shows owners change, so that its work per change
+// does not grow with N.
 //
 // A member that must give a shard up ends the shard's Context with
 // ErrMoved, waits for fn to return (at most the drain timeout,
@@ -56,9 +60,10 @@
 //     is owned. A shard whose fn outlived its drain on a member (below) is
 //     owned by another live member while that fn runs: the stuck member
 //     names it in its member key and the assignment never gives it back
-//     there; the balance then holds within one plus the number of such
-//     shards (within one whenever another member can keep the stuck shard
-//     inside its share).
+//     there (a member that lost its lease joins again only once its lost
+//     shards' fns returned or drained); the balance then holds within one
+//     plus the number of such shards (within one whenever another member
+//     can keep the stuck shard inside its share).
 //   - Sticky. From a balanced group, a member joining moves at most
 //     ceil(N/(M+1)) shards, all to the new member; a member leaving or
 //     lost moves only its own shards. No shard moves between two members
@@ -72,12 +77,24 @@
 //     MaxCount, a bad group name, and a session's WithMaxHeld below the
 //     count (ErrInvalid, naming both numbers); Run refuses a bad member
 //     name (ErrInvalid), a group whose live members use another count
-//     (ErrCountMismatch), and a member name live on another lease
-//     (ErrDuplicateMember), before it writes any key.
+//     (ErrCountMismatch), and a member name live on another lease or run
+//     already through the same session by another Group
+//     (ErrDuplicateMember), before it writes or deletes any key.
+//   - Leaves no ghost. When Run ends, the member's key is deleted first,
+//     and that deletion is retried until etcd answers or the lease ends
+//     (on a shared session the lease outlives the Run: a key left there
+//     would keep shards assigned to a member nobody runs). If etcd refuses
+//     it for good, Run's error says the key stays until its lease ends.
 //   - Cost independent of N at rest. A member at steady state sends its
 //     session's renewals (one per TTL/3 for all its shards) and keeps one
 //     watch of the group (beside the session's namespace watch, which all
 //     of a session's primitives share): no request per shard per second.
+//   - Work per change, not per shard. A change of a shard's owner costs
+//     each member O(log N) to follow (a handful of shards checked, whatever
+//     N); a change of the members (a join, a leave, stuck shards named)
+//     costs O(N) once. A group started all at once therefore converges as
+//     fast as etcd takes its writes: 50 processes and 4,096 shards in 10
+//     to 40 s on a shared 2-core machine (docs/shards.md).
 //
 // Not guaranteed:
 //
