@@ -9,7 +9,7 @@ MODULES := . internal/embedetcd cmd/baton integration
 export GOWORK := off
 TEST_FLAGS ?=
 
-.PHONY: all test test-deploy test-short test-chaos test-compat robustness robustness-compat robustness-planted lint bench bench-shard bench-scale demo build fuzz check-alerts screenshots dist release-prep image
+.PHONY: all test test-deploy test-short test-chaos test-compat robustness robustness-compat robustness-planted lint api api-check bench bench-shard bench-scale demo build fuzz check-alerts screenshots dist release-prep image
 
 all: lint test
 
@@ -96,6 +96,17 @@ robustness-compat:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@for m in $(MODULES); do echo "vet, tidy $$m"; $(GO) -C $$m vet ./... && $(GO) -C $$m mod tidy -diff || exit 1; done
+
+# The exported API of the library's public packages against its record in
+# api/ (docs/api-policy.md): api-check fails when a change removes or alters
+# a recorded feature without a release that may (CHANGELOG.md's Unreleased
+# heading), or adds one that api/next.txt does not list; api rewrites
+# api/next.txt with the features added since the last release, then checks.
+api:
+	$(GO) -C integration run ./cmd/baton-api -root .. next
+
+api-check:
+	$(GO) -C integration run ./cmd/baton-api -root .. check
 
 # Fuzz the name escaping, token parsing and policy parsing, FUZZTIME each.
 FUZZTIME ?= 30s
