@@ -1,7 +1,12 @@
 package election
 
 import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/session"
@@ -35,7 +40,35 @@ const DefaultTTL, MinTTL, DefaultMaxTTL = session.DefaultTTL, session.MinTTL, se
 //     it lasts). Give many primitives one label to bound the series when
 //     names are unbounded; the series stay until the last of them is
 //     closed.
-var WithTTL, WithMaxTTL, WithSafetyMargin, WithMaxHeld, WithLogger, WithRegisterer, WithTracerProvider, WithNamespace, WithMetricLabel = session.WithTTL, session.WithMaxTTL, session.WithSafetyMargin, session.WithMaxHeld, session.WithLogger, session.WithRegisterer, session.WithTracerProvider, config.Namespace, config.MetricLabel
+//
+// Each is a function of its own below.
+
+// WithTTL sets the lease's TTL (default DefaultTTL, at least MinTTL), as session.WithTTL.
+func WithTTL(ttl time.Duration) Option { return session.WithTTL(ttl) }
+
+// WithMaxTTL caps the TTL (default DefaultMaxTTL), as session.WithMaxTTL.
+func WithMaxTTL(maxTTL time.Duration) Option { return session.WithMaxTTL(maxTTL) }
+
+// WithSafetyMargin sets how long before the lease can expire a hold's Context ends, as session.WithSafetyMargin.
+func WithSafetyMargin(d time.Duration) Option { return session.WithSafetyMargin(d) }
+
+// WithMaxHeld caps the keys the session holds at once, as session.WithMaxHeld.
+func WithMaxHeld(n int) Option { return session.WithMaxHeld(n) }
+
+// WithLogger sets the logger (default: none), as session.WithLogger.
+func WithLogger(l *zap.Logger) Option { return session.WithLogger(l) }
+
+// WithRegisterer registers the metrics on reg (default: none), as session.WithRegisterer.
+func WithRegisterer(reg prometheus.Registerer) Option { return session.WithRegisterer(reg) }
+
+// WithTracerProvider sets the OpenTelemetry provider of the spans, as session.WithTracerProvider.
+func WithTracerProvider(tp trace.TracerProvider) Option { return session.WithTracerProvider(tp) }
+
+// WithNamespace sets the first segment of every key (default "baton").
+func WithNamespace(ns string) Option { return config.Namespace(ns) }
+
+// WithMetricLabel sets the value of the metrics' name label.
+func WithMetricLabel(label string) Option { return config.MetricLabel(label) }
 
 // WithSession makes the Election use s instead of creating its own lease: a
 // baton *session.Session or an etcd *concurrency.Session, shared with every
@@ -53,4 +86,4 @@ func WithSession[S *session.Session | *concurrency.Session](s S) Option { return
 // by etcd (a key on a lease of TTL d). After Resign there is no delay.
 // d is 0 (none) or whole seconds from 2s to 1h. docs/primitives.md says
 // what it costs and assumes.
-var WithLockDelay = config.LockDelay
+func WithLockDelay(d time.Duration) Option { return config.LockDelay(d) }
