@@ -19,11 +19,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -32,6 +29,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/batonhq/baton/internal/loopback"
 )
 
 // Config configures a member. The zero Config is a fresh single member in a
@@ -177,42 +176,9 @@ func (s *Server) Stop() {
 	})
 }
 
-// FreeAddr returns a 127.0.0.1 host:port that was free a moment ago, outside
-// Linux's ephemeral range when it is known, so that no outgoing
-// connection's source port takes it before the member listens.
-func FreeAddr() (string, error) {
-	if lo := ephemeralLow(); lo > minPort+1 {
-		for range 64 {
-			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(minPort+rand.IntN(lo-minPort))))
-			if err == nil {
-				addr := ln.Addr().String()
-				_ = ln.Close()
-				return addr, nil
-			}
-		}
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
-const minPort = 10000
-
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0
-	}
-	n, _ := strconv.Atoi(f[0])
-	return n
-}
+// FreeAddr returns a 127.0.0.1 host:port that was free a moment ago
+// (loopback.FreeAddr).
+func FreeAddr() (string, error) { return loopback.FreeAddr() }
 
 // lockedBuffer collects the process's output for error messages.
 type lockedBuffer struct {
