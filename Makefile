@@ -9,7 +9,7 @@ MODULES := . internal/embedetcd cmd/baton integration
 export GOWORK := off
 TEST_FLAGS ?=
 
-.PHONY: all test test-deploy test-short test-chaos test-compat robustness robustness-compat robustness-planted lint api api-check bench bench-shard bench-scale demo build fuzz check-alerts screenshots dist release-prep image
+.PHONY: all test test-deploy test-short test-chaos test-compat test-mixed robustness robustness-compat robustness-planted lint api api-check bench bench-shard bench-scale demo build fuzz check-alerts screenshots dist release-prep image
 
 all: lint test
 
@@ -44,6 +44,24 @@ test-compat:
 	@bins=$$(bash .ci/etcd-binaries.sh) || exit 1; eval "$$bins"; export BATON_COMPAT_DIR BATON_COMPAT_REQUIRE=1; \
 	log=$$(mktemp) && $(GO) -C integration test -race -count=1 -v -timeout 15m ./compat >$$log 2>&1; status=$$?; \
 	if [ $$status -eq 0 ]; then grep -E '^(--- |    --- |PASS|FAIL|ok|panic|SUMMARY)|_test.go:' $$log; else cat $$log; fi; rm -f $$log; exit $$status
+
+# Mixed versions, as in a rolling upgrade: the previous release's build
+# and this one on the same names of one 3-member embedded cluster, with
+# processes of both killed, frozen and cut off and a member cut from its
+# peers, judged by the robustness checks (integration/mixed); then a run
+# whose worker writes unfenced, which the checks must find. The previous
+# release is BATON_MIXED_BASE (a commit; its CLI and the test's worker
+# built in a git worktree by .ci/mixed-base.sh, cached in
+# ~/.cache/baton/mixed). BATON_MIXED_SEED=S replays a run's traffic and
+# faults. About 3 minutes on 2 cores with the base cached.
+BATON_MIXED_BASE ?= 7dbca36
+BATON_MIXED_DURATION ?= 60s
+BATON_MIXED_SEED ?=
+test-mixed:
+	@old=$$(BATON_MIXED_BASE=$(BATON_MIXED_BASE) bash .ci/mixed-base.sh) || exit 1; eval "$$old"; \
+	export BATON_MIXED_OLD BATON_MIXED_REQUIRE=1 BATON_MIXED_DURATION=$(BATON_MIXED_DURATION) BATON_MIXED_SEED=$(BATON_MIXED_SEED); \
+	log=$$(mktemp) && $(GO) -C integration test -race -count=1 -v -timeout 10m ./mixed >$$log 2>&1; status=$$?; \
+	if [ $$status -eq 0 ]; then grep -E '^(--- |PASS|FAIL|ok|panic)|mixed versions:|^ {10}[a-z.]+ +old +[0-9]+ +new|hand-overs|faults:|robustness: [0-9]+ operations|mixed: [0-9]+ acquisitions|planted bug found' $$log; else cat $$log; fi; rm -f $$log; exit $$status
 
 # Random traffic on every primitive (and through holder processes and the
 # baton CLI) while random faults hit a 3-member embedded cluster; every
