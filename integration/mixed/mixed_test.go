@@ -152,7 +152,7 @@ func TestMixedVersions(t *testing.T) {
 		cover = append(cover, "shard")
 	}
 	cfg := Config{Cluster: c, Old: old, New: cur, Duration: envDuration(t, "BATON_MIXED_DURATION", 60*time.Second),
-		Seed: envSeed(t), CLI: true, Cover: cover, Log: logWriter{t}}
+		Seed: envSeed(t), CLI: true, Cover: cover, Log: logWriter{t}, HistoryFile: os.Getenv("BATON_MIXED_HISTORY")}
 	res, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

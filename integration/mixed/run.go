@@ -2,9 +2,11 @@ package mixed
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"os/exec"
 	"slices"
 	"sort"
@@ -70,6 +72,8 @@ type Config struct {
 	Log        io.Writer
 	// FreeBound is the free-lock check's (default robustness's).
 	FreeBound time.Duration
+	// HistoryFile, when set, receives the whole history as JSON.
+	HistoryFile string
 }
 
 // Result is a run's report and its figures.
@@ -221,6 +225,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res := &Result{Report: rep, Leftover: leftover}
 	r.figures(h, res)
+	if cfg.HistoryFile != "" {
+		if b, err := json.Marshal(h); err != nil {
+			fmt.Fprintf(r.log, "mixed: history not saved: %v\n", err)
+		} else if err := os.WriteFile(cfg.HistoryFile, b, 0o644); err != nil {
+			fmt.Fprintf(r.log, "mixed: history not saved: %v\n", err)
+		}
+	}
 	return res, nil
 }
 
