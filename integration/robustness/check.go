@@ -347,6 +347,9 @@ func preemptions(h *History, n NameInfo) map[int64]bool {
 // Context had ended when the event log received its key's deletion. A
 // child's, by its clock readings.
 func toldFirst(prev *Hold, seen int64) (bool, string) {
+	if prev.Child && prev.DeadOnReturn {
+		return true, "" // its process saw it ended when the call returned it
+	}
 	if !prev.Child && prev.DeleteSeen != 0 {
 		return prev.Told, "had not been told when its key's deletion was seen"
 	}

@@ -124,6 +124,9 @@ type hold struct {
 	Shared                  bool
 	Acquired                int64
 	Child                   bool
+	// DeadOnReturn: the Context had ended when the acquisition returned
+	// (its key went meanwhile): the caller never believed it held.
+	DeadOnReturn bool
 }
 
 type regOp struct {
@@ -278,7 +281,8 @@ func (w *worker) took(client, kind, prim, name string, start int64, h handle, er
 }
 
 func (w *worker) held(client, prim, name, key string, token, at int64, shared bool, ctx context.Context) {
-	w.rep.send(message{T: "hold", Hold: &hold{Prim: prim, Name: name, Client: client, Key: key, Token: token, Acquired: at, Shared: shared, Child: true}})
+	dead := ctx != nil && ctx.Err() != nil
+	w.rep.send(message{T: "hold", Hold: &hold{Prim: prim, Name: name, Client: client, Key: key, Token: token, Acquired: at, Shared: shared, Child: true, DeadOnReturn: dead}})
 	if ctx != nil {
 		context.AfterFunc(ctx, func() {
 			w.rep.send(message{T: "ended", Key: key, Token: token, At: now(), Cause: errString(context.Cause(ctx))})
