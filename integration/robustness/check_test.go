@@ -371,6 +371,18 @@ func TestKnowsFirstJudgesAHandleReturnedAfterItsKeyWent(t *testing.T) {
 	wantViolation(t, check(h, Config{TTL: 3 * time.Second}), "knows-first", "was returned as a holder, not yet told")
 }
 
+// A process's handle returned already ended (its Context done when the call
+// returned it, reported by the process) was told first, however late the
+// process reported the end; one returned live after its key went was not.
+func TestKnowsFirstCountsAProcessHandleReturnedEndedAsTold(t *testing.T) {
+	h := cleanMutex()
+	a := &Hold{Prim: "mutex", Name: "m0", Client: "c0", Key: ka, Token: 2, Acquired: ms(6), Ended: ms(6) + 500, Cause: "baton: ownership lost", Child: true, DeadOnReturn: true}
+	h.Holds = []*Hold{a}
+	wantClean(t, run(h))
+	a.DeadOnReturn = false
+	wantViolation(t, check(h, Config{TTL: 3 * time.Second}), "knows-first", "after the grant was seen")
+}
+
 // A free lock is taken: b, first in line from rev 5, is neither returned
 // nor gone within the bound.
 func TestFreeLockCatchesAWaiterThatDoesNotTakeAFreeLock(t *testing.T) {
