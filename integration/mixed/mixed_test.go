@@ -200,3 +200,41 @@ func firstCheck(res *Result) string {
 	}
 	return check
 }
+
+// TestLockDelayBindsTheContendersThatSetIt: on a name whose holders of both
+// builds set a lock-delay and are sometimes lost without releasing, the
+// delay binds every contender that sets one, of either build; a contender
+// that sets none is not bound (docs/compatibility.md, "Lock-delay across
+// builds"): the checks may report its acquisitions within a running delay,
+// and nothing else. How many it made is a figure of the run.
+func TestLockDelayBindsTheContendersThatSetIt(t *testing.T) {
+	old, _ := oldBuild(t)
+	cur := newBuild(t, "")
+	c := cluster.Start(t, 3)
+	cfg := Config{Cluster: c, Old: old, New: cur, Duration: envDuration(t, "BATON_MIXED_DELAY_DURATION", 15*time.Second),
+		Seed: envSeed(t), Procs: []string{"delay"}, NewProcs: []string{"nodelay"}, Faults: []string{}, Cover: []string{"delay"}, Log: logWriter{t}}
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	res.Print(&b, cfg)
+	unbound := 0
+	for _, v := range res.Report.Violations {
+		if v.Check == "lock-delay" && strings.Contains(v.Msg, ".nodelay") {
+			if strings.Contains(v.Msg, "acquired") {
+				unbound++
+			}
+			continue
+		}
+		t.Errorf("[%s] %s", v.Check, v.Msg)
+	}
+	if len(res.Coverage) > 0 || res.Leftover != "" || res.Acquisitions[cur.Label]["nodelay"] == 0 {
+		t.Errorf("coverage %v, leftover %q, acquisitions %v", res.Coverage, res.Leftover, res.Acquisitions)
+	}
+	if t.Failed() {
+		t.Log(b.String())
+	}
+	t.Logf("lock-delay of 2 s on ld0: acquisitions with a delay old %d, new %d, none of them within a running delay; without one (new) %d, %d of them within a running delay",
+		res.Acquisitions[old.Label]["delay"], res.Acquisitions[cur.Label]["delay"], res.Acquisitions[cur.Label]["nodelay"], unbound)
+}
