@@ -61,7 +61,7 @@ test-mixed:
 	@old=$$(BATON_MIXED_BASE=$(BATON_MIXED_BASE) bash .ci/mixed-base.sh) || exit 1; eval "$$old"; \
 	export BATON_MIXED_OLD BATON_MIXED_REQUIRE=1 BATON_MIXED_DURATION=$(BATON_MIXED_DURATION) BATON_MIXED_SEED=$(BATON_MIXED_SEED); \
 	log=$$(mktemp) && $(GO) -C integration test -race -count=1 -v -timeout 10m ./mixed >$$log 2>&1; status=$$?; \
-	if [ $$status -eq 0 ]; then grep -E '^(--- |PASS|FAIL|ok|panic)|mixed versions:|^ {10}[a-z.]+ +old +[0-9]+ +new|hand-overs|faults:|robustness: [0-9]+ operations|mixed: [0-9]+ acquisitions|planted bug found' $$log; else cat $$log; fi; rm -f $$log; exit $$status
+	if [ $$status -eq 0 ]; then grep -E '^(--- |PASS|FAIL|ok|panic)|mixed versions:|^ {10}[a-z.]+ +old +[0-9]+ +new|hand-overs|faults:|robustness: [0-9]+ operations|mixed: [0-9]+ acquisitions|planted bug found|lock-delay of' $$log; else cat $$log; fi; rm -f $$log; exit $$status
 
 # Random traffic on every primitive (and through holder processes and the
 # baton CLI) while random faults hit a 3-member embedded cluster; every
