@@ -90,6 +90,8 @@ func WithSession[S *session.Session | *concurrency.Session](s S) Option { return
 // revoked, its key deleted), an acquisition with a lock-delay returns no
 // sooner than the lost holder's d after etcd made the loss visible, timed
 // by etcd (a key on a lease of TTL d). After Unlock there is no delay.
-// d is 0 (none) or whole seconds from 2s to 1h. docs/primitives.md says
-// what it costs and assumes.
+// An acquisition without a lock-delay is not bound by another's: give it to
+// every contender of the name (docs/compatibility.md says why, and how to
+// add one to a name a fleet serves). d is 0 (none) or whole seconds from 2s
+// to 1h. docs/primitives.md says what it costs and assumes.
 func WithLockDelay(d time.Duration) Option { return config.LockDelay(d) }

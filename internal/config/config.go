@@ -180,8 +180,9 @@ const (
 	MaxLockDelay = time.Hour
 )
 
-// LockDelay sets the lock-delay: how long nobody acquires after a holder
-// is lost without releasing.
+// LockDelay sets the lock-delay: how long no contender that sets one
+// acquires after a holder is lost without releasing (contenders without
+// one are not bound: docs/compatibility.md).
 func LockDelay(d time.Duration) Option {
 	return plainOpt("WithLockDelay", func(c *Config) {
 		switch {
