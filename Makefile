@@ -9,7 +9,7 @@ MODULES := . internal/embedetcd cmd/baton integration
 export GOWORK := off
 TEST_FLAGS ?=
 
-.PHONY: all test test-deploy test-short test-chaos test-compat test-mixed robustness robustness-compat robustness-planted lint api api-check bench bench-shard bench-scale demo build fuzz check-alerts screenshots dist release-prep image
+.PHONY: all test test-deploy test-short test-chaos test-compat test-mixed robustness robustness-compat robustness-planted lint api api-check bench bench-shard bench-scale demo build fuzz check-alerts screenshots dist release-prep release-check image
 
 all: lint test
 
@@ -205,6 +205,12 @@ dist:
 release-prep:
 	@case "$(VERSION)" in v*.*.*) ;; *) echo "VERSION=vX.Y.Z is required"; exit 1;; esac
 	$(GO) -C integration run ./cmd/baton-release -version $(VERSION) -repo $(CURDIR)
+
+# Before tagging: fails unless the committed go.mod and go.sum files are the
+# ones release-prep writes for VERSION from the committed tree.
+release-check:
+	@case "$(VERSION)" in v*.*.*) ;; *) echo "VERSION=vX.Y.Z is required"; exit 1;; esac
+	$(GO) -C integration run ./cmd/baton-release -version $(VERSION) -repo $(CURDIR) -check
 
 # The CLI's container image (deploy/container/Dockerfile): static, non-root.
 # Needs a Docker engine; IMAGE names it.
