@@ -145,6 +145,28 @@ func Check(current []string, rec Record, top Top) []string {
 		}
 	}
 
+	// A patch release fixes; it adds no identifier (docs/releasing.md).
+	if announced != nil && latest != nil && IsPatch(*latest, *announced) && len(rec.Next) > 0 {
+		out = append(out, fmt.Sprintf("CHANGELOG.md announces %s, a patch release after %s, but api/%s records %d new feature(s) (first: %s): a patch adds no API; announce %s instead",
+			*announced, *latest, NextFile, len(rec.Next), rec.Next[0].Feature, Version{latest.Major, latest.Minor + 1, 0}))
+	}
+	for i := 1; i < len(rec.Releases); i++ {
+		prev, r := rec.Releases[i-1], rec.Releases[i]
+		if !IsPatch(prev.Version, r.Version) {
+			continue
+		}
+		had := map[string]bool{}
+		for _, e := range prev.Entries {
+			had[e.Feature] = true
+		}
+		for _, e := range r.Entries {
+			if !had[e.Feature] {
+				out = append(out, fmt.Sprintf("%s:%d: %s adds %s after %s, but a patch release adds no API", e.File, e.Line, r.Version, e.Feature, prev.Version))
+				break
+			}
+		}
+	}
+
 	// What to tell whoever removes a feature: the release that may.
 	target := Version{0, 1, 0}
 	if latest != nil {

@@ -37,6 +37,22 @@ func TestCheck(t *testing.T) {
 		current: []string{fA, fB, fC},
 		want:    [][]string{{"not recorded: " + fC, "not in api/next.txt", "run make api"}},
 	}, {
+		name:      "an addition announced for a patch release fails",
+		files:     map[string]string{"v0.1.0.txt": lines(fA, fB), "next.txt": lines(fC)},
+		current:   []string{fA, fB, fC},
+		announced: "v0.1.1",
+		want:      [][]string{{"CHANGELOG.md announces v0.1.1, a patch release after v0.1.0", "first: " + fC, "announce v0.2.0 instead"}},
+	}, {
+		name:      "an addition announced for a minor release passes",
+		files:     map[string]string{"v0.1.0.txt": lines(fA, fB), "next.txt": lines(fC)},
+		current:   []string{fA, fB, fC},
+		announced: "v0.2.0",
+	}, {
+		name:    "a recorded patch release that added API fails",
+		files:   map[string]string{"v0.1.0.txt": lines(fA, fB), "v0.1.1.txt": lines(fA, fB, fC)},
+		current: []string{fA, fB, fC},
+		want:    [][]string{{"api/v0.1.1.txt:3: v0.1.1 adds " + fC + " after v0.1.0, but a patch release adds no API"}},
+	}, {
 		name:    "a removal without a bump fails",
 		files:   map[string]string{"v0.1.0.txt": lines(fA, fB)},
 		current: []string{fA},

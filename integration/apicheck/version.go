@@ -52,6 +52,12 @@ func MayBreak(from, to Version) bool {
 	return to.Major > from.Major
 }
 
+// IsPatch reports whether to is a patch release after from: the same
+// major and minor version, a later patch.
+func IsPatch(from, to Version) bool {
+	return to.Major == from.Major && to.Minor == from.Minor && to.Patch > from.Patch
+}
+
 // NextBreaking is the first release after from that may remove or change
 // API.
 func NextBreaking(from Version) Version {

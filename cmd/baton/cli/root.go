@@ -73,6 +73,9 @@ BATON_DIAL_TIMEOUT, and so on; a flag on the command line wins.`,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, a []string) error {
 			g.Ran = true
+			if err := version.Skew(); err != nil {
+				return cmdutil.WithCode(cmdutil.ExitUsage, err)
+			}
 			if err := g.Validate(); err != nil {
 				return err
 			}
