@@ -7,6 +7,8 @@ GO ?= go
 # editors and for the README's `go run ./cmd/baton demo` at the root.
 MODULES := . internal/embedetcd cmd/baton integration
 export GOWORK := off
+# The library's tests fail, not skip, when they cannot start etcd.
+export BATON_ETCD_REQUIRED := 1
 TEST_FLAGS ?=
 
 .PHONY: all test test-deploy test-short test-chaos test-compat test-mixed robustness robustness-compat robustness-planted lint api api-check bench bench-shard bench-scale demo build fuzz check-alerts screenshots dist release-prep release-check image

@@ -17,10 +17,11 @@ package etcdtest
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -90,7 +91,10 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "baton-etcd-")
+	sweep()
+	// The directory names its test binary, so that a later one removes it
+	// if this one dies before Stop (the member itself dies with it).
+	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", dataPrefix, os.Getpid()))
 	if err != nil {
 		return nil, err
 	}
@@ -118,6 +122,23 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// dataPrefix begins the name of every member's data directory, followed by
+// the pid of the test binary that made it.
+const dataPrefix = "baton-etcd-"
+
+// sweep removes the data directories of test binaries that are gone.
+func sweep() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dataPrefix+"*"))
+	for _, d := range dirs {
+		rest := strings.TrimPrefix(filepath.Base(d), dataPrefix)
+		pid, err := strconv.Atoi(rest[:max(strings.IndexByte(rest, '-'), 0)])
+		if err != nil || pid <= 0 || pid == os.Getpid() || alive(pid) {
+			continue
+		}
+		_ = os.RemoveAll(d)
+	}
 }
 
 // ready waits until the member answers a linearizable read.
@@ -200,5 +221,3 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
-
-var errNoModule = errors.New("etcdtest: the etcd server module is not found; set BATON_ETCD_BIN to an etcd binary")
