@@ -18,7 +18,9 @@ all: lint test
 build:
 	@for m in $(MODULES); do echo "build $$m"; $(GO) -C $$m build ./... || exit 1; done
 
-# Every test, with the race detector, against embedded etcd on 127.0.0.1.
+# Every test of every module, with the race detector, against etcd on
+# 127.0.0.1: a server process for the library's own tests, embedded members
+# for the others.
 test:
 	@status=0; for m in $(MODULES); do echo "== test $$m"; $(GO) -C $$m test -race -count=1 -timeout 15m $(TEST_FLAGS) ./... || status=1; done; exit $$status
 
@@ -197,7 +199,7 @@ dist:
 	@rm -rf $(DIST) && mkdir -p $(DIST) && \
 	for p in $(PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; out=$(abspath $(DIST))/baton-$(VERSION)-$$os-$$arch; \
 		echo "build $$out"; \
-		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) -C cmd/baton build -trimpath -buildvcs=false \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) -C cmd/baton build -trimpath -buildvcs=true \
 			-ldflags "-s -w -X github.com/batonhq/baton/cmd/baton/version.release=$(VERSION)" -o $$out . || exit 1; \
 	done && cd $(DIST) && sha256sum baton-* > SHA256SUMS && cat SHA256SUMS
 

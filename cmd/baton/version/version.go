@@ -298,9 +298,10 @@ func released(v string) bool {
 	return semver.IsValid(v) && !module.IsPseudoVersion(v) && semver.Build(v) == ""
 }
 
-// release is the version make dist stamps (-ldflags -X), for builds from a
-// checkout, where the build info's module version is "(devel)"; `go
-// install …@VERSION` needs no stamp.
+// release is the version make dist stamps (-ldflags -X): a build from a
+// checkout has "(devel)" or a pseudo-version derived from the commit as
+// its module version, which the release's name replaces; `go install
+// …@VERSION` needs no stamp.
 var release string
 
 // Text is the module version and the commit baton was built from.
@@ -310,7 +311,7 @@ func Text() string {
 		return "unknown (built without module information)"
 	}
 	v := info.Main.Version
-	if release != "" && (v == "" || v == "(devel)") {
+	if release != "" {
 		v = release
 	}
 	if v == "" {

@@ -1,7 +1,9 @@
 package etcdtest
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -32,9 +34,17 @@ func WaitKeys(tb testing.TB, cli *clientv3.Client, prefix string, n int) {
 	etcdtest.WaitKeys(tb, cli, prefix, n)
 }
 
-// Context, Within and FreeAddr are etcdtest's.
-var (
-	Context  = etcdtest.Context
-	Within   = etcdtest.Within
-	FreeAddr = etcdtest.FreeAddr
-)
+// Context returns a context that ends after d or with the test.
+func Context(tb testing.TB, d time.Duration) context.Context {
+	tb.Helper()
+	return etcdtest.Context(tb, d)
+}
+
+// Within fails the test if ch does not close within d.
+func Within(tb testing.TB, ch <-chan struct{}, d time.Duration, what string) {
+	tb.Helper()
+	etcdtest.Within(tb, ch, d, what)
+}
+
+// FreeAddr returns a 127.0.0.1 host:port that was free a moment ago.
+func FreeAddr() (string, error) { return etcdtest.FreeAddr() }
