@@ -77,6 +77,19 @@ func Wrap(cs *concurrency.Session, opts ...Option) (*Session, error) {
 	return &Session{s: s, wrapped: true}, nil
 }
 
+// Apply makes s the session of the primitive being configured: a *Session
+// is an Option.
+func (s *Session) Apply(c *config.Config) {
+	if c == nil {
+		return
+	}
+	if s == nil {
+		config.Shared(nil).Apply(c)
+		return
+	}
+	config.Shared(s.s).Apply(c)
+}
+
 // Client is the etcd client the session uses.
 func (s *Session) Client() *clientv3.Client { return s.s.Client() }
 

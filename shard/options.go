@@ -14,8 +14,8 @@ import (
 
 // Option configures a Group. New validates all options together and
 // rejects bad values with an error wrapping ErrInvalid that names the
-// option and its bound. The options of package session are accepted too;
-// WithSession shares a session.
+// option and its bound. The options of package session, and a
+// *session.Session itself, are accepted too.
 type Option = config.Option
 
 // Bounds of WithTTL and WithMaxTTL, as in package session.

@@ -24,7 +24,7 @@ import (
 
 // Option is one setting. Its method takes an internal type, so only baton
 // defines options.
-type Option interface{ apply(*Config) }
+type Option interface{ Apply(*Config) }
 
 // Config is the validated configuration of one session, mutex or election.
 type Config struct {
@@ -59,7 +59,7 @@ type opt struct {
 	fn          func(*Config) string // returns the value as shown in errors
 }
 
-func (o opt) apply(c *Config) {
+func (o opt) Apply(c *Config) {
 	if c.sessionOnly && !o.sessionWide {
 		c.errs = append(c.errs, fmt.Errorf("%w: %s is not a session option", errs.ErrInvalid, o.name))
 		return
@@ -235,7 +235,7 @@ func build(cli *clientv3.Client, opts []Option, sessionOnly bool) (Config, error
 		if o == nil {
 			return c, fmt.Errorf("%w: nil option", errs.ErrInvalid)
 		}
-		o.apply(&c)
+		o.Apply(&c)
 	}
 	if err := errors.Join(c.errs...); err != nil {
 		return c, err
