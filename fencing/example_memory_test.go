@@ -14,7 +14,7 @@ func ExampleMemoryGuard() {
 	ctx := context.Background()
 	g := fencing.NewMemoryGuard()
 	fmt.Println(g.Admit(ctx, "reports", 12))
-	fmt.Println(g.Admit(ctx, "reports", 11)) // a paused former holder wakes up
+	fmt.Println(g.Admit(ctx, "reports", 11))  // a paused former holder wakes up
 	fmt.Println(g.Admit(ctx, "invoices", 11)) // another resource, its own mark
 	fmt.Println("highest:", g.Highest("reports"))
 	// Output:

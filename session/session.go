@@ -77,8 +77,10 @@ func Wrap(cs *concurrency.Session, opts ...Option) (*Session, error) {
 	return &Session{s: s, wrapped: true}, nil
 }
 
-// Apply makes s the session of the primitive being configured: a *Session
-// is an Option.
+// Apply makes s the session of the primitive being configured: it is how
+// each primitive's WithSession hands a *Session to the configuration it
+// builds (a *Session is an Option). It is not meant to be called; give the
+// session with WithSession.
 func (s *Session) Apply(c *config.Config) {
 	if c == nil {
 		return

@@ -9,9 +9,9 @@ import (
 	"sync"
 
 	"github.com/spf13/cobra"
+	"go.etcd.io/etcd/api/v3/version"
 	"golang.org/x/mod/module"
 	"golang.org/x/mod/semver"
-	"go.etcd.io/etcd/api/v3/version"
 
 	"github.com/batonhq/baton/cmd/baton/cmdutil"
 )
