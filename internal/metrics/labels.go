@@ -1,6 +1,10 @@
 package metrics
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/batonhq/baton/internal/planted"
+)
 
 // The limit on the default label values a Registerer carries: the name
 // label of the primitives (their name, or "semaphore:", "rwmutex:" or
@@ -51,7 +55,9 @@ func (m *Metrics) Label(ns, def string, limit int) (label string, first bool) {
 		u.names[k] = struct{}{}
 		return def, false
 	}
-	m.Collapsed.WithLabelValues(collapsedName).Inc()
+	if !planted.On("n") {
+		m.Collapsed.WithLabelValues(collapsedName).Inc()
+	}
 	first = !u.warned
 	u.warned = true
 	return Other, first

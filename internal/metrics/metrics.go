@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/errs"
+	"github.com/batonhq/baton/internal/planted"
 )
 
 // Metrics holds every collector of a mutex or election.
@@ -253,6 +254,9 @@ func (m *Metrics) Use(ns, name string) (done func()) {
 				return
 			}
 			delete(m.users.n, k)
+			if planted.On("o") {
+				delete(m.users.names, k) // the place goes with the series
+			}
 			m.forget(ns, name)
 		})
 	}
