@@ -23,11 +23,14 @@ const DefaultTTL, MinTTL, DefaultMaxTTL = session.DefaultTTL, session.MinTTL, se
 
 // The options every primitive takes, one definition for all, as in
 // package mutex, which documents them: WithTTL, WithMaxTTL,
-// WithSafetyMargin, WithMaxHeld, WithLogger, WithRegisterer and
-// WithTracerProvider (package session's, session-wide), WithNamespace (the
-// first segment of every key, default "baton"), WithMetricLabel (the
-// metrics' name label, default "semaphore:" and its name) and WithIdentity
-// (the value written to the keys and shown, default "host:pid").
+// WithSafetyMargin, WithMaxHeld, WithLogger, WithRegisterer,
+// WithMetricLabelLimit and WithTracerProvider (package session's,
+// session-wide), WithNamespace (the first segment of every key, default
+// "baton"), WithMetricLabel (the metrics' name label, default
+// "semaphore:" and its name until the Registerer carries
+// WithMetricLabelLimit names, then "(other)"; label per-entity ones with
+// one value per kind) and WithIdentity (the value written to the keys and
+// shown, default "host:pid").
 //
 // Each is a function of its own below.
 
@@ -49,13 +52,20 @@ func WithLogger(l *zap.Logger) Option { return session.WithLogger(l) }
 // WithRegisterer registers the metrics on reg (default: none), as session.WithRegisterer.
 func WithRegisterer(reg prometheus.Registerer) Option { return session.WithRegisterer(reg) }
 
+// WithMetricLabelLimit bounds the name labels the Registerer carries by
+// default (default session.DefaultMetricLabelLimit): past n names, one
+// without a WithMetricLabel records under "(other)". As
+// session.WithMetricLabelLimit, which says how; session-wide.
+func WithMetricLabelLimit(n int) Option { return session.WithMetricLabelLimit(n) }
+
 // WithTracerProvider sets the OpenTelemetry provider of the spans, as session.WithTracerProvider.
 func WithTracerProvider(tp trace.TracerProvider) Option { return session.WithTracerProvider(tp) }
 
 // WithNamespace sets the first segment of every key (default "baton").
 func WithNamespace(ns string) Option { return config.Namespace(ns) }
 
-// WithMetricLabel sets the value of the metrics' name label.
+// WithMetricLabel sets the value of the metrics' name label: kept as
+// given, and not counted toward WithMetricLabelLimit.
 func WithMetricLabel(label string) Option { return config.MetricLabel(label) }
 
 // WithIdentity sets the value written to the keys and shown by the inspection calls.

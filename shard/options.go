@@ -30,13 +30,14 @@ const (
 // The options every primitive takes, one definition for all:
 //
 //   - WithTTL, WithMaxTTL, WithSafetyMargin, WithMaxHeld, WithLogger,
-//     WithRegisterer and WithTracerProvider are package session's, which
-//     documents them. The TTL bounds how long a crashed member's shards
+//     WithRegisterer, WithMetricLabelLimit and WithTracerProvider are
+//     package session's, which documents them. The TTL bounds how long a crashed member's shards
 //     stay without an owner. Each shard a member takes or waits for is one
 //     key of the session (WithMaxHeld).
 //   - WithNamespace sets the first segment of every key (default "baton").
 //   - WithMetricLabel sets the value of the name label of the metrics
-//     (default: "shard:" and the group).
+//     (default: "shard:" and the group, until the Registerer carries
+//     WithMetricLabelLimit names; past them "(other)").
 //   - WithIdentity sets the value written to the member's key next to the
 //     shard count (default "host:pid"), shown by Members' callers such as
 //     the baton CLI. The member name itself is Run's.
@@ -61,13 +62,20 @@ func WithLogger(l *zap.Logger) Option { return session.WithLogger(l) }
 // WithRegisterer registers the metrics on reg (default: none), as session.WithRegisterer.
 func WithRegisterer(reg prometheus.Registerer) Option { return session.WithRegisterer(reg) }
 
+// WithMetricLabelLimit bounds the name labels the Registerer carries by
+// default (default session.DefaultMetricLabelLimit): past n names, one
+// without a WithMetricLabel records under "(other)". As
+// session.WithMetricLabelLimit, which says how; session-wide.
+func WithMetricLabelLimit(n int) Option { return session.WithMetricLabelLimit(n) }
+
 // WithTracerProvider sets the OpenTelemetry provider of the spans, as session.WithTracerProvider.
 func WithTracerProvider(tp trace.TracerProvider) Option { return session.WithTracerProvider(tp) }
 
 // WithNamespace sets the first segment of every key (default "baton").
 func WithNamespace(ns string) Option { return config.Namespace(ns) }
 
-// WithMetricLabel sets the value of the metrics' name label.
+// WithMetricLabel sets the value of the metrics' name label: kept as
+// given, and not counted toward WithMetricLabelLimit.
 func WithMetricLabel(label string) Option { return config.MetricLabel(label) }
 
 // WithIdentity sets the value written to the keys and shown by the inspection calls.

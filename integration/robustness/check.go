@@ -65,6 +65,7 @@ func check(h *History, cfg Config) *Report {
 	checkDistinctTokens(h, rep)
 	checkRegisters(h, rep)
 	checkFences(h, rep)
+	checkMetricLabels(h, rep)
 	rep.finish(h)
 	return rep
 }

@@ -607,3 +607,48 @@ func TestDistinctTokensCatchesTwoKeysOfOneQueueInOneRevision(t *testing.T) {
 		t.Errorf("distinct-tokens judged %d creations, want 2", got)
 	}
 }
+
+func TestMetricLabelsCatchesMoreValuesThanTheLimit(t *testing.T) {
+	h := cleanMutex()
+	h.MetricLabelLimit = 2
+	h.Metrics = []MetricSample{
+		{Process: "main", At: ms(1), Names: []string{"m0", "m1"}},
+		{Process: "c0", At: ms(1), Names: []string{"m0", "e0"}},
+		{Process: "main", At: ms(2), Names: []string{"m1"}}, // m0's series deleted, its place kept
+		{Process: "main", At: ms(3), Names: []string{"m1", "w0"}},
+	}
+	rep := run(h)
+	wantViolation(t, rep, "metric-labels", "process main: its Registerer carried 3 name label values by 3ms (m0, m1, w0), more than its limit 2")
+	if len(rep.Violations) != 1 {
+		t.Errorf("violations %+v, want main's only: c0 has its own Registerer", rep.Violations)
+	}
+}
+
+func TestMetricLabelsCatchesACollapseNotCounted(t *testing.T) {
+	other := map[string]bool{"name": true}
+	h := cleanMutex()
+	h.MetricLabelLimit = 1
+	h.Metrics = []MetricSample{
+		{Process: "main", At: ms(1), Names: []string{"m0"}},
+		{Process: "main", At: ms(2), Names: []string{"m0"}, Other: other},
+		{Process: "main", At: ms(3), Names: []string{"m0"}, Other: other},
+	}
+	wantViolation(t, run(h), "metric-labels", `process main: name="(other)" exported from 2ms on, but baton_metric_labels_collapsed_total{label="name"} stayed 0 in all 3 samples`)
+
+	// Counted by the last sample: a gather is not atomic, so the sample
+	// that first shows "(other)" may read the counter before its increment.
+	clean := cleanMutex()
+	clean.MetricLabelLimit = 1
+	clean.ExplicitLabels = []string{"observers"} // a caller's label is not counted
+	clean.Metrics = []MetricSample{
+		{Process: "main", At: ms(1), Names: []string{"m0", "observers"}},
+		{Process: "main", At: ms(2), Names: []string{"m0"}, Other: other},
+		{Process: "main", At: ms(3), Names: []string{"m0"}, Other: other, Collapsed: map[string]float64{"name": 2}},
+		{Process: "c0", At: ms(3), Resources: []string{"mutex/m0"}},
+	}
+	rep := run(clean)
+	wantClean(t, rep)
+	if got := rep.Oracles["metric-labels"]; got != 8 {
+		t.Errorf("metric-labels judged %d samples, want 8 (4 samples, 2 labels each)", got)
+	}
+}

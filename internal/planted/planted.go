@@ -33,10 +33,16 @@
 //	   (internal/watch): the free-lock check's
 //	m  the drain: a shard whose Context ended is released at once, not
 //	   once its fn returned (shard): the drained check's
+//	n  a default metric label collapsed into "(other)" is not counted in
+//	   baton_metric_labels_collapsed_total (internal/metrics): the
+//	   metric-labels check's
+//	o  a metric label's place is freed when its last user closes
+//	   (internal/metrics), so later names past the limit take it: the
+//	   metric-labels check's
 package planted
 
 // Env names the bug that On switches on, in a robustness_planted build.
 const Env = "BATON_PLANTED_BUG"
 
 // Names are the bugs On knows, a letter each.
-const Names = "abcdefghijklm"
+const Names = "abcdefghijklmno"
