@@ -11,7 +11,7 @@ export GOWORK := off
 export BATON_ETCD_REQUIRED := 1
 TEST_FLAGS ?=
 
-.PHONY: all test test-deploy test-short test-chaos test-compat test-mixed robustness robustness-compat robustness-planted lint api api-check bench bench-shard bench-scale demo build fuzz check-alerts screenshots dist release-prep release-check image
+.PHONY: all proto-check proto-tools generate test test-deploy test-short test-chaos test-compat test-mixed robustness robustness-compat robustness-planted lint api api-check bench bench-shard bench-scale demo build fuzz check-alerts screenshots dist release-prep release-check image test-serve-clients
 
 all: lint test
 
@@ -114,6 +114,44 @@ robustness-compat:
 	export ROBUSTNESS_DURATION=$(ROBUSTNESS_COMPAT_DURATION) ROBUSTNESS_SEED=$(ROBUSTNESS_SEED); \
 	log=$$(mktemp) && $(GO) -C integration test -race -count=1 -v -timeout 20m -run '^TestRobustnessCompat$$' ./robustness >$$log 2>&1; status=$$?; \
 	grep -E '^(--- |    --- |PASS|FAIL|ok|panic)|robustness: [0-9]+ operations|VIOLATION|seed' $$log; rm -f $$log; exit $$status
+
+
+# The API of baton serve: proto/baton/v1/baton.proto, its Go messages and
+# Connect handlers generated into cmd/baton/gen (committed). The tools are
+# pinned here and installed into TOOLS: protoc-gen-go (the version of
+# google.golang.org/protobuf that cmd/baton requires) and
+# protoc-gen-connect-go (that of connectrpc.com/connect) from the Go module
+# proxy, buf from npm.
+TOOLS ?= $(CURDIR)/.tools
+PROTOC_GEN_GO_VERSION := v1.36.12
+PROTOC_GEN_CONNECT_GO_VERSION := v1.21.1
+BUF_VERSION := 1.75.0
+BUF := $(TOOLS)/npm/node_modules/.bin/buf
+BUF_ENV := PATH="$(TOOLS)/bin:$$PATH" BUF_CACHE_DIR="$(TOOLS)/buf-cache"
+# buf breaking compares the .proto with this git ref's (CI: the previous
+# commit of main); a ref without it is the first version, checked against
+# nothing.
+PROTO_BASE ?= main
+
+proto-tools:
+	@mkdir -p $(TOOLS)/bin
+	@test -x $(TOOLS)/bin/protoc-gen-go && $(TOOLS)/bin/protoc-gen-go --version | grep -q '$(PROTOC_GEN_GO_VERSION)$$' || GOBIN=$(TOOLS)/bin $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	@test -x $(TOOLS)/bin/protoc-gen-connect-go && $(TOOLS)/bin/protoc-gen-connect-go --version | grep -q '$(PROTOC_GEN_CONNECT_GO_VERSION:v%=%)$$' || GOBIN=$(TOOLS)/bin $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO_VERSION)
+	@test -x $(BUF) && $(BUF) --version | grep -qx '$(BUF_VERSION)' || npm install --prefix $(TOOLS)/npm --no-save --no-audit --no-fund --loglevel=error @bufbuild/buf@$(BUF_VERSION)
+
+generate: proto-tools
+	$(BUF_ENV) $(BUF) generate
+
+# buf lint; buf breaking against PROTO_BASE; the committed generated code
+# is what make generate writes.
+proto-check: proto-tools
+	$(BUF_ENV) $(BUF) lint
+	@if git cat-file -e '$(PROTO_BASE):proto/baton/v1/baton.proto' 2>/dev/null; then \
+		echo "buf breaking against $(PROTO_BASE)"; $(BUF_ENV) $(BUF) breaking --against '.git#ref=$(PROTO_BASE)' || exit 1; \
+	else echo "buf breaking: $(PROTO_BASE) has no proto/baton/v1/baton.proto, the first version: nothing to compare"; fi
+	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && $(BUF_ENV) $(BUF) generate -o "$$d" && \
+		if ! diff -r "$$d/cmd/baton/gen" cmd/baton/gen; then echo "cmd/baton/gen is not what make generate writes: run make generate and commit"; exit 1; fi; \
+		echo "generated code up to date"
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
