@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	connectrpc.com/connect v1.21.1
+	connectrpc.com/grpchealth v1.5.0
 	github.com/batonhq/baton v0.0.0
 	github.com/batonhq/baton/internal/embedetcd v0.0.0
 	github.com/chromedp/cdproto v0.160.1
