@@ -180,14 +180,7 @@ func Run(ctx context.Context, g *cmdutil.Env, o Options, out io.Writer) error {
 	var servers []*http.Server
 	var wg sync.WaitGroup
 	for _, l := range lns {
-		hs := &http.Server{Handler: mux, ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
-		hs.Protocols.SetHTTP1(true)
-		if l.tls {
-			hs.Protocols.SetHTTP2(true)
-			hs.TLSConfig = tlsCfg
-		} else {
-			hs.Protocols.SetUnencryptedHTTP2(true) // h2c: gRPC without TLS
-		}
+		hs := httpServer(mux, l.tls, tlsCfg)
 		servers = append(servers, hs)
 		wg.Add(1)
 		go func(l listener) {
@@ -222,6 +215,20 @@ func Run(ctx context.Context, g *cmdutil.Env, o Options, out io.Writer) error {
 	}
 	wg.Wait()
 	return errors.Join(runErr, err)
+}
+
+// httpServer serves h on one listener: HTTP/1.1 and HTTP/2, the latter
+// over TLS or, on plaintext, as h2c (gRPC without TLS).
+func httpServer(h http.Handler, useTLS bool, tlsCfg *tls.Config) *http.Server {
+	hs := &http.Server{Handler: h, ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
+	hs.Protocols.SetHTTP1(true)
+	if useTLS {
+		hs.Protocols.SetHTTP2(true)
+		hs.TLSConfig = tlsCfg
+	} else {
+		hs.Protocols.SetUnencryptedHTTP2(true)
+	}
+	return hs
 }
 
 // listen opens every --listen address before etcd is asked anything, so

@@ -1,0 +1,24 @@
+package serve
+
+import (
+	"crypto/tls"
+	"net/http"
+)
+
+// Hooks are the pause points of a Server, for tests.
+type Hooks struct {
+	AfterHeld    func(id string)
+	BeforeUnlock func(id string, cause error)
+}
+
+// WithHooks sets cfg's pause points.
+func WithHooks(cfg *Config, h Hooks) { cfg.hooks = &hooks{afterHeld: h.AfterHeld, beforeUnlock: h.BeforeUnlock} }
+
+// HTTPServer is the http.Server `baton serve` runs on one listener.
+func HTTPServer(h http.Handler, useTLS bool, cfg *tls.Config) *http.Server { return httpServer(h, useTLS, cfg) }
+
+// CheckHold is the validation of a HoldRequest.
+var CheckHold = checkHold
+
+// Budget is how long the server keeps a hold after a heartbeat.
+var Budget = budgetOf
