@@ -12,10 +12,14 @@ type Hooks struct {
 }
 
 // WithHooks sets cfg's pause points.
-func WithHooks(cfg *Config, h Hooks) { cfg.hooks = &hooks{afterHeld: h.AfterHeld, beforeUnlock: h.BeforeUnlock} }
+func WithHooks(cfg *Config, h Hooks) {
+	cfg.hooks = &hooks{afterHeld: h.AfterHeld, beforeUnlock: h.BeforeUnlock}
+}
 
 // HTTPServer is the http.Server `baton serve` runs on one listener.
-func HTTPServer(h http.Handler, useTLS bool, cfg *tls.Config) *http.Server { return httpServer(h, useTLS, cfg) }
+func HTTPServer(h http.Handler, useTLS bool, cfg *tls.Config) *http.Server {
+	return httpServer(h, useTLS, cfg)
+}
 
 // CheckHold is the validation of a HoldRequest.
 var CheckHold = checkHold

@@ -9,8 +9,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/batonhq/baton/cmd/baton/cmdutil"
-	"github.com/batonhq/baton/cmd/baton/keyspace"
 	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
+	"github.com/batonhq/baton/cmd/baton/keyspace"
 	"github.com/batonhq/baton/internal/keys"
 )
 
