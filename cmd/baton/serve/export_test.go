@@ -21,8 +21,6 @@ func HTTPServer(h http.Handler, useTLS bool, cfg *tls.Config) *http.Server {
 	return httpServer(h, useTLS, cfg)
 }
 
-// CheckHold is the validation of a HoldRequest.
-var CheckHold = checkHold
 
 // Budget is how long the server keeps a hold after a heartbeat.
 var Budget = budgetOf
