@@ -21,6 +21,5 @@ func HTTPServer(h http.Handler, useTLS bool, cfg *tls.Config) *http.Server {
 	return httpServer(h, useTLS, cfg)
 }
 
-
 // Budget is how long the server keeps a hold after a heartbeat.
 var Budget = budgetOf
