@@ -235,3 +235,5 @@ func (e *env) waitNoLockKeys(t *testing.T) {
 }
 
 func dur(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
+
+func clientv3WithPrefix() clientv3.OpOption { return clientv3.WithPrefix() }
