@@ -11,7 +11,7 @@ export GOWORK := off
 export BATON_ETCD_REQUIRED := 1
 TEST_FLAGS ?=
 
-.PHONY: all proto-check proto-tools generate test test-deploy test-short test-chaos test-compat test-mixed robustness robustness-compat robustness-planted lint api api-check bench bench-shard bench-scale demo build fuzz check-alerts screenshots dist release-prep release-check image test-serve-clients
+.PHONY: all test-python proto-check proto-tools generate test test-deploy test-short test-chaos test-compat test-mixed robustness robustness-compat robustness-planted lint api api-check bench bench-shard bench-scale demo build fuzz check-alerts screenshots dist release-prep release-check image
 
 all: lint test
 
@@ -152,6 +152,14 @@ proto-check: proto-tools
 	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && $(BUF_ENV) $(BUF) generate -o "$$d" && \
 		if ! diff -r "$$d/cmd/baton/gen" cmd/baton/gen; then echo "cmd/baton/gen is not what make generate writes: run make generate and commit"; exit 1; fi; \
 		echo "generated code up to date"
+
+
+# The Python client's tests (clients/python) against real baton serve --dev
+# processes, with a baton built from this checkout.
+test-python:
+	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
+	$(GO) -C cmd/baton build -o "$$d/baton" . && \
+	cd clients/python && BATON_BIN="$$d/baton" python3 -m unittest discover -s tests -v
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -1,0 +1,134 @@
+"""The client against a real `baton serve --dev` child process."""
+
+import signal
+import threading
+import time
+import unittest
+
+import baton
+from support import Server
+
+
+class ClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server()
+        cls.client = baton.Client(cls.server.url)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_lock_gives_a_token_and_releases_on_exit(self):
+        with self.client.lock("invoice-42", ttl=5, identity="py-1") as l:
+            self.assertGreater(l.token, 0)
+            self.assertTrue(l.key.endswith("/") is False and "/v1/lock/invoice-42/" in l.key)
+            l.check()
+            held = [x for x in self.client.inspect("invoice-") if x["name"] == "invoice-42"]
+            self.assertEqual(len(held), 1)
+            self.assertEqual(held[0]["holder"]["identity"], "py-1")
+            self.assertEqual(int(held[0]["holder"]["token"]), l.token)
+        self.assertEqual(l.cause, "RELEASED")
+        self.assertFalse(l.lost.is_set())
+        self.assertEqual([x for x in self.client.inspect("invoice-") if x["name"] == "invoice-42"], [])
+
+    def test_next_holder_gets_a_greater_token(self):
+        with self.client.lock("seq") as a:
+            first = a.token
+        with self.client.lock("seq") as b:
+            self.assertGreater(b.token, first)
+
+    def test_a_set_has_one_token(self):
+        with self.client.lock(["ledger", "accounts"]) as l:
+            self.assertEqual(len(l.keys), 2)
+            with self.assertRaises(baton.NotAcquired):
+                self.client.lock("accounts", try_=True).acquire()
+
+    def test_try_on_a_held_lock_and_wait_timeout_are_not_acquired(self):
+        with self.client.lock("busy"):
+            with self.assertRaises(baton.NotAcquired) as e:
+                self.client.lock("busy", try_=True).acquire()
+            self.assertEqual(e.exception.code, "aborted")
+            with self.assertRaises(baton.NotAcquired) as e:
+                self.client.lock("busy", wait_timeout=0.2).acquire()
+            self.assertEqual(e.exception.code, "deadline_exceeded")
+
+    def test_invalid_fields_are_invalid_argument_naming_the_field(self):
+        for kw, field in (({"name": ""}, "names[0]"), ({"name": "a", "ttl": 1}, "ttl"), ({"name": "a\x1b"}, "names[0]"),
+                          ({"name": "a", "identity": "x\ny"}, "identity")):
+            name = kw.pop("name")
+            with self.assertRaises(baton.Error) as e:
+                self.client.lock(name, **kw).acquire()
+            self.assertEqual(e.exception.code, "invalid_argument")
+            self.assertTrue(e.exception.message.startswith(field + ":"), e.exception.message)
+
+    def test_heartbeats_keep_a_hold_past_its_ttl(self):
+        beats = []
+        with self.client.lock("long", ttl=2, on_event=lambda e, f: beats.append(e)) as l:
+            end = time.monotonic() + 4
+            while time.monotonic() < end:
+                l.check()
+                time.sleep(0.05)
+        self.assertGreater(beats.count("heartbeat"), 5)
+        self.assertEqual(l.cause, "RELEASED")
+
+    def test_release_request_reaches_the_holder(self):
+        with self.client.lock("asked") as l:
+            r = self.server.baton("unlock", "asked", "--request", "--reason", "deploy")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            deadline = time.monotonic() + 10
+            while l.release_requested is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+            self.assertIsNotNone(l.release_requested)
+            self.assertEqual(l.release_requested["reason"], "deploy")
+            l.check()
+
+    def test_operator_delete_is_lost_with_its_cause(self):
+        with self.client.lock("forced") as l:
+            r = self.server.baton("unlock", "forced", "--force", "--even-if-alive", "--reason", "test")
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertTrue(l.lost.wait(10))
+            self.assertEqual(l.cause, "KEY_GONE")
+            with self.assertRaises(baton.LockLost):
+                l.check()
+
+
+class UnreachableServerTest(unittest.TestCase):
+    """A holder cut off from the server ends the hold by its own clock,
+    before the server's lease could expire."""
+
+    def test_frozen_server_the_hold_ends_at_the_clients_deadline(self):
+        server = Server()
+        try:
+            events = []
+            mu = threading.Lock()
+
+            def on_event(e, f):
+                with mu:
+                    events.append((e, f))
+
+            ttl = 3
+            l = baton.Client(server.url, timeout=1).lock("cutoff", ttl=ttl, on_event=on_event)
+            l.acquire()
+            time.sleep(1)
+            server.proc.send_signal(signal.SIGSTOP)
+            frozen = time.monotonic()
+            self.assertTrue(l.lost.wait(ttl + 2), "no loss while the server is frozen")
+            with mu:
+                lost = [f for e, f in events if e == "lost"][0]
+                last_deadline = max(f["deadline"] for e, f in events if e in ("held", "heartbeat"))
+            self.assertEqual(l.cause, baton.CLIENT_DEADLINE)
+            # At its own deadline, which lies within a TTL of the freeze:
+            # the server's lease cannot have expired before it.
+            self.assertEqual(lost["t"], last_deadline)
+            self.assertLess(lost["t"], frozen + ttl)
+            with self.assertRaises(baton.LockLost):
+                l.check()
+            server.proc.send_signal(signal.SIGCONT)
+            l.release()
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    unittest.main()
