@@ -10,6 +10,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYROOT = os.path.dirname(HERE)
@@ -61,6 +62,18 @@ class Server:
     def _read_rest(self):
         for line in self.proc.stdout:
             self.lines.append(line)
+
+    def wait_waiting(self, n, timeout=30):
+        """Waits until n Hold streams wait in the server (its
+        baton_serve_holds gauge): a waiter sends no message to wait on."""
+        want = 'baton_serve_holds{state="waiting"} %d' % n
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(self.url + "/metrics", timeout=5) as r:
+                if want in r.read().decode():
+                    return
+            time.sleep(0.02)
+        raise AssertionError("never %d waiting" % n)
 
     def baton(self, *args):
         """Runs a baton command against the server's etcd."""

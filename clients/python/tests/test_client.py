@@ -108,9 +108,10 @@ class UnreachableServerTest(unittest.TestCase):
                     events.append((e, f))
 
             ttl = 3
-            l = baton.Client(server.url, timeout=1).lock("cutoff", ttl=ttl, on_event=on_event)
+            beat = threading.Event()
+            l = baton.Client(server.url, timeout=1).lock("cutoff", ttl=ttl, on_event=lambda e, f: (on_event(e, f), e == "heartbeat" and beat.set()))
             l.acquire()
-            time.sleep(1)
+            self.assertTrue(beat.wait(10), "no heartbeat")
             server.proc.send_signal(signal.SIGSTOP)
             frozen = time.monotonic()
             self.assertTrue(l.lost.wait(ttl + 2), "no loss while the server is frozen")

@@ -45,8 +45,7 @@ class ProcessTest(unittest.TestCase):
         a = self.holder("killed", ttl=10)
         a.wait_for("held")
         b = self.holder("killed", ttl=10)
-        b.wait_for("start")
-        time.sleep(0.3)  # b's Hold is on its way; a holds regardless
+        self.server.wait_waiting(1)
         self.assertIsNone(b.first("held"))
         a.proc.send_signal(signal.SIGKILL)
         a.proc.wait()
@@ -61,8 +60,7 @@ class ProcessTest(unittest.TestCase):
         a = self.holder("frozen", ttl=ttl)
         a.wait_for("held")
         b = self.holder("frozen", ttl=ttl)
-        b.wait_for("start")
-        time.sleep(0.3)
+        self.server.wait_waiting(1)
         a.proc.send_signal(signal.SIGSTOP)
         stopped = time.monotonic()
         n = b.wait_for("held")
@@ -85,9 +83,10 @@ class ProcessTest(unittest.TestCase):
         self.assertGreater(lost_seen["t"], n["t"])  # it could only notice once resumed
 
     def test_released_holder_hands_over(self):
-        a = self.holder("handover", seconds=1)
+        a = self.holder("handover", seconds=3)
         a.wait_for("held")
         b = self.holder("handover", seconds=0.2)
+        self.server.wait_waiting(1)
         self.assertEqual(a.proc.wait(30), 0)
         self.assertEqual(b.proc.wait(30), 0)
         self.judge(a, b)

@@ -7,13 +7,13 @@ import (
 
 // Hooks are the pause points of a Server, for tests.
 type Hooks struct {
-	AfterHeld    func(id string)
-	BeforeUnlock func(id string, cause error)
+	BeforeUnlock   func(id string, cause error)
+	ReleaseWaiting func(id string)
 }
 
 // WithHooks sets cfg's pause points.
 func WithHooks(cfg *Config, h Hooks) {
-	cfg.hooks = &hooks{afterHeld: h.AfterHeld, beforeUnlock: h.BeforeUnlock}
+	cfg.hooks = &hooks{beforeUnlock: h.BeforeUnlock, releaseWaiting: h.ReleaseWaiting}
 }
 
 // HTTPServer is the http.Server `baton serve` runs on one listener.

@@ -192,9 +192,6 @@ func (s *Server) Hold(ctx context.Context, req *connect.Request[batonv1.HoldRequ
 	if err != nil {
 		return s.end(ctx, h, stream, errStreamClosed)
 	}
-	if s.cfg.hooks != nil && s.cfg.hooks.afterHeld != nil {
-		s.cfg.hooks.afterHeld(h.id)
-	}
 	return s.run(ctx, h, stream)
 }
 

@@ -309,3 +309,62 @@ func TestSetHoldsEveryNameWithOneToken(t *testing.T) {
 	a.cancel()
 	e.waitNoLockKeys(t)
 }
+
+// Forced at the step between a hold's end and its key's delete (the
+// BeforeUnlock hook): a heartbeat is refused, so nothing revives a hold that
+// ended, and a Release says the hold ended first instead of succeeding.
+func TestNothingRevivesAHoldThatEnded(t *testing.T) {
+	type probe struct {
+		beat    error
+		release chan error
+	}
+	probes := make(chan probe, 1)
+	waiting := make(chan struct{}, 1)
+	var e *env
+	e = start(t, func(c *serve.Config) {
+		serve.WithHooks(c, serve.Hooks{ReleaseWaiting: func(string) { waiting <- struct{}{} }, BeforeUnlock: func(id string, cause error) {
+			ctx := context.Background()
+			_, beat := e.client.Heartbeat(ctx, connect.NewRequest(&batonv1.HeartbeatRequest{HoldId: id}))
+			p := probe{beat: beat, release: make(chan error, 1)}
+			// Release waits for the delete this hook holds back: it runs
+			// on, and is judged once the hold's end goes on.
+			go func() {
+				_, err := e.client.Release(ctx, connect.NewRequest(&batonv1.ReleaseRequest{HoldId: id}))
+				p.release <- err
+			}()
+			<-waiting
+			probes <- p
+		}})
+	})
+	ctx := ctxT(t)
+	for _, c := range []struct {
+		name  string
+		cause batonv1.Cause
+		end   func(h *batonv1.Held)
+	}{
+		{"heartbeat timeout", batonv1.Cause_CAUSE_HEARTBEAT_TIMEOUT, func(*batonv1.Held) {}},
+		{"key deleted", batonv1.Cause_CAUSE_KEY_GONE, func(h *batonv1.Held) {
+			if _, err := e.etcd.Delete(ctx, h.Keys[0]); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		s := e.hold(ctx, &batonv1.HoldRequest{Names: []string{"ended"}, Ttl: dur(2 * time.Second)})
+		h := s.held(t)
+		c.end(h)
+		if m := s.next(t); m.GetLost().GetCause() != c.cause {
+			t.Fatalf("%s: got %v", c.name, m)
+		}
+		p := <-probes
+		if connect.CodeOf(p.beat) != connect.CodeFailedPrecondition {
+			t.Fatalf("%s: a heartbeat after the end: %v, want FAILED_PRECONDITION", c.name, p.beat)
+		}
+		if err := <-p.release; connect.CodeOf(err) != connect.CodeFailedPrecondition {
+			t.Fatalf("%s: a release after the end: %v, want FAILED_PRECONDITION", c.name, err)
+		}
+		if err := s.end(t); err != nil {
+			t.Fatal(err)
+		}
+		e.waitNoLockKeys(t)
+	}
+}

@@ -46,10 +46,10 @@ type Config struct {
 // hooks are pause points for tests: each is called, when set, at the
 // step its name says.
 type hooks struct {
-	// afterHeld: the held message was sent, the loop not yet entered.
-	afterHeld func(id string)
 	// beforeUnlock: the hold ended (lost already sent), its key not yet deleted.
 	beforeUnlock func(id string, cause error)
+	// releaseWaiting: a Release asked the hold's loop and waits for the delete.
+	releaseWaiting func(id string)
 }
 
 // Server serves the BatonService. Unimplemented calls answer

@@ -40,12 +40,22 @@ func (s *Server) Release(ctx context.Context, req *connect.Request[batonv1.Relea
 		return nil, err
 	}
 	h.requestRelease()
+	if s.cfg.hooks != nil && s.cfg.hooks.releaseWaiting != nil {
+		s.cfg.hooks.releaseWaiting(h.id)
+	}
 	select {
 	case <-h.ended:
 	case <-ctx.Done():
 		return nil, connect.NewError(connect.CodeCanceled, ctx.Err())
 	}
+	h.mu.Lock()
+	cause := h.cause
+	h.mu.Unlock()
 	switch err := h.endErr; {
+	case !errors.Is(cause, errReleasedByCaller):
+		// It ended for another reason first (its stream said lost): the
+		// caller did not hold it until now.
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the hold ended before the release: %w", cause))
 	case err == nil:
 		return connect.NewResponse(&batonv1.ReleaseResponse{}), nil
 	case errors.Is(err, mutex.ErrNotHeld):
