@@ -34,6 +34,9 @@ import (
 //	held     Release                                delete the key, send released, end
 //	held     stream closed                          delete the key, end
 //	held     heartbeat deadline passed              send lost, delete the key, end
+//
+// With a lock_delay, every end but Release deletes the keys as a loss
+// (abandon): the next contender waits the delay out.
 //	held     library's Context ended (lease, key)   send lost, delete (guarded), end
 //	held     server shutting down                   send lost, delete the key, end
 //
@@ -46,6 +49,7 @@ type hold struct {
 	id        string
 	principal string        // who may heartbeat and release it besides the hold_id ("" for anyone)
 	budget    time.Duration // how long after a heartbeat's arrival the server keeps the hold
+	abandon   bool          // a lock-delay: ends other than Release are losses
 	lock      *mutex.Lock
 	ns        string
 	names     []string
@@ -172,7 +176,7 @@ func (s *Server) Hold(ctx context.Context, req *connect.Request[batonv1.HoldRequ
 		return err
 	}
 	h := &hold{
-		id: newHoldID(), principal: c.principal(), budget: budgetOf(sp.ttl), lock: lk, ns: sp.namespace, names: sp.names,
+		id: newHoldID(), principal: c.principal(), budget: budgetOf(sp.ttl), abandon: sp.lockDelay > 0, lock: lk, ns: sp.namespace, names: sp.names,
 		release: make(chan struct{}), ended: make(chan struct{}),
 	}
 	s.holds.add(h)
@@ -199,7 +203,14 @@ func (s *Server) Hold(ctx context.Context, req *connect.Request[batonv1.HoldRequ
 // server shuts down or wait_timeout passes. m is the Mutex or Set to close
 // once the hold ends (nil on a refused option).
 func (s *Server) acquire(ctx context.Context, sp holdSpec, identity string) (locker, *mutex.Lock, error) {
-	sess, err := s.sessions.get(sp.ttl)
+	// With a lock-delay, a lost holder is told from a clean release by its
+	// own key and record; holds of one name on a shared lease would share
+	// both, so such a hold gets a lease of its own.
+	get := s.sessions.get
+	if sp.lockDelay > 0 {
+		get = s.sessions.own
+	}
+	sess, err := get(sp.ttl)
 	if err != nil {
 		return nil, nil, connect.NewError(connect.CodeUnavailable, err)
 	}
@@ -215,7 +226,13 @@ func (s *Server) acquire(ctx context.Context, sp holdSpec, identity string) (loc
 		m, err = mutex.NewSet(s.cli, sp.names, opts...)
 	}
 	if err != nil {
+		if sp.lockDelay > 0 {
+			_ = sess.Close()
+		}
 		return nil, nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	if sp.lockDelay > 0 {
+		m = withSession{m, sess}
 	}
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -308,6 +325,9 @@ func (s *Server) end(ctx context.Context, h *hold, stream *connect.ServerStream[
 	}
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
+	if h.abandon && !errors.Is(cause, errReleasedByCaller) {
+		s.abandon(uctx, h)
+	}
 	err := h.lock.Unlock(uctx)
 	h.endErr = err
 	close(h.ended)
@@ -326,6 +346,34 @@ func (s *Server) end(ctx context.Context, h *hold, stream *connect.ServerStream[
 		zap.String("cause", causeLabel(final)), zap.Error(err))
 	return nil
 }
+
+// abandon ends a hold with a lock-delay as a loss, not a release: its keys
+// are deleted (guarded by its token) and its record is left, so the next
+// contender waits the delay out. Only the caller's Release is clean.
+func (s *Server) abandon(ctx context.Context, h *hold) {
+	if h.lock.Context().Err() != nil {
+		return // lost already: the keys are gone or going
+	}
+	dels := make([]clientv3.Op, 0, len(h.lock.Keys()))
+	for _, k := range h.lock.Keys() {
+		dels = append(dels, clientv3.OpDelete(k))
+	}
+	resp, err := s.cli.Txn(ctx).If(h.lock.Compares()...).Then(dels...).Commit()
+	if err == nil && resp.Succeeded {
+		select { // the library hears of the delete; Unlock then only forgets
+		case <-h.lock.Done():
+		case <-ctx.Done():
+		}
+	}
+}
+
+// withSession is a Mutex or Set on a session of its own, closed with it.
+type withSession struct {
+	locker
+	s interface{ Close() error }
+}
+
+func (w withSession) Close() error { return errors.Join(w.locker.Close(), w.s.Close()) }
 
 func lost(cause error) *batonv1.HoldResponse {
 	return &batonv1.HoldResponse{Event: &batonv1.HoldResponse_Lost{Lost: &batonv1.Lost{Cause: causeOf(cause), Message: cause.Error()}}}

@@ -368,3 +368,61 @@ func TestNothingRevivesAHoldThatEnded(t *testing.T) {
 		e.waitNoLockKeys(t)
 	}
 }
+
+// lock_delay reaches the library: after a holder is lost without
+// releasing, the next waits the delay out (timed by etcd).
+func TestLockDelayHoldsOffTheNextHolderAfterALoss(t *testing.T) {
+	e := start(t)
+	ctx := ctxT(t)
+	req := &batonv1.HoldRequest{Names: []string{"delayed"}, LockDelay: dur(2 * time.Second)}
+	a := e.hold(ctx, req)
+	ha := a.held(t)
+	b := e.hold(ctx, req)
+	waitGauge(t, e, "waiting", 1)
+	if _, err := e.etcd.Delete(ctx, ha.Keys[0]); err != nil { // an operator's force-unlock: no release
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	if m := a.next(t); m.GetLost() == nil {
+		t.Fatalf("got %v, want lost", m)
+	}
+	hb := b.held(t)
+	if waited := time.Since(deleted); waited < 1500*time.Millisecond {
+		t.Fatalf("the next holder acquired %v after the loss, within the 2 s lock-delay", waited)
+	}
+	if hb.Token <= ha.Token {
+		t.Fatalf("token %d after %d", hb.Token, ha.Token)
+	}
+}
+
+// A silent holder with a lock_delay is a loss too: the next holder waits
+// the delay out after the server ends the hold.
+func TestLockDelayFollowsAHeartbeatTimeout(t *testing.T) {
+	e := start(t)
+	ctx := ctxT(t)
+	req := &batonv1.HoldRequest{Names: []string{"delayed-silent"}, Ttl: dur(2 * time.Second), LockDelay: dur(2 * time.Second)}
+	a := e.hold(ctx, req)
+	ha := a.held(t)
+	b := e.hold(ctx, req)
+	if m := a.next(t); m.GetLost().GetCause() != batonv1.Cause_CAUSE_HEARTBEAT_TIMEOUT {
+		t.Fatalf("got %v", m)
+	}
+	lost := time.Now()
+	hb := b.held(t)
+	if waited := time.Since(lost); waited < 1500*time.Millisecond {
+		t.Fatalf("the next holder acquired %v after the timeout, within the 2 s lock-delay", waited)
+	}
+	if hb.Token <= ha.Token {
+		t.Fatalf("token %d after %d", hb.Token, ha.Token)
+	}
+	// Release is clean: no delay after it.
+	if _, err := e.client.Release(ctx, connect.NewRequest(&batonv1.ReleaseRequest{HoldId: hb.HoldId})); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now()
+	c := e.hold(ctx, req)
+	c.held(t)
+	if waited := time.Since(released); waited > time.Second {
+		t.Fatalf("%v after a clean release", waited)
+	}
+}

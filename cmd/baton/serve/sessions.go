@@ -46,16 +46,31 @@ func (s *sessions) get(ttl time.Duration) (*session.Session, error) {
 	if ss, ok := s.byTTL[ttl]; ok {
 		return ss, nil
 	}
-	opts := []session.Option{session.WithTTL(ttl), session.WithMaxTTL(s.maxTTL), session.WithLogger(s.log)}
-	if s.reg != nil {
-		opts = append(opts, session.WithRegisterer(s.reg))
-	}
-	ss, err := session.New(s.cli, opts...)
+	ss, err := session.New(s.cli, s.options(ttl)...)
 	if err != nil {
 		return nil, err
 	}
 	s.byTTL[ttl] = ss
 	return ss, nil
+}
+
+// own returns a new session of ttl for one hold, which closes it.
+func (s *sessions) own(ttl time.Duration) (*session.Session, error) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, errClosing
+	}
+	return session.New(s.cli, s.options(ttl)...)
+}
+
+func (s *sessions) options(ttl time.Duration) []session.Option {
+	opts := []session.Option{session.WithTTL(ttl), session.WithMaxTTL(s.maxTTL), session.WithLogger(s.log)}
+	if s.reg != nil {
+		opts = append(opts, session.WithRegisterer(s.reg))
+	}
+	return opts
 }
 
 // close revokes every lease: whatever a hold left is deleted with it.
