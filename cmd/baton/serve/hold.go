@@ -16,8 +16,9 @@ import (
 	"github.com/batonhq/baton/cmd/baton/cmdutil"
 	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
 	"github.com/batonhq/baton/cmd/baton/keyspace"
-	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/request"
 	"github.com/batonhq/baton/mutex"
+	"github.com/batonhq/baton/semaphore"
 )
 
 // A Hold stream, from its request to its last message:
@@ -50,7 +51,7 @@ type hold struct {
 	principal string        // who may heartbeat and release it besides the hold_id ("" for anyone)
 	budget    time.Duration // how long after a heartbeat's arrival the server keeps the hold
 	abandon   bool          // a lock-delay: ends other than Release are losses
-	lock      *mutex.Lock
+	lock      *acquired
 	ns        string
 	names     []string
 
@@ -129,13 +130,6 @@ func (h *hold) markEnded(cause error) error {
 // requestRelease asks the loop to release.
 func (h *hold) requestRelease() { h.releaseOnce.Do(func() { close(h.release) }) }
 
-// locker is a Mutex or a Set.
-type locker interface {
-	Lock(context.Context) (*mutex.Lock, error)
-	TryLock(context.Context) (*mutex.Lock, error)
-	Close() error
-}
-
 // errWaitTimeout ends a wait at wait_timeout.
 var errWaitTimeout = errors.New("wait_timeout passed")
 
@@ -168,9 +162,9 @@ func (s *Server) Hold(ctx context.Context, req *connect.Request[batonv1.HoldRequ
 	}
 	defer leave()
 
-	m, lk, err := s.acquire(ctx, sp, identity)
-	if m != nil {
-		defer func() { _ = m.Close() }()
+	closeFn, lk, err := s.acquire(ctx, sp, identity)
+	if closeFn != nil {
+		defer func() { _ = closeFn() }()
 	}
 	if err != nil {
 		return err
@@ -189,7 +183,7 @@ func (s *Server) Hold(ctx context.Context, req *connect.Request[batonv1.HoldRequ
 	until := h.validUntil()
 	h.mu.Unlock()
 	err = stream.Send(&batonv1.HoldResponse{Event: &batonv1.HoldResponse_Held{Held: &batonv1.Held{
-		HoldId: h.id, Token: int64(lk.Token()), Keys: lk.Keys(), Lease: int64(lk.Lease()),
+		HoldId: h.id, Token: int64(lk.Token()), Keys: lk.keys, Lease: int64(lk.Lease()),
 		Ttl: durationpb.New(lk.TTL()), Validity: durationpb.New(until.Sub(arrival)),
 		Deadline: timestamppb.New(until), HeartbeatInterval: durationpb.New(heartbeatInterval(sp.ttl)),
 	}}})
@@ -200,9 +194,9 @@ func (s *Server) Hold(ctx context.Context, req *connect.Request[batonv1.HoldRequ
 }
 
 // acquire waits for the lock (or tries it) until the stream closes, the
-// server shuts down or wait_timeout passes. m is the Mutex or Set to close
+// server shuts down or wait_timeout passes. closeFn closes the primitive
 // once the hold ends (nil on a refused option).
-func (s *Server) acquire(ctx context.Context, sp holdSpec, identity string) (locker, *mutex.Lock, error) {
+func (s *Server) acquire(ctx context.Context, sp holdSpec, identity string) (closeFn func() error, lk *acquired, err error) {
 	// With a lock-delay, a lost holder is told from a clean release by its
 	// own key and record; holds of one name on a shared lease would share
 	// both, so such a hold gets a lease of its own.
@@ -219,20 +213,16 @@ func (s *Server) acquire(ctx context.Context, sp holdSpec, identity string) (loc
 	if sp.lockDelay > 0 {
 		opts = append(opts, mutex.WithLockDelay(sp.lockDelay))
 	}
-	var m locker
-	if len(sp.names) == 1 {
-		m, err = mutex.New(s.cli, sp.names[0], opts...)
-	} else {
-		m, err = mutex.NewSet(s.cli, sp.names, opts...)
-	}
+	a, err := newAcquirer(s.cli, sp, opts)
 	if err != nil {
 		if sp.lockDelay > 0 {
 			_ = sess.Close()
 		}
 		return nil, nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
+	closeFn = a.close
 	if sp.lockDelay > 0 {
-		m = withSession{m, sess}
+		closeFn = func() error { return errors.Join(a.close(), sess.Close()) }
 	}
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -244,21 +234,18 @@ func (s *Server) acquire(ctx context.Context, sp holdSpec, identity string) (loc
 		defer c2()
 	}
 	s.metrics.holds.WithLabelValues("waiting").Inc()
-	var lk *mutex.Lock
-	if sp.try {
-		lk, err = m.TryLock(wctx)
-	} else {
-		lk, err = m.Lock(wctx)
-	}
+	lk, err = a.acquire(wctx, sp.try)
 	s.metrics.holds.WithLabelValues("waiting").Dec()
 	if err == nil {
 		s.metrics.requests.WithLabelValues("held").Inc()
-		return m, lk, nil
+		return closeFn, lk, nil
 	}
 	result, code := "error", connect.CodeUnavailable
 	switch cause := context.Cause(wctx); {
-	case errors.Is(err, mutex.ErrLocked):
+	case busy(err):
 		result, code = "busy", connect.CodeAborted
+	case errors.Is(err, semaphore.ErrLimitMismatch):
+		result, code, err = "refused", connect.CodeFailedPrecondition, fmt.Errorf("limit: %w", err)
 	case errors.Is(cause, errWaitTimeout):
 		result, code, err = "timeout", connect.CodeDeadlineExceeded, cause
 	case errors.Is(cause, errServerShutdown):
@@ -271,7 +258,7 @@ func (s *Server) acquire(ctx context.Context, sp holdSpec, identity string) (loc
 		code = connect.CodeResourceExhausted
 	}
 	s.metrics.requests.WithLabelValues(result).Inc()
-	return m, nil, connect.NewError(code, err)
+	return closeFn, nil, connect.NewError(code, err)
 }
 
 // run is a held stream's loop: it owns the hold's end, and chooses its
@@ -279,7 +266,10 @@ func (s *Server) acquire(ctx context.Context, sp holdSpec, identity string) (loc
 func (s *Server) run(ctx context.Context, h *hold, stream *connect.ServerStream[batonv1.HoldResponse]) error {
 	recorded := s.recordHeld(h)
 	defer recorded()
-	requests := h.lock.ReleaseRequested()
+	var requests <-chan request.Request
+	if h.lock.requests != nil {
+		requests = h.lock.requests()
+	}
 	h.mu.Lock()
 	timer := time.NewTimer(time.Until(h.beatBy))
 	h.mu.Unlock()
@@ -328,7 +318,7 @@ func (s *Server) end(ctx context.Context, h *hold, stream *connect.ServerStream[
 	if h.abandon && !errors.Is(cause, errReleasedByCaller) {
 		s.abandon(uctx, h)
 	}
-	err := h.lock.Unlock(uctx)
+	err := h.lock.release(uctx)
 	h.endErr = err
 	close(h.ended)
 	final := causeOf(cause)
@@ -354,11 +344,11 @@ func (s *Server) abandon(ctx context.Context, h *hold) {
 	if h.lock.Context().Err() != nil {
 		return // lost already: the keys are gone or going
 	}
-	dels := make([]clientv3.Op, 0, len(h.lock.Keys()))
-	for _, k := range h.lock.Keys() {
+	dels := make([]clientv3.Op, 0, len(h.lock.keys))
+	for _, k := range h.lock.keys {
 		dels = append(dels, clientv3.OpDelete(k))
 	}
-	resp, err := s.cli.Txn(ctx).If(h.lock.Compares()...).Then(dels...).Commit()
+	resp, err := s.cli.Txn(ctx).If(h.lock.compares...).Then(dels...).Commit()
 	if err == nil && resp.Succeeded {
 		select { // the library hears of the delete; Unlock then only forgets
 		case <-h.lock.Done():
@@ -366,14 +356,6 @@ func (s *Server) abandon(ctx context.Context, h *hold) {
 		}
 	}
 }
-
-// withSession is a Mutex or Set on a session of its own, closed with it.
-type withSession struct {
-	locker
-	s interface{ Close() error }
-}
-
-func (w withSession) Close() error { return errors.Join(w.locker.Close(), w.s.Close()) }
 
 func lost(cause error) *batonv1.HoldResponse {
 	return &batonv1.HoldResponse{Event: &batonv1.HoldResponse_Lost{Lost: &batonv1.Lost{Cause: causeOf(cause), Message: cause.Error()}}}
@@ -393,7 +375,7 @@ func (s *Server) recordHeld(h *hold) (done func()) {
 		defer cancel()
 		ops := make([]clientv3.Op, len(h.names))
 		for i, n := range h.names {
-			ops[i] = keyspace.HeldPut(h.ns, keys.Lock, n, h.lock.Lease(), h.lock.Acquired())
+			ops[i] = keyspace.HeldPut(h.ns, h.lock.kind, n, h.lock.Lease(), h.lock.Acquired())
 		}
 		if resp, err := h.lock.Txn(ctx).Then(ops...).Commit(); err == nil && resp.Succeeded {
 			rev = resp.Header.Revision
@@ -407,7 +389,7 @@ func (s *Server) recordHeld(h *hold) (done func()) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		for _, n := range h.names {
-			k := keyspace.HeldKey(h.ns, keys.Lock, n, h.lock.Lease())
+			k := keyspace.HeldKey(h.ns, h.lock.kind, n, h.lock.Lease())
 			_, _ = s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).Then(clientv3.OpDelete(k)).Commit()
 		}
 	}

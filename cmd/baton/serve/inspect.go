@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"errors"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -53,7 +54,10 @@ func (s *Server) Inspect(ctx context.Context, req *connect.Request[batonv1.Inspe
 		}
 		return nil, connect.NewError(code, err)
 	}
-	held, _ := keyspace.ReadHeld(ctx, s.cli, ns, keys.Lock, "")
+	held := make(map[keys.Kind]map[string]time.Time)
+	for _, k := range []keys.Kind{keys.Lock, keys.Semaphore, keys.RWLock} {
+		held[k], _ = keyspace.ReadHeld(ctx, s.cli, ns, k, "")
+	}
 	out := &batonv1.InspectResponse{}
 	for _, r := range rows {
 		li := &batonv1.LockInfo{
@@ -63,8 +67,8 @@ func (s *Server) Inspect(ctx context.Context, req *connect.Request[batonv1.Inspe
 			Waiters: uint32(r.Waiters), Limit: uint32(r.Limit), Set: r.Set,
 		}
 		since := r.Since
-		if since.IsZero() && li.Kind == batonv1.LockKind_LOCK_KIND_MUTEX {
-			since = keyspace.HeldLookup(held, r.Name, r.Holder.Lease)
+		if since.IsZero() {
+			since = keyspace.HeldLookup(held[keyspace.HeldKindOf(r)], r.Name, r.Holder.Lease)
 		}
 		if !since.IsZero() {
 			li.Since = timestamppb.New(since)

@@ -11,6 +11,8 @@ import (
 
 	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
 	"github.com/batonhq/baton/mutex"
+	"github.com/batonhq/baton/rwmutex"
+	"github.com/batonhq/baton/semaphore"
 )
 
 // Heartbeat keeps a hold and returns its validity from this request's
@@ -58,7 +60,7 @@ func (s *Server) Release(ctx context.Context, req *connect.Request[batonv1.Relea
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the hold ended before the release: %w", cause))
 	case err == nil:
 		return connect.NewResponse(&batonv1.ReleaseResponse{}), nil
-	case errors.Is(err, mutex.ErrNotHeld):
+	case errors.Is(err, mutex.ErrNotHeld), errors.Is(err, semaphore.ErrNotHeld), errors.Is(err, rwmutex.ErrNotHeld):
 		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
 	default:
 		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("the key will be deleted in the background: %w", err))

@@ -11,6 +11,7 @@ import (
 	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/mutex"
+	"github.com/batonhq/baton/semaphore"
 )
 
 // Every field of a request is checked here, before anything else is done
@@ -27,6 +28,8 @@ const (
 type holdSpec struct {
 	namespace   string
 	names       []string
+	kind        batonv1.LockKind // MUTEX for a mutex or a set
+	limit       int              // a semaphore's
 	ttl         time.Duration
 	identity    string // "" for the caller's default
 	try         bool
@@ -45,16 +48,20 @@ func checkHold(req *batonv1.HoldRequest, defaultNS string, maxTTL time.Duration)
 	if err := checkNamespace(&sp.namespace, defaultNS); err != nil {
 		return sp, err
 	}
-	switch req.GetKind() {
-	case batonv1.LockKind_LOCK_KIND_UNSPECIFIED, batonv1.LockKind_LOCK_KIND_MUTEX:
-	case batonv1.LockKind_LOCK_KIND_SEMAPHORE, batonv1.LockKind_LOCK_KIND_READ, batonv1.LockKind_LOCK_KIND_WRITE:
-		return sp, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("kind: %v is not served yet (mutexes and sets are)", req.GetKind()))
+	switch sp.kind = req.GetKind(); sp.kind {
+	case batonv1.LockKind_LOCK_KIND_UNSPECIFIED:
+		sp.kind = batonv1.LockKind_LOCK_KIND_MUTEX
+	case batonv1.LockKind_LOCK_KIND_MUTEX, batonv1.LockKind_LOCK_KIND_SEMAPHORE, batonv1.LockKind_LOCK_KIND_READ, batonv1.LockKind_LOCK_KIND_WRITE:
 	default:
 		return sp, invalid("kind", "unknown kind %d", int32(req.GetKind()))
 	}
-	if req.GetLimit() != 0 {
+	switch l := req.GetLimit(); {
+	case sp.kind != batonv1.LockKind_LOCK_KIND_SEMAPHORE && l != 0:
 		return sp, invalid("limit", "only a semaphore has a limit")
+	case sp.kind == batonv1.LockKind_LOCK_KIND_SEMAPHORE && (l < 1 || l > semaphore.MaxLimit):
+		return sp, invalid("limit", "%d: a semaphore has 1 to %d permits", l, semaphore.MaxLimit)
 	}
+	sp.limit = int(req.GetLimit())
 	var err error
 	if sp.lockDelay, err = duration("lock_delay", req.GetLockDelay()); err != nil {
 		return sp, err
@@ -75,6 +82,8 @@ func checkHold(req *batonv1.HoldRequest, defaultNS string, maxTTL time.Duration)
 	switch {
 	case len(names) == 0:
 		return sp, invalid("names", "at least one name is required")
+	case len(names) > 1 && sp.kind != batonv1.LockKind_LOCK_KIND_MUTEX:
+		return sp, invalid("names", "%d names: a set is of mutexes; a %s takes one name", len(names), kindName(sp.kind))
 	case len(names) > limit:
 		return sp, invalid("names", "%d names, at most %d in one set (%d with lock_delay)", len(names), mutex.MaxSetNames, mutex.MaxSetNamesWithLockDelay)
 	}
@@ -172,4 +181,17 @@ func unwrapInvalid(err error) string {
 		return msg[len(p):]
 	}
 	return msg
+}
+
+// kindName is a kind as a message says it: "semaphore".
+func kindName(k batonv1.LockKind) string {
+	switch k {
+	case batonv1.LockKind_LOCK_KIND_SEMAPHORE:
+		return "semaphore"
+	case batonv1.LockKind_LOCK_KIND_READ:
+		return "read lock"
+	case batonv1.LockKind_LOCK_KIND_WRITE:
+		return "write lock"
+	}
+	return "mutex"
 }

@@ -56,9 +56,23 @@ func TestInvalidFieldsAreRefusedNamingTheField(t *testing.T) {
 			t.Errorf("%v: got %v, want INVALID_ARGUMENT naming %s", c.req, err, c.field)
 		}
 	}
-	_, err := checkHold(&batonv1.HoldRequest{Names: []string{"a"}, Kind: batonv1.LockKind_LOCK_KIND_SEMAPHORE, Limit: 2}, "baton", mutex.DefaultMaxTTL)
-	if connect.CodeOf(err) != connect.CodeUnimplemented {
-		t.Errorf("semaphore: %v, want UNIMPLEMENTED until it is served", err)
+	for _, c := range []struct {
+		field string
+		req   *batonv1.HoldRequest
+	}{
+		{"limit", &batonv1.HoldRequest{Names: []string{"a"}, Kind: batonv1.LockKind_LOCK_KIND_SEMAPHORE}},
+		{"limit", &batonv1.HoldRequest{Names: []string{"a"}, Kind: batonv1.LockKind_LOCK_KIND_SEMAPHORE, Limit: 10001}},
+		{"limit", &batonv1.HoldRequest{Names: []string{"a"}, Kind: batonv1.LockKind_LOCK_KIND_READ, Limit: 2}},
+		{"names", &batonv1.HoldRequest{Names: []string{"a", "b"}, Kind: batonv1.LockKind_LOCK_KIND_WRITE}},
+	} {
+		_, err := checkHold(c.req, "baton", mutex.DefaultMaxTTL)
+		var ce *connect.Error
+		if !errors.As(err, &ce) || ce.Code() != connect.CodeInvalidArgument || !strings.HasPrefix(ce.Message(), c.field+": ") {
+			t.Errorf("%v: got %v, want INVALID_ARGUMENT naming %s", c.req, err, c.field)
+		}
+	}
+	if sp, err := checkHold(&batonv1.HoldRequest{Names: []string{"a"}, Kind: batonv1.LockKind_LOCK_KIND_SEMAPHORE, Limit: 3}, "baton", mutex.DefaultMaxTTL); err != nil || sp.limit != 3 {
+		t.Errorf("semaphore: %+v %v", sp, err)
 	}
 	sp, err := checkHold(&batonv1.HoldRequest{Names: []string{"a/b%"}}, "team", 10*time.Second)
 	if err != nil || sp.namespace != "team" || sp.ttl != 10*time.Second {
@@ -70,7 +84,7 @@ func TestInvalidFieldsAreRefusedNamingTheField(t *testing.T) {
 var fields = []string{"names", "namespace", "ttl", "identity", "wait_timeout", "lock_delay", "limit", "kind"}
 
 // FuzzCheckHold: checkHold never panics; it refuses with INVALID_ARGUMENT
-// (or UNIMPLEMENTED for a kind not served yet) naming a field, and
+// naming a field, and
 // whatever it accepts the library accepts too.
 func FuzzCheckHold(f *testing.F) {
 	f.Add("", "invoice-42", "", uint8(1), int64(15), int32(0), "", false, int64(0), int64(0), int32(0), uint32(0))
@@ -94,7 +108,7 @@ func FuzzCheckHold(f *testing.F) {
 		sp, err := checkHold(req, "baton", mutex.DefaultMaxTTL)
 		if err != nil {
 			var ce *connect.Error
-			if !errors.As(err, &ce) || (ce.Code() != connect.CodeInvalidArgument && ce.Code() != connect.CodeUnimplemented) {
+			if !errors.As(err, &ce) || ce.Code() != connect.CodeInvalidArgument {
 				t.Fatalf("refusal %v: not INVALID_ARGUMENT", err)
 			}
 			for _, field := range fields {
@@ -108,10 +122,10 @@ func FuzzCheckHold(f *testing.F) {
 		if sp.identity != "" {
 			opts = append(opts, mutex.WithIdentity(sp.identity))
 		}
-		set, err := mutex.NewSet(cli, sp.names, opts...)
+		a, err := newAcquirer(cli, sp, opts)
 		if err != nil {
 			t.Fatalf("accepted %+v, which the library refuses: %v", sp, err)
 		}
-		_ = set.Close()
+		_ = a.close()
 	})
 }
