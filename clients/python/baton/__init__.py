@@ -47,6 +47,9 @@ class NotAcquired(Error):
     ("deadline_exceeded")."""
 
 
+_KINDS = {"mutex": "LOCK_KIND_MUTEX", "semaphore": "LOCK_KIND_SEMAPHORE", "read": "LOCK_KIND_READ", "write": "LOCK_KIND_WRITE"}
+
+
 def _seconds(d):
     """A protobuf Duration in JSON ("1.5s") as seconds."""
     if d is None:
@@ -84,6 +87,8 @@ class Hold:
     with-block) waits for the lock, release() (or leaving it) lets it go.
 
     name: a name, or a list of names locked together under one token.
+    kind: "mutex" (default), "semaphore" (with limit, its permits), "read"
+    or "write" (of a read/write lock).
     ttl: seconds (whole, 2 to the server's cap) after which a silent holder
     is replaced. identity: shown as the holder. try_: fail at once (raise
     NotAcquired) when it is held. wait_timeout: seconds to wait at most.
@@ -93,10 +98,15 @@ class Hold:
     """
 
     def __init__(self, client, name, ttl=None, identity="", try_=False, wait_timeout=None,
-                 namespace="", lock_delay=None, on_event=None):
+                 namespace="", lock_delay=None, on_event=None, kind="mutex", limit=None):
         self._client = client
         self._req = {"names": [name] if isinstance(name, str) else list(name), "identity": identity,
                      "namespace": namespace, "try": bool(try_)}
+        if kind not in _KINDS:
+            raise ValueError("kind %r: one of %s" % (kind, ", ".join(_KINDS)))
+        self._req["kind"] = _KINDS[kind]
+        if limit is not None:
+            self._req["limit"] = int(limit)
         if ttl is not None:
             self._req["ttl"] = _duration(ttl)
         if wait_timeout is not None:

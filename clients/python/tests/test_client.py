@@ -44,6 +44,15 @@ class ClientTest(unittest.TestCase):
             with self.assertRaises(baton.NotAcquired):
                 self.client.lock("accounts", try_=True).acquire()
 
+    def test_a_semaphore_admits_limit_holders(self):
+        with self.client.lock("pool", kind="semaphore", limit=2) as a, self.client.lock("pool", kind="semaphore", limit=2) as b:
+            self.assertNotEqual(a.token, b.token)
+            with self.assertRaises(baton.NotAcquired):
+                self.client.lock("pool", kind="semaphore", limit=2, try_=True).acquire()
+        with self.client.lock("doc", kind="read"), self.client.lock("doc", kind="read"):
+            with self.assertRaises(baton.NotAcquired):
+                self.client.lock("doc", kind="write", try_=True).acquire()
+
     def test_try_on_a_held_lock_and_wait_timeout_are_not_acquired(self):
         with self.client.lock("busy"):
             with self.assertRaises(baton.NotAcquired) as e:
