@@ -98,6 +98,9 @@ func TestBadRequestsOnTheWireAreInvalidArgument(t *testing.T) {
 	} else {
 		wantCode(t, err, connect.CodeUnimplemented, "")
 	}
+	huge := &batonv1.HoldRequest{Names: []string{"a"}, Identity: strings.Repeat("x", serve.MaxRequestBytes)}
+	err = e.hold(ctx, huge).end(t)
+	wantCode(t, err, connect.CodeResourceExhausted, "")
 	if k := e.lockKeys(t); len(k) != 0 {
 		t.Fatalf("keys written by refused requests: %v", k)
 	}

@@ -75,6 +75,10 @@ type Server struct {
 	wg       sync.WaitGroup // Hold streams in flight
 }
 
+// MaxRequestBytes bounds a request message: a set's 127 names of 256 bytes
+// fit many times over; more is RESOURCE_EXHAUSTED, never read whole.
+const MaxRequestBytes = 1 << 20
+
 // Defaults of Config.
 const (
 	DefaultMaxHolds            = 10000
@@ -120,7 +124,7 @@ func New(cfg Config) (*Server, error) {
 // caller (mTLS, Unix socket or TCP).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle(batonv1connect.NewBatonServiceHandler(s))
+	mux.Handle(batonv1connect.NewBatonServiceHandler(s, connect.WithReadMaxBytes(MaxRequestBytes)))
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(batonv1connect.BatonServiceName)))
 	return withCaller(mux)
 }
