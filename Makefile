@@ -11,7 +11,7 @@ export GOWORK := off
 export BATON_ETCD_REQUIRED := 1
 TEST_FLAGS ?=
 
-.PHONY: all test-python proto-check proto-tools generate test test-deploy test-short test-chaos test-compat test-mixed robustness robustness-compat robustness-planted lint api api-check bench bench-shard bench-scale demo build fuzz check-alerts screenshots dist release-prep release-check image
+.PHONY: all test-typescript test-python proto-check proto-tools generate test test-deploy test-short test-chaos test-compat test-mixed robustness robustness-compat robustness-planted lint api api-check bench bench-shard bench-scale demo build fuzz check-alerts screenshots dist release-prep release-check image
 
 all: lint test
 
@@ -117,11 +117,13 @@ robustness-compat:
 
 
 # The API of baton serve: proto/baton/v1/baton.proto, its Go messages and
-# Connect handlers generated into cmd/baton/gen (committed). The tools are
-# pinned here and installed into TOOLS: protoc-gen-go (the version of
+# Connect handlers generated into cmd/baton/gen and its TypeScript into
+# clients/typescript/src/gen (both committed). The tools are pinned here and
+# installed into TOOLS: protoc-gen-go (the version of
 # google.golang.org/protobuf that cmd/baton requires) and
 # protoc-gen-connect-go (that of connectrpc.com/connect) from the Go module
-# proxy, buf from npm.
+# proxy, buf from npm; protoc-gen-es is clients/typescript's, pinned by its
+# package-lock.json.
 TOOLS ?= $(CURDIR)/.tools
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_CONNECT_GO_VERSION := v1.21.1
@@ -138,6 +140,7 @@ proto-tools:
 	@test -x $(TOOLS)/bin/protoc-gen-go && $(TOOLS)/bin/protoc-gen-go --version | grep -q '$(PROTOC_GEN_GO_VERSION)$$' || GOBIN=$(TOOLS)/bin $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	@test -x $(TOOLS)/bin/protoc-gen-connect-go && $(TOOLS)/bin/protoc-gen-connect-go --version | grep -q '$(PROTOC_GEN_CONNECT_GO_VERSION:v%=%)$$' || GOBIN=$(TOOLS)/bin $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO_VERSION)
 	@test -x $(BUF) && $(BUF) --version | grep -qx '$(BUF_VERSION)' || npm install --prefix $(TOOLS)/npm --no-save --no-audit --no-fund --loglevel=error @bufbuild/buf@$(BUF_VERSION)
+	@test -x clients/typescript/node_modules/.bin/protoc-gen-es || npm ci --prefix clients/typescript --no-audit --no-fund --loglevel=error
 
 generate: proto-tools
 	$(BUF_ENV) $(BUF) generate
@@ -150,7 +153,9 @@ proto-check: proto-tools
 		echo "buf breaking against $(PROTO_BASE)"; $(BUF_ENV) $(BUF) breaking --against '.git#ref=$(PROTO_BASE)' || exit 1; \
 	else echo "buf breaking: $(PROTO_BASE) has no proto/baton/v1/baton.proto, the first version: nothing to compare"; fi
 	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && $(BUF_ENV) $(BUF) generate -o "$$d" && \
-		if ! diff -r "$$d/cmd/baton/gen" cmd/baton/gen; then echo "cmd/baton/gen is not what make generate writes: run make generate and commit"; exit 1; fi; \
+		for g in cmd/baton/gen clients/typescript/src/gen; do \
+			if ! diff -r "$$d/$$g" $$g; then echo "$$g is not what make generate writes: run make generate and commit"; exit 1; fi; \
+		done; \
 		echo "generated code up to date"
 
 
@@ -160,6 +165,14 @@ test-python:
 	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
 	$(GO) -C cmd/baton build -o "$$d/baton" . && \
 	cd clients/python && BATON_BIN="$$d/baton" python3 -m unittest discover -s tests -v
+
+
+# The TypeScript client's tests (clients/typescript, over @connectrpc/connect)
+# against real baton serve --dev processes.
+test-typescript:
+	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
+	$(GO) -C cmd/baton build -o "$$d/baton" . && \
+	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run build && BATON_BIN="$$d/baton" npm test
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
