@@ -109,7 +109,7 @@ class Stream:
     def receive(self):
         try:
             return self._receive()
-        except (AttributeError, ValueError, OSError) as e:  # closed under the read
+        except (AttributeError, ValueError, OSError, http.client.HTTPException) as e:  # closed or cut under the read
             raise Error("unavailable", "the stream was closed: %s" % e) from None
 
     def _receive(self):

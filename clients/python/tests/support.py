@@ -5,6 +5,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -33,13 +34,50 @@ def baton_bin():
     return _built
 
 
-class Server:
-    """baton serve --dev on a free loopback port; url, etcd and proc."""
+def free_addr():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    addr = "127.0.0.1:%d" % s.getsockname()[1]
+    s.close()
+    return addr
 
-    def __init__(self, *args):
-        self.proc = subprocess.Popen([baton_bin(), "serve", "--dev", "--listen", "127.0.0.1:0", *args],
+
+class Etcd:
+    """baton dev: an etcd in a process of its own, for a server to be killed without it."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen([baton_bin(), "dev", "--listen", free_addr(), "--listen-peer", free_addr()],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.url = self.etcd = None
+        self.url = None
+        lines = []
+        while self.url is None:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError("baton dev exited: %s" % lines)
+            lines.append(line)
+            m = re.search(r"etcd serving at (http://\S+)", line)
+            if m:
+                self.url = m.group(1)
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(20)
+        self.proc.stdout.close()
+
+
+class Server:
+    """baton serve on a free loopback port, with an embedded etcd of its own
+    (--dev) or on the etcd at endpoints; url, etcd and proc."""
+
+    def __init__(self, *args, endpoints=None):
+        if endpoints is None:
+            argv = [baton_bin(), "serve", "--dev"]
+        else:
+            argv = [baton_bin(), "--endpoints", endpoints, "serve"]
+        self.proc = subprocess.Popen(argv + ["--listen", "127.0.0.1:0", *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.url = None
+        self.etcd = endpoints
         self.lines = []
         deadline = time.monotonic() + 60
         while self.url is None:

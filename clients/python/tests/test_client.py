@@ -6,7 +6,7 @@ import time
 import unittest
 
 import baton
-from support import Server
+from support import Etcd, Server
 
 
 class ClientTest(unittest.TestCase):
@@ -138,6 +138,38 @@ class UnreachableServerTest(unittest.TestCase):
             l.release()
         finally:
             server.stop()
+
+
+class KilledServerTest(unittest.TestCase):
+    """The server SIGKILLed with holds open: the holders learn at once
+    (their streams break), and etcd lets the keys go with the lease."""
+
+    def test_killed_server_holders_learn_and_nothing_is_left(self):
+        etcd = Etcd()
+        try:
+            server = Server(endpoints=etcd.url)
+            ttl = 2
+            l = baton.Client(server.url).lock("orphan", ttl=ttl)
+            l.acquire()
+            server.proc.kill()
+            server.proc.wait()
+            killed = time.monotonic()
+            self.assertTrue(l.lost.wait(ttl), "no loss after the server died")
+            self.assertIn(l.cause, ("STREAM_ENDED", baton.CLIENT_DEADLINE))
+            # before the lease could expire: the holder knew first
+            self.assertLess(time.monotonic() - killed, ttl)
+            l.release()
+            server.stop()
+            second = Server(endpoints=etcd.url)
+            try:
+                with baton.Client(second.url).lock("orphan", ttl=ttl, wait_timeout=3 * ttl) as n:
+                    self.assertGreater(n.token, l.token)
+                    self.assertGreaterEqual(time.monotonic() - killed, ttl - ttl / 5 - 0.1,
+                                            "acquired before the dead server's lease could expire")
+            finally:
+                second.stop()
+        finally:
+            etcd.stop()
 
 
 if __name__ == "__main__":
