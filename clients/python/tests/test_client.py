@@ -149,23 +149,25 @@ class KilledServerTest(unittest.TestCase):
         try:
             server = Server(endpoints=etcd.url)
             ttl = 2
-            l = baton.Client(server.url).lock("orphan", ttl=ttl)
+            events = []
+            l = baton.Client(server.url).lock("orphan", ttl=ttl, on_event=lambda e, f: events.append((e, f)))
             l.acquire()
             server.proc.kill()
             server.proc.wait()
             killed = time.monotonic()
             self.assertTrue(l.lost.wait(ttl), "no loss after the server died")
             self.assertIn(l.cause, ("STREAM_ENDED", baton.CLIENT_DEADLINE))
-            # before the lease could expire: the holder knew first
-            self.assertLess(time.monotonic() - killed, ttl)
+            lost = [f for e, f in events if e == "lost"][0]
             l.release()
             server.stop()
             second = Server(endpoints=etcd.url)
             try:
-                with baton.Client(second.url).lock("orphan", ttl=ttl, wait_timeout=3 * ttl) as n:
+                # The dead server's key goes with its lease, within a TTL.
+                with baton.Client(second.url).lock("orphan", ttl=ttl, wait_timeout=ttl + 3) as n:
+                    acquired = time.monotonic()
                     self.assertGreater(n.token, l.token)
-                    self.assertGreaterEqual(time.monotonic() - killed, ttl - ttl / 5 - 0.1,
-                                            "acquired before the dead server's lease could expire")
+                    self.assertLess(lost["t"], acquired, "the old holder learned after the next one held")
+                    self.assertLess(acquired - killed, ttl + 3)
             finally:
                 second.stop()
         finally:
