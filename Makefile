@@ -189,7 +189,8 @@ api:
 api-check:
 	$(GO) -C integration run ./cmd/baton-api -root .. check
 
-# Fuzz the name escaping, token parsing and policy parsing, FUZZTIME each.
+# Fuzz the name escaping, token parsing, policy parsing and baton serve's
+# request validation, FUZZTIME each.
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzEscape$$' -fuzztime $(FUZZTIME) ./internal/keys
@@ -198,6 +199,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseToken$$' -fuzztime $(FUZZTIME) ./fencing
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./rbac
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMap$$' -fuzztime $(FUZZTIME) ./router
+	$(GO) -C cmd/baton test -run '^$$' -fuzz '^FuzzCheckHold$$' -fuzztime $(FUZZTIME) ./serve
 
 # baton and raw etcd concurrency side by side on one embedded etcd (fsync
 # on), alternating, median of BENCH_RUNS runs with min and max; results
