@@ -442,22 +442,27 @@ func TestGrantedCatchesAHolderThatNeverLed(t *testing.T) {
 	wantViolation(t, run(h), "granted", "never let hold")
 }
 
-// Lock-delay: a holder lost without releasing (its record stays), and the
-// next one returns 100 ms later, within the 2 s delay.
+// Lock-delay: a holder lost without releasing (its record stays, per hold
+// or in an older build's form), and the next one returns 100 ms later,
+// within the 2 s delay.
 func TestLockDelayCatchesAnAcquisitionWithinTheDelay(t *testing.T) {
-	n := m0
-	n.Delay, n.DelayPrefix = 2*time.Second, "/robust/v1/delay/lock/m0/"
-	rec := n.DelayPrefix + "held/a"
-	h := &History{Names: []NameInfo{n}, Events: []history.Event{
-		put(2, ka, 2, ""), put(3, rec, 3, ""), put(4, kb, 4, ""), del(5, ka, 2), put(6, work, 6, kb),
-	}}
-	h.Holds = []*Hold{
-		{Prim: "mutex", Name: "m0", Client: "w0", Key: ka, Token: 2, Acquired: ms(2), Ended: ms(5)},
-		{Prim: "mutex", Name: "m0", Client: "w1", Key: kb, Token: 4, Acquired: ms(5) + int64(100*time.Millisecond)},
+	for _, rec := range []string{"held/a/2", "held/a"} {
+		t.Run(rec, func(t *testing.T) {
+			n := m0
+			n.Delay, n.DelayPrefix = 2*time.Second, "/robust/v1/delay/lock/m0/"
+			rec := n.DelayPrefix + rec
+			h := &History{Names: []NameInfo{n}, Events: []history.Event{
+				put(2, ka, 2, ""), put(3, rec, 3, ""), put(4, kb, 4, ""), del(5, ka, 2), put(6, work, 6, kb),
+			}}
+			h.Holds = []*Hold{
+				{Prim: "mutex", Name: "m0", Client: "w0", Key: ka, Token: 2, Acquired: ms(2), Ended: ms(5)},
+				{Prim: "mutex", Name: "m0", Client: "w1", Key: kb, Token: 4, Acquired: ms(5) + int64(100*time.Millisecond)},
+			}
+			rep := run(h)
+			wantViolation(t, rep, "lock-delay", "within the lock-delay")
+			wantViolation(t, rep, "lock-delay", "no marker expired")
+		})
 	}
-	rep := run(h)
-	wantViolation(t, rep, "lock-delay", "within the lock-delay")
-	wantViolation(t, rep, "lock-delay", "no marker expired")
 }
 
 // With the event watch possibly late (a member isolated while the loss was
@@ -466,8 +471,8 @@ func TestLockDelayCatchesAnAcquisitionWithinTheDelay(t *testing.T) {
 func TestLockDelayJudgedByRevisionsWhenTheWatchMayBeLate(t *testing.T) {
 	n := m0
 	n.Delay, n.DelayPrefix = 2*time.Second, "/robust/v1/delay/lock/m0/"
-	rec := n.DelayPrefix + "held/a"
-	marker := n.DelayPrefix + "until/a"
+	rec := n.DelayPrefix + "held/a/2"
+	marker := n.DelayPrefix + "until/a/2"
 	for _, tc := range []struct {
 		name   string
 		events []history.Event
