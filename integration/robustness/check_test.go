@@ -657,3 +657,27 @@ func TestMetricLabelsCatchesACollapseNotCounted(t *testing.T) {
 		t.Errorf("metric-labels judged %d samples, want 8 (4 samples, 2 labels each)", got)
 	}
 }
+
+// etcd's Campaign returns once the keys older than its own are gone,
+// without reading its own: granted first, its key deleted (its lease
+// revoked), it can come back while the next leader holds. That is not the
+// next leader's successor acquiring; a baton contender doing the same is.
+func TestKnowsFirstDoesNotJudgeAnEtcdCampaignReturningLate(t *testing.T) {
+	h := &History{Names: []NameInfo{m0}, Events: []history.Event{
+		put(2, ka, 2, ""), put(3, kb, 3, ""), del(4, ka, 2), del(8, kb, 3),
+	}}
+	x := &Hold{Prim: "mutex", Name: "m0", Client: "etcd.x2", Key: ka, Token: 2, Acquired: ms(6), Ended: ms(9), Foreign: true}
+	p := &Hold{Prim: "mutex", Name: "m0", Client: "transfer.t0", Key: kb, Token: 3, Acquired: ms(4) + 1, Ended: ms(8), Cause: "baton: released", Untold: []*Hold{x}}
+	h.Holds = []*Hold{p, x}
+	rep := run(h)
+	for _, v := range rep.Violations {
+		if v.Check == "knows-first" {
+			t.Errorf("an etcd Campaign returning late judged: %+v", v)
+		}
+	}
+	if rep.Knows["etcd contender"]["returned after its key went"] != 1 {
+		t.Errorf("the late return not counted: %v", rep.Knows)
+	}
+	x.Foreign = false
+	wantViolation(t, check(h, Config{TTL: 3 * time.Second}), "knows-first", "etcd.x2 acquired (token 2, a) at 6ms while transfer.t0 (token 3, b) had not been told")
+}
