@@ -65,9 +65,6 @@ func New(cli *clientv3.Client, group string, count int, opts ...Option) (*Group,
 	if count < 1 || count > MaxCount {
 		return nil, fmt.Errorf("%w: shard count is %d, must be 1 to %d", ErrInvalid, count, MaxCount)
 	}
-	// The metric label defaults to the group's, not one per shard; a
-	// WithMetricLabel given overrides it.
-	opts = append([]Option{config.MetricLabel("shard:" + group)}, opts...)
 	cfg, sess, own, met, identity, err := config.OpenGroup(cli, opts)
 	if err != nil {
 		return nil, err
@@ -80,8 +77,10 @@ func New(cli *clientv3.Client, group string, count int, opts ...Option) (*Group,
 		}
 		return nil, fmt.Errorf("%w: WithMaxHeld(%d) is below the group's %d shards: a member alone in the group owns every shard, one key each on its session", ErrInvalid, max, count)
 	}
+	// The metric label defaults to the group's, not one per shard; taken
+	// after the checks, so a refused New holds no place under the limit.
 	g := &Group{cli: cli, name: group, count: count, ns: cfg.Namespace, prefix: GroupPrefix(cfg.Namespace, group),
-		label: cfg.MetricLabel, identity: identity, drain: DefaultDrainTimeout, cfg: cfg, sess: sess, own: own, met: met,
+		label: cfg.Label(met, "shard:"+group), identity: identity, drain: DefaultDrainTimeout, cfg: cfg, sess: sess, own: own, met: met,
 		owners: map[int]*core.Owner[*Shard]{}}
 	if cfg.DrainSet {
 		g.drain = cfg.DrainTimeout

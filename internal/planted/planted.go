@@ -33,6 +33,12 @@
 //	   (internal/watch): the free-lock check's
 //	m  the drain: a shard whose Context ended is released at once, not
 //	   once its fn returned (shard): the drained check's
+//	n  a default metric label collapsed into "(other)" is not counted in
+//	   baton_metric_labels_collapsed_total (internal/metrics): the
+//	   metric-labels check's
+//	o  a metric label's place is freed when its last user closes
+//	   (internal/metrics), so later names past the limit take it: the
+//	   metric-labels check's
 //	s  the stuck reassignment: a member never names the shards whose fn
 //	   outlived the drain in its member key (shard), so the assignment
 //	   gives one back to it, which cannot take it: the owned check's
@@ -42,4 +48,4 @@ package planted
 const Env = "BATON_PLANTED_BUG"
 
 // Names are the bugs On knows, a letter each.
-const Names = "abcdefghijklms"
+const Names = "abcdefghijklmnos"
