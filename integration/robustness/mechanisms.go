@@ -33,7 +33,7 @@ import (
 // the lanes' random steps do not (or too rarely for a short run), and
 // every one must run in every run (the coverage check).
 const (
-	TrafficBurst    = "burst"      // 8 to 12 acquisitions at once on one fresh session: enqueue groups, the session's watch starting and stopping
+	TrafficBurst    = "burst"      // 8 to 12 acquisitions at once on one fresh session: enqueue groups, its watch stream starting, a released key's watch taken up again
 	TrafficCrowd    = "crowd"      // 64 to 72 waiters on one name: a queue longer than one read
 	TrafficSet      = "set"        // mutex.Set over overlapping names, beside Mutexes of the same names
 	TrafficDelay    = "lock-delay" // a lock-delay name whose holders are sometimes lost without releasing
@@ -43,7 +43,7 @@ const (
 	TrafficEtcd     = "etcd"       // etcd concurrency.Mutex and concurrency.Election contenders in baton's prefixes
 	TrafficCLIForce = "cli-force"  // an operator's baton unlock --force and baton resign --to --force
 	TrafficShard    = "shard"      // members of a shard group joining, leaving and crashing
-	TrafficGiveUp   = "give-up"    // a waiter past one read of its queue, following its session's watch, while the waiters ahead give up
+	TrafficGiveUp   = "give-up"    // a waiter past one read of its queue while the waiters ahead give up (a deletion without a release mark)
 	TrafficTwins    = "twins"      // 6 to 10 write locks of one name at once through one session: enqueues past the session's in-flight ones
 )
 
@@ -216,10 +216,11 @@ func (r *runner) lockAndRelease(ctx context.Context, rng *rand.Rand, cli *client
 
 // burst: 8 to 12 acquisitions at once through one fresh session, on
 // names others contend on, after its first hold: that one's release
-// stops the session's namespace watch (a session that held once stops
-// it at once), and the burst's calls come while the stopped stream is
-// ending, while a holder of another session releases the name they wait
-// for. The session pauses at random at the core's pause points (hooks),
+// leaves its key's watch idle on the session's stream, for the burst's
+// holds of the same name to take up again, and the burst's waiters
+// watch the keys ahead while a holder of another session releases the
+// name they wait for (before or after their watch began: the read of the
+// gap). The session pauses at random at the core's pause points (hooks),
 // as a loaded machine's scheduler would.
 func (m *mech) burst(ctx context.Context, rng *rand.Rand) {
 	hooks := newJitter(rng.Uint64())
@@ -371,8 +372,8 @@ func (j *jitter) hooks() *core.Hooks {
 	k := func(string) { j.pause(20) }
 	return &core.Hooks{
 		BeforeWait: k, ReadAhead: k, AfterConfirm: k, BeforeArm: k, BeforeCleanup: k, Moved: k,
-		StreamEnded:  func() { j.pause(150) },
-		BeforeReread: func() { j.pause(50) },
+		StreamEnded:   func() { j.pause(150) },
+		BeforeGapRead: func() { j.pause(50) },
 	}
 }
 
@@ -609,8 +610,9 @@ type candidate struct {
 
 func (r *runner) campaign(ctx context.Context, cli *clientv3.Client, n NameInfo, who string, wait time.Duration, extra ...mutex.Option) (*candidate, error) {
 	// A session of its own that holds a lock of its own (h0 to h7) while
-	// it campaigns: its namespace watch is live, so the wait follows it
-	// (the release-mark rule decides what it takes for a release).
+	// it campaigns: its watch stream is up before the wait, whose watches
+	// begin at once (the release mark decides what it takes for a
+	// release).
 	s, err := session.New(cli, session.WithTTL(r.cfg.TTL))
 	if err != nil {
 		return nil, err
@@ -1180,13 +1182,13 @@ func (m *mech) shards(ctx context.Context, rng *rand.Rand) {
 
 // giveUp: a holder of u0, then 31 to 34 waiters on leases of their own
 // queued behind it, then a waiter whose session holds u1 meanwhile (its
-// namespace watch is live, so its wait follows that watch) behind them:
-// more keys ahead of it than its enqueue reads (queue.MaxRead), so it
-// knows the newest 31 alone. The waiters ahead give up while the holder
-// still holds, each deletion one key without a release mark: the
-// release-mark rule must not take them for releases (the follower must
-// read the queue again and wait for the holder, which holds on and writes
-// evidence a while after).
+// watch stream is up) behind them: more keys ahead of it than its enqueue
+// reads (queue.MaxRead), so it knows the newest 31 alone. The waiters
+// ahead give up while the holder still holds, each deletion one key
+// without a release mark: the read after the deletion of the key just
+// ahead must not take them for releases (the follower must read the queue
+// again and wait for the holder, which holds on and writes evidence a
+// while after).
 func (m *mech) giveUp(ctx context.Context, rng *rand.Rand) {
 	n, an := m.r.name("mutex", "u0"), m.r.name("mutex", "u1")
 	hwho := m.client() + ".h"

@@ -21,7 +21,7 @@ func TestHoldOnALeaseLostBeforeArmIsEndedWhenReturned(t *testing.T) {
 	hooks := &Hooks{}
 	s := NewSession(cli, Config{TTL: 5 * time.Second, Hooks: hooks})
 	defer s.Close()
-	o := NewOwner[*Hold](s, OwnerConfig{Prefix: "/core-test/v1/lock/lost-before-arm/", NotHeld: errs.ErrReleased, Recorder: metrics.Recorder{Logger: zap.NewNop()}})
+	o := NewOwner[*Hold](s, OwnerConfig{Prefix: "/core-test/v1/lock/lost-before-arm/", Errs: &Errors{NotHeld: errs.ErrReleased}, Recorder: metrics.Recorder{Logger: zap.NewNop()}})
 	defer o.Close()
 	hooks.BeforeArm = func(string) {
 		s.mu.Lock()

@@ -7,12 +7,12 @@ type Hooks struct {
 	ReadAhead     func(key string) // after a wait read the queue ahead of key again
 	AfterConfirm  func(key string) // between the confirming read and the registration for deletion news
 	BeforeArm     func(key string) // after the hold is made, before it is armed
-	StreamEnded   func()           // a namespace watch's stream ended (broken or stopped), before its followers are told
-	BeforeReread  func()           // after the namespace watch broke, before its re-read
-	Established   func()           // a namespace watch's stream is live: waits follow it from here
-	Followed      func(ok bool)    // a wait asked to follow the namespace watch (ok: it does), before it waits
+	StreamEnded   func()           // the session's watch stream ended (broken or stopped), before its waiters are told
+	BeforeGapRead func()           // before the watch stream reads the keys of holds whose watch began after they were confirmed
+	Established   func()           // the session's watch stream is up: the watches waiting for it go out
+	Followed      func(ok bool)    // a wait watched the keys ahead on the session's stream (ok: false once it is closing), before it waits
 	InClose       func()           // in an Owner's Close, before it waits for the calls in flight
-	Deleted       func(key string) // in the namespace watch, for every deletion
+	Deleted       func(key string) // in the session's watch stream, for every deletion it delivers
 	OnRenewed     func()           // after each acknowledged renewal
 	EndingHolds   func()           // once a lease ended, before its holds' end hooks run
 	BeforeCleanup func(key string) // in a background deletion of a key, before its first attempt

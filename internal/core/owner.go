@@ -24,7 +24,6 @@ import (
 	"github.com/batonhq/baton/internal/queue"
 	"github.com/batonhq/baton/internal/retry"
 	"github.com/batonhq/baton/internal/telemetry"
-	"github.com/batonhq/baton/internal/watch"
 )
 
 const (
@@ -39,14 +38,18 @@ var errBusy = errors.New("held by another contender") // a try found another own
 type OwnerConfig struct {
 	metrics.Recorder
 	Prefix string
-	// NotHeld wraps a handle's loss; Busy a try that found another owner.
-	NotHeld, Busy error
+	// Errs are the primitive's (one per package, shared by its Owners).
+	Errs *Errors
 	// Own says the Owner made its session (it closes or detaches it).
 	Own bool
 	// Untraced keeps the Owner's acquisitions out of traces (an election's
 	// candidate records, a detail of its Campaign's own span).
 	Untraced bool
 }
+
+// Errors are a primitive's errors: NotHeld wraps a handle's loss, Busy is
+// a try that found another owner.
+type Errors struct{ NotHeld, Busy error }
 
 // Request is one acquisition. Tag gives it a key of its own
 // (keys.TaggedKey), so one lease holds several; Check runs first.
@@ -83,17 +86,22 @@ type Mover interface {
 type Owner[T any] struct {
 	sess  *Session
 	cfg   OwnerConfig
-	unsub func()
-	done  func() // ends this owner's use of its metric series
+	done  func() // ends this owner's use of its metric series and its renewal-failure count
 	mover Mover  // nil: no hand-over moves a waiting key
 
-	closeErr  error
-	calls     inflight.Calls // acquisitions and observers, cancelled when Close begins
-	bg        sync.WaitGroup // loss refinements
-	closeOnce sync.Once
-	mu        sync.Mutex // guards what follows
-	bgClosed  bool
-	held      []held[T]
+	calls    inflight.Calls // acquisitions and observers, cancelled when Close begins
+	bg       sync.WaitGroup // loss refinements
+	mu       sync.Mutex     // guards what follows
+	bgClosed bool
+	closing  *closing // the first Close's, once it began
+	held     []held[T]
+}
+
+// closing is an Owner's Close, made by the first call: a pointer, not a
+// sync.Once and an error in every Owner (a held lock costs one Owner).
+type closing struct {
+	done chan struct{}
+	err  error
 }
 
 type held[T any] struct {
@@ -105,7 +113,8 @@ type held[T any] struct {
 func NewOwner[T any](sess *Session, cfg OwnerConfig) *Owner[T] {
 	o := &Owner[T]{sess: sess, cfg: cfg, done: cfg.Metrics.Use(cfg.Namespace, cfg.Label)}
 	if fn := cfg.Metrics.RenewalFailed(cfg.Namespace, cfg.Label); fn != nil {
-		o.unsub = sess.OnRenewalFailure(fn)
+		unsub, done := sess.OnRenewalFailure(fn), o.done
+		o.done = func() { unsub(); done() }
 	}
 	return o
 }
@@ -119,7 +128,7 @@ func (o *Owner[T]) SetMover(m Mover) { o.mover = m }
 func (o *Owner[T]) Client() *clientv3.Client { return o.sess.cli }
 
 // Acquire returns the handle wrap makes once req's key holds, or an error
-// (cfg.Busy for a try, errs.ErrClosed after Close) leaving no key behind.
+// (cfg.Errs.Busy for a try, errs.ErrClosed after Close) leaving no key behind.
 func (o *Owner[T]) Acquire(ctx context.Context, req Request, wrap func(*Hold) T) (T, error) {
 	start := time.Now()
 	tracer := o.sess.tracer
@@ -132,7 +141,7 @@ func (o *Owner[T]) Acquire(ctx context.Context, req Request, wrap func(*Hold) T)
 	switch {
 	case err == nil:
 	case errors.Is(err, errBusy):
-		err, result, outcome = fmt.Errorf("%w: %q", o.cfg.Busy, o.cfg.Name), "locked", telemetry.Busy
+		err, result, outcome = fmt.Errorf("%w: %q", o.cfg.Errs.Busy, o.cfg.Name), "locked", telemetry.Busy
 	case ctx.Err() != nil || errors.Is(err, errs.ErrClosed):
 		result, outcome = "canceled", telemetry.Cancelled
 	case retry.Permanent(err):
@@ -203,11 +212,11 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 	if err != nil {
 		return nil, err
 	}
-	w := s.watcher(key)
-	w.Expect(key)
+	w := s.watches()
+	wid := w.Expect(key)
 	// fail deletes the key (rev 0: unknown, rev < 0: none written).
 	fail := func(rev int64, err error) (*Hold, error) {
-		w.Unexpect(key)
+		w.Unexpect(wid)
 		switch {
 		case rev < 0:
 			s.free(res, nil)
@@ -263,9 +272,9 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 			return fail(rev, errBusy)
 		}
 		callKey(s.cfg.Hooks.BeforeWait, key)
-		at, err = o.wait(ctx, l, w, key, &rev, req, blockers, allowed, complete, at)
+		at, err = o.wait(ctx, l, key, wid, &rev, req, blockers, allowed, complete, at)
 		if errors.Is(err, queue.ErrOwnKeyGone) {
-			w.Unexpect(key)
+			w.Unexpect(wid)
 			s.free(res, nil)
 			return nil, o.lostReason(ctx, l)
 		}
@@ -274,8 +283,9 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 		}
 	}
 	callKey(s.cfg.Hooks.AfterConfirm, key)
-	h := newHold(o, l, key, rev, at, res, w, req.wait, ok && resp.Succeeded && read.Count == 1)
-	w.Register(h)
+	h := newHold(o, l, key, rev, res, req.wait, ok && resp.Succeeded && read.Count == 1)
+	h.wid = wid
+	w.Register(h, wid, at)
 	return h, nil
 }
 
@@ -293,16 +303,20 @@ func (o *Owner[T]) adopt(ctx context.Context, l *Lease, key string, rev int64, v
 }
 
 // wait blocks until key (created at rev) may hold and returns the revision
-// that showed it, or the lease's loss. When blockers are every key ahead
-// (complete), their deletions show it; else it reads again after one,
-// serializably (any state after it will do: no older key can appear).
-func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], key string, revp *int64, req Request, blockers []*mvccpb.KeyValue, allowed int, complete bool, read int64) (int64, error) {
+// that showed it, or the lease's loss. It watches the keys just ahead on
+// the session's stream (queue.WaitGone); when they were every key ahead
+// (complete) their deletions show it, after a read of our own key (the
+// head start of a holder that lost its key to an operator); a mutex's key
+// just ahead released by its holder shows it too (that key held: no older
+// one is left); else it reads the queue again, serializably (any state
+// after the deletion will do: no older key can appear).
+func (o *Owner[T]) wait(ctx context.Context, l *Lease, key string, wid int64, revp *int64, req Request, blockers []*mvccpb.KeyValue, allowed int, complete bool, read int64) (int64, error) {
 	p := req.Policy
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	defer context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })()
+	w := o.sess.watches()
 	minRev := int64(0) // 0: read linearizably
-	reread := false    // blockers come from ReadAhead, not from the enqueue
 	rev := *revp
 	// moved: a key gone while waiting that a hand-over moved waits on; a
 	// wait that ends meanwhile ends with ctx's cause, not with a loss.
@@ -343,7 +357,7 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 				}
 				return 0, err
 			}
-			read, reread = resp.Header.Revision, true
+			read = resp.Header.Revision
 			callKey(o.sess.cfg.Hooks.ReadAhead, key)
 			blockers, allowed, complete = resp.Responses[0].GetResponseRange().Kvs, 0, p != nil
 			if p != nil {
@@ -353,34 +367,34 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 				return read, nil
 			}
 		}
-		// After a read of the queue a mutex waits for the key just ahead
-		// alone: holding on its release alone, that release is read, not
-		// taken from the namespace watch (a range delete or a revoke can
-		// delete one key and a mark there, and the holder would stay).
-		at, done, released, err := queue.WaitGone(ctx, o.sess.cli, w, o.cfg.Prefix, key, p != nil, blockers, allowed, read, reread && p == nil && o.cfg.Kind == metrics.Mutex)
+		at, exact, done, err := queue.WaitGone(ctx, o.sess.cli, w, key, wid, blockers, allowed, read)
 		switch {
 		case moved(&err):
 			continue
 		case err != nil:
 			return 0, err
-		case released && p == nil && o.cfg.Kind == metrics.Mutex:
-			// The key just ahead went with its holder's release: it was the
-			// oldest, and no older key can appear; no read of the queue,
-			// however long (a forged mark, docs/security.md, is not excluded).
-			return at, nil
-		case done && complete && (released || req.Confirms && o.mover == nil):
-			// Every key ahead was followed: the events confirm. A movable wait
-			// reads its own key: a watch of the key ahead does not see it go.
-			return at, nil
-		case done && complete:
-			err := queue.Confirm(ctx, o.sess.cli, key, rev, at)
-			if moved(&err) {
+		case at == 0: // the stream broke
+			blockers, minRev = nil, 0
+			continue
+		case done && complete && req.Confirms && o.mover == nil:
+			return at, nil // the caller's guarded write reads our key
+		}
+		// The key just ahead released by its holder held: it was the
+		// oldest, and no older key can appear; no read of the queue,
+		// however long (a forged mark, docs/security.md, is not excluded).
+		fast := exact && p == nil && o.cfg.Kind == metrics.Mutex
+		if done && complete || fast {
+			released, err := queue.AfterDeletion(ctx, o.sess.cli, key, rev, at, fast)
+			switch {
+			case moved(&err):
 				continue
+			case err != nil && !errors.Is(err, queue.ErrOwnKeyGone):
+				return 0, failure(ctx, err)
+			case err != nil:
+				return 0, err
+			case done && complete || released:
+				return at, nil
 			}
-			if err != nil && !errors.Is(err, queue.ErrOwnKeyGone) {
-				err = failure(ctx, err)
-			}
-			return at, err
 		}
 		blockers, minRev = nil, at
 	}
@@ -468,7 +482,7 @@ func (o *Owner[T]) release(ctx context.Context, h *Hold) error {
 	defer cancel()
 	ctx, span := h.span().StartRelease(ctx)
 	err := h.deleteGuarded(ctx)
-	if err == nil || errors.Is(err, o.cfg.NotHeld) { // no retry is due: forget h
+	if err == nil || errors.Is(err, o.cfg.Errs.NotHeld) { // no retry is due: forget h
 		o.mu.Lock()
 		o.held = slices.DeleteFunc(o.held, func(e held[T]) bool { return e.h == h })
 		o.mu.Unlock()
@@ -539,8 +553,20 @@ func (o *Owner[T]) Held() []T {
 // deleting the keys within one bound, the rest left to the session), closes
 // or detaches its own session, and waits for its goroutines. Idempotent.
 func (o *Owner[T]) Close() error {
-	o.closeOnce.Do(func() { o.closeErr = o.close() })
-	return o.closeErr
+	o.mu.Lock()
+	c := o.closing
+	first := c == nil
+	if first {
+		c = &closing{done: make(chan struct{})}
+		o.closing = c
+	}
+	o.mu.Unlock()
+	if first {
+		c.err = o.close()
+		close(c.done)
+	}
+	<-c.done
+	return c.err
 }
 
 func (o *Owner[T]) close() error {
@@ -556,7 +582,7 @@ func (o *Owner[T]) close() error {
 	for _, e := range holds {
 		if revoke {
 			e.h.abandon() // the revoke below deletes the key
-		} else if err := e.h.deleteGuarded(ctx); err != nil && !errors.Is(err, o.cfg.NotHeld) {
+		} else if err := e.h.deleteGuarded(ctx); err != nil && !errors.Is(err, o.cfg.Errs.NotHeld) {
 			out = append(out, err)
 		}
 	}
@@ -571,9 +597,6 @@ func (o *Owner[T]) close() error {
 	o.bgClosed = true
 	o.mu.Unlock()
 	o.bg.Wait()
-	if o.unsub != nil {
-		o.unsub()
-	}
 	o.done()
 	return errors.Join(out...)
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"sync"
 	"time"
 
@@ -18,7 +17,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/errs"
-	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/lease"
 	"github.com/batonhq/baton/internal/planted"
 	"github.com/batonhq/baton/internal/queue"
@@ -56,7 +54,7 @@ type Config struct {
 
 // Session is one etcd lease at a time (granted here, or a caller's etcd
 // session's), its validity watchdog, the key reservations of this process
-// and one deletion watch per namespace. Close ends it.
+// and one watch stream. Close ends it.
 type Session struct {
 	cli    *clientv3.Client
 	cfg    Config
@@ -81,8 +79,7 @@ type Session struct {
 	cur       *Lease
 	grant     *grantCall
 	reserved  map[string]*reservation
-	watchers  map[string]*watch.Watcher[*Hold]
-	wcfg      *watch.Config[*Hold]
+	stream    *watch.Stream[*Hold] // made on first use
 	listeners map[*func()]struct{} // told of every failed renewal
 }
 
@@ -221,9 +218,9 @@ func (s *Session) Close() error {
 		return nil
 	}
 	s.closed = true
-	cur, ws := s.cur, maps.Clone(s.watchers)
+	cur, w := s.cur, s.stream
 	s.mu.Unlock()
-	for _, w := range ws { // not under s.mu: a Register holds w's lock while it starts a goroutine here
+	if w != nil { // not under s.mu: a Register holds w's lock while it starts a goroutine here
 		w.StopLinger()
 	}
 	s.cancel(errs.ErrReleased)
@@ -402,20 +399,46 @@ func (s *Session) newLease(ctx context.Context) (*Lease, error) {
 }
 
 // Lease is one lease of the session (its watchdog is package lease's) and
-// the holds it ends: one set, not a context child (and ~150 bytes) per key.
+// the holds it ends: one list through the holds, not a context child (and
+// ~150 bytes) nor a map entry per key.
 type Lease struct {
 	*lease.Lease
 	Fence   queue.Fence // voids this lease's unheard enqueues
 	s       *Session
 	holdsMu sync.Mutex
-	holds   map[*Hold]struct{}
+	holds   *Hold // the armed holds not ended, linked through prev and next
+	watched bool  // endHolds runs when the lease ends
+}
+
+// add and remove link h into l.holds and out; l.holdsMu is held.
+func (l *Lease) add(h *Hold) {
+	h.prev, h.next = nil, l.holds
+	if l.holds != nil {
+		l.holds.prev = h
+	}
+	l.holds = h
+}
+
+func (l *Lease) remove(h *Hold) {
+	switch {
+	case h.prev != nil:
+		h.prev.next = h.next
+	case l.holds == h:
+		l.holds = h.next
+	default:
+		return // not linked
+	}
+	if h.next != nil {
+		h.next.prev = h.prev
+	}
+	h.prev, h.next = nil, nil
 }
 
 // renewalFailed tells the recorded spans of l's holds.
 func (l *Lease) renewalFailed() {
 	l.holdsMu.Lock()
 	defer l.holdsMu.Unlock()
-	for h := range l.holds {
+	for h := l.holds; h != nil; h = h.next {
 		h.span().RenewalFailed(nil)
 	}
 }
@@ -425,7 +448,7 @@ func (l *Lease) renewalFailed() {
 func (l *Lease) cancelHolds(cause error) {
 	l.holdsMu.Lock()
 	defer l.holdsMu.Unlock()
-	for h := range l.holds {
+	for h := l.holds; h != nil; h = h.next {
 		h.cancel(cause) // no effect on a hold that ended first
 	}
 }
@@ -438,8 +461,8 @@ func (l *Lease) endHolds() {
 	}
 	call(l.s.cfg.Hooks.EndingHolds)
 	l.holdsMu.Lock()
-	holds := make([]*Hold, 0, len(l.holds))
-	for h := range l.holds {
+	var holds []*Hold
+	for h := l.holds; h != nil; h = h.next {
 		holds = append(holds, h)
 	}
 	l.holdsMu.Unlock()
@@ -580,32 +603,25 @@ func (s *Session) free(r *reservation, h *Hold) {
 	}
 }
 
-// watcher is the deletion watch of key's namespace.
-func (s *Session) watcher(key string) *watch.Watcher[*Hold] {
-	prefix := keys.NamespaceOf(key)
+// watches is the session's watch stream: every key it holds, and every
+// key one of its waiters waits for.
+func (s *Session) watches() *watch.Stream[*Hold] {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.watchers == nil {
-		s.watchers = make(map[string]*watch.Watcher[*Hold])
-		s.wcfg = &watch.Config[*Hold]{
+	if s.stream == nil {
+		s.stream = watch.New(&watch.Config[*Hold]{
 			Client: s.cli, Ctx: s.ctx, Go: func(fn func()) bool { return s.goIn(&s.wg, fn) },
-			Key: func(h *Hold) string { return h.key }, Rev: func(h *Hold) int64 { return h.rev },
-			At: func(h *Hold) int64 { return h.at }, Gone: (*Hold).gone,
-			StreamEnded:  func() { call(s.cfg.Hooks.StreamEnded) },
-			BeforeReread: func() { call(s.cfg.Hooks.BeforeReread) },
-			Deleted:      func(key string) { callKey(s.cfg.Hooks.Deleted, key) },
-			Established:  func() { call(s.cfg.Hooks.Established) },
+			Key: func(h *Hold) string { return h.key }, Rev: func(h *Hold) int64 { return h.rev }, Gone: (*Hold).gone,
+			StreamEnded:   func() { call(s.cfg.Hooks.StreamEnded) },
+			BeforeGapRead: func() { call(s.cfg.Hooks.BeforeGapRead) },
+			DeletedHook:   func(key string) { callKey(s.cfg.Hooks.Deleted, key) },
+			Established:   func() { call(s.cfg.Hooks.Established) },
 			Followed: func(ok bool) {
 				if f := s.cfg.Hooks.Followed; f != nil {
 					f(ok)
 				}
 			},
-		}
+		})
 	}
-	w, ok := s.watchers[prefix]
-	if !ok {
-		w = watch.New(s.wcfg, prefix)
-		s.watchers[prefix] = w
-	}
-	return w
+	return s.stream
 }
