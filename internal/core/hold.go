@@ -122,10 +122,11 @@ func (h *Hold) arm() {
 	h.armed.Done()
 }
 
-// end runs the end hooks once, after arm; a second call returns at once.
+// end runs the end hooks once, after arm; a second call returns once they ran.
 func (h *Hold) end(cause error) {
 	if h.ending.Swap(true) {
-		return // whoever waits for the end waits on h.ended
+		h.ended.Wait() // as sync.Once's second caller: the end is done when end returns
+		return
 	}
 	h.armed.Wait()
 	h.cause = cause
