@@ -236,16 +236,26 @@ func TestAHoldWhoseKeyWentBeforeItsWatchBeganIsTold(t *testing.T) {
 // release's own deletion does not.
 func TestAReleasedKeysWatchServesItsNextHold(t *testing.T) {
 	r := newRig(t)
+	h0 := r.hold("a")
+	r.covered()
+	r.s.Unregister(h0, h0.id) // released once: its watch ends, and the key is noted
+	r.s.mu.Lock()
+	kept := len(r.s.idle)
+	r.s.mu.Unlock()
+	if kept != 0 {
+		t.Fatalf("a key released once kept %d idle watches, want none (its release would cost an event)", kept)
+	}
+	r.del("a")
 	h1 := r.hold("a")
 	r.covered()
-	r.s.Unregister(h1, h1.id)
+	r.s.Unregister(h1, h1.id) // released again: kept
 	r.del("a") // the release
 	h2 := r.hold("a")
 	r.covered()
 	if h2.id != h1.id {
 		t.Fatalf("the next hold of the key got watch %d, want the released hold's %d", h2.id, h1.id)
 	}
-	r.delivered("a", 1) // Gone, had it been called, was called first
+	r.delivered("a", 1) // Gone, had it been called, was called first (the first release went unwatched)
 	select {
 	case <-h2.gone:
 		t.Fatal("the previous incarnation's deletion ended the next hold")

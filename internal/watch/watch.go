@@ -23,7 +23,7 @@ import (
 
 // A released key's watch stays open for linger, at most maxLinger of them,
 // for the next acquisition of the same key (the same name through the same
-// lease).
+// lease), once that key was released twice.
 const (
 	linger    = 15 * time.Second
 	maxLinger = 64
@@ -86,6 +86,33 @@ type Stream[H comparable] struct {
 	follows map[int64]*follow // watch ID → a key a waiter waits for
 	idle    map[string]*idle  // a released key's watch, by key, kept for its next acquisition
 	sweep   *time.Timer       // ends idle watches past linger
+	recent  recent            // the keys released last: only a key released again keeps its watch
+}
+
+// recent is the last maxLinger keys whose watch ended with their release.
+type recent struct {
+	set  map[string]struct{}
+	ring []string
+	next int
+}
+
+// again says whether k was released lately, and notes that it was now.
+func (r *recent) again(k string) bool {
+	if _, ok := r.set[k]; ok {
+		return true
+	}
+	if r.set == nil {
+		r.set = make(map[string]struct{}, maxLinger)
+	}
+	if len(r.ring) < maxLinger {
+		r.ring = append(r.ring, k)
+	} else {
+		delete(r.set, r.ring[r.next])
+		r.ring[r.next] = k
+		r.next = (r.next + 1) % maxLinger
+	}
+	r.set[k] = struct{}{}
+	return false
 }
 
 // key is a key being acquired, watched from before its enqueue, so that
@@ -261,9 +288,10 @@ func (s *Stream[H]) Register(h H, id, at int64) {
 	s.mu.Unlock()
 }
 
-// Unregister stops the news of h's key; its watch stays open a while for
-// the key's next acquisition (at most maxLinger such), else it ends now,
-// before the release that deletes the key is sent.
+// Unregister stops the news of h's key; the watch of a key released
+// again and again stays open a while for its next acquisition (at most
+// maxLinger such), else it ends now, before the release that deletes the
+// key is sent.
 func (s *Stream[H]) Unregister(h H, id int64) {
 	s.mu.Lock()
 	if s.holds[id] != h {
@@ -280,10 +308,12 @@ func (s *Stream[H]) Unregister(h H, id int64) {
 
 // release keeps the watch id of key k idle (covered: it has told every
 // deletion since before its last acquisition) or ends it (if sent on the
-// current stream); s.mu is held, and released.
+// current stream); s.mu is held, and released. Only a key released again
+// within the last maxLinger releases keeps it: an idle watch receives its
+// own key's release, an event a key taken once need not cost.
 func (s *Stream[H]) release(id int64, k string, sent, covered bool, deleted int64) {
 	c := s.conn
-	keep := c != nil && covered && len(s.idle) < maxLinger && s.idle[k] == nil
+	keep := c != nil && covered && s.recent.again(k) && len(s.idle) < maxLinger && s.idle[k] == nil
 	if keep {
 		if s.idle == nil {
 			s.idle = make(map[string]*idle)
