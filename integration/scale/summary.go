@@ -49,8 +49,8 @@ func (s Summary) Waiter(impl string, n int) (WaitersResult, bool) {
 }
 
 // OK says every check of the phases that ran passed: the waiters' order
-// and cleanup, the server's one watch per session and namespace, the
-// storm's and the processes' own verdicts.
+// and cleanup, the server's one watcher per held key on one stream per
+// session, the storm's and the processes' own verdicts.
 func (s Summary) OK() bool { return len(s.Problems()) == 0 }
 
 // Problems lists the failed checks.
@@ -63,8 +63,8 @@ func (s Summary) Problems() []string {
 		}
 	}
 	if c := s.Server; c != nil {
-		if want := float64(c.Sessions * c.Namespaces); c.HeldWatchers > want {
-			out = append(out, fmt.Sprintf("server: %.0f watchers for %d held locks on %d sessions × %d namespaces, want at most %.0f", c.HeldWatchers, c.Locks, c.Sessions, c.Namespaces, want))
+		if c.HeldWatchers > float64(c.Locks) || c.HeldGrowth.WatchStreams > float64(c.Sessions) {
+			out = append(out, fmt.Sprintf("server: %.0f watchers on %.0f watch streams for %d held locks on %d sessions, want at most one per lock on one stream per session", c.HeldWatchers, c.HeldGrowth.WatchStreams, c.Locks, c.Sessions))
 		}
 		if c.KeysLeft > 0 || c.WatchersLeft > 0 {
 			out = append(out, fmt.Sprintf("server: %d keys and %.0f watchers left after Close", c.KeysLeft, c.WatchersLeft))
