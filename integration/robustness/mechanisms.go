@@ -45,12 +45,13 @@ const (
 	TrafficShard    = "shard"      // members of a shard group joining, leaving and crashing
 	TrafficGiveUp   = "give-up"    // a waiter past one read of its queue while the waiters ahead give up (a deletion without a release mark)
 	TrafficTwins    = "twins"      // 6 to 10 write locks of one name at once through one session: enqueues past the session's in-flight ones
+	TrafficStream   = "stream"     // a waiter whose key ahead goes before its watch begins, or whose client's connections drop while it waits
 )
 
 // TrafficKinds lists the kinds a run drives; cli-force needs the baton
 // CLI.
 func TrafficKinds(baton bool) []string {
-	k := []string{TrafficBurst, TrafficCrowd, TrafficSet, TrafficDelay, TrafficRequest, TrafficTransfer, TrafficPrefer, TrafficEtcd, TrafficShard, TrafficGiveUp, TrafficTwins}
+	k := []string{TrafficBurst, TrafficCrowd, TrafficSet, TrafficDelay, TrafficRequest, TrafficTransfer, TrafficPrefer, TrafficEtcd, TrafficShard, TrafficGiveUp, TrafficTwins, TrafficStream}
 	if baton {
 		k = append(k, TrafficCLIForce)
 	}
@@ -120,6 +121,8 @@ func (m *mech) do(ctx context.Context, rng *rand.Rand, kind string) {
 		m.giveUp(ctx, rng)
 	case TrafficTwins:
 		m.twins(ctx, rng)
+	case TrafficStream:
+		m.stream(ctx, rng)
 	}
 }
 
@@ -1353,4 +1356,93 @@ func (m *mech) twins(ctx context.Context, rng *rand.Rand) {
 	// A run takes a moment: without a rest the kind would be a tenth of
 	// all the run's acquisitions.
 	pause(ctx, time.Duration(1000+rng.IntN(1000))*time.Millisecond)
+}
+
+// stream: a holder of r0 on a lease of its own, and a waiter behind it on
+// a session of the same client; then, in turn, one of two things before
+// the holder lets go. Either the holder releases in the waiter's
+// BeforeWait hook, after the waiter's enqueue read its key and before the
+// waiter's watch of it begins (the gap the waiter must read: planted bug
+// l), or the client's connections drop while the waiter waits (its
+// session's watch stream breaks, the waiter must be told and read again,
+// the holder's key is watched anew: planted bug n). Either way the lock is
+// free soon after and the waiter must take it within the free-lock
+// bound. A round starts when the free-lock check judges one (the fault
+// loop quiet for its grace), else the kind waits for the next such while:
+// a round inside a fault's grace proves nothing.
+func (m *mech) stream(ctx context.Context, rng *rand.Rand) {
+	for !m.r.judgedNow() {
+		if pause(ctx, 100*time.Millisecond); ctx.Err() != nil {
+			return
+		}
+	}
+	n := m.r.name("mutex", "r0")
+	hwho, wwho := m.client()+".h", m.client()+".w"
+	gap := m.runs%2 == 0
+	hmu, err := mutex.New(m.cli, n.Name, m.r.opts(n, nil, hwho)...)
+	if err != nil {
+		return
+	}
+	defer hmu.Close()
+	hctx, hcancel := context.WithTimeout(ctx, 5*time.Second)
+	start := now()
+	hl, err := hmu.Lock(hctx)
+	hcancel()
+	var h handle
+	if err == nil {
+		h = hl
+	}
+	if m.r.took(hwho, "mutex.Lock", n, start, h, err, false) == nil {
+		return
+	}
+	var once sync.Once
+	unlock := func() {
+		once.Do(func() {
+			rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer rcancel()
+			start := now()
+			m.r.released(hwho, n, hl, start, hl.Unlock(rctx))
+		})
+	}
+	defer unlock()
+	m.r.evidence(hwho, n, hl)
+
+	waiting := make(chan struct{}, 1)
+	hooks := &core.Hooks{BeforeWait: func(string) {
+		if gap {
+			unlock() // the key ahead goes before the waiter's watch of it begins
+		}
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	}}
+	s, err := session.New(m.cli, session.WithTTL(m.r.cfg.TTL), config.Hooks(hooks))
+	if err != nil {
+		return
+	}
+	defer s.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// 2.5 s: a waiter that missed the lock's release stays first in
+		// line past the free-lock bound, and the kind goes on soon after.
+		m.r.lockAndRelease(ctx, rng, m.cli, s, n, wwho, 2500*time.Millisecond, time.Duration(rng.IntN(20))*time.Millisecond)
+	}()
+	select {
+	case <-waiting:
+	case <-done:
+		return // it held at once, or failed
+	case <-ctx.Done():
+		<-done
+		return
+	}
+	if !gap {
+		pause(ctx, time.Duration(20+rng.IntN(50))*time.Millisecond) // its watches are made
+		m.part.DropConnections()
+		pause(ctx, time.Duration(100+rng.IntN(300))*time.Millisecond)
+		m.r.evidence(hwho, n, hl)
+		unlock()
+	}
+	<-done
 }
