@@ -68,8 +68,8 @@
 //     (ErrDuplicateMember), before it writes any key.
 //   - Cost independent of N at rest. A member at steady state sends its
 //     session's renewals (one per TTL/3 for all its shards) and keeps one
-//     watch of the group (beside the session's namespace watch, which all
-//     of a session's primitives share): no request per shard per second.
+//     watch of the group (beside its session's watch stream, with a watch
+//     per shard it owns): no request per shard per second.
 //
 // Not guaranteed:
 //
