@@ -14,6 +14,7 @@ import (
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/etcdtest"
+	"github.com/batonhq/baton/internal/watch"
 	"github.com/batonhq/baton/mutex"
 	bsession "github.com/batonhq/baton/session"
 )
@@ -28,7 +29,7 @@ func TestKeyDeletedBetweenConfirmAndRegistrationIsNoticed(t *testing.T) {
 	deleted := make(chan string, 16)
 	var target string
 	hooks := &core.Hooks{
-		Deleted: func(key string) { deleted <- key },
+		Stream: watch.Hooks{Deleted: func(key string) { deleted <- key }},
 		AfterConfirm: func(key string) {
 			if key != target {
 				return

@@ -77,7 +77,7 @@ func readOnly(req any) bool {
 func followingSession(t *testing.T, ctx context.Context, cli *clientv3.Client, hooks *core.Hooks) *bsession.Session {
 	t.Helper()
 	live := make(chan struct{}, 1)
-	hooks.Established = func() {
+	hooks.Stream.Established = func() {
 		select {
 		case live <- struct{}{}:
 		default:

@@ -19,6 +19,7 @@ import (
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/etcdtest"
+	"github.com/batonhq/baton/internal/watch"
 	"github.com/batonhq/baton/mutex"
 	bsession "github.com/batonhq/baton/session"
 )
@@ -136,7 +137,7 @@ func TestAHandoffCostsTheSameEventsHoweverManySessionsHold(t *testing.T) {
 	}
 	waiting := make(chan struct{}, 1)
 	wsess, err := bsession.New(cli, bsession.WithTTL(5*time.Second), config.Hooks(&core.Hooks{
-		Followed: func(bool) { waiting <- struct{}{} }}))
+		Stream: watch.Hooks{Followed: func(bool) { waiting <- struct{}{} }}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +180,7 @@ func TestWaitersCostNoGoroutineOfTheirOwn(t *testing.T) {
 		holders = append(holders, l)
 	}
 	var waits atomic.Int64
-	sess, err := bsession.New(cli, bsession.WithTTL(5*time.Second), config.Hooks(&core.Hooks{Followed: func(bool) { waits.Add(1) }}))
+	sess, err := bsession.New(cli, bsession.WithTTL(5*time.Second), config.Hooks(&core.Hooks{Stream: watch.Hooks{Followed: func(bool) { waits.Add(1) }}}))
 	if err != nil {
 		t.Fatal(err)
 	}

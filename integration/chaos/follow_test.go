@@ -31,7 +31,7 @@ func TestFollowerOutlivesABrokenStream(t *testing.T) {
 		broke   = make(chan struct{})
 	)
 	hooks := &core.Hooks{BeforeWait: func(string) { close(waiting) }}
-	hooks.StreamEnded = func() {
+	hooks.Stream.StreamEnded = func() {
 		once.Do(func() {
 			close(broke)
 			if err := c.Restart(m1, m2); err != nil {

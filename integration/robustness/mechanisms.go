@@ -22,6 +22,7 @@ import (
 	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/embedetcd/cluster"
 	"github.com/batonhq/baton/internal/queue"
+	"github.com/batonhq/baton/internal/watch"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/rwmutex"
 	"github.com/batonhq/baton/semaphore"
@@ -375,8 +376,7 @@ func (j *jitter) hooks() *core.Hooks {
 	k := func(string) { j.pause(20) }
 	return &core.Hooks{
 		BeforeWait: k, ReadAhead: k, AfterConfirm: k, BeforeArm: k, BeforeCleanup: k, Moved: k,
-		StreamEnded:   func() { j.pause(150) },
-		BeforeGapRead: func() { j.pause(50) },
+		Stream: watch.Hooks{StreamEnded: func() { j.pause(150) }, BeforeGapRead: func() { j.pause(50) }},
 	}
 }
 
@@ -1368,10 +1368,10 @@ func (m *mech) twins(ctx context.Context, rng *rand.Rand) {
 // the holder's key is watched anew: planted bug n). Either way the lock is
 // free soon after and the waiter must take it within the free-lock
 // bound. A round starts when the free-lock check judges one (the fault
-// loop quiet for its grace), else the kind waits for the next such while:
-// a round inside a fault's grace proves nothing.
+// loop quiet for its grace), waiting up to 5 s for such a while: a round
+// inside a fault's grace proves nothing.
 func (m *mech) stream(ctx context.Context, rng *rand.Rand) {
-	for !m.r.judgedNow() {
+	for wait := 0; !m.r.judgedNow() && wait < 50; wait++ { // 5 s at most: a short run has no quiet while
 		if pause(ctx, 100*time.Millisecond); ctx.Err() != nil {
 			return
 		}

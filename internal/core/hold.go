@@ -35,9 +35,7 @@ type owner interface {
 // ends when ownership may be gone, the fencing token, guarded transactions.
 // Each handle declares these methods itself, each calling the one here.
 //
-// Every held lock costs one of these and what it points to (its context,
-// its key, its reservation, its entries in the session's maps), which is
-// why it holds no field a hold can do without: TestHoldFitsItsSizeClass.
+// Every held lock costs one: TestHoldFitsItsSizeClass keeps it in its class.
 type Hold struct {
 	o        owner
 	l        *Lease
@@ -66,8 +64,7 @@ type Hold struct {
 	prev, next *Hold // the lease's holds (Lease.holds), guarded by its holdsMu
 }
 
-// epoch is what a hold's acquisition time counts from: a time.Time with
-// its monotonic reading, three words, where a hold keeps one.
+// epoch is what Hold.acquired counts from (one word where a time.Time is three).
 var epoch = time.Now()
 
 func newHold(o owner, l *Lease, key string, rev int64, res *reservation, wait telemetry.Wait, alone bool) *Hold {
@@ -134,7 +131,7 @@ func (h *Hold) end(cause error) {
 	h.l.remove(h)
 	h.l.holdsMu.Unlock()
 	h.o.ended(h, cause, time.Since(epoch)-h.acquired)
-	h.l.s.watches().Unregister(h, h.wid)
+	h.l.s.stream.Unregister(h, h.wid)
 	h.afterLoss(cause)
 	h.ended.Done()
 }

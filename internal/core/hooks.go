@@ -1,5 +1,7 @@
 package core
 
+import "github.com/batonhq/baton/internal/watch"
+
 // Hooks are pause points that tests use to force an interleaving at an
 // exact step. Production code leaves them nil.
 type Hooks struct {
@@ -7,17 +9,13 @@ type Hooks struct {
 	ReadAhead     func(key string) // after a wait read the queue ahead of key again
 	AfterConfirm  func(key string) // between the confirming read and the registration for deletion news
 	BeforeArm     func(key string) // after the hold is made, before it is armed
-	StreamEnded   func()           // the session's watch stream ended (broken or stopped), before its waiters are told
-	BeforeGapRead func()           // before the watch stream reads the keys of holds whose watch began after they were confirmed
-	Established   func()           // the session's watch stream is up: the watches waiting for it go out
-	Followed      func(ok bool)    // a wait watched the keys ahead on the session's stream (ok: false once it is closing), before it waits
 	InClose       func()           // in an Owner's Close, before it waits for the calls in flight
-	Deleted       func(key string) // in the session's watch stream, for every deletion it delivers
 	OnRenewed     func()           // after each acknowledged renewal
 	EndingHolds   func()           // once a lease ended, before its holds' end hooks run
 	BeforeCleanup func(key string) // in a background deletion of a key, before its first attempt
 	Moved         func(key string) // a waiting key moved by a hand-over, once the wait took its new revision
 	HoldEnded     func(key string) // a hold's Context ended, in the step that ended it, after its OnEnd functions
+	Stream        watch.Hooks      // the session's watch stream's
 }
 
 func call(f func()) {

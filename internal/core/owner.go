@@ -27,8 +27,7 @@ import (
 )
 
 const (
-	releaseTimeout = 5 * time.Second       // bounds a release whose caller's ctx has ended
-	cleanupWait    = 80 * time.Millisecond // a failed acquisition's wait for its key's deletion
+	cleanupWait = 80 * time.Millisecond // a failed acquisition's wait for its key's deletion
 )
 
 var errBusy = errors.New("held by another contender") // a try found another owner
@@ -97,8 +96,7 @@ type Owner[T any] struct {
 	held     []held[T]
 }
 
-// closing is an Owner's Close, made by the first call: a pointer, not a
-// sync.Once and an error in every Owner (a held lock costs one Owner).
+// closing is the first Close's: a pointer, not a Once and an error per Owner.
 type closing struct {
 	done chan struct{}
 	err  error
@@ -212,7 +210,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 	if err != nil {
 		return nil, err
 	}
-	w := s.watches()
+	w := s.stream
 	wid := w.Expect(key)
 	// fail deletes the key (rev 0: unknown, rev < 0: none written).
 	fail := func(rev int64, err error) (*Hold, error) {
@@ -247,7 +245,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 	case errors.Is(err, queue.ErrNotSent):
 		return fail(none, errs.ErrClosed)
 	case err != nil:
-		return fail(0, failure(ctx, err)) // the put may have applied unheard
+		return fail(0, retry.Failure(ctx, err)) // the put may have applied unheard
 	}
 	rev, at := resp.Header.Revision, resp.Header.Revision
 	if !resp.Succeeded {
@@ -258,7 +256,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 		rev = kv.CreateRevision
 		if string(kv.Value) != req.Value { // an adopted key carries this caller's value
 			if err := o.adopt(ctx, l, key, rev, req.Value); err != nil {
-				return fail(rev, failure(ctx, err))
+				return fail(rev, retry.Failure(ctx, err))
 			}
 		}
 	}
@@ -303,19 +301,16 @@ func (o *Owner[T]) adopt(ctx context.Context, l *Lease, key string, rev int64, v
 }
 
 // wait blocks until key (created at rev) may hold and returns the revision
-// that showed it, or the lease's loss. It watches the keys just ahead on
-// the session's stream (queue.WaitGone); when they were every key ahead
-// (complete) their deletions show it, after a read of our own key (the
-// head start of a holder that lost its key to an operator); a mutex's key
-// just ahead released by its holder shows it too (that key held: no older
-// one is left); else it reads the queue again, serializably (any state
-// after the deletion will do: no older key can appear).
+// that showed it, or the lease's loss: the deletion of every key ahead
+// (complete), or of a mutex's key just ahead by its holder's release,
+// each confirmed by one read (queue.AfterDeletion); else it reads the queue
+// again, serializably (no older key can appear after a deletion).
 func (o *Owner[T]) wait(ctx context.Context, l *Lease, key string, wid int64, revp *int64, req Request, blockers []*mvccpb.KeyValue, allowed int, complete bool, read int64) (int64, error) {
 	p := req.Policy
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	defer context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })()
-	w := o.sess.watches()
+	w := o.sess.stream
 	minRev := int64(0) // 0: read linearizably
 	rev := *revp
 	// moved: a key gone while waiting that a hand-over moved waits on; a
@@ -338,7 +333,7 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, key string, wid int64, re
 		if blockers == nil {
 			resp, err := queue.ReadAhead(ctx, o.sess.cli, o.cfg.Prefix, key, rev, p, minRev)
 			if err != nil {
-				return 0, failure(ctx, err)
+				return 0, retry.Failure(ctx, err)
 			}
 			own := resp.Responses[1].GetResponseRange().Kvs
 			if minRev > 0 && (resp.Header.Revision < minRev || len(own) == 0) {
@@ -379,9 +374,8 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, key string, wid int64, re
 		case done && complete && req.Confirms && o.mover == nil:
 			return at, nil // the caller's guarded write reads our key
 		}
-		// The key just ahead released by its holder held: it was the
-		// oldest, and no older key can appear; no read of the queue,
-		// however long (a forged mark, docs/security.md, is not excluded).
+		// The key just ahead released by its holder held: nothing older is
+		// left (a forged mark, docs/security.md, is not excluded).
 		fast := exact && p == nil && o.cfg.Kind == metrics.Mutex
 		if done && complete || fast {
 			released, err := queue.AfterDeletion(ctx, o.sess.cli, key, rev, at, fast)
@@ -389,7 +383,7 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, key string, wid int64, re
 			case moved(&err):
 				continue
 			case err != nil && !errors.Is(err, queue.ErrOwnKeyGone):
-				return 0, failure(ctx, err)
+				return 0, retry.Failure(ctx, err)
 			case err != nil:
 				return 0, err
 			case done && complete || released:
@@ -410,14 +404,6 @@ func (o *Owner[T]) lostReason(ctx context.Context, l *Lease) error {
 		return errs.Lost(errs.ErrLeaseExpired)
 	}
 	return errs.Lost(errs.ErrKeyDeleted)
-}
-
-// failure prefers why ctx ended over the request error it caused.
-func failure(ctx context.Context, err error) error {
-	if err != nil && ctx.Err() != nil {
-		return context.Cause(ctx)
-	}
-	return err
 }
 
 // deleteKey deletes key, guarded by its CreateRevision (rev 0: an unheard
@@ -462,23 +448,10 @@ func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, r *reservation, al
 	}
 }
 
-// ReleaseContext is the ctx a release runs with: ctx, without its
-// cancellation if it has ended, bounded by releaseTimeout if it has no
-// deadline. cancel frees it.
-func ReleaseContext(ctx context.Context) (_ context.Context, cancel context.CancelFunc) {
-	if ctx.Err() != nil {
-		ctx = context.WithoutCancel(ctx)
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		return context.WithTimeout(ctx, releaseTimeout)
-	}
-	return ctx, func() {}
-}
-
 // release is a handle's Unlock, Resign or Release, with a fresh bounded
 // ctx if the caller's ended.
 func (o *Owner[T]) release(ctx context.Context, h *Hold) error {
-	ctx, cancel := ReleaseContext(ctx)
+	ctx, cancel := retry.ReleaseContext(ctx)
 	defer cancel()
 	ctx, span := h.span().StartRelease(ctx)
 	err := h.deleteGuarded(ctx)

@@ -79,7 +79,7 @@ type Session struct {
 	cur       *Lease
 	grant     *grantCall
 	reserved  map[string]*reservation
-	stream    *watch.Stream[*Hold] // made on first use
+	stream    *watch.Stream[*Hold] // every key held or waited for
 	listeners map[*func()]struct{} // told of every failed renewal
 }
 
@@ -105,6 +105,8 @@ func newSession(cli *clientv3.Client, cs *concurrency.Session, cfg Config) *Sess
 	ctx, cancel := context.WithCancelCause(context.Background())
 	s := &Session{cli: cli, cfg: cfg, etcd: cs, ctx: ctx, cancel: cancel}
 	s.enq = queue.NewBatcher(cli, ctx, func(fn func()) bool { return s.goIn(&s.wg, fn) })
+	s.stream = watch.New(&watch.Config[*Hold]{Client: cli, Ctx: ctx, Go: func(fn func()) bool { return s.goIn(&s.wg, fn) },
+		Key: func(h *Hold) string { return h.key }, Rev: func(h *Hold) int64 { return h.rev }, Gone: (*Hold).gone, Hooks: &cfg.Hooks.Stream})
 	if !cfg.Untraced {
 		s.tracer = telemetry.Tracer(cfg.TracerProvider)
 	}
@@ -218,11 +220,9 @@ func (s *Session) Close() error {
 		return nil
 	}
 	s.closed = true
-	cur, w := s.cur, s.stream
+	cur := s.cur
 	s.mu.Unlock()
-	if w != nil { // not under s.mu: a Register holds w's lock while it starts a goroutine here
-		w.StopLinger()
-	}
+	s.stream.StopLinger() // not under s.mu: a Register holds the stream's lock while it starts a goroutine here
 	s.cancel(errs.ErrReleased)
 	var err error
 	if cur != nil {
@@ -601,27 +601,4 @@ func (s *Session) free(r *reservation, h *Hold) {
 		}
 		attached.Unlock()
 	}
-}
-
-// watches is the session's watch stream: every key it holds, and every
-// key one of its waiters waits for.
-func (s *Session) watches() *watch.Stream[*Hold] {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stream == nil {
-		s.stream = watch.New(&watch.Config[*Hold]{
-			Client: s.cli, Ctx: s.ctx, Go: func(fn func()) bool { return s.goIn(&s.wg, fn) },
-			Key: func(h *Hold) string { return h.key }, Rev: func(h *Hold) int64 { return h.rev }, Gone: (*Hold).gone,
-			StreamEnded:   func() { call(s.cfg.Hooks.StreamEnded) },
-			BeforeGapRead: func() { call(s.cfg.Hooks.BeforeGapRead) },
-			DeletedHook:   func(key string) { callKey(s.cfg.Hooks.Deleted, key) },
-			Established:   func() { call(s.cfg.Hooks.Established) },
-			Followed: func(ok bool) {
-				if f := s.cfg.Hooks.Followed; f != nil {
-					f(ok)
-				}
-			},
-		})
-	}
-	return s.stream
 }

@@ -237,21 +237,13 @@ func WaitGone(ctx context.Context, cli *clientv3.Client, d Deletions, own string
 			// serializable read at or after the start will do).
 			at, n, err := goneSince(ctx, cli, watched, start)
 			if err != nil {
-				return 0, false, false, failureOf(ctx, err)
+				return 0, false, false, retry.Failure(ctx, err)
 			}
 			if n > 0 {
 				return at, false, len(blockers)-n <= allowed, nil
 			}
 		}
 	}
-}
-
-// failureOf prefers why ctx ended over the request error it caused.
-func failureOf(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
-	}
-	return err
 }
 
 // AfterDeletion reads own, the waiter's key created at rev, after the

@@ -65,28 +65,30 @@ func newRig(t *testing.T, watchCli ...*clientv3.Client) *rig {
 		},
 		Key: func(h *hold) string { return h.key }, Rev: func(h *hold) int64 { return h.rev },
 		Gone: func(h *hold) { h.goneOnce.Do(func() { close(h.gone) }) },
-		StreamEnded: func() {
-			r.mu.Lock()
-			f := r.streamEnded
-			r.mu.Unlock()
-			call(f)
-		},
-		BeforeGapRead: func() {
-			r.mu.Lock()
-			f := r.reread
-			r.mu.Unlock()
-			call(f)
-		},
-		DeletedHook: func(key string) {
-			r.mu.Lock()
-			r.deleted = append(r.deleted, key)
-			r.mu.Unlock()
-		},
-		Established: func() {
-			select {
-			case r.established <- struct{}{}:
-			default:
-			}
+		Hooks: &Hooks{
+			StreamEnded: func() {
+				r.mu.Lock()
+				f := r.streamEnded
+				r.mu.Unlock()
+				call(f)
+			},
+			BeforeGapRead: func() {
+				r.mu.Lock()
+				f := r.reread
+				r.mu.Unlock()
+				call(f)
+			},
+			Deleted: func(key string) {
+				r.mu.Lock()
+				r.deleted = append(r.deleted, key)
+				r.mu.Unlock()
+			},
+			Established: func() {
+				select {
+				case r.established <- struct{}{}:
+				default:
+				}
+			},
 		},
 	})
 	return r
@@ -249,7 +251,7 @@ func TestAReleasedKeysWatchServesItsNextHold(t *testing.T) {
 	h1 := r.hold("a")
 	r.covered()
 	r.s.Unregister(h1, h1.id) // released again: kept
-	r.del("a") // the release
+	r.del("a")                // the release
 	h2 := r.hold("a")
 	r.covered()
 	if h2.id != h1.id {

@@ -53,13 +53,25 @@ type Config[H comparable] struct {
 	Key  func(H) string
 	Rev  func(H) int64
 	Gone func(H)
-	// StreamEnded, BeforeGapRead, Established, DeletedHook and Followed
-	// are test hooks, read when called.
-	StreamEnded   func()
-	BeforeGapRead func()
-	Established   func()
-	DeletedHook   func(key string)
-	Followed      func(ok bool)
+	// Hooks are test hooks (nil: none), each read when called.
+	Hooks *Hooks
+}
+
+// Hooks are pause points that tests use to force an interleaving of the
+// stream at an exact step; production code leaves them nil.
+type Hooks struct {
+	StreamEnded   func()           // a stream ended (broken or stopped), before its waiters are told
+	BeforeGapRead func()           // before the stream reads the keys of holds whose watch began after they were confirmed
+	Established   func()           // a stream is up: the watches waiting for it go out
+	Deleted       func(key string) // for every deletion the stream delivers
+	Followed      func(ok bool)    // a wait watched the keys ahead (ok: false once closing), before it waits
+}
+
+func (c *Config[H]) hooks() *Hooks {
+	if c.Hooks == nil {
+		return &Hooks{}
+	}
+	return c.Hooks
 }
 
 // Stream is the session's watches, each of one key, on one gRPC stream.
@@ -400,8 +412,8 @@ func (s *Stream[H]) Follow(own int64, keys []string, f func(Note)) (stop func())
 			c.create(id, keys[i])
 		}
 	}
-	if s.c.Followed != nil {
-		s.c.Followed(ok)
+	if f := s.c.hooks().Followed; f != nil {
+		f(ok)
 	}
 	return func() {
 		s.mu.Lock()
@@ -486,7 +498,7 @@ func (s *Stream[H]) loop(ctx context.Context, gen int) {
 			s.dispatch(gen, c, resp)
 		}
 		cancel()
-		call(s.c.StreamEnded)
+		call(s.c.hooks().StreamEnded)
 		if s.broken(gen, c) || ctx.Err() != nil {
 			return true, nil
 		}
@@ -545,7 +557,7 @@ func (s *Stream[H]) publish(gen int, c *conn) bool {
 		}
 	}
 	s.mu.Unlock()
-	call(s.c.Established)
+	call(s.c.hooks().Established)
 	send := func() {
 		for _, it := range now {
 			c.create(it.id, it.key)
@@ -666,10 +678,10 @@ func (s *Stream[H]) dispatch(gen int, c *conn, resp *etcdserverpb.WatchResponse)
 	for _, h := range gone {
 		s.c.Gone(h)
 	}
-	if s.c.DeletedHook != nil {
+	if f := s.c.hooks().Deleted; f != nil {
 		for _, ev := range resp.Events {
 			if ev.Type == mvccpb.DELETE {
-				s.c.DeletedHook(string(ev.Kv.Key))
+				f(string(ev.Kv.Key))
 			}
 		}
 	}
@@ -723,7 +735,7 @@ func (s *Stream[H]) check(id int64) {
 // at, and ends those whose key went meanwhile; the others are covered from
 // there on. A failed read breaks c, and the next stream watches them anew.
 func (s *Stream[H]) readGaps(gen int, c *conn) {
-	call(s.c.BeforeGapRead)
+	call(s.c.hooks().BeforeGapRead)
 	for {
 		s.mu.Lock()
 		if gen != s.gen || s.conn != c || len(s.checks) == 0 {
