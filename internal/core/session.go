@@ -466,6 +466,9 @@ func (l *Lease) endHolds() {
 		holds = append(holds, h)
 	}
 	l.holdsMu.Unlock()
+	if len(holds) > 0 {
+		l.s.stream.Reset() // their watches go with the stream, not one cancel each
+	}
 	for _, h := range holds {
 		h.cancel(context.Cause(l.Context()))
 		if cause := context.Cause(h.ctx); !errors.Is(cause, errs.ErrKeyGone) {

@@ -399,3 +399,20 @@ func TestCloseTellsTheFollowers(t *testing.T) {
 	r.cancel()
 	fl.await(t, Ended, "that the session closed")
 }
+
+// Reset ends the stream and every watch on it at once (the end of a
+// lease: its holds' watches go without a cancel each): a waiter is told,
+// and a hold still registered is watched anew, its key read once.
+func TestResetEndsTheStreamAndWatchesWhatIsLeftAnew(t *testing.T) {
+	r := newRig(t)
+	kept := r.hold("kept")
+	r.put("waited")
+	fl := r.follow("waited")
+	fl.await(t, Created, "that its watch runs")
+	r.covered()
+	r.s.Reset()
+	fl.await(t, Ended, "that the stream ended")
+	r.covered() // watched anew on the next stream
+	r.del("kept")
+	etcdtest.Within(t, kept.gone, 5*time.Second, "a deletion after the reset")
+}

@@ -342,6 +342,19 @@ func (s *Stream[H]) release(id int64, k string, sent, covered bool, deleted int6
 	}
 }
 
+// Reset ends the current gRPC stream, and every watch on it at once: for
+// the end of a lease, whose holds' watches would each be cancelled (a
+// storm's 100,000 cancels reaching the member with the re-acquisitions).
+// What still needs watching is watched anew on the next stream.
+func (s *Stream[H]) Reset() {
+	s.mu.Lock()
+	c := s.conn
+	s.mu.Unlock()
+	if c != nil {
+		c.cancel()
+	}
+}
+
 // sweepIdle ends the idle watches past linger.
 func (s *Stream[H]) sweepIdle() {
 	s.mu.Lock()
