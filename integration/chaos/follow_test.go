@@ -19,7 +19,7 @@ import (
 // holder unlocks in the stream's StreamEnded hook, before its waiters are
 // told). The waiter, told of the break, must read for itself and acquire;
 // a waiter left waiting would wait for a deletion no stream will deliver
-// (planted bug n).
+// (planted bug p).
 func TestFollowerOutlivesABrokenStream(t *testing.T) {
 	c := cluster.Start(t, 3)
 	ctx := ctxTimeout(t, 60*time.Second)

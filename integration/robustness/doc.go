@@ -49,7 +49,10 @@
 // one name are created in one revision (distinct tokens); every
 // Observe stream must move forward only, report the true state at each
 // revision it names, and converge after each fault; no key may be left
-// once everything is closed.
+// once everything is closed; each Registerer of the run (labels.go; a
+// low WithMetricLabelLimit, so names collapse into "(other)" under the
+// traffic) carries no more default name or resource values over the run
+// than its limit, and counts every collapse.
 //
 // The run is decided by its seed: the random choices of every worker and
 // of the fault schedule. etcd's timing is not, so a replay reproduces the

@@ -21,9 +21,11 @@ type Disturbance struct {
 
 // healthWatch probes every member's status each period until ctx ends,
 // and records the disturbances.
-func (r *runner) healthWatch(ctx context.Context) {
+func (r *runner) healthWatch(ctx context.Context) { watchHealth(ctx, r.cfg.Target, r.h.disturbed) }
+
+func watchHealth(ctx context.Context, t Target, record func(Disturbance)) {
 	const period = 250 * time.Millisecond
-	eps := r.cfg.Target.Endpoints()
+	eps := t.Endpoints()
 	clis := make([]*clientv3.Client, len(eps))
 	for i, ep := range eps {
 		c, err := newClient([]string{ep})
@@ -37,14 +39,14 @@ func (r *runner) healthWatch(ctx context.Context) {
 	last := now()
 	for ctx.Err() == nil {
 		pause(ctx, period)
-		t := now()
+		at := now()
 		why := ""
-		if gap := time.Duration(t - last); gap > 3*period {
+		if gap := time.Duration(at - last); gap > 3*period {
 			why = fmt.Sprintf("this process not scheduled for %v", gap.Round(time.Millisecond))
 		}
 		var applied []uint64
 		for i, c := range clis {
-			if !r.cfg.Target.Running(i) {
+			if !t.Running(i) {
 				why = fmt.Sprintf("member %d down", i)
 				break
 			}
@@ -71,14 +73,14 @@ func (r *runner) healthWatch(ctx context.Context) {
 		case why != "" && cur == nil:
 			cur = &Disturbance{Why: why, Start: last}
 		case why == "" && cur != nil:
-			cur.End = t
-			r.h.disturbed(*cur)
+			cur.End = at
+			record(*cur)
 			cur = nil
 		}
 		last = end
 	}
 	if cur != nil {
 		cur.End = now()
-		r.h.disturbed(*cur)
+		record(*cur)
 	}
 }

@@ -150,6 +150,13 @@ type History struct {
 	Settled    int64
 	// Names are the primitives' names and prefixes, with their rules.
 	Names []NameInfo
+	// Metrics are the samples of each process's Registerer, whose label
+	// limit is MetricLabelLimit (labels.go).
+	Metrics          []MetricSample
+	MetricLabelLimit int
+	// ExplicitLabels are the WithMetricLabel values the run gives: not
+	// counted toward the limit.
+	ExplicitLabels []string `json:",omitempty"`
 }
 
 // NameInfo describes one primitive instance of the run.
@@ -277,6 +284,12 @@ func (h *History) state(s ObsState) {
 func (h *History) reg(r RegOp) {
 	h.mu.Lock()
 	h.Regs = append(h.Regs, r)
+	h.mu.Unlock()
+}
+
+func (h *History) metrics(s MetricSample) {
+	h.mu.Lock()
+	h.Metrics = append(h.Metrics, s)
 	h.mu.Unlock()
 }
 

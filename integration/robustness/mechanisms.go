@@ -141,11 +141,23 @@ func (r *runner) name(prim, name string) NameInfo {
 func (r *runner) opts(n NameInfo, s *session.Session, who string) []mutex.Option {
 	o := []mutex.Option{mutex.WithNamespace(r.cfg.Namespace), mutex.WithIdentity(who)}
 	if s != nil {
-		o = append(o, mutex.WithSession(s))
+		o = append(o, mutex.WithSession(s)) // its Registerer and limit are the session's
 	} else {
-		o = append(o, mutex.WithTTL(r.cfg.TTL))
+		o = append(append(o, mutex.WithTTL(r.cfg.TTL)), r.kindMetrics()...)
 	}
 	return append(o, nameOpts(n)...)
+}
+
+// kindMetrics put a traffic kind's primitive's metrics on the kinds'
+// Registerer, laneMetrics a worker's or an observer's on the lanes'
+// (labels.go).
+func (r *runner) kindMetrics() []mutex.Option { return metricOpts(r.kindsReg, r.cfg.MetricLabelLimit) }
+func (r *runner) laneMetrics() []mutex.Option { return metricOpts(r.reg, r.cfg.MetricLabelLimit) }
+
+// sessionOpts are the options of every session a traffic kind makes: its
+// TTL and the kinds' Registerer, and extra.
+func (r *runner) sessionOpts(extra ...session.Option) []session.Option {
+	return append(append([]session.Option{session.WithTTL(r.cfg.TTL)}, r.kindMetrics()...), extra...)
 }
 
 // nameOpts are the options a name's contenders must agree on.
@@ -228,7 +240,7 @@ func (r *runner) lockAndRelease(ctx context.Context, rng *rand.Rand, cli *client
 // as a loaded machine's scheduler would.
 func (m *mech) burst(ctx context.Context, rng *rand.Rand) {
 	hooks := newJitter(rng.Uint64())
-	s, err := session.New(m.cli, session.WithTTL(m.r.cfg.TTL), config.Hooks(hooks.hooks()))
+	s, err := session.New(m.cli, m.r.sessionOpts(config.Hooks(hooks.hooks()))...)
 	if err != nil {
 		m.r.h.op(Op{Client: m.client(), Kind: "session.New", Call: now(), Return: now(), Err: err.Error()})
 		return
@@ -448,7 +460,7 @@ func (m *mech) set(ctx context.Context, rng *rand.Rand) {
 }
 
 func (r *runner) lockSet(ctx context.Context, rng *rand.Rand, cli *clientv3.Client, names []string, who string) {
-	s, err := mutex.NewSet(cli, names, mutex.WithNamespace(r.cfg.Namespace), mutex.WithTTL(r.cfg.TTL), mutex.WithIdentity(who))
+	s, err := mutex.NewSet(cli, names, append(r.kindMetrics(), mutex.WithNamespace(r.cfg.Namespace), mutex.WithTTL(r.cfg.TTL), mutex.WithIdentity(who))...)
 	if err != nil {
 		r.h.op(Op{Client: who, Kind: "mutex.NewSet", Call: now(), Return: now(), Err: err.Error()})
 		return
@@ -512,7 +524,7 @@ func (m *mech) lockDelay(ctx context.Context, rng *rand.Rand) {
 		go func() {
 			defer wg.Done()
 			pause(ctx, time.Duration(g.IntN(300))*time.Millisecond)
-			s, err := session.New(m.cli, session.WithTTL(m.r.cfg.TTL))
+			s, err := session.New(m.cli, m.r.sessionOpts()...)
 			if err != nil {
 				return
 			}
@@ -616,7 +628,7 @@ func (r *runner) campaign(ctx context.Context, cli *clientv3.Client, n NameInfo,
 	// it campaigns: its watch stream is up before the wait, whose watches
 	// begin at once (the release mark decides what it takes for a
 	// release).
-	s, err := session.New(cli, session.WithTTL(r.cfg.TTL))
+	s, err := session.New(cli, r.sessionOpts()...)
 	if err != nil {
 		return nil, err
 	}
@@ -1122,7 +1134,7 @@ func (m *mech) shards(ctx context.Context, rng *rand.Rand) {
 		go func() {
 			defer wg.Done()
 			pause(ctx, time.Duration(g.IntN(1500))*time.Millisecond) // joins
-			s, err := session.New(m.cli, session.WithTTL(m.r.cfg.TTL))
+			s, err := session.New(m.cli, m.r.sessionOpts()...)
 			if err != nil {
 				return
 			}
@@ -1226,7 +1238,7 @@ func (m *mech) giveUp(ctx context.Context, rng *rand.Rand) {
 	m.r.evidence(hwho, n, hl)
 
 	// The follower's session, holding u1 before anything queues.
-	s, err := session.New(m.cli, session.WithTTL(m.r.cfg.TTL))
+	s, err := session.New(m.cli, m.r.sessionOpts()...)
 	if err != nil {
 		return
 	}
@@ -1330,7 +1342,7 @@ func (r *runner) awaitKeys(ctx context.Context, prefix string, stop func() bool,
 // one queue (they would share a CreateRevision: two writers, neither
 // ahead of the other, and one fencing token).
 func (m *mech) twins(ctx context.Context, rng *rand.Rand) {
-	s, err := session.New(m.cli, session.WithTTL(m.r.cfg.TTL))
+	s, err := session.New(m.cli, m.r.sessionOpts()...)
 	if err != nil {
 		m.r.h.op(Op{Client: m.client(), Kind: "session.New", Call: now(), Return: now(), Err: err.Error()})
 		return
@@ -1365,7 +1377,7 @@ func (m *mech) twins(ctx context.Context, rng *rand.Rand) {
 // waiter's watch of it begins (the gap the waiter must read: planted bug
 // l), or the client's connections drop while the waiter waits (its
 // session's watch stream breaks, the waiter must be told and read again,
-// the holder's key is watched anew: planted bug n). Either way the lock is
+// the holder's key is watched anew: planted bug p). Either way the lock is
 // free soon after and the waiter must take it within the free-lock
 // bound. A round starts when the free-lock check judges one (the fault
 // loop quiet for its grace), waiting up to 5 s for such a while: a round
@@ -1417,7 +1429,7 @@ func (m *mech) stream(ctx context.Context, rng *rand.Rand) {
 		default:
 		}
 	}}
-	s, err := session.New(m.cli, session.WithTTL(m.r.cfg.TTL), config.Hooks(hooks))
+	s, err := session.New(m.cli, m.r.sessionOpts(config.Hooks(hooks))...)
 	if err != nil {
 		return
 	}

@@ -34,6 +34,10 @@ type Report struct {
 	FreeLatency  string
 	// Oracles counts what each judging check judged.
 	Oracles map[string]int
+	// Labels sums up each process's metric samples; LabelLimit is their
+	// Registerers' label limit.
+	Labels     []string
+	LabelLimit int
 	// Unknown lists linearizability checks that timed out.
 	Unknown    []string
 	Violations []Violation
@@ -156,6 +160,7 @@ func (r *Report) finish(h *History) {
 		r.Faults[f.Kind]++
 		r.Timeline = append(r.Timeline, fmt.Sprintf("%9s..%-9s %-15s %s", since(h.Start, f.Start), since(h.Start, f.End), f.Kind, f.Detail))
 	}
+	r.Labels, r.LabelLimit = labelFigures(h), h.MetricLabelLimit
 	for i := range r.Violations {
 		v := &r.Violations[i]
 		if len(v.Excerpt) == 0 {
@@ -300,6 +305,12 @@ func (r *Report) Print(w io.Writer) {
 	}
 	if r.FreeLatency != "" {
 		fmt.Fprintf(w, "  %s\n", r.FreeLatency)
+	}
+	if len(r.Labels) > 0 {
+		fmt.Fprintf(w, "metric labels, by process (limit %d):\n", r.LabelLimit)
+		for _, l := range r.Labels {
+			fmt.Fprintf(w, "  %s\n", l)
+		}
 	}
 	fmt.Fprintf(w, "judgements by oracle:\n")
 	for _, k := range sortedKeys(r.Oracles) {

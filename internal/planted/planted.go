@@ -35,7 +35,13 @@
 //	   check's
 //	m  the drain: a shard whose Context ended is released at once, not
 //	   once its fn returned (shard): the drained check's
-//	n  a broken watch stream does not tell its waiters, who wait for
+//	n  a default metric label collapsed into "(other)" is not counted in
+//	   baton_metric_labels_collapsed_total (internal/metrics): the
+//	   metric-labels check's
+//	o  a metric label's place is freed when its last user closes
+//	   (internal/metrics), so later names past the limit take it: the
+//	   metric-labels check's
+//	p  a broken watch stream does not tell its waiters, who wait for
 //	   deletions that no stream will deliver (internal/watch): the
 //	   free-lock check's
 package planted
@@ -44,4 +50,4 @@ package planted
 const Env = "BATON_PLANTED_BUG"
 
 // Names are the bugs On knows, a letter each.
-const Names = "abcdefghijklmn"
+const Names = "abcdefghijklmnop"

@@ -598,7 +598,7 @@ func (s *Stream[H]) broken(gen int, c *conn) bool {
 		s.conn = nil
 	}
 	for id, fw := range s.follows {
-		if fw.sent && !planted.On("n") { // n: its waiter left waiting for a watch that ended
+		if fw.sent && !planted.On("p") { // p: its waiter left waiting for a watch that ended
 			delete(s.follows, id)
 			fw.f(Note{Kind: Ended, Key: fw.key})
 		}
@@ -606,7 +606,7 @@ func (s *Stream[H]) broken(gen int, c *conn) bool {
 	for _, e := range s.keys {
 		if e.sent {
 			e.sent, e.created = false, 0
-			if e.waiter != nil && !planted.On("n") {
+			if e.waiter != nil && !planted.On("p") {
 				e.waiter(Note{Kind: Ended, Key: e.key})
 			}
 		}
