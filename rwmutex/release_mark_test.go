@@ -2,6 +2,7 @@ package rwmutex_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,13 +25,21 @@ import (
 // when it goes the writer reads what is left ahead, and after the last
 // reader's deletion, released or deleted by an operator, it reads once
 // before it holds: that reader's head start. Reads are Range requests and
-// transactions of reads only.
+// transactions of reads only. When r1 goes before the writer's watch of it
+// begins (the writer's read after r2's deletion found r1, and the
+// deletion came between that read and the watch's start), the writer
+// reads r1's key alone too, the gap between its read and its watch
+// (queue.WaitGone): that read is not the head start's and is allowed once.
 func TestWriterReadsOnceAfterTheLastReaderWent(t *testing.T) {
 	ctx := etcdtest.Context(t, 30*time.Second)
 	admin := client(t)
-	var reads atomic.Int64
+	var nreads atomic.Int64
 	var mu sync.Mutex
-	var revs []int64 // each read's revision, in the order answered
+	type answer struct {
+		rev    int64
+		points []string // a transaction's keys when it reads single keys alone
+	}
+	var reads []answer // in the order answered
 	wcli, err := clientv3.New(clientv3.Config{
 		Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
@@ -38,14 +47,25 @@ func TestWriterReadsOnceAfterTheLastReaderWent(t *testing.T) {
 				t, ok := req.(*etcdserverpb.TxnRequest)
 				read := method == "/etcdserverpb.KV/Range" || ok && readsOnly(t)
 				if read {
-					reads.Add(1)
+					nreads.Add(1)
 				}
 				err := invoker(ctx, method, req, reply, cc, opts...)
 				if r, ok := reply.(interface {
 					GetHeader() *etcdserverpb.ResponseHeader
 				}); read && err == nil && ok {
+					rd := answer{rev: r.GetHeader().GetRevision()}
+					if ok {
+						for _, op := range t.Success {
+							rr := op.GetRequestRange()
+							if len(rr.GetRangeEnd()) > 0 || len(t.Failure) > 0 {
+								rd.points = nil
+								break
+							}
+							rd.points = append(rd.points, string(rr.GetKey()))
+						}
+					}
 					mu.Lock()
-					revs = append(revs, r.GetHeader().GetRevision())
+					reads = append(reads, rd)
 					mu.Unlock()
 				}
 				return err
@@ -57,7 +77,7 @@ func TestWriterReadsOnceAfterTheLastReaderWent(t *testing.T) {
 	t.Cleanup(func() { _ = wcli.Close() })
 	waiting := make(chan int64, 1) // the reads so far, as the writer starts its wait
 	sess, err := bsession.New(wcli, bsession.WithTTL(5*time.Second), config.Hooks(&core.Hooks{
-		BeforeWait: func(string) { waiting <- reads.Load() },
+		BeforeWait: func(string) { waiting <- nreads.Load() },
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -128,13 +148,31 @@ func TestWriterReadsOnceAfterTheLastReaderWent(t *testing.T) {
 			t.Fatalf("%s: Lock returned before it waited: %v", how, err)
 		}
 		mu.Lock()
-		from := len(revs)
+		from := len(reads)
 		mu.Unlock()
 		// r2 released first, then r1 released or deleted: the writer's wait
 		// ends on r1's deletion alone, whichever way it went (r2's release
 		// after a read the admin's delete made would cost a read of its mark).
 		if err := r2.Unlock(ctx); err != nil {
 			t.Fatal(err)
+		}
+		// r1 goes once the writer read after r2's deletion and found r1
+		// ahead: its wait is r1's then (r1 gone before that read would be
+		// seen by that read and by the head start's).
+		r2Rev := releaseRev(t, ctx, admin, r2.Key(), int64(r2.Token()))
+		for read := false; !read; {
+			mu.Lock()
+			for _, r := range reads[from:] {
+				read = read || r.rev >= r2Rev
+			}
+			mu.Unlock()
+			if !read {
+				select {
+				case <-ctx.Done():
+					t.Fatalf("%s: the writer did not read after r2's deletion at %d", how, r2Rev)
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
 		}
 		var delRev int64
 		if how == "both released" {
@@ -153,20 +191,24 @@ func TestWriterReadsOnceAfterTheLastReaderWent(t *testing.T) {
 		if err := <-got; err != nil {
 			t.Fatal(err)
 		}
-		n := reads.Load() - before
+		n := nreads.Load() - before
 		// Reads that saw the delete: a serializable read that etcd served
 		// from before it (its watch notifies before the write's revision
 		// is the store's) is answered again linearizably, one read.
 		mu.Lock()
-		saw := 0
-		for _, r := range revs[from:] {
-			if r >= delRev {
+		saw, gap := 0, 0
+		for _, r := range reads[from:] {
+			switch {
+			case r.rev < delRev:
+			case slices.Equal(r.points, []string{r1.Key()}):
+				gap++
+			default:
 				saw++
 			}
 		}
 		mu.Unlock()
-		if saw != 1 || n > 4 {
-			t.Errorf("%s: the writer read %d times (%d at or after the last reader's deletion at %d) before it held, want 1 that saw it (that reader's head start), 2 more at most", how, n, saw, delRev)
+		if saw != 1 || gap > 1 || n > 4 {
+			t.Errorf("%s: the writer read %d times (%d at or after the last reader's deletion at %d, and %d of r1's key alone) before it held, want 1 that saw it (that reader's head start), 1 of the gap before its watch at most, 2 more at most", how, n, saw, delRev, gap)
 		}
 		if err := wl.Unlock(ctx); err != nil {
 			t.Fatal(err)
