@@ -48,7 +48,7 @@ var errNotChosen = errors.New("election: not chosen")
 // not contact etcd: the lease is granted by the first Campaign. Invalid
 // names and options are rejected with an error wrapping ErrInvalid.
 func New(cli *clientv3.Client, name string, opts ...Option) (*Election, error) {
-	o, cfg, _, sess, err := config.OpenSession[*Term](cli, config.Primitive{Kind: metrics.Election, Keys: keys.Election, NotHeld: ErrNotLeader, Busy: errNotChosen}, name, opts)
+	o, cfg, _, sess, err := config.OpenSession[*Term](cli, config.Primitive{Kind: metrics.Election, Keys: keys.Election, Errs: &electionErrs}, name, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -72,10 +72,12 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Election, error) {
 		// Election: a second Campaign through the lease takes the record over.
 		rec := metrics.Recorder{Logger: zap.NewNop(), Kind: metrics.Election, Name: name, Namespace: cfg.Namespace, Label: name}
 		e.recs = core.NewOwner[*core.Hold](sess, core.OwnerConfig{Recorder: rec,
-			Prefix: e.recordPrefix(e.strategy()), NotHeld: ErrNotLeader, Busy: errNotChosen, Untraced: true})
+			Prefix: e.recordPrefix(e.strategy()), Errs: &electionErrs, Untraced: true})
 	}
 	return e, nil
 }
+
+var electionErrs = core.Errors{NotHeld: ErrNotLeader, Busy: errNotChosen}
 
 func (e *Election) strategy() Strategy { return Strategy(e.cand.Strategy) }
 

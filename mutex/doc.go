@@ -8,12 +8,11 @@
 //	// work under lock.Context(); hand lock.Token() to what you write to
 //
 // Each contender puts a key /<namespace>/v1/lock/<escaped name>/<lease id
-// hex> on its lease; the oldest key holds the lock. A waiter waits for the
-// deletions of the keys ahead of it, from the current revision. While its
-// session's one deletion watch of the namespace runs (the session holds a
-// key there, or has held there more than once and its last hold ended less
-// than 15 s ago), the waiter follows that watch and opens none of its own;
-// otherwise it watches the key just ahead of it. The layout is that of
+// hex> on its lease; the oldest key holds the lock. A waiter watches the
+// key just ahead of it, from the current revision, on its session's one
+// watch stream, as a holder watches its own key there: a release reaches
+// the waiter behind it and no other session, however many hold in the
+// namespace. The layout is that of
 // etcd's client/v3/concurrency, so a concurrency.Mutex or `etcdctl lock`
 // on the same prefix contends with this one correctly; this package does
 // not call concurrency.Mutex.

@@ -14,21 +14,22 @@ import (
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/etcdtest"
+	"github.com/batonhq/baton/internal/watch"
 	"github.com/batonhq/baton/mutex"
 	bsession "github.com/batonhq/baton/session"
 )
 
 // A key deleted between the acquisition's confirming read and the hold's
-// registration, while the session's namespace watch already runs (it
-// holds another lock) and has delivered that deletion, must still end the
-// new hold.
+// registration, while the session's watch stream runs (it holds another
+// lock) and has delivered that deletion to the key's own watch (made
+// before its enqueue), must still end the new hold.
 func TestKeyDeletedBetweenConfirmAndRegistrationIsNoticed(t *testing.T) {
 	cli := client(t)
 	ctx := etcdtest.Context(t, 20*time.Second)
 	deleted := make(chan string, 16)
 	var target string
 	hooks := &core.Hooks{
-		Deleted: func(key string) { deleted <- key },
+		Stream: watch.Hooks{Deleted: func(key string) { deleted <- key }},
 		AfterConfirm: func(key string) {
 			if key != target {
 				return
@@ -44,7 +45,7 @@ func TestKeyDeletedBetweenConfirmAndRegistrationIsNoticed(t *testing.T) {
 						return
 					}
 				case <-time.After(5 * time.Second):
-					t.Error("the namespace watch never received the deletion")
+					t.Error("the session's watch stream never received the deletion")
 					return
 				}
 			}
@@ -56,7 +57,7 @@ func TestKeyDeletedBetweenConfirmAndRegistrationIsNoticed(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = sess.Close() })
 	other := newMutex(t, cli, "edge-confirm-other", mutex.WithSession(sess))
-	held, err := other.Lock(ctx) // starts the namespace watch
+	held, err := other.Lock(ctx) // starts the session's watch stream
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,8 +180,8 @@ func TestHolderKnowsBeforeTheNextWaiterAcquires(t *testing.T) {
 		p.SetDelay(time.Millisecond)
 		return cli
 	}
-	// following: the waiter's session holds another lock, so the waiter
-	// follows its namespace watch instead of watching on its own.
+	// following: the waiter's session holds another lock, so its watch
+	// stream runs before the waiter queues.
 	for _, how := range []string{"revoke", "delete", "revoke-following", "delete-following"} {
 		t.Run(how, func(t *testing.T) {
 			holder, waiter := delayed(), delayed()

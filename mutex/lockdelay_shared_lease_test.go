@@ -17,16 +17,17 @@ import (
 // in turn. When the first holder's key is force-deleted, the second's
 // acquisition of that key must neither overwrite nor erase the lost
 // holder's lock-delay record: it waits out the delay like any contender.
-// The second Lock starts at a session hook: as the namespace watch hears
-// the deletion (the Lock waits for the key in this process), or once the
-// lost hold's Context ended (the key is free at once).
+// The second Lock starts at a session hook: as the session's watch stream
+// delivers the deletion (the holder's watch of its own key; the Lock waits
+// for the key in this process), or once the lost hold's Context ended (the
+// key is free at once).
 func TestLockDelayAfterALossOnTheSameLease(t *testing.T) {
 	const d = 2 * time.Second
 	for _, tc := range []struct {
 		name, suffix string
 		at           func(h *core.Hooks, f func(key string))
 	}{
-		{"next Lock as the deletion is heard", "heard", func(h *core.Hooks, f func(string)) { h.Deleted = f }},
+		{"next Lock as the deletion is heard", "heard", func(h *core.Hooks, f func(string)) { h.Stream.Deleted = f }},
 		{"next Lock once the lost hold ended", "ended", func(h *core.Hooks, f func(string)) { h.HoldEnded = f }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

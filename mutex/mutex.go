@@ -66,8 +66,10 @@ func (m *Mutex) lock(ctx context.Context, try bool) (*Lock, error) {
 func newLock(h *core.Hold) *Lock { return &Lock{hold: h} }
 
 func primitive() config.Primitive {
-	return config.Primitive{Kind: metrics.Mutex, Keys: keys.Lock, NotHeld: ErrNotHeld, Busy: ErrLocked}
+	return config.Primitive{Kind: metrics.Mutex, Keys: keys.Lock, Errs: &mutexErrs}
 }
+
+var mutexErrs = core.Errors{NotHeld: ErrNotHeld, Busy: ErrLocked}
 
 // Held returns the locks this Mutex holds, in acquisition order: every
 // Lock that Lock or TryLock returned and that was not unlocked since,

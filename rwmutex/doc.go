@@ -12,10 +12,10 @@
 // its own: <lease id hex>.r<n> for a reader, <lease id hex>.w<n> for a
 // writer. The order of the queue is the keys' CreateRevision. A writer
 // holds when it is the oldest key, and waits for the keys ahead of it as a
-// mutex does; a reader holds when no older writer remains, and waits for
-// the queue's deletions. Either follows its session's deletion watch of
-// the namespace while that runs (as a mutex waiter does), and otherwise
-// watches on its own: a writer the key just ahead, a reader the queue.
+// mutex does, watching the key just ahead; a reader holds when no older
+// writer remains, and watches the newest writer ahead of it. Both watch on
+// their session's one watch stream, so a deletion reaches the waiters
+// right behind it and no other session.
 //
 // # Guarantees
 //

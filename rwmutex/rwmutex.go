@@ -35,7 +35,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*RWMutex, error) {
 }
 
 func newRWMutex(cli *clientv3.Client, name string, readers core.Policy, opts []Option) (*RWMutex, error) {
-	p := config.Primitive{Kind: metrics.RWMutex, Keys: keys.RWLock, LabelPrefix: "rwmutex:", NotHeld: ErrNotHeld, Busy: ErrLocked}
+	p := config.Primitive{Kind: metrics.RWMutex, Keys: keys.RWLock, LabelPrefix: "rwmutex:", Errs: &rwErrs}
 	o, cfg, value, err := config.Open[*Lock](cli, p, name, opts)
 	if err != nil {
 		return nil, err
@@ -106,3 +106,5 @@ func (rw *RWMutex) Held() []*Lock {
 // under the same label, waits for every goroutine it started, and is
 // idempotent.
 func (rw *RWMutex) Close() error { return delay.Close(rw.delay, rw.o, (*Lock).Unlock) }
+
+var rwErrs = core.Errors{NotHeld: ErrNotHeld, Busy: ErrLocked}

@@ -51,7 +51,7 @@ func newSemaphore(cli *clientv3.Client, name string, limit int, policy core.Poli
 		}
 		return nil, fmt.Errorf("%w: semaphore limit is %d, must be 1 to %d", ErrInvalid, limit, MaxLimit)
 	}
-	p := config.Primitive{Kind: metrics.Semaphore, Keys: keys.Semaphore, LabelPrefix: "semaphore:", NotHeld: ErrNotHeld, Busy: ErrNoPermit}
+	p := config.Primitive{Kind: metrics.Semaphore, Keys: keys.Semaphore, LabelPrefix: "semaphore:", Errs: &semErrs}
 	o, cfg, value, err := config.Open[*Permit](cli, p, name, opts)
 	if err != nil {
 		return nil, err
@@ -137,3 +137,5 @@ func (s *Semaphore) Held() []*Permit { return s.o.Held() }
 // Semaphore records under the same label, waits for every goroutine it
 // started, and is idempotent. The stored limit stays.
 func (s *Semaphore) Close() error { return delay.Close(s.delay, s.o, (*Permit).Release) }
+
+var semErrs = core.Errors{NotHeld: ErrNotHeld, Busy: ErrNoPermit}

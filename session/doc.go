@@ -36,8 +36,8 @@
 //
 // However a lease reaches baton — New, Wrap(cs), or an etcd
 // *concurrency.Session given to a primitive's WithSession — every primitive
-// of this process on that lease shares one session: one watchdog, one
-// deletion watch per namespace, one set of key reservations. So the same
+// of this process on that lease shares one session: one watchdog, one watch
+// stream (a watch per key held or waited for), one set of key reservations. So the same
 // name through one lease always excludes (an election's second Campaign
 // takes the key over, ending the first Term with ErrReplaced, as etcd's
 // Campaign does), and a held lock costs under 1 KiB of client heap and no

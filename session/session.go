@@ -17,7 +17,7 @@ import (
 )
 
 // Session is a lease shared by any number of primitives, with its validity
-// watchdog, the deletion watch of the keys held through it and their
+// watchdog, the watch stream of the keys held through it and their
 // reservations. Its methods are safe for concurrent use. A *Session is
 // itself an Option: given to a primitive's New it means WithSession(s).
 type Session struct {

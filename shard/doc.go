@@ -87,8 +87,8 @@
 //     it for good, Run's error says the key stays until its lease ends.
 //   - Cost independent of N at rest. A member at steady state sends its
 //     session's renewals (one per TTL/3 for all its shards) and keeps one
-//     watch of the group (beside the session's namespace watch, which all
-//     of a session's primitives share): no request per shard per second.
+//     watch of the group (beside its session's watch stream, with a watch
+//     per shard it owns): no request per shard per second.
 //   - Work per change, not per shard. A change of a shard's owner costs
 //     each member O(log N) to follow (a handful of shards checked, whatever
 //     N); a change of the members (a join, a leave, stuck shards named)

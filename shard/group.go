@@ -111,7 +111,7 @@ func (g *Group) owner(id int) *core.Owner[*Shard] {
 		// No metrics of its own (each Owner would count the session's renewal
 		// failures once more): the group records its shards' metrics.
 		rec := metrics.Recorder{Logger: g.cfg.Session.Logger, Kind: metrics.Mutex, Name: g.name + "/" + strconv.Itoa(id), Namespace: g.ns, Label: g.label}
-		o = core.NewOwner[*Shard](g.sess, core.OwnerConfig{Recorder: rec, Prefix: shardPrefix(g.prefix, id), NotHeld: ErrNotHeld, Busy: errBusy})
+		o = core.NewOwner[*Shard](g.sess, core.OwnerConfig{Recorder: rec, Prefix: shardPrefix(g.prefix, id), Errs: &shardErrs})
 		g.owners[id] = o
 	}
 	return o
@@ -228,3 +228,5 @@ func (g *Group) enter() bool {
 	g.wg.Add(1)
 	return true
 }
+
+var shardErrs = core.Errors{NotHeld: ErrNotHeld, Busy: errBusy}

@@ -19,6 +19,7 @@ import (
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/etcdtest"
+	"github.com/batonhq/baton/internal/watch"
 	"github.com/batonhq/baton/session"
 	"github.com/batonhq/baton/shard"
 )
@@ -648,14 +649,14 @@ func TestRevokedMemberEndsItsShardsAsLost(t *testing.T) {
 	const n = 6
 	var armed atomic.Bool
 	hold := make(chan struct{})
-	hooks := &core.Hooks{Deleted: func(string) {
+	hooks := &core.Hooks{Stream: watch.Hooks{Deleted: func(string) {
 		if armed.Load() {
 			select {
 			case <-hold:
 			case <-time.After(10 * time.Second):
 			}
 		}
-	}}
+	}}}
 	sess, err := session.New(cli, session.WithTTL(30*time.Second), config.Hooks(hooks))
 	if err != nil {
 		t.Fatal(err)

@@ -12,13 +12,14 @@ import (
 	bsession "github.com/batonhq/baton/session"
 )
 
-// TestFollowerOutlivesABrokenStream: a waiter follows its session's
-// namespace watch; the stream breaks (a quorum loss: etcd cancels the
-// require-leader watches of the member left alone), and the holder
+// TestFollowerOutlivesABrokenStream: a waiter watches the key ahead on its
+// session's watch stream; the stream breaks (a quorum loss: etcd cancels
+// the require-leader watches of the member left alone), and the holder
 // releases while no stream runs (forced: the quorum comes back and the
-// holder unlocks in the watch's hook before its re-read). The waiter,
-// told of the break, must read for itself and acquire; a waiter left
-// following would wait for a deletion no stream will deliver.
+// holder unlocks in the stream's StreamEnded hook, before its waiters are
+// told). The waiter, told of the break, must read for itself and acquire;
+// a waiter left waiting would wait for a deletion no stream will deliver
+// (planted bug p).
 func TestFollowerOutlivesABrokenStream(t *testing.T) {
 	c := cluster.Start(t, 3)
 	ctx := ctxTimeout(t, 60*time.Second)
@@ -30,7 +31,7 @@ func TestFollowerOutlivesABrokenStream(t *testing.T) {
 		broke   = make(chan struct{})
 	)
 	hooks := &core.Hooks{BeforeWait: func(string) { close(waiting) }}
-	hooks.BeforeReread = func() {
+	hooks.Stream.StreamEnded = func() {
 		once.Do(func() {
 			close(broke)
 			if err := c.Restart(m1, m2); err != nil {
@@ -57,7 +58,7 @@ func TestFollowerOutlivesABrokenStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = other.Close() })
-	held, err := other.Lock(ctx) // the namespace watch runs from here on
+	held, err := other.Lock(ctx) // the session's watch stream runs from here on
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,10 +87,10 @@ func TestFollowerOutlivesABrokenStream(t *testing.T) {
 		got <- result{l, err}
 	}()
 	<-waiting
-	time.Sleep(200 * time.Millisecond) // following
+	time.Sleep(200 * time.Millisecond) // watching
 	m1.Kill()
 	m2.Kill()
-	within(t, broke, 20*time.Second, "the namespace stream's break after the quorum loss")
+	within(t, broke, 20*time.Second, "the stream's break after the quorum loss")
 	select {
 	case r := <-got:
 		if r.err != nil {

@@ -16,6 +16,8 @@ import (
 // Method names the counter reports.
 const (
 	MethodKeepAlive = "/etcdserverpb.Lease/LeaseKeepAlive"
+	// MethodWatch is a watch stream's: its creates and cancels.
+	MethodWatch = "/etcdserverpb.Watch/Watch"
 )
 
 // Counter counts the requests a client sends, by gRPC method: every unary

@@ -144,6 +144,11 @@ feed:
 		return HeldResult{}, err
 	}
 	counts := counter.Snapshot()
+	if heapProfile != "" {
+		if err := writeHeapProfile(heapProfile); err != nil {
+			return HeldResult{}, err
+		}
+	}
 	runtime.KeepAlive(mus)
 	runtime.KeepAlive(helds)
 	return HeldResult{
@@ -155,6 +160,22 @@ feed:
 		LockSeconds:       lockTime.Seconds(),
 		Requests:          counts,
 	}, nil
+}
+
+// heapProfile is where HeldClient's -memprofile writes, "" for nowhere.
+var heapProfile string
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // sessionEnded says so in err when the etcd session itself ended: its
@@ -215,8 +236,13 @@ func HeldClient(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	ttl := fs.Duration("ttl", 3*time.Second, "the session's lease TTL")
 	window := fs.Duration("window", 6*time.Second, "how long renewals are counted")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this client to this file")
+	memProfile := fs.String("memprofile", "", "write a heap profile of this client, every allocation recorded, to this file while the locks are held")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *memProfile != "" {
+		runtime.MemProfileRate = 1
+		heapProfile = *memProfile
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)

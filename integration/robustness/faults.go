@@ -84,7 +84,9 @@ func (f *faulter) loop(ctx context.Context, deadline time.Time) {
 		f.sleep(ctx, 500, 2500)
 		if time.Since(phase) > faultPhase {
 			start := now()
+			f.r.quietFrom.Store(start)
 			f.sleep(ctx, 8000, 4000)
+			f.r.quietFrom.Store(0)
 			f.r.h.quiet(start, now())
 			fmt.Fprintf(f.r.log, "robustness: %8s quiet for %s\n", since(f.r.h.Start, start), time.Duration(now()-start).Round(time.Millisecond))
 			phase = time.Now()

@@ -22,6 +22,7 @@ import (
 	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/embedetcd/cluster"
 	"github.com/batonhq/baton/internal/queue"
+	"github.com/batonhq/baton/internal/watch"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/rwmutex"
 	"github.com/batonhq/baton/semaphore"
@@ -33,7 +34,7 @@ import (
 // the lanes' random steps do not (or too rarely for a short run), and
 // every one must run in every run (the coverage check).
 const (
-	TrafficBurst    = "burst"      // 8 to 12 acquisitions at once on one fresh session: enqueue groups, the session's watch starting and stopping
+	TrafficBurst    = "burst"      // 8 to 12 acquisitions at once on one fresh session: enqueue groups, its watch stream starting, a released key's watch taken up again
 	TrafficCrowd    = "crowd"      // 64 to 72 waiters on one name: a queue longer than one read
 	TrafficSet      = "set"        // mutex.Set over overlapping names, beside Mutexes of the same names
 	TrafficDelay    = "lock-delay" // a lock-delay name whose holders are sometimes lost without releasing
@@ -43,14 +44,15 @@ const (
 	TrafficEtcd     = "etcd"       // etcd concurrency.Mutex and concurrency.Election contenders in baton's prefixes
 	TrafficCLIForce = "cli-force"  // an operator's baton unlock --force and baton resign --to --force
 	TrafficShard    = "shard"      // members of a shard group joining, leaving and crashing
-	TrafficGiveUp   = "give-up"    // a waiter past one read of its queue, following its session's watch, while the waiters ahead give up
+	TrafficGiveUp   = "give-up"    // a waiter past one read of its queue while the waiters ahead give up (a deletion without a release mark)
 	TrafficTwins    = "twins"      // 6 to 10 write locks of one name at once through one session: enqueues past the session's in-flight ones
+	TrafficStream   = "stream"     // a waiter whose key ahead goes before its watch begins, or whose client's connections drop while it waits
 )
 
 // TrafficKinds lists the kinds a run drives; cli-force needs the baton
 // CLI.
 func TrafficKinds(baton bool) []string {
-	k := []string{TrafficBurst, TrafficCrowd, TrafficSet, TrafficDelay, TrafficRequest, TrafficTransfer, TrafficPrefer, TrafficEtcd, TrafficShard, TrafficGiveUp, TrafficTwins}
+	k := []string{TrafficBurst, TrafficCrowd, TrafficSet, TrafficDelay, TrafficRequest, TrafficTransfer, TrafficPrefer, TrafficEtcd, TrafficShard, TrafficGiveUp, TrafficTwins, TrafficStream}
 	if baton {
 		k = append(k, TrafficCLIForce)
 	}
@@ -120,6 +122,8 @@ func (m *mech) do(ctx context.Context, rng *rand.Rand, kind string) {
 		m.giveUp(ctx, rng)
 	case TrafficTwins:
 		m.twins(ctx, rng)
+	case TrafficStream:
+		m.stream(ctx, rng)
 	}
 }
 
@@ -228,10 +232,11 @@ func (r *runner) lockAndRelease(ctx context.Context, rng *rand.Rand, cli *client
 
 // burst: 8 to 12 acquisitions at once through one fresh session, on
 // names others contend on, after its first hold: that one's release
-// stops the session's namespace watch (a session that held once stops
-// it at once), and the burst's calls come while the stopped stream is
-// ending, while a holder of another session releases the name they wait
-// for. The session pauses at random at the core's pause points (hooks),
+// leaves its key's watch idle on the session's stream, for the burst's
+// holds of the same name to take up again, and the burst's waiters
+// watch the keys ahead while a holder of another session releases the
+// name they wait for (before or after their watch began: the read of the
+// gap). The session pauses at random at the core's pause points (hooks),
 // as a loaded machine's scheduler would.
 func (m *mech) burst(ctx context.Context, rng *rand.Rand) {
 	hooks := newJitter(rng.Uint64())
@@ -383,8 +388,7 @@ func (j *jitter) hooks() *core.Hooks {
 	k := func(string) { j.pause(20) }
 	return &core.Hooks{
 		BeforeWait: k, ReadAhead: k, AfterConfirm: k, BeforeArm: k, BeforeCleanup: k, Moved: k,
-		StreamEnded:  func() { j.pause(150) },
-		BeforeReread: func() { j.pause(50) },
+		Stream: watch.Hooks{StreamEnded: func() { j.pause(150) }, BeforeGapRead: func() { j.pause(50) }},
 	}
 }
 
@@ -621,8 +625,9 @@ type candidate struct {
 
 func (r *runner) campaign(ctx context.Context, cli *clientv3.Client, n NameInfo, who string, wait time.Duration, extra ...mutex.Option) (*candidate, error) {
 	// A session of its own that holds a lock of its own (h0 to h7) while
-	// it campaigns: its namespace watch is live, so the wait follows it
-	// (the release-mark rule decides what it takes for a release).
+	// it campaigns: its watch stream is up before the wait, whose watches
+	// begin at once (the release mark decides what it takes for a
+	// release).
 	s, err := session.New(cli, r.sessionOpts()...)
 	if err != nil {
 		return nil, err
@@ -1264,13 +1269,13 @@ func (m *mech) shardMember(ctx context.Context, who string, g *rand.Rand, ttl, j
 
 // giveUp: a holder of u0, then 31 to 34 waiters on leases of their own
 // queued behind it, then a waiter whose session holds u1 meanwhile (its
-// namespace watch is live, so its wait follows that watch) behind them:
-// more keys ahead of it than its enqueue reads (queue.MaxRead), so it
-// knows the newest 31 alone. The waiters ahead give up while the holder
-// still holds, each deletion one key without a release mark: the
-// release-mark rule must not take them for releases (the follower must
-// read the queue again and wait for the holder, which holds on and writes
-// evidence a while after).
+// watch stream is up) behind them: more keys ahead of it than its enqueue
+// reads (queue.MaxRead), so it knows the newest 31 alone. The waiters
+// ahead give up while the holder still holds, each deletion one key
+// without a release mark: the read after the deletion of the key just
+// ahead must not take them for releases (the follower must read the queue
+// again and wait for the holder, which holds on and writes evidence a
+// while after).
 func (m *mech) giveUp(ctx context.Context, rng *rand.Rand) {
 	n, an := m.r.name("mutex", "u0"), m.r.name("mutex", "u1")
 	hwho := m.client() + ".h"
@@ -1435,4 +1440,93 @@ func (m *mech) twins(ctx context.Context, rng *rand.Rand) {
 	// A run takes a moment: without a rest the kind would be a tenth of
 	// all the run's acquisitions.
 	pause(ctx, time.Duration(1000+rng.IntN(1000))*time.Millisecond)
+}
+
+// stream: a holder of r0 on a lease of its own, and a waiter behind it on
+// a session of the same client; then, in turn, one of two things before
+// the holder lets go. Either the holder releases in the waiter's
+// BeforeWait hook, after the waiter's enqueue read its key and before the
+// waiter's watch of it begins (the gap the waiter must read: planted bug
+// l), or the client's connections drop while the waiter waits (its
+// session's watch stream breaks, the waiter must be told and read again,
+// the holder's key is watched anew: planted bug p). Either way the lock is
+// free soon after and the waiter must take it within the free-lock
+// bound. A round starts when the free-lock check judges one (the fault
+// loop quiet for its grace), waiting up to 5 s for such a while: a round
+// inside a fault's grace proves nothing.
+func (m *mech) stream(ctx context.Context, rng *rand.Rand) {
+	for wait := 0; !m.r.judgedNow() && wait < 50; wait++ { // 5 s at most: a short run has no quiet while
+		if pause(ctx, 100*time.Millisecond); ctx.Err() != nil {
+			return
+		}
+	}
+	n := m.r.name("mutex", "r0")
+	hwho, wwho := m.client()+".h", m.client()+".w"
+	gap := m.runs%2 == 0
+	hmu, err := mutex.New(m.cli, n.Name, m.r.opts(n, nil, hwho)...)
+	if err != nil {
+		return
+	}
+	defer hmu.Close()
+	hctx, hcancel := context.WithTimeout(ctx, 5*time.Second)
+	start := now()
+	hl, err := hmu.Lock(hctx)
+	hcancel()
+	var h handle
+	if err == nil {
+		h = hl
+	}
+	if m.r.took(hwho, "mutex.Lock", n, start, h, err, false) == nil {
+		return
+	}
+	var once sync.Once
+	unlock := func() {
+		once.Do(func() {
+			rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer rcancel()
+			start := now()
+			m.r.released(hwho, n, hl, start, hl.Unlock(rctx))
+		})
+	}
+	defer unlock()
+	m.r.evidence(hwho, n, hl)
+
+	waiting := make(chan struct{}, 1)
+	hooks := &core.Hooks{BeforeWait: func(string) {
+		if gap {
+			unlock() // the key ahead goes before the waiter's watch of it begins
+		}
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	}}
+	s, err := session.New(m.cli, m.r.sessionOpts(config.Hooks(hooks))...)
+	if err != nil {
+		return
+	}
+	defer s.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// 2.5 s: a waiter that missed the lock's release stays first in
+		// line past the free-lock bound, and the kind goes on soon after.
+		m.r.lockAndRelease(ctx, rng, m.cli, s, n, wwho, 2500*time.Millisecond, time.Duration(rng.IntN(20))*time.Millisecond)
+	}()
+	select {
+	case <-waiting:
+	case <-done:
+		return // it held at once, or failed
+	case <-ctx.Done():
+		<-done
+		return
+	}
+	if !gap {
+		pause(ctx, time.Duration(20+rng.IntN(50))*time.Millisecond) // its watches are made
+		m.part.DropConnections()
+		pause(ctx, time.Duration(100+rng.IntN(300))*time.Millisecond)
+		m.r.evidence(hwho, n, hl)
+		unlock()
+	}
+	<-done
 }

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -85,6 +86,21 @@ type runner struct {
 	holderSeq int // the candidates' locks aside
 	// laneNames are the names the lanes pick from.
 	laneNames []NameInfo
+	// quietFrom is when the fault loop's current quiet while began; 0
+	// while it injects faults.
+	quietFrom atomic.Int64
+}
+
+// judgedNow says whether a free lock taken now is judged by the
+// free-lock check: the fault loop has been quiet for a TTL and two
+// seconds (its grace), or injects no faults. A disturbance can still
+// excuse it.
+func (r *runner) judgedNow() bool {
+	if len(r.cfg.Faults) == 0 {
+		return true
+	}
+	q := r.quietFrom.Load()
+	return q != 0 && time.Duration(now()-q) > r.cfg.TTL+2*time.Second
 }
 
 const (
@@ -304,7 +320,7 @@ func describeNames(cli *clientv3.Client, ns string) ([]NameInfo, error) {
 			Work: workPrefix + prim + "/" + name})
 		return &out[len(out)-1]
 	}
-	for _, name := range []string{"m0", "m1", "m2", "m3", "m4", "ld0", "w0", "w1", "w2", "u0", "u1", "h0", "h1", "h2", "h3", "h4", "h5", "h6", "h7"} {
+	for _, name := range []string{"m0", "m1", "m2", "m3", "m4", "ld0", "w0", "w1", "w2", "u0", "u1", "r0", "h0", "h1", "h2", "h3", "h4", "h5", "h6", "h7"} {
 		m, err := mutex.New(cli, name, mutex.WithNamespace(ns))
 		if err != nil {
 			return nil, err

@@ -20,11 +20,13 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/internal/embedetcd"
+	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/session"
 )
@@ -47,8 +49,16 @@ type ProcessesConfig struct {
 	// Names is the number of lock names, shared by every process; zero
 	// means Locks, so that each process takes every name once.
 	Names int
-	// Workers is the number of Lock calls at once in each process.
+	// Workers is the number of Lock calls at once in each process, per
+	// session.
 	Workers int
+	// Sessions is the number of sessions (etcd leases) in each process,
+	// all on its one client; zero means one. Each has Workers calls.
+	Sessions int
+	// Raw runs etcd's own concurrency.Mutex instead of baton's (its token
+	// is the revision its Lock read at, after the wait: it grows from one
+	// holder of a name to the next).
+	Raw bool
 	// TTL is each process's lease TTL, whole seconds, at least
 	// session.MinTTL.
 	TTL time.Duration
@@ -95,11 +105,14 @@ func (c ProcessesConfig) Validate() error {
 	if c.Workers <= 0 {
 		errs = append(errs, fmt.Errorf("processes: Workers must be at least 1, got %d", c.Workers))
 	}
+	if c.Sessions < 0 {
+		errs = append(errs, fmt.Errorf("processes: Sessions must be at least 1 (0: 1), got %d", c.Sessions))
+	}
 	errs = append(errs, checkTTL("processes", c.TTL))
 	errs = append(errs, checkDeadline("processes", c.Deadline))
-	if c.Processes > 0 && c.Workers > 0 {
+	if c.Processes > 0 && c.Workers > 0 && c.Sessions >= 0 {
 		fds, mem := harness.Limits()
-		per := uint64(procFDsPerChild + c.Workers)
+		per := uint64(procFDsPerChild + c.Workers*max(c.Sessions, 1))
 		if fds > 0 && uint64(c.Processes)*per+procFDsBase > fds {
 			errs = append(errs, fmt.Errorf("processes: Processes must be at most %d with %d Workers under the file-descriptor limit %d (each child costs the parent %d), got %d",
 				(fds-min(fds, procFDsBase))/per, c.Workers, fds, per, c.Processes))
@@ -117,10 +130,12 @@ type ProcessesResult struct {
 	OK       bool     `json:"ok"`
 	Failures []string `json:"failures,omitempty"`
 
-	Processes int `json:"processes"`
-	Locks     int `json:"locks"`
-	Names     int `json:"names"`
-	Workers   int `json:"workers"`
+	Processes int    `json:"processes"`
+	Locks     int    `json:"locks"`
+	Names     int    `json:"names"`
+	Workers   int    `json:"workers"`
+	Sessions  int    `json:"sessions_per_process"`
+	Impl      string `json:"impl"`
 	// Acquisitions counts holds the parent saw enter and exit.
 	Acquisitions int `json:"acquisitions"`
 	// Handoffs counts holds whose name's previous holder was another
@@ -321,7 +336,12 @@ func Processes(ctx context.Context, cfg ProcessesConfig, progress io.Writer) (Pr
 	if cfg.Names == 0 {
 		cfg.Names = cfg.Locks
 	}
-	res := ProcessesResult{Processes: cfg.Processes, Locks: cfg.Locks, Names: cfg.Names, Workers: cfg.Workers}
+	cfg.Sessions = max(cfg.Sessions, 1)
+	impl := "baton"
+	if cfg.Raw {
+		impl = "raw"
+	}
+	res := ProcessesResult{Processes: cfg.Processes, Locks: cfg.Locks, Names: cfg.Names, Workers: cfg.Workers, Sessions: cfg.Sessions, Impl: impl}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Deadline)
 	defer cancel()
 
@@ -366,7 +386,8 @@ func Processes(ctx context.Context, cfg ProcessesConfig, progress io.Writer) (Pr
 		c := &child{Child: harness.NewChild(ctx, cfg.Binary, "procs", 10*time.Second,
 			"-endpoint", srv.Endpoint(), "-guard", guardURL, "-proc", strconv.Itoa(i),
 			"-locks", strconv.Itoa(cfg.Locks), "-names", strconv.Itoa(cfg.Names),
-			"-workers", strconv.Itoa(cfg.Workers), "-ttl", cfg.TTL.String())}
+			"-workers", strconv.Itoa(cfg.Workers), "-ttl", cfg.TTL.String(),
+			"-sessions", strconv.Itoa(cfg.Sessions), "-impl", impl)}
 		c.Stdout = &c.stdout
 		if err := c.Start(); err != nil {
 			for _, p := range children[:i] {
@@ -395,7 +416,7 @@ func Processes(ctx context.Context, cfg ProcessesConfig, progress io.Writer) (Pr
 		srvStart, srvErr = ReadServer(nil)
 		res.StartSeconds = runStart.Sub(start).Seconds()
 		res.ParentFDs = harness.OpenFDs()
-		fmt.Fprintf(progress, "processes: %d children connected in %.1f s (parent has %d fds open); locking\n", cfg.Processes, res.StartSeconds, res.ParentFDs)
+		fmt.Fprintf(progress, "processes: %d children (%s, %d sessions each) connected in %.1f s (parent has %d fds open); locking\n", cfg.Processes, impl, cfg.Sessions, res.StartSeconds, res.ParentFDs)
 	case <-ctx.Done():
 	case i := <-exited:
 		failures = append(failures, fmt.Sprintf("child %d exited before every child connected", i))
@@ -462,8 +483,8 @@ func Processes(ctx context.Context, cfg ProcessesConfig, progress io.Writer) (Pr
 	}
 	res.Failures = stormFirst(failures, 20)
 	res.OK = len(res.Failures) == 0
-	fmt.Fprintf(progress, "processes: %d × %d acquisitions in %.1f s (%.0f/s), %d handoffs between processes (%d contended), %d fenced writes, %d overlaps, %d rejected; acquire p50 %v p99 %v max %v; child max RSS %d MiB; the member sent %.1f watch events (%.1f messages) and answered %.1f unary requests per acquisition\n",
-		cfg.Processes, cfg.Locks, res.RunSeconds, res.PerSecond, res.Handoffs, res.Contended, res.Writes, res.Overlaps, res.Rejected,
+	fmt.Fprintf(progress, "processes: %s, %d × %d sessions, %d × %d acquisitions in %.1f s (%.0f/s), %d handoffs between processes (%d contended), %d fenced writes, %d overlaps, %d rejected; acquire p50 %v p99 %v max %v; child max RSS %d MiB; the member sent %.1f watch events (%.1f messages) and answered %.1f unary requests per acquisition\n",
+		impl, cfg.Processes, cfg.Sessions, cfg.Processes, cfg.Locks, res.RunSeconds, res.PerSecond, res.Handoffs, res.Contended, res.Writes, res.Overlaps, res.Rejected,
 		res.P50.Round(time.Microsecond), res.P99.Round(time.Microsecond), res.Max.Round(time.Microsecond), res.ChildMaxRSS>>20,
 		res.EventsPerAcquisition, res.WatchMessagesPerAcquisition, res.UnaryPerAcquisition)
 	return res, nil
@@ -475,10 +496,11 @@ func Processes(ctx context.Context, cfg ProcessesConfig, progress io.Writer) (Pr
 //   - storm: the storm's holder process (see Storm); it reads the parent's
 //     word of the restore on stdin.
 //   - procs -endpoint URL -guard URL -proc N -locks N -names N -workers N
-//     -ttl D: a process of the processes phase. It connects, waits at the
-//     parent's start barrier, makes its acquisitions, each with an enter
-//     and an exit write through the parent's guard, closes everything and
-//     prints a JSON report line on stdout.
+//     -ttl D -sessions N -impl baton|raw: a process of the processes and
+//     fleet phases. It connects, opens its sessions, waits at the parent's
+//     start barrier, makes its acquisitions (workers per session), each
+//     with an enter and an exit write through the parent's guard, closes
+//     everything and prints a JSON report line on stdout.
 //   - shards -endpoint URL -guard URL -group G -count N -member NAME -ttl D:
 //     a member process of the shards phase, until SIGTERM; each shard's fn
 //     writes enter and exit through the parent's guard; a JSON report line
@@ -511,14 +533,16 @@ func procChildMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 	names := fs.Int("names", 0, "lock names shared by every process")
 	workers := fs.Int("workers", 1, "Lock calls at once")
 	ttl := fs.Duration("ttl", 10*time.Second, "the session's lease TTL")
+	sessions := fs.Int("sessions", 1, "sessions in this process, each with -workers Lock calls at once")
+	implName := fs.String("impl", "baton", "baton, or raw: etcd's concurrency.Mutex")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *endpoint == "" || *guardURL == "" || *locks < 1 || *names < 1 || *workers < 1 {
-		fmt.Fprintln(stderr, "child: -endpoint, -guard, -locks, -names and -workers are required and positive")
+	if *endpoint == "" || *guardURL == "" || *locks < 1 || *names < 1 || *workers < 1 || *sessions < 1 || *implName != "baton" && *implName != "raw" {
+		fmt.Fprintln(stderr, "child: -endpoint, -guard, -locks, -names, -workers and -sessions are required and positive; -impl is baton or raw")
 		return 2
 	}
-	rep, err := procChild(ctx, *endpoint, *guardURL, *proc, *locks, *names, *workers, *ttl)
+	rep, err := procChild(ctx, *endpoint, *guardURL, *proc, *locks, *names, *workers, *sessions, *implName == "raw", *ttl)
 	if err != nil {
 		fmt.Fprintf(stderr, "child %d: %v\n", *proc, err)
 		return 1
@@ -529,27 +553,42 @@ func procChildMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 	return 0
 }
 
-func procChild(ctx context.Context, endpoint, guardURL string, proc, locks, names, workers int, ttl time.Duration) (procChildReport, error) {
+func procChild(ctx context.Context, endpoint, guardURL string, proc, locks, names, workers, sessions int, raw bool, ttl time.Duration) (procChildReport, error) {
 	rep := procChildReport{Proc: proc}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return rep, err
 	}
 	defer cli.Close()
-	sess, err := session.New(cli, session.WithTTL(ttl))
-	if err != nil {
-		return rep, err
-	}
-	defer sess.Close()
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers, MaxConnsPerHost: workers}}
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers * sessions, MaxConnsPerHost: workers * sessions}}
 	defer hc.CloseIdleConnections()
 
-	// Connected once etcd answers; then the barrier.
+	// Connected once etcd answers; then the sessions, then the barrier.
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	_, err = cli.Get(cctx, "/"+procNamespace+"/ready")
 	cancel()
 	if err != nil {
 		return rep, fmt.Errorf("connecting: %w", err)
+	}
+	lockers := make([]procLocker, sessions)
+	for i := range lockers {
+		if raw {
+			cs, err := concurrency.NewSession(cli, concurrency.WithTTL(int(ttl/time.Second)))
+			if err != nil {
+				return rep, err
+			}
+			defer cs.Close()
+			lockers[i] = rawLocker{cs}
+			continue
+		}
+		sess, err := session.New(cli, session.WithTTL(ttl))
+		if err != nil {
+			return rep, err
+		}
+		defer sess.Close()
+		bl := &batonLocker{cli: cli, sess: sess, who: fmt.Sprintf("proc-%d.%d", proc, i), mutexes: make(map[int]*mutex.Mutex)}
+		defer bl.close()
+		lockers[i] = bl
 	}
 	if err := procPost(ctx, hc, guardURL+"/ready", 0, 2*time.Minute); err != nil {
 		return rep, fmt.Errorf("start barrier: %w", err)
@@ -559,30 +598,10 @@ func procChild(ctx context.Context, endpoint, guardURL string, proc, locks, name
 	rng := rand.New(rand.NewPCG(uint64(proc), 0x5ca1e))
 	order := rng.Perm(names)
 	var (
-		mu      sync.Mutex
-		mutexes = make(map[int]*mutex.Mutex)
-		next    atomic.Int64
-		errs    []string
+		mu   sync.Mutex
+		next atomic.Int64
+		errs []string
 	)
-	defer func() {
-		for _, m := range mutexes {
-			_ = m.Close()
-		}
-	}()
-	get := func(i int) (*mutex.Mutex, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if m := mutexes[i]; m != nil {
-			return m, nil
-		}
-		m, err := mutex.New(cli, procName(i), mutex.WithNamespace(procNamespace), mutex.WithSession(sess),
-			mutex.WithIdentity(fmt.Sprintf("proc-%d", proc)))
-		if err != nil {
-			return nil, err
-		}
-		mutexes[i] = m
-		return m, nil
-	}
 	fail := func(err error) {
 		mu.Lock()
 		errs = append(errs, err.Error())
@@ -590,7 +609,7 @@ func procChild(ctx context.Context, endpoint, guardURL string, proc, locks, name
 	}
 	var acquired atomic.Int64
 	var wg sync.WaitGroup
-	for range workers {
+	for i := range workers * sessions {
 		wg.Go(func() {
 			for {
 				k := int(next.Add(1)) - 1
@@ -598,7 +617,7 @@ func procChild(ctx context.Context, endpoint, guardURL string, proc, locks, name
 					return
 				}
 				n := order[k%names]
-				if err := procHoldOnce(ctx, hc, guardURL, get, proc, n); err != nil {
+				if err := procHoldOnce(ctx, hc, guardURL, lockers[i%sessions], proc, n); err != nil {
 					fail(fmt.Errorf("%s: %w", procName(n), err))
 					return
 				}
@@ -614,31 +633,82 @@ func procChild(ctx context.Context, endpoint, guardURL string, proc, locks, name
 	return rep, nil
 }
 
+// procLocker takes name n through one session of a child: baton's
+// mutex.Mutex, or etcd's concurrency.Mutex.
+type procLocker interface {
+	// lock returns the token and a context that ends when ownership may
+	// be gone, for the writes.
+	lock(ctx context.Context, n int) (tok fencing.Token, held context.Context, unlock func(context.Context) error, err error)
+}
+
+// batonLocker is one baton session and a Mutex per name, made on first use.
+type batonLocker struct {
+	cli     *clientv3.Client
+	sess    *session.Session
+	who     string
+	mu      sync.Mutex
+	mutexes map[int]*mutex.Mutex
+}
+
+func (b *batonLocker) lock(ctx context.Context, n int) (fencing.Token, context.Context, func(context.Context) error, error) {
+	b.mu.Lock()
+	m := b.mutexes[n]
+	if m == nil {
+		var err error
+		m, err = mutex.New(b.cli, procName(n), mutex.WithNamespace(procNamespace), mutex.WithSession(b.sess), mutex.WithIdentity(b.who))
+		if err != nil {
+			b.mu.Unlock()
+			return 0, nil, nil, err
+		}
+		b.mutexes[n] = m
+	}
+	b.mu.Unlock()
+	l, err := m.Lock(ctx)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	return l.Token(), l.Context(), l.Unlock, nil
+}
+
+func (b *batonLocker) close() {
+	for _, m := range b.mutexes {
+		_ = m.Close()
+	}
+}
+
+// rawLocker is one etcd session; a concurrency.Mutex per call (one is
+// stateful), on baton's layout of the name's queue.
+type rawLocker struct{ cs *concurrency.Session }
+
+func (r rawLocker) lock(ctx context.Context, n int) (fencing.Token, context.Context, func(context.Context) error, error) {
+	m := concurrency.NewMutex(r.cs, keys.Prefix(procNamespace, keys.Lock, procName(n)))
+	if err := m.Lock(ctx); err != nil {
+		return 0, nil, nil, err
+	}
+	return fencing.Token(m.Header().Revision), r.cs.Ctx(), m.Unlock, nil
+}
+
 // procHoldOnce takes name n, writes enter and exit through the guard, and
 // releases it.
-func procHoldOnce(ctx context.Context, hc *http.Client, guardURL string, get func(int) (*mutex.Mutex, error), proc, n int) error {
-	m, err := get(n)
-	if err != nil {
-		return err
-	}
+func procHoldOnce(ctx context.Context, hc *http.Client, guardURL string, lk procLocker, proc, n int) error {
 	startWall := time.Now()
 	lctx, cancel := context.WithTimeout(ctx, time.Minute)
-	l, err := m.Lock(lctx)
+	tok, held, unlock, err := lk.lock(lctx, n)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("lock: %w", err)
 	}
 	lat := time.Since(startWall)
 	base := fmt.Sprintf("%s/write/%s?proc=%d", guardURL, procName(n), proc)
-	err = procPost(l.Context(), hc, fmt.Sprintf("%s&phase=enter&lat=%d&start=%d", base, lat.Nanoseconds(), startWall.UnixNano()), l.Token(), 30*time.Second)
+	err = procPost(held, hc, fmt.Sprintf("%s&phase=enter&lat=%d&start=%d", base, lat.Nanoseconds(), startWall.UnixNano()), tok, 30*time.Second)
 	if err == nil {
-		err = procPost(l.Context(), hc, base+"&phase=exit", l.Token(), 30*time.Second)
+		err = procPost(held, hc, base+"&phase=exit", tok, 30*time.Second)
 	}
 	uctx, ucancel := context.WithTimeout(context.Background(), 10*time.Second)
-	uerr := l.Unlock(uctx)
+	uerr := unlock(uctx)
 	ucancel()
 	if err != nil {
-		return fmt.Errorf("fenced write: %w (lock: %v)", err, context.Cause(l.Context()))
+		return fmt.Errorf("fenced write: %w (lock: %v)", err, context.Cause(held))
 	}
 	if uerr != nil {
 		return fmt.Errorf("unlock: %w", uerr)

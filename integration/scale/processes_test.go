@@ -75,3 +75,38 @@ func TestProcessesRefusesBadConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestFleetComparesBatonAndRawOverSessions runs the fleet phase small: 3
+// processes of 1 and of 2 sessions, baton and raw etcd concurrency, every
+// run checked as the processes phase checks it, and the member's watch
+// events per acquisition measured for each.
+func TestFleetComparesBatonAndRawOverSessions(t *testing.T) {
+	cfg := scale.FleetConfig{Binary: os.Args[0], Processes: 3, Sessions: []int{1, 2}, Locks: 30, Names: 10, Workers: 1,
+		TTL: 5 * time.Second, Deadline: 2 * time.Minute}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var progress strings.Builder
+	res, err := scale.Fleet(ctx, cfg, &progress)
+	t.Log(progress.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range res.Failures {
+		t.Error(f)
+	}
+	t.Log("\n" + res.Table())
+	for _, impl := range []string{"baton", "raw"} {
+		for _, s := range cfg.Sessions {
+			r, ok := res.Run(impl, s)
+			if !ok {
+				t.Fatalf("no run of %s with %d sessions per process", impl, s)
+			}
+			if want := cfg.Processes * cfg.Locks; r.Acquisitions != want || r.Overlaps != 0 || r.Rejected != 0 {
+				t.Errorf("%s, %d sessions: %d acquisitions (want %d), %d overlaps, %d rejected", impl, s, r.Acquisitions, want, r.Overlaps, r.Rejected)
+			}
+			if r.EventsPerAcquisition <= 0 {
+				t.Errorf("%s, %d sessions: %v watch events per acquisition: the member's counter was not read", impl, s, r.EventsPerAcquisition)
+			}
+		}
+	}
+}

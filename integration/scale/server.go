@@ -186,8 +186,8 @@ type ServerCost struct {
 	Locks, Sessions, Namespaces, Waiters int
 	// HeldGrowth is the member's growth with the locks held.
 	HeldGrowth ServerStats `json:"held_growth"`
-	// HeldWatchers is the watchers added while holding: one per session and
-	// namespace is Sessions × Namespaces, whatever Locks is.
+	// HeldWatchers is the watchers added while holding: one per held key
+	// (its own deletion's), on one watch stream per session.
 	HeldWatchers    float64 `json:"held_watchers"`
 	WatchersPerLock float64 `json:"watchers_per_lock"`
 	KeysPerLock     float64 `json:"keys_per_lock"`
@@ -252,7 +252,7 @@ func MeasureServerCost(ctx context.Context, endpoint string, cfg ServerCostConfi
 	if err != nil {
 		return out, err
 	}
-	time.Sleep(500 * time.Millisecond) // the namespace watches are created in the background
+	time.Sleep(500 * time.Millisecond) // the last watches' creates are answered
 	held, err := ReadServer(nil)
 	if err != nil {
 		return out, err

@@ -50,7 +50,9 @@ type StormConfig struct {
 	// answers again (each session gets Rate/Sessions). Zero means
 	// RateFraction of the request rate measured while taking the locks in
 	// the same run (a paced re-acquisition is one request: the sessions'
-	// enqueue groups form only when many go at once).
+	// enqueue groups form only when many go at once; the rate counts what
+	// etcd served, not the watch creates on the sessions' streams, a
+	// message each that is no Raft entry and no read).
 	Rate float64
 	// RateFraction is the share of the measured request rate used when
 	// Rate is zero: more than 0, at most 1; zero means 1/8. That rate is
@@ -206,7 +208,7 @@ type StormResult struct {
 	// Rate is the re-acquisition cap used. RequestBound is the request
 	// rate it implies: Rate × stormRequestsPerReacquire + the quiet
 	// background (renewals) + 4 requests per session re-established
-	// (lease grant, namespace watch).
+	// (lease grant, watch stream).
 	Rate         float64 `json:"rate"`
 	RequestBound float64 `json:"request_bound_per_second"`
 	// QuietPerSecond is requests/s while the locks were held (renewals).

@@ -159,7 +159,7 @@ func stormHold(ctx context.Context, endpoint string, nLocks, nSessions int, ttl 
 	}
 	acq := time.Since(start)
 	ready := stormReady{AcquireSeconds: acq.Seconds(), AcquirePerSecond: float64(nLocks) / acq.Seconds(),
-		RequestsPerAcquire: float64(totalRequests(counter)) / float64(nLocks), Rate: rate}
+		RequestsPerAcquire: float64(harness.RequestsExcept(counter.Snapshot(), harness.MethodWatch)) / float64(nLocks), Rate: rate}
 	if ready.Rate == 0 {
 		ready.Rate = ready.AcquirePerSecond * ready.RequestsPerAcquire * fraction
 		if budget > 0 {
@@ -523,8 +523,10 @@ type stormGate struct {
 }
 
 // stormRequestsPerReacquire is what a paced re-acquisition may send: its
-// enqueue, and a tenth more for retries and lost replies' cleanups.
-const stormRequestsPerReacquire = 1.1
+// enqueue and its key's watch (a create on its session's watch stream,
+// made before the enqueue), and a tenth more for retries and lost
+// replies' cleanups.
+const stormRequestsPerReacquire = 1.1 * 2
 
 // stormMaxBackoff is the longest backoff of a failing session's probe.
 const stormMaxBackoff = 2 * time.Second

@@ -27,6 +27,9 @@ type Summary struct {
 	ProcessesOK       bool
 	Processes         int
 	ProcessLocks      int
+	// FleetRan and Fleet are the fleet phase's.
+	FleetRan bool
+	Fleet    *FleetResult `json:"-"`
 	// Failures are the checks that failed, each a line.
 	Failures []string
 }
@@ -46,8 +49,8 @@ func (s Summary) Waiter(impl string, n int) (WaitersResult, bool) {
 }
 
 // OK says every check of the phases that ran passed: the waiters' order
-// and cleanup, the server's one watch per session and namespace, the
-// storm's and the processes' own verdicts.
+// and cleanup, the server's one watcher per held key on one stream per
+// session, the storm's and the processes' own verdicts.
 func (s Summary) OK() bool { return len(s.Problems()) == 0 }
 
 // Problems lists the failed checks.
@@ -60,8 +63,8 @@ func (s Summary) Problems() []string {
 		}
 	}
 	if c := s.Server; c != nil {
-		if want := float64(c.Sessions * c.Namespaces); c.HeldWatchers > want {
-			out = append(out, fmt.Sprintf("server: %.0f watchers for %d held locks on %d sessions × %d namespaces, want at most %.0f", c.HeldWatchers, c.Locks, c.Sessions, c.Namespaces, want))
+		if c.HeldWatchers > float64(c.Locks) || c.HeldGrowth.WatchStreams > float64(c.Sessions) {
+			out = append(out, fmt.Sprintf("server: %.0f watchers on %.0f watch streams for %d held locks on %d sessions, want at most one per lock on one stream per session", c.HeldWatchers, c.HeldGrowth.WatchStreams, c.Locks, c.Sessions))
 		}
 		if c.KeysLeft > 0 || c.WatchersLeft > 0 {
 			out = append(out, fmt.Sprintf("server: %d keys and %.0f watchers left after Close", c.KeysLeft, c.WatchersLeft))
@@ -78,7 +81,7 @@ func (s Summary) Problems() []string {
 
 // Summarize is the one summary line:
 //
-//	scale: held 100000 heap <B> B/lock goroutines/lock <G> keepalives/ttl <K1>@1000 <K2>@100000 acquire <R>x raw; waiters 10000 requests/handoff <Q> events/handoff <E> p99 <P>x; storm ok <S>s; processes 50x2000 ok
+//	scale: held 100000 heap <B> B/lock goroutines/lock <G> keepalives/ttl <K1>@1000 <K2>@100000 acquire <R>x raw; waiters 10000 requests/handoff <Q> events/handoff <E> p99 <P>x; storm ok <S>s; processes 50x2000 ok; fleet events/acquisition 50 sessions <F1> (raw <R1>) 500 sessions <F2> (raw <R2>)
 //
 // with "skipped" for a phase that did not run.
 func Summarize(s Summary) string {
@@ -109,6 +112,22 @@ func Summarize(s Summary) string {
 		parts = append(parts, fmt.Sprintf("processes %dx%d %s", s.Processes, s.ProcessLocks, verdict(s.ProcessesOK)))
 	} else {
 		parts = append(parts, "processes skipped")
+	}
+	if f := s.Fleet; f != nil {
+		var fp []string
+		for _, r := range f.Runs {
+			if r.Impl != "baton" {
+				continue
+			}
+			raw := "-"
+			if q, ok := f.Run("raw", r.Sessions); ok {
+				raw = fmt.Sprintf("%.2f", q.EventsPerAcquisition)
+			}
+			fp = append(fp, fmt.Sprintf("%d sessions %.2f (raw %s)", r.Processes*r.Sessions, r.EventsPerAcquisition, raw))
+		}
+		parts = append(parts, "fleet events/acquisition "+strings.Join(fp, " "))
+	} else {
+		parts = append(parts, "fleet skipped")
 	}
 	return "scale: " + strings.Join(parts, "; ")
 }

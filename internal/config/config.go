@@ -401,8 +401,8 @@ type Primitive struct {
 	Kind        metrics.Kind
 	Keys        keys.Kind
 	LabelPrefix string // the default metric label is LabelPrefix + name
-	// NotHeld wraps a handle's loss; Busy a try that found another owner.
-	NotHeld, Busy error
+	// Errs are the primitive's errors, one value per package.
+	Errs *core.Errors
 }
 
 // Open validates name and opts and returns the Owner of a new primitive,
@@ -518,7 +518,7 @@ func newOwner[T any](p Primitive, cfg Config, met *metrics.Metrics, sess *core.S
 	label := cfg.Label(met, p.LabelPrefix+name)
 	rec := metrics.Recorder{Metrics: met, Logger: cfg.Session.Logger, Kind: p.Kind, Name: name, Namespace: cfg.Namespace, Label: label}
 	return core.NewOwner[T](sess, core.OwnerConfig{Recorder: rec, Prefix: keys.Prefix(cfg.Namespace, p.Keys, name),
-		NotHeld: p.NotHeld, Busy: p.Busy, Own: own})
+		Errs: p.Errs, Own: own})
 }
 
 // Label returns the name label of a primitive whose default is def: the

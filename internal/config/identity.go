@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"strconv"
+	"sync"
 
 	"github.com/batonhq/baton/internal/keys"
 )
@@ -11,13 +12,16 @@ import (
 const MaxIdentityBytes = keys.MaxNameBytes
 
 // DefaultIdentity is "host:pid" of this process.
-func DefaultIdentity() string {
+func DefaultIdentity() string { return defaultIdentity() }
+
+// defaultIdentity is made once: every primitive's keys carry it.
+var defaultIdentity = sync.OnceValue(func() string {
 	host, err := os.Hostname()
 	if err != nil {
 		host = "unknown-host"
 	}
 	return host + ":" + strconv.Itoa(os.Getpid())
-}
+})
 
 // HolderIdentity is the value written to the keys: WithIdentity's, checked
 // like a name (non-empty, at most MaxIdentityBytes of UTF-8, no control

@@ -25,7 +25,7 @@ func TestDeletionOfADetachedSessionSparesTheNextSessionsHolder(t *testing.T) {
 	defer cs.Close()
 	ctx := context.Background()
 	prefix := "/core-test/v1/lock/drain/"
-	ocfg := OwnerConfig{Prefix: prefix, NotHeld: errs.ErrReleased, Own: true, Recorder: metrics.Recorder{Logger: zap.NewNop()}}
+	ocfg := OwnerConfig{Prefix: prefix, Errs: &Errors{NotHeld: errs.ErrReleased}, Own: true, Recorder: metrics.Recorder{Logger: zap.NewNop()}}
 
 	release, entered := make(chan struct{}), make(chan struct{})
 	hooks := &Hooks{BeforeCleanup: func(string) { close(entered); <-release }}

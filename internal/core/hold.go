@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -17,7 +18,6 @@ import (
 	"github.com/batonhq/baton/internal/queue"
 	"github.com/batonhq/baton/internal/retry"
 	"github.com/batonhq/baton/internal/telemetry"
-	"github.com/batonhq/baton/internal/watch"
 )
 
 // owner is what a Hold needs of its Owner, whatever its handle type.
@@ -34,22 +34,23 @@ type owner interface {
 // mutex's Lock, an election's Term, a semaphore's Permit): a context that
 // ends when ownership may be gone, the fencing token, guarded transactions.
 // Each handle declares these methods itself, each calling the one here.
+//
+// Every held lock costs one: TestHoldFitsItsSizeClass keeps it in its class.
 type Hold struct {
 	o        owner
 	l        *Lease
 	key      string
 	rev      int64
-	at       int64 // the revision the key was confirmed present at
-	acquired time.Time
+	wid      int64         // its watch on the session's stream
+	acquired time.Duration // since epoch: Acquired
 
-	ctx     context.Context
-	stop    context.CancelCauseFunc // ends ctx: see cancel
-	res     *reservation
-	watcher *watch.Watcher[*Hold]
-	armed   sync.WaitGroup // done once arm ran
-	ended   sync.WaitGroup // done once the end hooks ran
-	cause   error          // the end's cause, reason told apart; set before ended is done
-	endOnce sync.Once
+	ctx    context.Context
+	stop   context.CancelCauseFunc // ends ctx: see cancel
+	res    *reservation
+	armed  sync.WaitGroup // done once arm ran
+	ended  sync.WaitGroup // done once the end hooks ran
+	cause  error          // the end's cause, reason told apart; set before ended is done
+	ending atomic.Bool    // end has begun (once)
 
 	mu       sync.Mutex // guards what follows
 	finished bool       // Release reached etcd
@@ -59,9 +60,14 @@ type Hold struct {
 
 	onEndMu sync.Mutex
 	onEnd   []func(cause error) // see OnEnd; nil once run
+
+	prev, next *Hold // the lease's holds (Lease.holds), guarded by its holdsMu
 }
 
-func newHold(o owner, l *Lease, key string, rev, at int64, res *reservation, w *watch.Watcher[*Hold], wait telemetry.Wait, alone bool) *Hold {
+// epoch is what Hold.acquired counts from (one word where a time.Time is three).
+var epoch = time.Now()
+
+func newHold(o owner, l *Lease, key string, rev int64, res *reservation, wait telemetry.Wait, alone bool) *Hold {
 	// Not a child of the lease's context (10,000 holds would each cost it a
 	// map entry, and it carries no values): the lease ends its holds itself.
 	ctx, stop := context.WithCancelCause(context.Background())
@@ -69,7 +75,7 @@ func newHold(o owner, l *Lease, key string, rev, at int64, res *reservation, w *
 	// that what runs under the Context is its child and a hold keeps no
 	// field for it.
 	ctx, _ = wait.Acquired(ctx, rev, int64(l.ID()), key, int64(l.TTL()/time.Second))
-	h := &Hold{o: o, l: l, key: key, rev: rev, at: at, acquired: time.Now(), ctx: ctx, stop: stop, res: res, watcher: w, alone: alone}
+	h := &Hold{o: o, l: l, key: key, rev: rev, acquired: time.Since(epoch), ctx: ctx, stop: stop, res: res, alone: alone}
 	h.armed.Add(1)
 	h.ended.Add(1)
 	return h
@@ -97,11 +103,11 @@ func (h *Hold) arm() {
 	h.o.started(h)
 	l := h.l
 	l.holdsMu.Lock()
-	if l.holds == nil {
-		l.holds = make(map[*Hold]struct{})
+	if !l.watched {
+		l.watched = true
 		context.AfterFunc(l.Context(), l.endHolds)
 	}
-	l.holds[h] = struct{}{}
+	l.add(h)
 	if l.Context().Err() != nil {
 		h.cancel(context.Cause(l.Context()))
 		if cause := context.Cause(h.ctx); !errors.Is(cause, errs.ErrKeyGone) {
@@ -113,19 +119,21 @@ func (h *Hold) arm() {
 	h.armed.Done()
 }
 
-// end runs the end hooks once, after arm.
+// end runs the end hooks once, after arm; a second call returns once they ran.
 func (h *Hold) end(cause error) {
-	h.endOnce.Do(func() {
-		h.armed.Wait()
-		h.cause = cause
-		h.l.holdsMu.Lock()
-		delete(h.l.holds, h)
-		h.l.holdsMu.Unlock()
-		h.o.ended(h, cause, time.Since(h.acquired))
-		h.watcher.Unregister(h)
-		h.afterLoss(cause)
-		h.ended.Done()
-	})
+	if h.ending.Swap(true) {
+		h.ended.Wait() // as sync.Once's second caller: the end is done when end returns
+		return
+	}
+	h.armed.Wait()
+	h.cause = cause
+	h.l.holdsMu.Lock()
+	h.l.remove(h)
+	h.l.holdsMu.Unlock()
+	h.o.ended(h, cause, time.Since(epoch)-h.acquired)
+	h.l.s.stream.Unregister(h, h.wid)
+	h.afterLoss(cause)
+	h.ended.Done()
 }
 
 // gone ends the hold at once when its key was deleted, then asks etcd in
@@ -159,7 +167,7 @@ func (h *Hold) replaced() {
 		h.mu.Unlock()
 		return
 	}
-	h.finished, h.result = true, fmt.Errorf("%w: %w", h.o.config().NotHeld, errs.Lost(errs.ErrReplaced))
+	h.finished, h.result = true, fmt.Errorf("%w: %w", h.o.config().Errs.NotHeld, errs.Lost(errs.ErrReplaced))
 	h.mu.Unlock()
 	h.cancel(errs.Lost(errs.ErrReplaced))
 	h.end(context.Cause(h.ctx))
@@ -196,7 +204,7 @@ func (h *Hold) Lease() clientv3.LeaseID { return h.l.ID() }
 func (h *Hold) TTL() time.Duration { return h.l.TTL() }
 
 // Acquired is when this process acquired the key.
-func (h *Hold) Acquired() time.Time { return h.acquired }
+func (h *Hold) Acquired() time.Time { return epoch.Add(h.acquired) }
 
 // Deadline is the current validity deadline: the Context ends by then
 // unless a renewal is acknowledged first.
@@ -222,7 +230,7 @@ func (h *Hold) IsOwner() clientv3.Cmp {
 // ErrNotLeader), applies nothing, and ends the Context. Commit is not
 // retried: the caller's operations may not be safe to apply twice.
 func (h *Hold) Txn(ctx context.Context) clientv3.Txn {
-	notHeld := h.o.config().NotHeld
+	notHeld := h.o.config().Errs.NotHeld
 	return &guard.Txn{Ctx: ctx, KV: h.l.s.cli, Guard: func() []clientv3.Cmp { return []clientv3.Cmp{h.IsOwner()} },
 		Check: func() error {
 			if err := h.lostErr(); err != nil {
@@ -279,7 +287,7 @@ func (h *Hold) lostErr() error {
 		h.ended.Wait()
 		cause = h.cause
 	}
-	return fmt.Errorf("%w: %w", h.o.config().NotHeld, cause)
+	return fmt.Errorf("%w: %w", h.o.config().Errs.NotHeld, cause)
 }
 
 // endReleased ends the hold with errs.ErrReleased, unless a deletion did.
@@ -306,7 +314,7 @@ func (h *Hold) deleteGuarded(ctx context.Context) error {
 	}
 	if h.l.Revoked() { // by its session's Close or after a loss: the key went with it
 		if lostErr == nil && !h.deleting { // a retry after "deletion continues" counts as released
-			lostErr = fmt.Errorf("%w: key %s was gone before release (its lease was revoked)", h.o.config().NotHeld, h.key)
+			lostErr = fmt.Errorf("%w: key %s was gone before release (its lease was revoked)", h.o.config().Errs.NotHeld, h.key)
 		}
 		return h.finish(lostErr)
 	}
@@ -334,7 +342,7 @@ func (h *Hold) deleteGuarded(ctx context.Context) error {
 	case lostErr != nil:
 		return h.finish(lostErr)
 	case !resp.Succeeded && !unknown && !h.deleting:
-		return h.finish(fmt.Errorf("%w: key %s was gone before release", h.o.config().NotHeld, h.key))
+		return h.finish(fmt.Errorf("%w: key %s was gone before release", h.o.config().Errs.NotHeld, h.key))
 	}
 	return h.finish(nil)
 }

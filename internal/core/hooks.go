@@ -1,5 +1,7 @@
 package core
 
+import "github.com/batonhq/baton/internal/watch"
+
 // Hooks are pause points that tests use to force an interleaving at an
 // exact step. Production code leaves them nil.
 type Hooks struct {
@@ -7,17 +9,13 @@ type Hooks struct {
 	ReadAhead     func(key string) // after a wait read the queue ahead of key again
 	AfterConfirm  func(key string) // between the confirming read and the registration for deletion news
 	BeforeArm     func(key string) // after the hold is made, before it is armed
-	StreamEnded   func()           // a namespace watch's stream ended (broken or stopped), before its followers are told
-	BeforeReread  func()           // after the namespace watch broke, before its re-read
-	Established   func()           // a namespace watch's stream is live: waits follow it from here
-	Followed      func(ok bool)    // a wait asked to follow the namespace watch (ok: it does), before it waits
 	InClose       func()           // in an Owner's Close, before it waits for the calls in flight
-	Deleted       func(key string) // in the namespace watch, for every deletion
 	OnRenewed     func()           // after each acknowledged renewal
 	EndingHolds   func()           // once a lease ended, before its holds' end hooks run
 	BeforeCleanup func(key string) // in a background deletion of a key, before its first attempt
 	Moved         func(key string) // a waiting key moved by a hand-over, once the wait took its new revision
 	HoldEnded     func(key string) // a hold's Context ended, in the step that ended it, after its OnEnd functions
+	Stream        watch.Hooks      // the session's watch stream's
 }
 
 func call(f func()) {

@@ -39,7 +39,7 @@ func TestEnqueueAppliedAfterItsCleanupPutsNothing(t *testing.T) {
 			s = NewSession(cli, Config{TTL: 30 * time.Second})
 		}
 		prefix := keys.Prefix("core-test", keys.Lock, "late")
-		o := NewOwner[*Hold](s, OwnerConfig{Prefix: prefix, NotHeld: errs.ErrReleased, Own: true,
+		o := NewOwner[*Hold](s, OwnerConfig{Prefix: prefix, Errs: &Errors{NotHeld: errs.ErrReleased}, Own: true,
 			Recorder: metrics.Recorder{Logger: zap.NewNop()}})
 		l, err := s.Lease(ctx)
 		if err != nil {
@@ -150,7 +150,7 @@ func TestRefusedEnqueueAfterAnUnheardAttemptRaisesTheFence(t *testing.T) {
 	s := NewSession(pcli, Config{TTL: 30 * time.Second})
 	defer s.Close()
 	prefix := keys.Prefix("core-test", keys.Lock, "unheard-refused")
-	o := NewOwner[*Hold](s, OwnerConfig{Prefix: prefix, NotHeld: errs.ErrReleased, Busy: errors.New("busy"), Own: true,
+	o := NewOwner[*Hold](s, OwnerConfig{Prefix: prefix, Errs: &Errors{NotHeld: errs.ErrReleased, Busy: errors.New("busy")}, Own: true,
 		Recorder: metrics.Recorder{Logger: zap.NewNop()}})
 	defer o.Close()
 	l, err := s.Lease(ctx)

@@ -24,12 +24,10 @@ import (
 	"github.com/batonhq/baton/internal/queue"
 	"github.com/batonhq/baton/internal/retry"
 	"github.com/batonhq/baton/internal/telemetry"
-	"github.com/batonhq/baton/internal/watch"
 )
 
 const (
-	releaseTimeout = 5 * time.Second       // bounds a release whose caller's ctx has ended
-	cleanupWait    = 80 * time.Millisecond // a failed acquisition's wait for its key's deletion
+	cleanupWait = 80 * time.Millisecond // a failed acquisition's wait for its key's deletion
 )
 
 var errBusy = errors.New("held by another contender") // a try found another owner
@@ -39,14 +37,18 @@ var errBusy = errors.New("held by another contender") // a try found another own
 type OwnerConfig struct {
 	metrics.Recorder
 	Prefix string
-	// NotHeld wraps a handle's loss; Busy a try that found another owner.
-	NotHeld, Busy error
+	// Errs are the primitive's (one per package, shared by its Owners).
+	Errs *Errors
 	// Own says the Owner made its session (it closes or detaches it).
 	Own bool
 	// Untraced keeps the Owner's acquisitions out of traces (an election's
 	// candidate records, a detail of its Campaign's own span).
 	Untraced bool
 }
+
+// Errors are a primitive's errors: NotHeld wraps a handle's loss, Busy is
+// a try that found another owner.
+type Errors struct{ NotHeld, Busy error }
 
 // Request is one acquisition. Tag gives it a key of its own
 // (keys.TaggedKey), so one lease holds several; Check runs first.
@@ -83,17 +85,21 @@ type Mover interface {
 type Owner[T any] struct {
 	sess  *Session
 	cfg   OwnerConfig
-	unsub func()
-	done  func() // ends this owner's use of its metric series
+	done  func() // ends this owner's use of its metric series and its renewal-failure count
 	mover Mover  // nil: no hand-over moves a waiting key
 
-	closeErr  error
-	calls     inflight.Calls // acquisitions and observers, cancelled when Close begins
-	bg        sync.WaitGroup // loss refinements
-	closeOnce sync.Once
-	mu        sync.Mutex // guards what follows
-	bgClosed  bool
-	held      []held[T]
+	calls    inflight.Calls // acquisitions and observers, cancelled when Close begins
+	bg       sync.WaitGroup // loss refinements
+	mu       sync.Mutex     // guards what follows
+	bgClosed bool
+	closing  *closing // the first Close's, once it began
+	held     []held[T]
+}
+
+// closing is the first Close's: a pointer, not a Once and an error per Owner.
+type closing struct {
+	done chan struct{}
+	err  error
 }
 
 type held[T any] struct {
@@ -105,7 +111,8 @@ type held[T any] struct {
 func NewOwner[T any](sess *Session, cfg OwnerConfig) *Owner[T] {
 	o := &Owner[T]{sess: sess, cfg: cfg, done: cfg.Metrics.Use(cfg.Namespace, cfg.Label)}
 	if fn := cfg.Metrics.RenewalFailed(cfg.Namespace, cfg.Label); fn != nil {
-		o.unsub = sess.OnRenewalFailure(fn)
+		unsub, done := sess.OnRenewalFailure(fn), o.done
+		o.done = func() { unsub(); done() }
 	}
 	return o
 }
@@ -119,7 +126,7 @@ func (o *Owner[T]) SetMover(m Mover) { o.mover = m }
 func (o *Owner[T]) Client() *clientv3.Client { return o.sess.cli }
 
 // Acquire returns the handle wrap makes once req's key holds, or an error
-// (cfg.Busy for a try, errs.ErrClosed after Close) leaving no key behind.
+// (cfg.Errs.Busy for a try, errs.ErrClosed after Close) leaving no key behind.
 func (o *Owner[T]) Acquire(ctx context.Context, req Request, wrap func(*Hold) T) (T, error) {
 	start := time.Now()
 	tracer := o.sess.tracer
@@ -132,7 +139,7 @@ func (o *Owner[T]) Acquire(ctx context.Context, req Request, wrap func(*Hold) T)
 	switch {
 	case err == nil:
 	case errors.Is(err, errBusy):
-		err, result, outcome = fmt.Errorf("%w: %q", o.cfg.Busy, o.cfg.Name), "locked", telemetry.Busy
+		err, result, outcome = fmt.Errorf("%w: %q", o.cfg.Errs.Busy, o.cfg.Name), "locked", telemetry.Busy
 	case ctx.Err() != nil || errors.Is(err, errs.ErrClosed):
 		result, outcome = "canceled", telemetry.Cancelled
 	case retry.Permanent(err):
@@ -203,11 +210,11 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 	if err != nil {
 		return nil, err
 	}
-	w := s.watcher(key)
-	w.Expect(key)
+	w := s.stream
+	wid := w.Expect(key)
 	// fail deletes the key (rev 0: unknown, rev < 0: none written).
 	fail := func(rev int64, err error) (*Hold, error) {
-		w.Unexpect(key)
+		w.Unexpect(wid)
 		switch {
 		case rev < 0:
 			s.free(res, nil)
@@ -236,9 +243,9 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 		l.Lose(errs.ErrLeaseExpired)
 		return fail(-1, errs.Lost(errs.ErrLeaseExpired))
 	case errors.Is(err, queue.ErrNotSent): // never sent: its session closed, or ctx ended while it was queued
-		return fail(none, failure(ctx, errs.ErrClosed))
+		return fail(none, retry.Failure(ctx, errs.ErrClosed))
 	case err != nil:
-		return fail(0, failure(ctx, err)) // the put may have applied unheard
+		return fail(0, retry.Failure(ctx, err)) // the put may have applied unheard
 	}
 	rev, at := resp.Header.Revision, resp.Header.Revision
 	if !resp.Succeeded {
@@ -249,7 +256,7 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 		rev = kv.CreateRevision
 		if string(kv.Value) != req.Value { // an adopted key carries this caller's value
 			if err := o.adopt(ctx, l, key, rev, req.Value); err != nil {
-				return fail(rev, failure(ctx, err))
+				return fail(rev, retry.Failure(ctx, err))
 			}
 		}
 	}
@@ -263,9 +270,9 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 			return fail(rev, errBusy)
 		}
 		callKey(s.cfg.Hooks.BeforeWait, key)
-		at, err = o.wait(ctx, l, w, key, &rev, req, blockers, allowed, complete, at)
+		at, err = o.wait(ctx, l, key, wid, &rev, req, blockers, allowed, complete, at)
 		if errors.Is(err, queue.ErrOwnKeyGone) {
-			w.Unexpect(key)
+			w.Unexpect(wid)
 			s.free(res, nil)
 			return nil, o.lostReason(ctx, l)
 		}
@@ -274,8 +281,9 @@ func (o *Owner[T]) queue(ctx context.Context, l *Lease, req Request) (*Hold, err
 		}
 	}
 	callKey(s.cfg.Hooks.AfterConfirm, key)
-	h := newHold(o, l, key, rev, at, res, w, req.wait, ok && resp.Succeeded && read.Count == 1)
-	w.Register(h)
+	h := newHold(o, l, key, rev, res, req.wait, ok && resp.Succeeded && read.Count == 1)
+	h.wid = wid
+	w.Register(h, wid, at)
 	return h, nil
 }
 
@@ -293,16 +301,17 @@ func (o *Owner[T]) adopt(ctx context.Context, l *Lease, key string, rev int64, v
 }
 
 // wait blocks until key (created at rev) may hold and returns the revision
-// that showed it, or the lease's loss. When blockers are every key ahead
-// (complete), their deletions show it; else it reads again after one,
-// serializably (any state after it will do: no older key can appear).
-func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], key string, revp *int64, req Request, blockers []*mvccpb.KeyValue, allowed int, complete bool, read int64) (int64, error) {
+// that showed it, or the lease's loss: the deletion of every key ahead
+// (complete), or of a mutex's key just ahead by its holder's release,
+// each confirmed by one read (queue.AfterDeletion); else it reads the queue
+// again, serializably (no older key can appear after a deletion).
+func (o *Owner[T]) wait(ctx context.Context, l *Lease, key string, wid int64, revp *int64, req Request, blockers []*mvccpb.KeyValue, allowed int, complete bool, read int64) (int64, error) {
 	p := req.Policy
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	defer context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })()
+	w := o.sess.stream
 	minRev := int64(0) // 0: read linearizably
-	reread := false    // blockers come from ReadAhead, not from the enqueue
 	rev := *revp
 	// moved: a key gone while waiting that a hand-over moved waits on; a
 	// wait that ends meanwhile ends with ctx's cause, not with a loss.
@@ -324,7 +333,7 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 		if blockers == nil {
 			resp, err := queue.ReadAhead(ctx, o.sess.cli, o.cfg.Prefix, key, rev, p, minRev)
 			if err != nil {
-				return 0, failure(ctx, err)
+				return 0, retry.Failure(ctx, err)
 			}
 			own := resp.Responses[1].GetResponseRange().Kvs
 			if minRev > 0 && (resp.Header.Revision < minRev || len(own) == 0) {
@@ -343,7 +352,7 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 				}
 				return 0, err
 			}
-			read, reread = resp.Header.Revision, true
+			read = resp.Header.Revision
 			callKey(o.sess.cfg.Hooks.ReadAhead, key)
 			blockers, allowed, complete = resp.Responses[0].GetResponseRange().Kvs, 0, p != nil
 			if p != nil {
@@ -353,34 +362,33 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 				return read, nil
 			}
 		}
-		// After a read of the queue a mutex waits for the key just ahead
-		// alone: holding on its release alone, that release is read, not
-		// taken from the namespace watch (a range delete or a revoke can
-		// delete one key and a mark there, and the holder would stay).
-		at, done, released, err := queue.WaitGone(ctx, o.sess.cli, w, o.cfg.Prefix, key, p != nil, blockers, allowed, read, reread && p == nil && o.cfg.Kind == metrics.Mutex)
+		at, exact, done, err := queue.WaitGone(ctx, o.sess.cli, w, key, wid, blockers, allowed, read)
 		switch {
 		case moved(&err):
 			continue
 		case err != nil:
 			return 0, err
-		case released && p == nil && o.cfg.Kind == metrics.Mutex:
-			// The key just ahead went with its holder's release: it was the
-			// oldest, and no older key can appear; no read of the queue,
-			// however long (a forged mark, docs/security.md, is not excluded).
-			return at, nil
-		case done && complete && (released || req.Confirms && o.mover == nil):
-			// Every key ahead was followed: the events confirm. A movable wait
-			// reads its own key: a watch of the key ahead does not see it go.
-			return at, nil
-		case done && complete:
-			err := queue.Confirm(ctx, o.sess.cli, key, rev, at)
-			if moved(&err) {
+		case at == 0: // the stream broke
+			blockers, minRev = nil, 0
+			continue
+		case done && complete && req.Confirms && o.mover == nil:
+			return at, nil // the caller's guarded write reads our key
+		}
+		// The key just ahead released by its holder held: nothing older is
+		// left (a forged mark, docs/security.md, is not excluded).
+		fast := exact && p == nil && o.cfg.Kind == metrics.Mutex
+		if done && complete || fast {
+			released, err := queue.AfterDeletion(ctx, o.sess.cli, key, rev, at, fast)
+			switch {
+			case moved(&err):
 				continue
+			case err != nil && !errors.Is(err, queue.ErrOwnKeyGone):
+				return 0, retry.Failure(ctx, err)
+			case err != nil:
+				return 0, err
+			case done && complete || released:
+				return at, nil
 			}
-			if err != nil && !errors.Is(err, queue.ErrOwnKeyGone) {
-				err = failure(ctx, err)
-			}
-			return at, err
 		}
 		blockers, minRev = nil, at
 	}
@@ -396,14 +404,6 @@ func (o *Owner[T]) lostReason(ctx context.Context, l *Lease) error {
 		return errs.Lost(errs.ErrLeaseExpired)
 	}
 	return errs.Lost(errs.ErrKeyDeleted)
-}
-
-// failure prefers why ctx ended over the request error it caused.
-func failure(ctx context.Context, err error) error {
-	if err != nil && ctx.Err() != nil {
-		return context.Cause(ctx)
-	}
-	return err
 }
 
 // deleteKey deletes key, guarded by its CreateRevision (rev 0: an unheard
@@ -448,27 +448,14 @@ func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, r *reservation, al
 	}
 }
 
-// ReleaseContext is the ctx a release runs with: ctx, without its
-// cancellation if it has ended, bounded by releaseTimeout if it has no
-// deadline. cancel frees it.
-func ReleaseContext(ctx context.Context) (_ context.Context, cancel context.CancelFunc) {
-	if ctx.Err() != nil {
-		ctx = context.WithoutCancel(ctx)
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		return context.WithTimeout(ctx, releaseTimeout)
-	}
-	return ctx, func() {}
-}
-
 // release is a handle's Unlock, Resign or Release, with a fresh bounded
 // ctx if the caller's ended.
 func (o *Owner[T]) release(ctx context.Context, h *Hold) error {
-	ctx, cancel := ReleaseContext(ctx)
+	ctx, cancel := retry.ReleaseContext(ctx)
 	defer cancel()
 	ctx, span := h.span().StartRelease(ctx)
 	err := h.deleteGuarded(ctx)
-	if err == nil || errors.Is(err, o.cfg.NotHeld) { // no retry is due: forget h
+	if err == nil || errors.Is(err, o.cfg.Errs.NotHeld) { // no retry is due: forget h
 		o.mu.Lock()
 		o.held = slices.DeleteFunc(o.held, func(e held[T]) bool { return e.h == h })
 		o.mu.Unlock()
@@ -539,8 +526,20 @@ func (o *Owner[T]) Held() []T {
 // deleting the keys within one bound, the rest left to the session), closes
 // or detaches its own session, and waits for its goroutines. Idempotent.
 func (o *Owner[T]) Close() error {
-	o.closeOnce.Do(func() { o.closeErr = o.close() })
-	return o.closeErr
+	o.mu.Lock()
+	c := o.closing
+	first := c == nil
+	if first {
+		c = &closing{done: make(chan struct{})}
+		o.closing = c
+	}
+	o.mu.Unlock()
+	if first {
+		c.err = o.close()
+		close(c.done)
+	}
+	<-c.done
+	return c.err
 }
 
 func (o *Owner[T]) close() error {
@@ -556,7 +555,7 @@ func (o *Owner[T]) close() error {
 	for _, e := range holds {
 		if revoke {
 			e.h.abandon() // the revoke below deletes the key
-		} else if err := e.h.deleteGuarded(ctx); err != nil && !errors.Is(err, o.cfg.NotHeld) {
+		} else if err := e.h.deleteGuarded(ctx); err != nil && !errors.Is(err, o.cfg.Errs.NotHeld) {
 			out = append(out, err)
 		}
 	}
@@ -571,9 +570,6 @@ func (o *Owner[T]) close() error {
 	o.bgClosed = true
 	o.mu.Unlock()
 	o.bg.Wait()
-	if o.unsub != nil {
-		o.unsub()
-	}
 	o.done()
 	return errors.Join(out...)
 }

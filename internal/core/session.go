@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"sync"
 	"time"
 
@@ -18,7 +17,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/errs"
-	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/lease"
 	"github.com/batonhq/baton/internal/planted"
 	"github.com/batonhq/baton/internal/queue"
@@ -56,7 +54,7 @@ type Config struct {
 
 // Session is one etcd lease at a time (granted here, or a caller's etcd
 // session's), its validity watchdog, the key reservations of this process
-// and one deletion watch per namespace. Close ends it.
+// and one watch stream. Close ends it.
 type Session struct {
 	cli    *clientv3.Client
 	cfg    Config
@@ -81,8 +79,7 @@ type Session struct {
 	cur       *Lease
 	grant     *grantCall
 	reserved  map[string]*reservation
-	watchers  map[string]*watch.Watcher[*Hold]
-	wcfg      *watch.Config[*Hold]
+	stream    *watch.Stream[*Hold] // every key held or waited for
 	listeners map[*func()]struct{} // told of every failed renewal
 }
 
@@ -108,6 +105,8 @@ func newSession(cli *clientv3.Client, cs *concurrency.Session, cfg Config) *Sess
 	ctx, cancel := context.WithCancelCause(context.Background())
 	s := &Session{cli: cli, cfg: cfg, etcd: cs, ctx: ctx, cancel: cancel}
 	s.enq = queue.NewBatcher(cli, ctx, func(fn func()) bool { return s.goIn(&s.wg, fn) })
+	s.stream = watch.New(&watch.Config[*Hold]{Client: cli, Ctx: ctx, Go: func(fn func()) bool { return s.goIn(&s.wg, fn) },
+		Key: func(h *Hold) string { return h.key }, Rev: func(h *Hold) int64 { return h.rev }, Gone: (*Hold).gone, Hooks: &cfg.Hooks.Stream})
 	if !cfg.Untraced {
 		s.tracer = telemetry.Tracer(cfg.TracerProvider)
 	}
@@ -221,11 +220,9 @@ func (s *Session) Close() error {
 		return nil
 	}
 	s.closed = true
-	cur, ws := s.cur, maps.Clone(s.watchers)
+	cur := s.cur
 	s.mu.Unlock()
-	for _, w := range ws { // not under s.mu: a Register holds w's lock while it starts a goroutine here
-		w.StopLinger()
-	}
+	s.stream.StopLinger() // not under s.mu: a Register holds the stream's lock while it starts a goroutine here
 	s.cancel(errs.ErrReleased)
 	var err error
 	if cur != nil {
@@ -402,20 +399,46 @@ func (s *Session) newLease(ctx context.Context) (*Lease, error) {
 }
 
 // Lease is one lease of the session (its watchdog is package lease's) and
-// the holds it ends: one set, not a context child (and ~150 bytes) per key.
+// the holds it ends: one list through the holds, not a context child (and
+// ~150 bytes) nor a map entry per key.
 type Lease struct {
 	*lease.Lease
 	Fence   queue.Fence // voids this lease's unheard enqueues
 	s       *Session
 	holdsMu sync.Mutex
-	holds   map[*Hold]struct{}
+	holds   *Hold // the armed holds not ended, linked through prev and next
+	watched bool  // endHolds runs when the lease ends
+}
+
+// add and remove link h into l.holds and out; l.holdsMu is held.
+func (l *Lease) add(h *Hold) {
+	h.prev, h.next = nil, l.holds
+	if l.holds != nil {
+		l.holds.prev = h
+	}
+	l.holds = h
+}
+
+func (l *Lease) remove(h *Hold) {
+	switch {
+	case h.prev != nil:
+		h.prev.next = h.next
+	case l.holds == h:
+		l.holds = h.next
+	default:
+		return // not linked
+	}
+	if h.next != nil {
+		h.next.prev = h.prev
+	}
+	h.prev, h.next = nil, nil
 }
 
 // renewalFailed tells the recorded spans of l's holds.
 func (l *Lease) renewalFailed() {
 	l.holdsMu.Lock()
 	defer l.holdsMu.Unlock()
-	for h := range l.holds {
+	for h := l.holds; h != nil; h = h.next {
 		h.span().RenewalFailed(nil)
 	}
 }
@@ -425,7 +448,7 @@ func (l *Lease) renewalFailed() {
 func (l *Lease) cancelHolds(cause error) {
 	l.holdsMu.Lock()
 	defer l.holdsMu.Unlock()
-	for h := range l.holds {
+	for h := l.holds; h != nil; h = h.next {
 		h.cancel(cause) // no effect on a hold that ended first
 	}
 }
@@ -438,11 +461,14 @@ func (l *Lease) endHolds() {
 	}
 	call(l.s.cfg.Hooks.EndingHolds)
 	l.holdsMu.Lock()
-	holds := make([]*Hold, 0, len(l.holds))
-	for h := range l.holds {
+	var holds []*Hold
+	for h := l.holds; h != nil; h = h.next {
 		holds = append(holds, h)
 	}
 	l.holdsMu.Unlock()
+	if len(holds) > 0 {
+		l.s.stream.Reset() // their watches go with the stream, not one cancel each
+	}
 	for _, h := range holds {
 		h.cancel(context.Cause(l.Context()))
 		if cause := context.Cause(h.ctx); !errors.Is(cause, errs.ErrKeyGone) {
@@ -578,34 +604,4 @@ func (s *Session) free(r *reservation, h *Hold) {
 		}
 		attached.Unlock()
 	}
-}
-
-// watcher is the deletion watch of key's namespace.
-func (s *Session) watcher(key string) *watch.Watcher[*Hold] {
-	prefix := keys.NamespaceOf(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.watchers == nil {
-		s.watchers = make(map[string]*watch.Watcher[*Hold])
-		s.wcfg = &watch.Config[*Hold]{
-			Client: s.cli, Ctx: s.ctx, Go: func(fn func()) bool { return s.goIn(&s.wg, fn) },
-			Key: func(h *Hold) string { return h.key }, Rev: func(h *Hold) int64 { return h.rev },
-			At: func(h *Hold) int64 { return h.at }, Gone: (*Hold).gone,
-			StreamEnded:  func() { call(s.cfg.Hooks.StreamEnded) },
-			BeforeReread: func() { call(s.cfg.Hooks.BeforeReread) },
-			Deleted:      func(key string) { callKey(s.cfg.Hooks.Deleted, key) },
-			Established:  func() { call(s.cfg.Hooks.Established) },
-			Followed: func(ok bool) {
-				if f := s.cfg.Hooks.Followed; f != nil {
-					f(ok)
-				}
-			},
-		}
-	}
-	w, ok := s.watchers[prefix]
-	if !ok {
-		w = watch.New(s.wcfg, prefix)
-		s.watchers[prefix] = w
-	}
-	return w
 }

@@ -31,7 +31,7 @@ func TestCampaignWaitsForTheLostTermsDeletion(t *testing.T) {
 	hooks := &Hooks{BeforeCleanup: func(string) { close(entered); <-release }}
 	s, _ := Attach(cs, Config{Hooks: hooks})
 	defer s.Detach()
-	o := NewOwner[*Hold](s, OwnerConfig{Prefix: keys.Prefix("core-test", keys.Election, "lost-takeover"), NotHeld: errs.ErrReleased,
+	o := NewOwner[*Hold](s, OwnerConfig{Prefix: keys.Prefix("core-test", keys.Election, "lost-takeover"), Errs: &Errors{NotHeld: errs.ErrReleased},
 		Recorder: metrics.Recorder{Logger: zap.NewNop(), Kind: metrics.Election}})
 	defer o.Close()
 	h1, err := o.Acquire(ctx, Request{Value: "a"}, func(h *Hold) *Hold { return h })
@@ -100,7 +100,7 @@ func TestCampaignDoesNotTakeOverATermWhoseEndIsPending(t *testing.T) {
 	}
 	s, _ := Attach(cs, Config{Hooks: hooks})
 	defer s.Detach()
-	o := NewOwner[*Hold](s, OwnerConfig{Prefix: keys.Prefix("core-test", keys.Election, "lost-takeover-race"), NotHeld: errs.ErrReleased,
+	o := NewOwner[*Hold](s, OwnerConfig{Prefix: keys.Prefix("core-test", keys.Election, "lost-takeover-race"), Errs: &Errors{NotHeld: errs.ErrReleased},
 		Recorder: metrics.Recorder{Logger: zap.NewNop(), Kind: metrics.Election}})
 	defer o.Close()
 	h1, err := o.Acquire(ctx, Request{Value: "a"}, func(h *Hold) *Hold { return h })
@@ -146,7 +146,7 @@ func TestNoTwoLiveTermsAfterACampaignDuringALoss(t *testing.T) {
 	hooks := &Hooks{EndingHolds: func() { endOnce.Do(func() { <-endRelease }) }}
 	s, _ := Attach(cs, Config{Hooks: hooks})
 	defer s.Detach()
-	o := NewOwner[*Hold](s, OwnerConfig{Prefix: keys.Prefix("core-test", keys.Election, "lost-takeover-race2"), NotHeld: errs.ErrReleased,
+	o := NewOwner[*Hold](s, OwnerConfig{Prefix: keys.Prefix("core-test", keys.Election, "lost-takeover-race2"), Errs: &Errors{NotHeld: errs.ErrReleased},
 		Recorder: metrics.Recorder{Logger: zap.NewNop(), Kind: metrics.Election}})
 	defer o.Close()
 	h1, err := o.Acquire(ctx, Request{Value: "a"}, func(h *Hold) *Hold { return h })
@@ -185,7 +185,7 @@ func TestNoTwoLiveTermsAfterACampaignDuringAKeyDeletion(t *testing.T) {
 	ctx := context.Background()
 	s, _ := Attach(cs, Config{})
 	defer s.Detach()
-	o := NewOwner[*Hold](s, OwnerConfig{Prefix: keys.Prefix("core-test", keys.Election, "lost-takeover-race3"), NotHeld: errs.ErrReleased,
+	o := NewOwner[*Hold](s, OwnerConfig{Prefix: keys.Prefix("core-test", keys.Election, "lost-takeover-race3"), Errs: &Errors{NotHeld: errs.ErrReleased},
 		Recorder: metrics.Recorder{Logger: zap.NewNop(), Kind: metrics.Election}})
 	defer o.Close()
 	h1, err := o.Acquire(ctx, Request{Value: "a"}, func(h *Hold) *Hold { return h })

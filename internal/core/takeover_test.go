@@ -24,7 +24,7 @@ func TestReleaseEndingAfterATakeoverKeepsTheNewReservation(t *testing.T) {
 	s := NewSession(pcli, Config{TTL: 30 * time.Second})
 	defer s.Close()
 	prefix := keys.Prefix("core-test", keys.Election, "takeover")
-	o := NewOwner[*Hold](s, OwnerConfig{Prefix: prefix, NotHeld: errs.ErrReleased, Own: true,
+	o := NewOwner[*Hold](s, OwnerConfig{Prefix: prefix, Errs: &Errors{NotHeld: errs.ErrReleased}, Own: true,
 		Recorder: metrics.Recorder{Logger: zap.NewNop(), Kind: metrics.Election}})
 	defer o.Close()
 	a, err := o.Acquire(ctx, Request{Value: "a"}, func(h *Hold) *Hold { return h })

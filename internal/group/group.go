@@ -25,7 +25,7 @@ import (
 // caller's records of an unclean end. notHeld is the primitive's
 // ErrNotHeld; the result wraps it for every hold that was lost.
 func Release(ctx context.Context, cli *clientv3.Client, holds []*core.Hold, notHeld error, also ...string) error {
-	ctx, cancel := core.ReleaseContext(ctx)
+	ctx, cancel := retry.ReleaseContext(ctx)
 	defer cancel()
 	live := true
 	for _, h := range holds {
@@ -94,7 +94,7 @@ type Change struct {
 // guarded delete, in the background while etcd does not answer). It
 // returns whether c applied and the last answer (nil on err).
 func Commit(ctx context.Context, cli *clientv3.Client, holds []*core.Hold, c Change) (applied bool, resp *clientv3.TxnResponse, err error) {
-	ctx, cancel := core.ReleaseContext(ctx)
+	ctx, cancel := retry.ReleaseContext(ctx)
 	defer cancel()
 	for _, h := range holds {
 		core.Releasing(h) // the deletion below is no loss

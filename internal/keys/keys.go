@@ -182,20 +182,7 @@ func ReleasedKey(key string) string { return NamespaceOf(key) + "released" }
 // ReleasedAltKey is the namespace's other release mark (ReleasedKey).
 func ReleasedAltKey(key string) string { return NamespaceOf(key) + "released-b" }
 
-// IsRecord says whether key is a record that a holder's release deletes
-// with its key (an election's candidate record, a lock-delay record), not
-// a key of a queue; without allocating, as IsReleased.
-func IsRecord(key string) bool {
-	ns := NamespaceOf(key)
-	if len(ns) >= len(key) || !strings.HasPrefix(key, ns) {
-		return false
-	}
-	rest := key[len(ns):]
-	return strings.HasPrefix(rest, string(Candidate)+"/") || strings.HasPrefix(rest, string(Delay)+"/")
-}
-
-// IsReleased says whether key is one of its namespace's release marks
-// (without allocating: it runs on every event of a namespace watch).
+// IsReleased says whether key is one of its namespace's release marks.
 func IsReleased(key string) bool {
 	ns := NamespaceOf(key)
 	if len(ns) >= len(key) || !strings.HasPrefix(key, ns) {

@@ -15,7 +15,7 @@
 //	d  Observe re-reads on a deletion and sends that read as the deletion's state
 //	e  a second Campaign on one session takes the first's key without ending its term
 //	f  the release-mark rule: every revision that deletes a key counts as a
-//	   holder's own release (internal/watch)
+//	   holder's own release (internal/queue, AfterDeletion)
 //	g  enqueue grouping: two enqueues of one queue go in one transaction,
 //	   their keys sharing a CreateRevision (internal/queue)
 //	h  the foreign-candidate check: a Transfer skips an etcd candidate
@@ -29,8 +29,10 @@
 //	j  lock-delay timing: the marker's lease is half the delay (internal/delay)
 //	k  a Set member taken alone: a mutex's first read ignores Set keys ahead
 //	   (internal/queue)
-//	l  a follower of the namespace watch is not told of a release
-//	   (internal/watch): the free-lock check's
+//	l  the gap before a waiter's watch: a waiter whose watch of the key
+//	   ahead began after its read does not read that key, and misses a
+//	   release between the two (internal/queue, WaitGone): the free-lock
+//	   check's
 //	m  the drain: a shard whose Context ended is released at once, not
 //	   once its fn returned (shard): the drained check's
 //	n  a default metric label collapsed into "(other)" is not counted in
@@ -39,6 +41,9 @@
 //	o  a metric label's place is freed when its last user closes
 //	   (internal/metrics), so later names past the limit take it: the
 //	   metric-labels check's
+//	p  a broken watch stream does not tell its waiters, who wait for
+//	   deletions that no stream will deliver (internal/watch): the
+//	   free-lock check's
 //	s  the stuck reassignment: a member never names the shards whose fn
 //	   outlived the drain in its member key (shard), so the assignment
 //	   gives one back to it, which cannot take it: the owned check's
@@ -48,4 +53,4 @@ package planted
 const Env = "BATON_PLANTED_BUG"
 
 // Names are the bugs On knows, a letter each.
-const Names = "abcdefghijklmnos"
+const Names = "abcdefghijklmnops"

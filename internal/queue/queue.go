@@ -3,6 +3,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -12,11 +13,13 @@ import (
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/planted"
 	"github.com/batonhq/baton/internal/retry"
+	"github.com/batonhq/baton/internal/watch"
 )
 
 // ErrOwnKeyGone is returned when the waiter's own key was deleted.
@@ -145,164 +148,192 @@ func MayHold(p Policy, read *etcdserverpb.RangeResponse, put bool, key string, r
 	return false, kvs[1:], 0, read.Count == int64(len(kvs)) // newest first
 }
 
-// Deletions is a watch already running over the queue's namespace (the
-// session's, package watch), followed instead of a watch of one's own.
+// Deletions is the session's watch stream (package watch), on which a
+// wait watches the keys it waits for.
 type Deletions interface {
-	Follow(keys []string, read int64, f func(key string, at int64, released bool)) (stop func(), ok bool)
+	Follow(own int64, keys []string, f func(watch.Note)) (stop func())
 }
 
-// WaitGone is the one wait for deletions after read, until at most allowed
-// of blockers remain: it follows d when d covers them, else it watches the
-// queue (prefix) or the first blocker alone from the current revision,
-// which etcd serves at once. Done means that happened at the revision
-// returned; not done, read again (at that revision, if any). Released says
-// every deletion the wait used was a holder's release: through d (a
-// revision that deleted one key and one mark, watch.marks), or read at the
-// deletion's revision (markedAt: a mark put then, own key kept) when the
-// one key watched was the last ahead (done; a wait that reads the queue
-// again would not use it). Verify asks the read through d too, for a
-// caller that holds on released alone where its blockers are not every
-// key ahead: a range delete or a revoke can delete one key and a mark,
-// but puts no mark.
-func WaitGone(ctx context.Context, cli *clientv3.Client, d Deletions, queue, own string, prefix bool, blockers []*mvccpb.KeyValue, allowed int, read int64, verify bool) (at int64, done, released bool, err error) {
-	left := make(map[string]int64, len(blockers))
-	for _, kv := range blockers {
-		left[string(kv.Key)] = kv.CreateRevision
+// WaitGone is the one wait for deletions: it watches, on the session's
+// stream d, the newest allowed+1 of blockers (keys older than the
+// waiter's own, read at revision read; more than allowed of them block
+// it), since until one of those goes at least allowed+1 remain, and
+// returns when one of them is gone, or own (watch ownID, Expect's) is:
+// ErrOwnKeyGone. at is the revision that showed it: the
+// deletion's own (exact), or that of a read that found it gone (the watch
+// began after read). done says at most allowed of blockers remain. at 0:
+// the stream broke, read again.
+func WaitGone(ctx context.Context, cli *clientv3.Client, d Deletions, own string, ownID int64, blockers []*mvccpb.KeyValue, allowed int, read int64) (at int64, exact, done bool, err error) {
+	watched := slices.SortedFunc(slices.Values(blockers), func(a, b *mvccpb.KeyValue) int { return cmp.Compare(b.CreateRevision, a.CreateRevision) })
+	watched = watched[:min(len(watched), allowed+1)]
+	keys := make([]string, len(watched))
+	for i, kv := range watched {
+		keys[i] = string(kv.Key)
 	}
-	if d != nil {
-		if at, done, released, err, ok := follow(ctx, d, own, left, allowed, read); ok {
-			if released && verify {
-				released = len(blockers) == 1 && markedAt(ctx, cli, own, at)
+	var (
+		mu      sync.Mutex
+		created int   // watches running
+		from    int64 // the latest revision a watch began after
+		gone    int   // watched keys deleted after read
+		last    int64 // the latest of those deletions
+		seen    = make(map[string]bool, len(keys))
+		ended   bool
+		lost    bool // own key deleted
+		why     error
+	)
+	signal := make(chan struct{}, 1)
+	stop := d.Follow(ownID, keys, func(n watch.Note) { // serial, under d's lock
+		mu.Lock()
+		defer mu.Unlock()
+		switch n.Kind {
+		case watch.Created:
+			created++
+			from = max(from, n.Rev)
+		case watch.Deleted:
+			if n.Rev <= read || seen[n.Key] {
+				return // a member behind our read delivers an earlier incarnation's deletion
 			}
-			return at, done, released, err
+			if n.Key == own {
+				lost = true
+				break
+			}
+			seen[n.Key] = true
+			gone++
+			last = max(last, n.Rev)
+		case watch.Ended:
+			ended, why = true, n.Err
 		}
-	}
-	whole := prefix || len(blockers) == 1 // the watch below sees every blocker go
-	watch, opts := string(blockers[0].Key), []clientv3.OpOption{clientv3.WithFilterPut(), clientv3.WithCreatedNotify()}
-	if prefix {
-		watch, opts = queue, append(opts, clientv3.WithPrefix())
-	}
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	for wr := range cli.Watch(wctx, watch, opts...) {
-		if err := wr.Err(); err != nil {
-			if retry.Permanent(err) {
-				return 0, false, false, err
-			}
-			break
-		}
-		if wr.Created && wr.Header.Revision > read {
-			if prefix {
-				return wr.Header.Revision, false, false, nil
-			}
-			// One key: read it (a serializable read at or after the watch's
-			// start will do) and keep this watch if it is still there.
-			at, gone, err := goneSince(ctx, cli, blockers[0], wr.Header.Revision)
-			if err != nil || gone {
-				return at, gone && whole, false, nil
-			}
-		}
-		at := int64(0)
-		for _, ev := range wr.Events {
-			k := string(ev.Kv.Key)
-			if ev.Type != mvccpb.DELETE || ev.Kv.ModRevision <= read {
-				continue // a member behind our read delivers an earlier incarnation's deletion
-			}
-			if k == own {
-				return 0, false, false, ErrOwnKeyGone
-			}
-			delete(left, k)
-			at = max(at, ev.Kv.ModRevision)
-		}
-		if at > 0 && (!whole || len(left) <= allowed) {
-			return at, whole, !prefix && markedAt(ctx, cli, own, at), nil
-		}
-	}
-	if ctx.Err() != nil {
-		return 0, false, false, context.Cause(ctx)
-	}
-	return 0, false, false, retry.Sleep(ctx, 50*time.Millisecond)
-}
-
-// follow is WaitGone through d; ok is false when d does not cover the wait.
-func follow(ctx context.Context, d Deletions, own string, left map[string]int64, allowed int, read int64) (at int64, done, released bool, err error, ok bool) {
-	ks := []string{own}
-	for k := range left {
-		ks = append(ks, k)
-	}
-	type ending struct {
-		at       int64 // the revision that ended the wait; 0: stream broken, -1: own key gone
-		released bool
-	}
-	ch := make(chan ending, 1)
-	last := ending{released: true} // released: every deletion the wait used was marked
-	end := func(e ending) {
 		select {
-		case ch <- e:
-		default: // ended already
-		}
-	}
-	stop, ok := d.Follow(ks, read, func(k string, rev int64, rel bool) { // serial, under d's lock
-		switch _, blocks := left[k]; {
-		case rev == 0:
-			end(ending{})
-		case k == own:
-			end(ending{at: -1})
-		case blocks:
-			delete(left, k)
-			last = ending{max(last.at, rev), last.released && rel}
-			if len(left) <= allowed {
-				end(last)
-			}
+		case signal <- struct{}{}:
+		default:
 		}
 	})
-	if !ok {
-		return 0, false, false, nil, false
-	}
 	defer stop()
-	select {
-	case e := <-ch:
-		switch {
-		case e.at == 0:
-			return 0, false, false, nil, true
-		case e.at < 0:
-			return 0, false, false, ErrOwnKeyGone, true
+	covered := false // the gap between read and the watches' start was read
+	for {
+		select {
+		case <-signal:
+		case <-ctx.Done():
+			return 0, false, false, context.Cause(ctx)
 		}
-		return e.at, true, e.released, nil, true
-	case <-ctx.Done():
-		return 0, false, false, context.Cause(ctx), true
+		mu.Lock()
+		n, at, run, ended, lost, why, start := gone, last, created == len(keys), ended, lost, why, from
+		mu.Unlock()
+		switch {
+		case lost:
+			return 0, false, false, ErrOwnKeyGone
+		case n > 0:
+			return at, true, len(blockers)-n <= allowed, nil
+		case ended && why != nil && retry.Permanent(why):
+			return 0, false, false, why
+		case ended:
+			return 0, false, false, retry.Sleep(ctx, 50*time.Millisecond)
+		case run && !covered:
+			covered = true
+			if start <= read || planted.On("l") { // l: the gap left unread
+				continue
+			}
+			// A deletion between read and the watches' start: read them (a
+			// serializable read at or after the start will do).
+			at, n, err := goneSince(ctx, cli, watched, start)
+			if err != nil {
+				return 0, false, false, retry.Failure(ctx, err)
+			}
+			if n > 0 {
+				return at, false, len(blockers)-n <= allowed, nil
+			}
+		}
 	}
 }
 
-// markedAt reads whether revision at, which deleted the key the wait was
-// for, also put one of the namespace's release marks
-// (Release): the key was its holder's, released by it; and whether own
-// outlived it (a hand-over that skips a waiter deletes its key in the same
-// revision: it must not take the leader's release for its turn). One
-// transaction of point reads at that revision; false when unsure.
-func markedAt(ctx context.Context, cli *clientv3.Client, own string, at int64) bool {
-	r, err := cli.Txn(clientv3.WithRequireLeader(ctx)).Then(
-		clientv3.OpGet(keys.ReleasedKey(own), clientv3.WithRev(at), clientv3.WithKeysOnly()),
-		clientv3.OpGet(keys.ReleasedAltKey(own), clientv3.WithRev(at), clientv3.WithKeysOnly()),
-		clientv3.OpGet(own, clientv3.WithRev(at), clientv3.WithKeysOnly())).Commit()
-	if err != nil {
-		return false
+// AfterDeletion reads own, the waiter's key created at rev, after the
+// deletion at revision at of a key ahead of it: ErrOwnKeyGone unless it is
+// there. So a holder told of an operator's delete or revoke by the same
+// event gets this round trip's head start. When exact (at is the
+// deletion's own revision) it also reads whether at was a holder's
+// release: one of the namespace's release marks put at at (Release), and
+// own kept through it (a hand-over that skips a waiter deletes its key in
+// the same revision: it must not take the leader's release for its turn).
+// One transaction of point reads, serializable from a member at or past
+// at, else the leader's.
+func AfterDeletion(ctx context.Context, cli *clientv3.Client, own string, rev, at int64, exact bool) (released bool, err error) {
+	for _, serial := range []bool{true, false} {
+		opts := []clientv3.OpOption{clientv3.WithKeysOnly()}
+		if serial {
+			opts = append(opts, clientv3.WithSerializable())
+		}
+		ops := []clientv3.Op{clientv3.OpGet(own, opts...)}
+		if exact {
+			atRev := append(slices.Clip(opts), clientv3.WithRev(at))
+			ops = append(ops, clientv3.OpGet(keys.ReleasedKey(own), atRev...), clientv3.OpGet(keys.ReleasedAltKey(own), atRev...), clientv3.OpGet(own, atRev...))
+		}
+		var resp *clientv3.TxnResponse
+		err = retry.Reads(ctx, func(actx context.Context) (err error) {
+			resp, err = cli.Txn(retry.Leader(actx)).Then(ops...).Commit()
+			return err
+		})
+		switch {
+		case err != nil && exact && errors.Is(err, rpctypes.ErrCompacted):
+			return AfterDeletion(ctx, cli, own, rev, at, false) // unsure: not a release
+		case err != nil && serial && ctx.Err() == nil:
+			continue // a member behind at (a future revision to it): ask the leader
+		case err != nil:
+			return false, err
+		case resp.Header.Revision < at:
+			continue
+		}
+		now := resp.Responses[0].GetResponseRange().Kvs
+		if len(now) != 1 || now[0].CreateRevision != rev {
+			if serial {
+				continue // a member without it leaves it to the leader
+			}
+			return false, ErrOwnKeyGone
+		}
+		if !exact {
+			return false, nil
+		}
+		putAt := func(kvs []*mvccpb.KeyValue) bool { return len(kvs) == 1 && kvs[0].ModRevision == at }
+		a, b, kept := resp.Responses[1].GetResponseRange().Kvs, resp.Responses[2].GetResponseRange().Kvs, resp.Responses[3].GetResponseRange().Kvs
+		if planted.On("f") { // every deletion taken for a holder's release
+			return true, nil
+		}
+		return (putAt(a) || putAt(b)) && len(kept) == 1 && kept[0].CreateRevision == rev, nil
 	}
-	putAt := func(kvs []*mvccpb.KeyValue) bool { return len(kvs) == 1 && kvs[0].ModRevision == at }
-	a, b, kept := r.Responses[0].GetResponseRange().Kvs, r.Responses[1].GetResponseRange().Kvs, r.Responses[2].GetResponseRange().Kvs
-	return (putAt(a) || putAt(b)) && len(kept) == 1
+	return false, ErrOwnKeyGone
 }
 
-// goneSince reads whether kv's key is gone at a revision from or later.
-func goneSince(ctx context.Context, cli *clientv3.Client, kv *mvccpb.KeyValue, from int64) (int64, bool, error) {
-	g, err := cli.Get(clientv3.WithRequireLeader(ctx), string(kv.Key), clientv3.WithKeysOnly(), clientv3.WithSerializable())
-	if err == nil && g.Header.Revision < from {
-		g, err = cli.Get(clientv3.WithRequireLeader(ctx), string(kv.Key), clientv3.WithKeysOnly())
+// goneSince reads kvs' keys at a revision from or later: how many are gone
+// (absent, or another incarnation), and the revision read.
+func goneSince(ctx context.Context, cli *clientv3.Client, kvs []*mvccpb.KeyValue, from int64) (int64, int, error) {
+	for _, serial := range []bool{true, false} {
+		opts := []clientv3.OpOption{clientv3.WithKeysOnly()}
+		if serial {
+			opts = append(opts, clientv3.WithSerializable())
+		}
+		ops := make([]clientv3.Op, len(kvs))
+		for i, kv := range kvs {
+			ops[i] = clientv3.OpGet(string(kv.Key), opts...)
+		}
+		var resp *clientv3.TxnResponse
+		err := retry.Reads(ctx, func(actx context.Context) (err error) {
+			resp, err = cli.Txn(retry.Leader(actx)).Then(ops...).Commit()
+			return err
+		})
+		switch {
+		case err != nil:
+			return 0, 0, err
+		case serial && resp.Header.Revision < from:
+			continue
+		}
+		n := 0
+		for i, kv := range kvs {
+			if g := resp.Responses[i].GetResponseRange().Kvs; len(g) == 0 || g[0].CreateRevision != kv.CreateRevision {
+				n++
+			}
+		}
+		return resp.Header.Revision, n, nil
 	}
-	if err != nil {
-		return 0, false, err
-	}
-	return g.Header.Revision, len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != kv.CreateRevision, nil
+	return 0, 0, nil // unreachable: the leader's read is at or past from
 }
 
 // Release is a holder's release of key, the ops under its guard: the
@@ -412,26 +443,4 @@ func ReadAhead(ctx context.Context, cli *clientv3.Client, prefix, key string, re
 		return err
 	})
 	return resp, err
-}
-
-// Confirm returns nil once a read of key at or after revision at finds it
-// with CreateRevision rev, ErrOwnKeyGone if it does not: a holder told of
-// its key's deletion by the event that confirmed the waiter gets that
-// round trip's head start (an operator's delete or revoke is told to both
-// at once). A member behind at, or without the key, leaves it to the leader.
-func Confirm(ctx context.Context, cli *clientv3.Client, key string, rev, at int64) error {
-	for _, opts := range [][]clientv3.OpOption{{clientv3.WithKeysOnly(), clientv3.WithSerializable()}, {clientv3.WithKeysOnly()}} {
-		var resp *clientv3.GetResponse
-		err := retry.Reads(ctx, func(actx context.Context) (err error) {
-			resp, err = cli.Get(clientv3.WithRequireLeader(actx), key, opts...)
-			return err
-		})
-		switch {
-		case err != nil:
-			return err
-		case resp.Header.Revision >= at && len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == rev:
-			return nil
-		}
-	}
-	return ErrOwnKeyGone
 }

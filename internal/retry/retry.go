@@ -150,3 +150,27 @@ func Loop(ctx context.Context, first, most time.Duration, op func(ctx context.Co
 	}
 	return ctx.Err()
 }
+
+// Failure prefers why ctx ended over the request error it caused.
+func Failure(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return err
+}
+
+// ReleaseTimeout bounds a release whose caller's ctx has ended.
+const ReleaseTimeout = 5 * time.Second
+
+// ReleaseContext is the ctx a release runs with: ctx, without its
+// cancellation if it has ended, bounded by ReleaseTimeout if it has no
+// deadline. cancel frees it.
+func ReleaseContext(ctx context.Context) (_ context.Context, cancel context.CancelFunc) {
+	if ctx.Err() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		return context.WithTimeout(ctx, ReleaseTimeout)
+	}
+	return ctx, func() {}
+}

@@ -1,484 +1,825 @@
-// Package watch is the one deletion watch per session and namespace that
-// tells every hold of its key's deletion, in the step that receives it.
+// Package watch is a session's one watch stream: a watch of its own on
+// every key the session puts or holds and on every key one of its waiters
+// waits for, all on one etcd gRPC watch stream that one goroutine reads. A
+// deletion reaches the session whose key it was and the waiter behind it,
+// and no other session, however many share the namespace.
 package watch
 
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
-	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/planted"
 	"github.com/batonhq/baton/internal/retry"
 )
 
-// linger is how long an idle watch of a session that holds again and again
-// stays open.
-const linger = 15 * time.Second
+// A released key's watch stays open for linger, at most maxLinger of them,
+// for the next acquisition of the same key (the same name through the same
+// lease), once that key was released twice.
+const (
+	linger    = 15 * time.Second
+	maxLinger = 64
+)
 
-// New returns the watcher of the namespace prefix.
-func New[H comparable](c *Config[H], prefix string) *Watcher[H] {
-	return &Watcher[H]{c: c, prefix: prefix, keys: make(map[string]H), expected: make(map[string]int64)}
+// reconnectPause spaces the stream's reconnections.
+const reconnectPause = 100 * time.Millisecond
+
+// chunk bounds the keys one gap read reads (etcd's default --max-txn-ops
+// is 128).
+const chunk = 64
+
+// New returns the stream of a session; it connects on first use.
+func New[H comparable](c *Config[H]) *Stream[H] {
+	return &Stream[H]{c: c, holds: make(map[int64]H)}
 }
 
-// Config is what the watches of one session share; H is its hold type.
+// Config is what the stream needs of its session; H is its hold type.
 type Config[H comparable] struct {
 	Client *clientv3.Client
-	// Ctx ends every watch (the session's Close); Go runs a goroutine the
+	// Ctx ends the stream (the session's Close); Go runs a goroutine the
 	// session waits for, false once it is closing.
 	Ctx context.Context
 	Go  func(fn func()) bool
-	// Key, Rev (CreateRevision) and At (the revision the acquisition
-	// confirmed the key at) read a hold; Gone tells it its key is gone.
-	Key     func(H) string
-	Rev, At func(H) int64
-	Gone    func(H)
-	// StreamEnded, BeforeReread, Deleted, Established and Followed are
-	// test hooks, read when called.
-	StreamEnded  func()
-	BeforeReread func()
-	Deleted      func(key string)
-	Established  func()
-	Followed     func(ok bool)
+	// Key and Rev (CreateRevision) read a hold; Gone tells it its key is
+	// gone, in the step that receives the deletion.
+	Key  func(H) string
+	Rev  func(H) int64
+	Gone func(H)
+	// Hooks are test hooks (nil: none), each read when called.
+	Hooks *Hooks
 }
 
-// Watcher tells the holds of one session under one namespace when their
-// keys are deleted: one watch for every key held. A key is registered after
-// its acquisition confirmed it at revision At; a deletion after that must
-// reach the hold whatever the stream was doing, so a key the stream may not
-// cover (stream started or re-read after At, key not expected) is read once.
-type Watcher[H comparable] struct {
-	c      *Config[H]
-	prefix string
+// Hooks are pause points that tests use to force an interleaving of the
+// stream at an exact step; production code leaves them nil.
+type Hooks struct {
+	StreamEnded   func()           // a stream ended (broken or stopped), before its waiters are told
+	BeforeGapRead func()           // before the stream reads the keys of holds whose watch began after they were confirmed
+	Established   func()           // a stream is up: the watches waiting for it go out
+	Deleted       func(key string) // for every deletion the stream delivers
+	Followed      func(ok bool)    // a wait watched the keys ahead (ok: false once closing), before it waits
+}
+
+func (c *Config[H]) hooks() *Hooks {
+	if c.Hooks == nil {
+		return &Hooks{}
+	}
+	return c.Hooks
+}
+
+// Stream is the session's watches, each of one key, on one gRPC stream.
+// Their IDs are the stream's own (etcd lets a client choose them), so a
+// watch is known by its ID from the moment its create is sent. Every
+// watch runs from the revision current when etcd creates it, which etcd
+// serves at once: a watch from a past revision waits up to 100 ms for
+// etcd's catch-up, and a holder would hear of an operator's delete after
+// the waiter that the same deletion let in.
+type Stream[H comparable] struct {
+	c *Config[H]
+
+	mu      sync.Mutex
+	gen     int                // the running loop's: a stopped loop's news is ignored
+	cancel  context.CancelFunc // ends the running loop; nil: none runs
+	conn    *conn              // the established gRPC stream; nil: none yet
+	nextID  int64
+	holds   map[int64]H       // watch ID → the hold whose key it watches
+	keys    map[int64]*key    // watch ID → a key being acquired (Expect)
+	unsent  map[int64]int64   // holds whose watch goes out with the next stream: ID → the revision their key was known present at (0: unknown)
+	pending map[int64]int64   // holds whose watch is sent, not yet known to tell every deletion after that revision
+	checks  []int64           // holds whose watch began after that revision: a read finds a deletion between
+	reading bool              // a goroutine reads the gaps
+	follows map[int64]*follow // watch ID → a key a waiter waits for
+	idle    map[string]*idle  // a released key's watch, by key, kept for its next acquisition
+	sweep   *time.Timer       // ends idle watches past linger
+	recent  recent            // the keys released last: only a key released again keeps its watch
+}
+
+// recent is the last maxLinger keys whose watch ended with their release.
+type recent struct {
+	set  map[string]struct{}
+	ring []string
+	next int
+}
+
+// again says whether k was released lately, and notes that it was now.
+func (r *recent) again(k string) bool {
+	if _, ok := r.set[k]; ok {
+		return true
+	}
+	if r.set == nil {
+		r.set = make(map[string]struct{}, maxLinger)
+	}
+	if len(r.ring) < maxLinger {
+		r.ring = append(r.ring, k)
+	} else {
+		delete(r.set, r.ring[r.next])
+		r.ring[r.next] = k
+		r.next = (r.next + 1) % maxLinger
+	}
+	r.set[k] = struct{}{}
+	return false
+}
+
+// key is a key being acquired, watched from before its enqueue, so that
+// its hold needs no read to cover the time before its watch began.
+type key struct {
+	key     string
+	sent    bool  // its create went out on the current stream
+	created int64 // the revision its watch began after; 0: not known yet
+	deleted int64 // the last deletion it delivered
+	waiter  func(Note)
+}
+
+// follow is one key a waiter waits for.
+type follow struct {
+	key  string
+	f    func(Note)
+	sent bool // its create went out on the current stream (else it goes with the next)
+}
+
+// idle is the watch of a key no one holds or acquires, on the stream it
+// was made on: it has told every deletion of the key since before its last
+// acquisition's confirming revision.
+type idle struct {
+	id      int64
+	conn    *conn
+	since   time.Time
+	deleted int64 // the last deletion it delivered
+}
+
+// Note is what a waiter is told, serially and with the stream's lock held
+// (so f must only note and signal).
+type Note struct {
+	Kind Kind
+	Key  string
+	Rev  int64 // Created: every deletion after Rev will be told; Deleted: the deletion's revision
+	Err  error // Ended: why etcd refused the watch, if it did
+}
+
+// Kind is what happened to a followed key.
+type Kind uint8
+
+const (
+	Created Kind = iota + 1 // the key's watch runs
+	Deleted                 // the key was deleted
+	Ended                   // nothing more is told: the stream broke, or etcd refused the watch
+)
+
+// conn is one gRPC watch stream and the creates it has not answered yet:
+// etcd answers creates in order, and a refused one with ID -1.
+type conn struct {
+	ws     etcdserverpb.Watch_WatchClient
 	cancel context.CancelFunc
 
-	mu       sync.Mutex
-	keys     map[string]H
-	expected map[string]int64 // keys being acquired: a deletion seen is kept
-	from     int64            // first revision the current stream delivers
-	linger   *time.Timer      // stops an idle watch later
-	uses     int
-
-	// What Follow needs: whether the stream is established, the deletions
-	// it delivered lately (every one at or after recentFrom is there), and
-	// who follows which key.
-	gen        int        // the current loop's: a stopped loop's late news is ignored
-	live       bool       // the current loop's stream delivers: false once stopped
-	recent     []deletion // a ring of the last maxRecent
-	next       int        // where the next deletion goes in recent
-	recentFrom int64
-	followers  map[string][]*follower
+	sendMu sync.Mutex // one sender at a time (gRPC's rule)
+	fifoMu sync.Mutex // not held while sending: the reader pops it
+	fifo   []int64
 }
 
-type deletion struct {
-	key      string
-	at       int64
-	released bool
+// noPut is every watch's filter: deletions only.
+var noPut = []etcdserverpb.WatchCreateRequest_FilterType{etcdserverpb.WatchCreateRequest_NOPUT}
+
+// create sends a watch of key from the current revision.
+func (c *conn) create(id int64, key string) {
+	req := &etcdserverpb.WatchRequest{RequestUnion: &etcdserverpb.WatchRequest_CreateRequest{CreateRequest: &etcdserverpb.WatchCreateRequest{
+		Key: []byte(key), WatchId: id, Filters: noPut}}}
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	c.fifoMu.Lock()
+	c.fifo = append(c.fifo, id)
+	c.fifoMu.Unlock()
+	_ = c.ws.Send(req) // a failed send broke the stream: its reader reconnects
 }
 
-type follower struct {
-	keys []string
-	read int64
-	f    func(key string, at int64, released bool)
+func (c *conn) end(id int64) {
+	req := &etcdserverpb.WatchRequest{RequestUnion: &etcdserverpb.WatchRequest_CancelRequest{CancelRequest: &etcdserverpb.WatchCancelRequest{WatchId: id}}}
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	_ = c.ws.Send(req)
 }
 
-// maxRecent bounds the deletions kept for a Follow that comes after them.
-const maxRecent = 64
-
-// Expect marks key as being acquired, before the confirming read.
-func (w *Watcher[H]) Expect(key string) {
-	w.mu.Lock()
-	if w.cancel != nil {
-		w.expected[key] = 0
+// answered pops the oldest create not answered yet: the one etcd answers.
+func (c *conn) answered() int64 {
+	c.fifoMu.Lock()
+	defer c.fifoMu.Unlock()
+	if len(c.fifo) == 0 {
+		return clientv3.InvalidWatchID
 	}
-	w.mu.Unlock()
-}
-
-func (w *Watcher[H]) Unexpect(key string) {
-	w.mu.Lock()
-	delete(w.expected, key)
-	w.settle()
-	w.mu.Unlock()
-}
-
-// Register ends h (once) when its key, created at h.rev and confirmed at
-// h.at, is deleted.
-func (w *Watcher[H]) Register(h H) {
-	c := w.c
-	key, rev, at := c.Key(h), c.Rev(h), c.At(h)
-	w.mu.Lock()
-	deletedAt, wasExpected := w.expected[key]
-	delete(w.expected, key)
-	w.keys[key] = h
-	w.uses++
-	if w.linger != nil {
-		w.linger.Stop()
-		w.linger = nil
+	id := c.fifo[0]
+	c.fifo = c.fifo[1:]
+	if len(c.fifo) == 0 {
+		c.fifo = nil
 	}
-	check := false
-	switch {
-	case w.cancel == nil:
-		w.start(at + 1)
-	case deletedAt > rev:
-		delete(w.keys, key)
-		w.mu.Unlock()
-		c.Gone(h)
+	return id
+}
+
+// Expect watches k, about to be put (or adopted), before its enqueue is
+// sent: the watch then tells every deletion of the key's new incarnation.
+// The returned ID goes to Register once the key holds, or to Unexpect.
+func (s *Stream[H]) Expect(k string) int64 {
+	s.mu.Lock()
+	if s.keys == nil {
+		s.keys = make(map[int64]*key)
+	}
+	if w := s.idle[k]; w != nil && s.conn != nil && w.conn == s.conn {
+		delete(s.idle, k)
+		s.keys[w.id] = &key{key: k, sent: true, created: 1, deleted: w.deleted} // ran before its last acquisition
+		s.mu.Unlock()
+		return w.id
+	}
+	s.nextID++
+	id := s.nextID
+	c := s.conn
+	s.keys[id] = &key{key: k, sent: c != nil}
+	if c == nil {
+		s.run()
+	}
+	s.mu.Unlock()
+	if c != nil {
+		c.create(id, k)
+	}
+	return id
+}
+
+// Unexpect ends the watch of an acquisition that failed; it stays open a
+// while for the key's next acquisition.
+func (s *Stream[H]) Unexpect(id int64) {
+	s.mu.Lock()
+	e := s.keys[id]
+	if e == nil {
+		s.mu.Unlock()
 		return
-	case !wasExpected || w.from > at+1:
-		check = true
 	}
-	w.mu.Unlock()
-	if check {
-		w.checkOnce(h)
-	}
+	delete(s.keys, id)
+	s.release(id, e.key, e.sent, e.sent && e.created > 0, e.deleted)
 }
 
-// Follow calls f, serially and with the watcher's lock held (so f must
-// only note and signal), for each deletion of one of keys at a revision
-// after read, whether delivered already or later, with whether its
-// revision looks like a holder's own release (marks: it deleted that key
-// and one of the namespace's release marks, nothing else), and f("", 0,
-// false) once if the stream breaks. It returns false, calling nothing,
-// when the stream runs not or may have missed such a deletion: the caller
-// watches itself. A waiter whose session holds already so shares its
-// stream.
-func (w *Watcher[H]) Follow(keys []string, read int64, f func(key string, at int64, released bool)) (stop func(), ok bool) {
-	stop, ok = w.follow(keys, read, f)
-	if w.c.Followed != nil {
-		w.c.Followed(ok)
+// Register makes h, whose key was confirmed present at revision at, the
+// holder of watch id (Expect's): a deletion of its key after at ends it. A
+// deletion between at and the start of a watch that began later (the
+// stream broke meanwhile) is found by a read.
+func (s *Stream[H]) Register(h H, id, at int64) {
+	s.mu.Lock()
+	e := s.keys[id]
+	if e == nil { // closing
+		s.mu.Unlock()
+		return
 	}
-	return stop, ok
+	delete(s.keys, id)
+	s.holds[id] = h
+	switch {
+	case e.deleted > s.c.Rev(h): // deleted after it was created
+		delete(s.holds, id)
+		s.release(id, e.key, e.sent, e.sent && e.created > 0, e.deleted)
+		s.c.Gone(h)
+		return
+	case !e.sent:
+		if s.unsent == nil {
+			s.unsent = make(map[int64]int64)
+		}
+		s.unsent[id] = at
+	case e.created == 0:
+		if s.pending == nil {
+			s.pending = make(map[int64]int64)
+		}
+		s.pending[id] = at
+	case e.created > at:
+		if s.pending == nil {
+			s.pending = make(map[int64]int64)
+		}
+		s.pending[id] = at
+		s.check(id)
+	}
+	s.mu.Unlock()
 }
 
-func (w *Watcher[H]) follow(keys []string, read int64, f func(key string, at int64, released bool)) (stop func(), ok bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.live || read+1 < w.recentFrom {
-		return nil, false
+// Unregister stops the news of h's key; the watch of a key released
+// again and again stays open a while for its next acquisition (at most
+// maxLinger such), else it ends now, before the release that deletes the
+// key is sent.
+func (s *Stream[H]) Unregister(h H, id int64) {
+	s.mu.Lock()
+	if s.holds[id] != h {
+		s.mu.Unlock()
+		return
 	}
-	fl := &follower{keys: keys, read: read, f: f}
-	for i := range w.recent { // oldest first: the ring's next slot is its oldest
-		if d := w.recent[(w.next+i)%len(w.recent)]; d.at > read && slices.Contains(keys, d.key) {
-			f(d.key, d.at, d.released)
+	delete(s.holds, id)
+	_, unsent := s.unsent[id]
+	_, pending := s.pending[id]
+	delete(s.unsent, id)
+	delete(s.pending, id)
+	s.release(id, s.c.Key(h), !unsent, !unsent && !pending, 0)
+}
+
+// release keeps the watch id of key k idle (covered: it has told every
+// deletion since before its last acquisition) or ends it (if sent on the
+// current stream); s.mu is held, and released. Only a key released again
+// within the last maxLinger releases keeps it: an idle watch receives its
+// own key's release, an event a key taken once need not cost.
+func (s *Stream[H]) release(id int64, k string, sent, covered bool, deleted int64) {
+	c := s.conn
+	keep := c != nil && covered && s.recent.again(k) && len(s.idle) < maxLinger && s.idle[k] == nil
+	if keep {
+		if s.idle == nil {
+			s.idle = make(map[string]*idle)
+		}
+		s.idle[k] = &idle{id: id, conn: c, since: time.Now(), deleted: deleted}
+		if s.sweep == nil {
+			s.sweep = time.AfterFunc(linger, s.sweepIdle)
 		}
 	}
-	if w.followers == nil {
-		w.followers = make(map[string][]*follower)
+	s.settle()
+	s.mu.Unlock()
+	if c != nil && !keep && sent {
+		c.end(id)
 	}
-	for _, k := range keys {
-		w.followers[k] = append(w.followers[k], fl)
+}
+
+// Reset ends the current gRPC stream, and every watch on it at once: for
+// the end of a lease, whose holds' watches would each be cancelled (a
+// storm's 100,000 cancels reaching the member with the re-acquisitions).
+// What still needs watching is watched anew on the next stream.
+func (s *Stream[H]) Reset() {
+	s.mu.Lock()
+	c := s.conn
+	s.mu.Unlock()
+	if c != nil {
+		c.cancel()
+	}
+}
+
+// sweepIdle ends the idle watches past linger.
+func (s *Stream[H]) sweepIdle() {
+	s.mu.Lock()
+	s.sweep = nil
+	var ids []int64
+	c := s.conn
+	next := time.Duration(0)
+	for k, w := range s.idle {
+		if d := time.Since(w.since); d >= linger || w.conn != c {
+			delete(s.idle, k)
+			if w.conn == c {
+				ids = append(ids, w.id)
+			}
+		} else if next == 0 || linger-d < next {
+			next = linger - d
+		}
+	}
+	if next > 0 {
+		s.sweep = time.AfterFunc(next, s.sweepIdle)
+	}
+	s.settle()
+	s.mu.Unlock()
+	for _, id := range ids {
+		c.end(id)
+	}
+}
+
+// StopLinger ends the idle watches' timer (the session is closing).
+func (s *Stream[H]) StopLinger() {
+	s.mu.Lock()
+	if s.sweep != nil {
+		s.sweep.Stop()
+		s.sweep = nil
+	}
+	s.mu.Unlock()
+}
+
+// Follow watches keys for a waiter whose own key is watch own (Expect's):
+// f is told Created once each key's watch runs (the caller covers what
+// came between its read and that revision), Deleted for each deletion of
+// those keys and of its own after that, and Ended if the stream breaks or
+// etcd refuses a watch (the caller reads again). stop ends the watches.
+func (s *Stream[H]) Follow(own int64, keys []string, f func(Note)) (stop func()) {
+	ids := make([]int64, len(keys))
+	s.mu.Lock()
+	if s.follows == nil {
+		s.follows = make(map[int64]*follow)
+	}
+	c := s.conn
+	for i, k := range keys {
+		s.nextID++
+		ids[i] = s.nextID
+		s.follows[ids[i]] = &follow{key: k, f: f, sent: c != nil}
+	}
+	ok := true
+	if c == nil && !s.run() { // closing
+		ok = false
+		for _, id := range ids {
+			delete(s.follows, id)
+		}
+		f(Note{Kind: Ended})
+	} else if e := s.keys[own]; e != nil {
+		e.waiter = f
+	}
+	s.mu.Unlock()
+	if c != nil {
+		for i, id := range ids {
+			c.create(id, keys[i])
+		}
+	}
+	if f := s.c.hooks().Followed; f != nil {
+		f(ok)
 	}
 	return func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		for _, k := range fl.keys {
-			if l := slices.DeleteFunc(w.followers[k], func(o *follower) bool { return o == fl }); len(l) > 0 {
-				w.followers[k] = l
-			} else {
-				delete(w.followers, k)
+		s.mu.Lock()
+		var live []int64
+		for _, id := range ids {
+			if fw := s.follows[id]; fw != nil {
+				delete(s.follows, id)
+				if fw.sent {
+					live = append(live, id)
+				}
 			}
 		}
-		w.settle()
-	}, true
-}
-
-// established marks loop gen's stream live from revision first on.
-func (w *Watcher[H]) established(gen int, first int64) {
-	w.mu.Lock()
-	live := gen == w.gen
-	if live {
-		w.live, w.recent, w.next, w.recentFrom = true, w.recent[:0], 0, first
-	}
-	w.mu.Unlock()
-	if live {
-		call(w.c.Established)
-	}
-}
-
-// broken tells every follower that loop gen's stream ended.
-func (w *Watcher[H]) broken(gen int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if gen != w.gen {
-		return // stopped while idle, so never followed since: the followers are the next loop's
-	}
-	w.live = false
-	seen := map[*follower]bool{}
-	for _, l := range w.followers {
-		for _, fl := range l {
-			if !seen[fl] {
-				seen[fl] = true
-				fl.f("", 0, false)
+		if e := s.keys[own]; e != nil {
+			e.waiter = nil
+		}
+		c := s.conn
+		s.settle()
+		s.mu.Unlock()
+		if c != nil {
+			for _, id := range live {
+				c.end(id)
 			}
 		}
 	}
-	clear(w.followers)
 }
 
-// Unregister stops the news of h's key; the watch lingers a TTL after the
-// last key when the session holds again and again, and stops at once after
-// a single hold so that drained waiters stop receiving the namespace.
-func (w *Watcher[H]) Unregister(h H) {
-	key := w.c.Key(h)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.keys[key] == h {
-		delete(w.keys, key)
+// run starts the loop if none runs; false once the session is closing.
+// s.mu is held.
+func (s *Stream[H]) run() bool {
+	if s.cancel != nil {
+		return true
 	}
-	w.settle()
-}
-
-// settle stops an idle watch, at once or after linger; w.mu is held.
-func (w *Watcher[H]) settle() {
-	switch {
-	case !w.idle() || w.cancel == nil || w.linger != nil:
-	case w.uses < 2:
-		w.stop()
-	default:
-		w.linger = time.AfterFunc(linger, func() { w.stopIfIdle() })
-	}
-}
-
-func (w *Watcher[H]) StopLinger() {
-	w.mu.Lock()
-	if w.linger != nil {
-		w.linger.Stop()
-		w.linger = nil
-	}
-	w.mu.Unlock()
-}
-
-// stopIfIdle ends the watch when no key is held or expected.
-func (w *Watcher[H]) stopIfIdle() bool {
-	w.StopLinger()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.idle() || w.cancel == nil {
+	ctx, cancel := context.WithCancel(s.c.Ctx)
+	s.gen++
+	gen := s.gen
+	if !s.c.Go(func() { s.loop(ctx, gen) }) {
+		cancel()
 		return false
 	}
-	w.stop()
+	s.cancel = cancel
 	return true
 }
 
-// stop ends the current loop, idle; w.mu is held. Its stream is down from
-// here on, before the loop sees it end: a follower that came meanwhile
-// would be told neither of the deletions after the stream stopped nor, once
-// a new hold starts the next loop, of its end. So nobody follows it, and
-// what it still delivers is ignored.
-func (w *Watcher[H]) stop() {
-	w.cancel()
-	w.cancel = nil
-	w.live = false
-	w.gen++
-}
-
-// idle: nothing held, being acquired or followed; w.mu is held.
-func (w *Watcher[H]) idle() bool {
-	return len(w.keys) == 0 && len(w.expected) == 0 && len(w.followers) == 0
-}
-
-// start runs the watch loop from revision from; w.mu is held.
-func (w *Watcher[H]) start(from int64) {
-	ctx, cancel := context.WithCancel(w.c.Ctx)
-	w.gen++
-	gen := w.gen
-	w.live = false
-	if w.c.Go(func() { w.loop(ctx, gen, from) }) {
-		w.cancel, w.from = cancel, from
-	} else {
-		cancel()
+// settle stops the loop once nothing is held, acquired, followed or kept;
+// s.mu is held. A stopped loop's news is ignored from here on (gen).
+func (s *Stream[H]) settle() {
+	if s.cancel == nil || len(s.holds) > 0 || len(s.keys) > 0 || len(s.follows) > 0 || len(s.idle) > 0 {
+		return
+	}
+	s.cancel()
+	s.cancel, s.conn = nil, nil
+	s.gen++
+	if s.sweep != nil {
+		s.sweep.Stop()
+		s.sweep = nil
 	}
 }
 
-// loop watches from the current revision, which etcd serves at once (a past
-// one waits up to 100 ms in its unsynced set), reading once to cover any
-// gap since from; after a broken stream it reads what is held and resumes.
-func (w *Watcher[H]) loop(ctx context.Context, gen int, from int64) {
-	failed := false // the last re-read failed: stop first if idle
-	_ = retry.Loop(ctx, rereadPause, rereadPause, func(ctx context.Context) (bool, error) {
-		if failed && w.stopIfIdle() {
+// errBroken paces the reconnection after a stream broke.
+var errBroken = errors.New("watch stream broken")
+
+// loop opens the stream, reads it until it breaks, and opens it again
+// until the session closes or nothing is watched.
+func (s *Stream[H]) loop(ctx context.Context, gen int) {
+	_ = retry.Loop(ctx, reconnectPause, reconnectPause, func(ctx context.Context) (bool, error) {
+		cctx, cancel := context.WithCancel(retry.Leader(ctx))
+		ws, err := etcdserverpb.NewWatchClient(s.c.Client.ActiveConnection()).Watch(cctx, grpc.WaitForReady(true))
+		if err != nil {
+			cancel()
+			return ctx.Err() != nil, err
+		}
+		c := &conn{ws: ws, cancel: cancel}
+		if !s.publish(gen, c) {
+			cancel()
 			return true, nil
 		}
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		// Deletions only: with puts every session watching a namespace
-		// would receive every acquisition in it (issue 34: 20 sessions, 20
-		// events per lock taken). A release deletes a mark in its revision.
-		for wr := range w.c.Client.Watch(wctx, w.prefix, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify()) {
-			if wr.Err() != nil {
+		for {
+			resp, err := ws.Recv()
+			if err != nil {
 				break
 			}
-			if wr.Created {
-				if wr.Header.Revision >= from {
-					if _, ok := w.reread(ctx, gen); !ok {
-						break
-					}
-				}
-				w.established(gen, wr.Header.Revision+1) // etcd delivers every event after it
-			}
-			marked := marks(wr.Events)
-			for _, ev := range wr.Events {
-				if k := string(ev.Kv.Key); ev.Type == mvccpb.DELETE && !keys.IsReleased(k) {
-					w.deleted(gen, k, ev.Kv.ModRevision, slices.Contains(marked, ev.Kv.ModRevision))
-				}
-			}
+			s.dispatch(gen, c, resp)
 		}
 		cancel()
-		call(w.c.StreamEnded)
-		w.broken(gen)
-		if ctx.Err() != nil || w.stopIfIdle() {
+		call(s.c.hooks().StreamEnded)
+		if s.broken(gen, c) || ctx.Err() != nil {
 			return true, nil
 		}
-		call(w.c.BeforeReread)
-		rev, ok := w.reread(ctx, gen)
-		if failed = !ok; failed {
-			return false, errReread
-		}
-		from = rev + 1
-		return false, nil
+		return false, errBroken
 	}, nil)
+	s.ended(gen)
 }
 
-// marks returns the revisions among evs that are a holder's release: one
-// release mark and one other key deleted, nothing else but the records
-// that go with that key (keys.IsRecord; one response holds
-// whole revisions, in the order of their ops). A range delete that spans a
-// mark, a revoke of a lease a mark was put on, a hand-over that skips
-// candidates, or a waiter's own key going with the key ahead are not:
-// their followers read before they hold.
-func marks(evs []*clientv3.Event) []int64 {
-	var revs []int64
-	for i := 0; i < len(evs); {
-		rev, mark, other := evs[i].Kv.ModRevision, 0, 0
-		for ; i < len(evs) && evs[i].Kv.ModRevision == rev; i++ {
-			switch {
-			case evs[i].Type != mvccpb.DELETE:
-			case keys.IsReleased(string(evs[i].Kv.Key)):
-				mark++
-			case keys.IsRecord(string(evs[i].Kv.Key)): // gone with its holder's key
-			default:
-				other++
+// ended tells the waiters of loop gen, ended with the session, that
+// nothing more will come.
+func (s *Stream[H]) ended(gen int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if gen != s.gen {
+		return
+	}
+	for id, fw := range s.follows {
+		delete(s.follows, id)
+		fw.f(Note{Kind: Ended, Key: fw.key})
+	}
+	s.cancel, s.conn = nil, nil
+}
+
+// publish makes c the stream of loop gen: the watches waiting for one go
+// out. False if the loop was stopped.
+func (s *Stream[H]) publish(gen int, c *conn) bool {
+	type item struct {
+		id  int64
+		key string
+	}
+	s.mu.Lock()
+	if gen != s.gen {
+		s.mu.Unlock()
+		return false
+	}
+	s.conn = c
+	var now []item
+	for id, at := range s.unsent {
+		now = append(now, item{id, s.c.Key(s.holds[id])})
+		if s.pending == nil {
+			s.pending = make(map[int64]int64)
+		}
+		s.pending[id] = at
+	}
+	s.unsent = nil
+	for id, e := range s.keys {
+		if !e.sent {
+			e.sent = true
+			now = append(now, item{id, e.key})
+		}
+	}
+	for id, fw := range s.follows {
+		if !fw.sent {
+			fw.sent = true
+			now = append(now, item{id, fw.key})
+		}
+	}
+	s.mu.Unlock()
+	call(s.c.hooks().Established)
+	send := func() {
+		for _, it := range now {
+			c.create(it.id, it.key)
+		}
+	}
+	// Few creates go from here; many from a goroutine of their own: this
+	// one must read the stream while etcd answers them.
+	if len(now) <= 16 || !s.c.Go(send) {
+		send()
+	}
+	return true
+}
+
+// broken ends loop gen's stream c: its waiters are told; its holds and
+// keys being acquired are watched anew with the next stream, each held
+// key read again; its idle watches are gone. True when the loop must stop
+// (stopped, or nothing left to watch).
+func (s *Stream[H]) broken(gen int, c *conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if gen != s.gen {
+		return true
+	}
+	if s.conn == c {
+		s.conn = nil
+	}
+	for id, fw := range s.follows {
+		if fw.sent && !planted.On("p") { // p: its waiter left waiting for a watch that ended
+			delete(s.follows, id)
+			fw.f(Note{Kind: Ended, Key: fw.key})
+		}
+	}
+	for _, e := range s.keys {
+		if e.sent {
+			e.sent, e.created = false, 0
+			if e.waiter != nil && !planted.On("p") {
+				e.waiter(Note{Kind: Ended, Key: e.key})
 			}
 		}
-		if planted.On("f") && other > 0 {
-			mark, other = 1, 1
-		}
-		if mark == 1 && other == 1 {
-			revs = append(revs, rev)
+	}
+	for id := range s.holds {
+		if _, ok := s.unsent[id]; !ok {
+			if s.unsent == nil {
+				s.unsent = make(map[int64]int64)
+			}
+			s.unsent[id] = 0 // unknown: read once the new watch runs
 		}
 	}
-	return revs
+	s.pending, s.checks = nil, nil
+	clear(s.idle)
+	before := s.cancel
+	s.settle()
+	return s.cancel == nil && before != nil
 }
 
-// rereadPause spaces the re-reads of a namespace while they fail.
-const rereadPause = 100 * time.Millisecond
-
-var errReread = errors.New("namespace re-read failed")
-
-// deleted ends the hold of key in this goroutine, if the key was created
-// before the deletion, and tells its followers; loop gen delivered it.
-func (w *Watcher[H]) deleted(gen int, key string, at int64, released bool) {
-	w.mu.Lock()
-	if gen != w.gen { // a stopped loop's: out of order with the next one's
-		w.mu.Unlock()
+// dispatch applies one response of loop gen's stream c: a create's
+// answer, a watch etcd ended, or deletions, each ending the hold of its
+// key in this step.
+func (s *Stream[H]) dispatch(gen int, c *conn, resp *etcdserverpb.WatchResponse) {
+	var gone []H
+	s.mu.Lock()
+	if gen != s.gen || s.conn != c {
+		s.mu.Unlock()
 		return
 	}
-	if _, ok := w.expected[key]; ok {
-		w.expected[key] = at
-	}
-	h, ok := w.keys[key]
-	ok = ok && at > w.c.Rev(h) // an older deletion is of an earlier holder of this key
-	if ok {
-		delete(w.keys, key)
-	}
-	if len(w.recent) < maxRecent {
-		w.recent = append(w.recent, deletion{key, at, released})
-	} else {
-		w.recentFrom = w.recent[w.next].at + 1
-		w.recent[w.next] = deletion{key, at, released}
-		w.next = (w.next + 1) % maxRecent
-	}
-	for _, fl := range w.followers[key] {
-		if planted.On("l") && released {
-			continue
+	id := resp.WatchId
+	switch {
+	case resp.Created:
+		if sent := c.answered(); resp.Canceled {
+			id = sent // etcd answers a refused create with ID -1
 		}
-		if at > fl.read {
-			fl.f(key, at, released)
+		s.created(id, resp, c)
+	case resp.Canceled: // by etcd: compacted past it while it lagged
+		if fw := s.follows[id]; fw != nil {
+			delete(s.follows, id)
+			fw.f(Note{Kind: Ended, Key: fw.key})
+		} else if _, held := s.holds[id]; held || s.keys[id] != nil {
+			c.cancel() // watched anew with the next stream
 		}
-	}
-	w.mu.Unlock()
-	if ok {
-		w.c.Gone(h)
-	}
-	if w.c.Deleted != nil {
-		w.c.Deleted(key)
-	}
-}
-
-// reread reads the namespace's keys and ends the holds registered before
-// the read whose keys are gone (for loop gen, if still current); it
-// returns the revision read at.
-func (w *Watcher[H]) reread(ctx context.Context, gen int) (int64, bool) {
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	resp, err := w.c.Client.Get(rctx, w.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	cancel()
-	if err != nil {
-		return 0, false
-	}
-	rev := resp.Header.Revision
-	present := make(map[string]int64, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		present[string(kv.Key)] = kv.CreateRevision
-	}
-	var gone []H
-	w.mu.Lock()
-	if gen != w.gen {
-		w.mu.Unlock()
-		return rev, true
-	}
-	for k, h := range w.keys {
-		if w.c.At(h) < rev && present[k] != w.c.Rev(h) {
-			delete(w.keys, k)
-			gone = append(gone, h)
+	default:
+		for _, ev := range resp.Events {
+			if ev.Type != mvccpb.DELETE {
+				continue
+			}
+			k, at := string(ev.Kv.Key), ev.Kv.ModRevision
+			switch h, held := s.holds[id]; {
+			case held:
+				if at > s.c.Rev(h) { // an older deletion is of an earlier incarnation
+					delete(s.holds, id)
+					delete(s.pending, id)
+					gone = append(gone, h)
+					if s.idle == nil {
+						s.idle = make(map[string]*idle)
+					}
+					if s.idle[k] == nil { // ended with the stream, or by the next acquisition
+						s.idle[k] = &idle{id: id, conn: c, since: time.Now(), deleted: at}
+						if s.sweep == nil {
+							s.sweep = time.AfterFunc(linger, s.sweepIdle)
+						}
+					}
+				}
+			case s.keys[id] != nil:
+				e := s.keys[id]
+				e.deleted = max(e.deleted, at)
+				if e.waiter != nil {
+					e.waiter(Note{Kind: Deleted, Key: k, Rev: at})
+				}
+			case s.follows[id] != nil:
+				s.follows[id].f(Note{Kind: Deleted, Key: k, Rev: at})
+			default:
+				if w := s.idle[k]; w != nil && w.id == id {
+					w.deleted = max(w.deleted, at)
+				}
+			}
 		}
 	}
-	clear(w.expected) // their registration reads them
-	w.from = rev + 1
-	w.mu.Unlock()
+	s.mu.Unlock()
 	for _, h := range gone {
-		w.c.Gone(h)
+		s.c.Gone(h)
 	}
-	return rev, true
+	if f := s.c.hooks().Deleted; f != nil {
+		for _, ev := range resp.Events {
+			if ev.Type == mvccpb.DELETE {
+				f(string(ev.Kv.Key))
+			}
+		}
+	}
 }
 
-// checkOnce reads h's key (a few attempts) and ends h if it is gone.
-func (w *Watcher[H]) checkOnce(h H) {
-	key := w.c.Key(h)
-	for range 3 {
-		ctx, cancel := context.WithTimeout(w.c.Ctx, 2*time.Second)
-		resp, err := w.c.Client.Get(ctx, key, clientv3.WithKeysOnly())
-		cancel()
-		if err != nil {
-			continue
+// created applies etcd's answer to the create of watch id; s.mu is held.
+func (s *Stream[H]) created(id int64, resp *etcdserverpb.WatchResponse, c *conn) {
+	rev := resp.Header.Revision
+	if fw := s.follows[id]; fw != nil {
+		if resp.Canceled {
+			delete(s.follows, id)
+			err := refusal(resp.CancelReason)
+			fw.f(Note{Kind: Ended, Key: fw.key, Err: err})
+			if !retry.Permanent(err) {
+				c.cancel() // an expired auth token, say: the next stream carries the current one
+			}
+		} else {
+			fw.f(Note{Kind: Created, Key: fw.key, Rev: rev})
 		}
-		if len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == w.c.Rev(h) {
+		return
+	}
+	_, held := s.holds[id]
+	e := s.keys[id]
+	switch {
+	case resp.Canceled && (held || e != nil):
+		c.cancel() // refused: watched anew with the next stream
+	case e != nil:
+		e.created = rev
+	case held:
+		at, p := s.pending[id]
+		switch {
+		case !p:
+		case rev <= at:
+			delete(s.pending, id) // it began before any deletion after at
+		default:
+			s.check(id)
+		}
+	}
+}
+
+// check has the gap of pending hold id read; s.mu is held.
+func (s *Stream[H]) check(id int64) {
+	s.checks = append(s.checks, id)
+	if c, gen := s.conn, s.gen; !s.reading && c != nil && s.c.Go(func() { s.readGaps(gen, c) }) {
+		s.reading = true
+	}
+}
+
+// readGaps reads, in transactions of point reads, the keys of the pending
+// holds whose watch began after the revision their key was known present
+// at, and ends those whose key went meanwhile; the others are covered from
+// there on. A failed read breaks c, and the next stream watches them anew.
+func (s *Stream[H]) readGaps(gen int, c *conn) {
+	call(s.c.hooks().BeforeGapRead)
+	for {
+		s.mu.Lock()
+		if gen != s.gen || s.conn != c || len(s.checks) == 0 {
+			s.reading = false
+			s.mu.Unlock()
 			return
 		}
-		w.mu.Lock()
-		mine := w.keys[key] == h
-		if mine {
-			delete(w.keys, key)
+		batch := s.checks[:min(len(s.checks), chunk)]
+		s.checks = s.checks[len(batch):]
+		if len(s.checks) == 0 {
+			s.checks = nil
 		}
-		w.mu.Unlock()
-		if mine {
-			w.c.Gone(h)
+		ops := make([]clientv3.Op, 0, len(batch))
+		var ids []int64
+		for _, id := range batch {
+			if h, ok := s.holds[id]; ok {
+				ids = append(ids, id)
+				ops = append(ops, clientv3.OpGet(s.c.Key(h), clientv3.WithKeysOnly()))
+			}
 		}
-		return
+		s.mu.Unlock()
+		if len(ops) == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(s.c.Ctx, 2*time.Second)
+		resp, err := s.c.Client.Txn(retry.Leader(ctx)).Then(ops...).Commit() // linearizable: after every watch's start
+		cancel()
+		if err != nil {
+			c.cancel()
+			s.mu.Lock()
+			s.reading = false
+			s.mu.Unlock()
+			return
+		}
+		var gone []H
+		var ended []int64
+		s.mu.Lock()
+		if gen != s.gen || s.conn != c {
+			s.reading = false
+			s.mu.Unlock()
+			return
+		}
+		for i, id := range ids {
+			h, ok := s.holds[id]
+			if _, p := s.pending[id]; !ok || !p {
+				continue // unregistered meanwhile
+			}
+			delete(s.pending, id)
+			if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) == 1 && kvs[0].CreateRevision == s.c.Rev(h) {
+				continue
+			}
+			delete(s.holds, id)
+			gone, ended = append(gone, h), append(ended, id)
+		}
+		s.settle()
+		s.mu.Unlock()
+		for _, h := range gone {
+			s.c.Gone(h)
+		}
+		for _, id := range ended {
+			c.end(id)
+		}
 	}
+}
+
+// refusal is the error of a create etcd refused.
+func refusal(reason string) error {
+	if reason == rpctypes.ErrGRPCPermissionDenied.Error() {
+		return rpctypes.ErrPermissionDenied
+	}
+	return errors.New("etcd refused the watch: " + reason)
 }
 
 func call(f func()) {

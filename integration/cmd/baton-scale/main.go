@@ -3,14 +3,16 @@
 // prints one summary line on stdout; progress goes to stderr, every figure
 // to a JSON file (docs/scaling.md).
 //
-//	baton-scale [-quick] [-only held,waiters,server,storm,processes,shards,cold,clusters] [-held 100000] [-waiters 10000] [-clients 10] [-json scale.json]
+//	baton-scale [-quick] [-only held,waiters,server,storm,processes,fleet,shards,cold,clusters] [-held 100000] [-waiters 10000] [-clients 10] [-json scale.json]
 //
 // Phases: held (locks held on one session, in a child process), waiters
 // (a queue on one name, drained), server (etcd's watchers, keys and db
 // bytes per lock and per waiter), storm (holders cut off from etcd past
 // their leases, then back), processes (many OS processes against one
-// etcd), shards (a shard group of 4,096 over 50 processes, restarted in
-// turn), cold (the same group's 50 processes started at once), clusters
+// etcd), fleet (50 processes of 1 and of 10 sessions in one namespace,
+// baton and raw: the member's watch events per acquisition), shards (a
+// shard group of 4,096 over 50 processes, restarted in turn), cold (the
+// same group's 50 processes started at once), clusters
 // (the router over several embedded clusters).
 package main
 
@@ -45,7 +47,7 @@ func main() {
 }
 
 // phases are every phase, in the order they run.
-var phases = []string{"held", "waiters", "server", "storm", "processes", "shards", "cold", "clusters"}
+var phases = []string{"held", "waiters", "server", "storm", "processes", "fleet", "shards", "cold", "clusters"}
 
 // options are the command's flags.
 type options struct {
@@ -187,6 +189,7 @@ type report struct {
 	// Storm, Processes, Shards, Cold and Clusters are those phases' results.
 	Storm     any           `json:"storm,omitempty"`
 	Processes any           `json:"processes,omitempty"`
+	Fleet     any           `json:"fleet,omitempty"`
 	Shards    any           `json:"shards,omitempty"`
 	Cold      any           `json:"cold,omitempty"`
 	Clusters  any           `json:"clusters,omitempty"`
@@ -242,6 +245,8 @@ func measure(ctx context.Context, o options, progress io.Writer) (*report, error
 				rep.Summary.StormRan = true
 			case "processes":
 				rep.Summary.ProcessesRan = true
+			case "fleet":
+				rep.Summary.FleetRan = true
 			}
 			if ctx.Err() != nil {
 				return rep, err

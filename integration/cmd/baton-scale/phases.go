@@ -49,6 +49,26 @@ var others = []other{
 		fmt.Fprintf(progress, "  processes %dx%d: p99 %v\n", cfg.Processes, cfg.Locks, r.P99.Round(time.Microsecond))
 		return nil
 	}},
+	{"fleet", func(ctx context.Context, o options, rep *report, progress io.Writer) error {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		cfg := scale.DefaultFleetConfig()
+		cfg.Binary = exe
+		if o.quick {
+			cfg.Processes, cfg.Sessions, cfg.Locks, cfg.Names = 5, []int{1, 4}, 40, 100
+		}
+		r, err := scale.Fleet(ctx, cfg, progress)
+		if err != nil {
+			return err
+		}
+		rep.Fleet = r
+		rep.Summary.FleetRan, rep.Summary.Fleet = true, &r
+		rep.failed("fleet", r.Failures)
+		fmt.Fprint(progress, r.Table())
+		return nil
+	}},
 	{"shards", func(ctx context.Context, o options, rep *report, progress io.Writer) error {
 		cfg := scale.DefaultShardsConfig()
 		if o.quick {
