@@ -476,7 +476,7 @@ func TestWaiterAfterARereadDoesNotTakeAFakeReleaseForOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	step("after the partial read's keys went")
-	// X and the mark in one revision: a release to the namespace watch,
+	// X and the mark in one revision: a release to a watch of X,
 	// but no mark was put. The waiter reads again and waits for the holder.
 	ops := []clientv3.Op{clientv3.OpDelete(x)}
 	for _, mark := range []string{keys.ReleasedKey(x), keys.ReleasedAltKey(x)} {

@@ -105,13 +105,13 @@ func TestBorrowedSessionClosedByItsOwner(t *testing.T) {
 	}
 }
 
-// A release's deletion, seen late by the session's namespace watch, must
+// A release's deletion, seen late by the session's watch stream, must
 // not end the next hold of the same key (same lease, same name).
 func TestRelockingOnASessionIsNotEndedByTheEarlierRelease(t *testing.T) {
 	cli := client(t)
 	ctx := etcdtest.Context(t, 60*time.Second)
 	sess := session(t, cli, 10)
-	// Another hold keeps the session's namespace watch running throughout.
+	// Another hold keeps the session's watch stream open throughout.
 	other := newMutex(t, cli, "relock-other", mutex.WithSession(sess))
 	keep, err := other.Lock(ctx)
 	if err != nil {
