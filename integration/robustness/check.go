@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/internal/history"
 	"github.com/batonhq/baton/rwmutex"
 )
@@ -261,8 +262,14 @@ func checkKnowsFirst(h *History, n NameInfo, cfg Config, rep *Report) {
 					rep.knows("cli", "not observed")
 					continue
 				}
-				rep.judged("knows-first")
 				ok, why := toldFirst(prev, seen)
+				if !ok && prev.Child && prev.Ended > seen && h.childStalled(prev.Client, seen-int64(time.Second), prev.Ended) >= time.Duration(prev.Ended-seen) {
+					// The holder process stood still at least as long as its
+					// clock reading is late: it cannot say when it was told.
+					rep.knows(kinds[0], "not judged (starved)")
+					continue
+				}
+				rep.judged("knows-first")
 				for _, k := range kinds {
 					if ok {
 						rep.knows(k, "told first")
@@ -340,6 +347,12 @@ func preemptions(h *History, n NameInfo) map[int64]bool {
 		}
 	}
 	return out
+}
+
+// childStalled is the time holder process client stood still within
+// [from, to], by its own meter.
+func (h *History) childStalled(client string, from, to int64) time.Duration {
+	return harness.Stalled(h.ChildStalls[client], from, to)
 }
 
 // toldFirst judges one handover from prev, whose grant was first seen at seen. In-process
@@ -488,6 +501,11 @@ func checkObserve(h *History, n NameInfo, rep *Report) {
 			ss := streams[id]
 			first, end := ss[0].At, h.streamEnd(id)
 			if first > e || end < e || (e != h.Settled && end < e+settle) {
+				continue
+			}
+			if e != h.Settled && harness.Stalled(h.Stalls, e, e+settle) > time.Duration(settle)/2 {
+				// This process stood still for half the time the stream had.
+				rep.judged("observe convergence not judged (starved)")
 				continue
 			}
 			rep.Converge++

@@ -2,6 +2,7 @@ package robustness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,12 +18,17 @@ import (
 type Disturbance struct {
 	Why        string
 	Start, End int64
+	// Load says it is a symptom of a loaded machine alone: this process
+	// unscheduled, a member's status answered too slowly. The free-lock
+	// check does not excuse those: its bound follows the run's round
+	// trips and stalls instead.
+	Load bool `json:",omitempty"`
 }
 
 // healthWatch probes every member's status each period until ctx ends,
 // and records the disturbances.
 func (r *runner) healthWatch(ctx context.Context) {
-	const period = 250 * time.Millisecond
+	const period = healthPeriod
 	eps := r.cfg.Target.Endpoints()
 	clis := make([]*clientv3.Client, len(eps))
 	for i, ep := range eps {
@@ -38,21 +44,21 @@ func (r *runner) healthWatch(ctx context.Context) {
 	for ctx.Err() == nil {
 		pause(ctx, period)
 		t := now()
-		why := ""
+		why, load := "", false
 		if gap := time.Duration(t - last); gap > 3*period {
-			why = fmt.Sprintf("this process not scheduled for %v", gap.Round(time.Millisecond))
+			why, load = fmt.Sprintf("this process not scheduled for %v", gap.Round(time.Millisecond)), true
 		}
 		var applied []uint64
 		for i, c := range clis {
 			if !r.cfg.Target.Running(i) {
-				why = fmt.Sprintf("member %d down", i)
+				why, load = fmt.Sprintf("member %d down", i), false
 				break
 			}
 			sctx, cancel := context.WithTimeout(ctx, time.Second)
 			st, err := c.Status(sctx, eps[i])
 			cancel()
 			if err != nil {
-				why = fmt.Sprintf("member %d status: %v", i, err)
+				why, load = fmt.Sprintf("member %d status: %v", i, err), errors.Is(err, context.DeadlineExceeded)
 				break
 			}
 			applied = append(applied, st.RaftAppliedIndex)
@@ -63,13 +69,15 @@ func (r *runner) healthWatch(ctx context.Context) {
 				lo, hi = min(lo, a), max(hi, a)
 			}
 			if hi-lo > 100 {
-				why = fmt.Sprintf("a member %d entries behind", hi-lo)
+				why, load = fmt.Sprintf("a member %d entries behind", hi-lo), false
 			}
 		}
 		end := now()
 		switch {
 		case why != "" && cur == nil:
-			cur = &Disturbance{Why: why, Start: last}
+			cur = &Disturbance{Why: why, Start: last, Load: load}
+		case why != "" && !load:
+			cur.Load = false // more than load after all
 		case why == "" && cur != nil:
 			cur.End = t
 			r.h.disturbed(*cur)
@@ -80,5 +88,30 @@ func (r *runner) healthWatch(ctx context.Context) {
 	if cur != nil {
 		cur.End = now()
 		r.h.disturbed(*cur)
+	}
+}
+
+// healthPeriod spaces the health watch's probes; probeTimeout bounds a
+// round trip.
+const (
+	healthPeriod = 250 * time.Millisecond
+	probeTimeout = 5 * time.Second
+)
+
+// roundTrips reads a key linearizably through the cluster every
+// healthPeriod until ctx ends, and records each answered read's round
+// trip: the run's own measure of how long one request takes, this
+// process's scheduling included.
+func (r *runner) roundTrips(ctx context.Context) {
+	for ctx.Err() == nil {
+		pause(ctx, healthPeriod)
+		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		start := now()
+		_, err := r.admin.Get(pctx, "/robustness/healthy")
+		end := now()
+		cancel()
+		if err == nil {
+			r.h.probe(Probe{At: start, RTT: time.Duration(end - start)})
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/internal/history"
 )
 
@@ -150,6 +151,20 @@ type History struct {
 	Settled    int64
 	// Names are the primitives' names and prefixes, with their rules.
 	Names []NameInfo
+	// Stalls are the whiles this process was not run (harness.Meter's, on
+	// this clock), from Start to Settled; Probes the round trips of a
+	// linearizable read through the cluster, every healthPeriod.
+	Stalls []harness.Stall `json:",omitempty"`
+	Probes []Probe         `json:",omitempty"`
+	// ChildStalls are each holder process's own stalls, by client.
+	ChildStalls map[string][]harness.Stall `json:",omitempty"`
+}
+
+// Probe is one round trip of the health watch's linearizable read: sent
+// at At, answered RTT later (failed reads are not kept).
+type Probe struct {
+	At  int64
+	RTT time.Duration
 }
 
 // NameInfo describes one primitive instance of the run.
@@ -174,6 +189,21 @@ type NameInfo struct {
 func (h *History) op(o Op) {
 	h.mu.Lock()
 	h.Ops = append(h.Ops, o)
+	h.mu.Unlock()
+}
+
+func (h *History) childStall(client string, s harness.Stall) {
+	h.mu.Lock()
+	if h.ChildStalls == nil {
+		h.ChildStalls = make(map[string][]harness.Stall)
+	}
+	h.ChildStalls[client] = append(h.ChildStalls[client], s)
+	h.mu.Unlock()
+}
+
+func (h *History) probe(p Probe) {
+	h.mu.Lock()
+	h.Probes = append(h.Probes, p)
 	h.mu.Unlock()
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/fencing"
+	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/internal/delay"
 	"github.com/batonhq/baton/internal/embedetcd/cluster"
 	"github.com/batonhq/baton/internal/keys"
@@ -59,6 +60,9 @@ type Config struct {
 	FreeBound time.Duration
 	// HistoryFile, when set, receives the whole history as JSON.
 	HistoryFile string
+	// Burners are CPU burner processes (ChildCmd's "burn" role) that run
+	// beside the traffic, to make the run on a machine loaded on purpose.
+	Burners int
 
 	names []NameInfo
 }
@@ -113,8 +117,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
 	}
-	if cfg.Children > 0 && cfg.ChildCmd == nil {
-		return nil, errors.New("robustness: Children set without ChildCmd")
+	if (cfg.Children > 0 || cfg.Burners > 0) && cfg.ChildCmd == nil {
+		return nil, errors.New("robustness: Children or Burners set without ChildCmd")
 	}
 	_, cuts := cfg.Target.(PeerCutter)
 	if len(cfg.Faults) == 0 {
@@ -132,6 +136,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	h := &History{Start: now()}
+	loadBefore := harness.Loadavg()
+	meter := harness.StartMeter(now)
+	defer meter.Stop()
 	admin, err := newClient(cfg.Target.Endpoints())
 	if err != nil {
 		return nil, err
@@ -152,8 +159,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			r.laneNames = append(r.laneNames, n)
 		}
 	}
-	fmt.Fprintf(r.log, "robustness: seed %d, %v of traffic, %d workers, %d children, faults %v\n",
-		cfg.Seed, cfg.Duration, cfg.Workers, cfg.Children, cfg.Faults)
+	fmt.Fprintf(r.log, "robustness: seed %d, %v of traffic, %d workers, %d children, %d CPU burners, faults %v\n",
+		cfg.Seed, cfg.Duration, cfg.Workers, cfg.Children, cfg.Burners, cfg.Faults)
+	stopBurners := r.startBurners(cfg.Burners)
+	defer stopBurners()
 	events := startEventLog(watchCli, h)
 	closeEvents := func() { events.cancel(); <-events.done }
 
@@ -227,12 +236,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	healthCtx, stopHealth := context.WithCancel(ctx)
 	healthDone := make(chan struct{})
 	go func() { defer close(healthDone); r.healthWatch(healthCtx) }()
+	probesDone := make(chan struct{})
+	go func() { defer close(probesDone); r.roundTrips(healthCtx) }()
 
 	// Faults until the traffic's end, each healed before the next.
 	f := &faulter{r: r, events: events, rng: rand.New(rand.NewPCG(cfg.Seed, 0xfa))}
 	deadline := time.Now().Add(cfg.Duration)
 	f.loop(traffic, deadline)
 	stopTraffic()
+	stopBurners()
 	f.healAll()
 	fmt.Fprintf(r.log, "robustness: traffic stopped after %v, closing\n", time.Duration(now()-h.Start).Round(time.Second))
 	wg.Wait()
@@ -245,7 +257,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// after the last fault can be judged.
 	stopHealth()
 	<-healthDone
+	<-probesDone
 	h.Settled = now()
+	meter.Stop()
+	h.Stalls = meter.Stalls()
 	pause(ctx, 2*time.Second)
 	stopObservers()
 	obsWG.Wait()
@@ -254,6 +269,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.closeParts()
 	rep := check(h, cfg)
 	rep.Seed = cfg.Seed
+	rep.Starvation, rep.LoadBefore, rep.LoadAfter = meter.Starvation(), loadBefore, harness.Loadavg()
 	rep.covered(h, kinds)
 	if ferr != nil {
 		rep.add("event-log", ferr.Error(), 0)

@@ -33,10 +33,13 @@
 //	   (internal/watch): the free-lock check's
 //	m  the drain: a shard whose Context ended is released at once, not
 //	   once its fn returned (shard): the drained check's
+//	v  a slow path: a mutex waiter that heard the deletion that frees the
+//	   lock ignores it for 4 s (internal/core): the free-lock check's, on
+//	   a loaded machine too
 package planted
 
 // Env names the bug that On switches on, in a robustness_planted build.
 const Env = "BATON_PLANTED_BUG"
 
 // Names are the bugs On knows, a letter each.
-const Names = "abcdefghijklm"
+const Names = "abcdefghijklmv"
