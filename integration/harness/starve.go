@@ -174,6 +174,20 @@ func (s Starvation) String() string {
 		s.Max.Round(time.Millisecond), s.P99.Round(time.Millisecond))
 }
 
+// Within is what stalls say of [from, to]: the stalls that overlap it,
+// the time lost to them within it, the longest (P99 and Ticks unknown).
+func Within(stalls []Stall, from, to int64) Starvation {
+	s := Starvation{Span: time.Duration(to - from), CPUs: runtime.NumCPU()}
+	i := sort.Search(len(stalls), func(i int) bool { return stalls[i].End() > from })
+	for ; i < len(stalls) && stalls[i].At < to; i++ {
+		d := time.Duration(min(to, stalls[i].End()) - max(from, stalls[i].At))
+		s.Stalls++
+		s.Lost += d
+		s.Max = max(s.Max, d)
+	}
+	return s
+}
+
 // Stalled is the time lost to stalls within [from, to]: each stall's
 // overlap with it. stalls are sorted by At.
 func Stalled(stalls []Stall, from, to int64) time.Duration {
