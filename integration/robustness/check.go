@@ -64,6 +64,8 @@ func check(h *History, cfg Config) *Report {
 	checkFrozenFenced(h, rep)
 	checkSharedKeys(h, rep)
 	checkDistinctTokens(h, rep)
+	checkGivenUp(h, cfg, rep)
+	checkToldTruly(h, cfg, rep)
 	checkRegisters(h, rep)
 	checkFences(h, rep)
 	rep.finish(h)
@@ -200,6 +202,14 @@ func checkKnowsFirst(h *History, n NameInfo, cfg Config, rep *Report) {
 		for _, x := range p.Untold {
 			if x.Key == p.Key && x.Token == p.Token {
 				continue // checkSharedKeys's
+			}
+			if d, ok := deleted[incarnation{x.Key, x.Token}]; ok && x.Foreign {
+				if at, ok := h.seenAt(d); ok && at < x.Acquired {
+					// etcd's Campaign returned after its key went (its lease
+					// expired meanwhile): it never led; not baton's.
+					rep.knows("etcd contender", "not promised")
+					continue
+				}
 			}
 			rep.add("knows-first", fmt.Sprintf("%s %s: %s acquired (token %d, %s) at %s while %s (token %d, %s) had not been told",
 				n.Prim, n.Name, x.Client, x.Token, shortKey(x.Key), since(h.Start, x.Acquired), p.Client, p.Token, shortKey(p.Key)), x.Token)

@@ -341,7 +341,7 @@ func TestReportLastLine(t *testing.T) {
 	var b strings.Builder
 	rep.Print(&b)
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	want := "robustness: 2 operations, 3 faults (2 kinds), 9 histories checked, 1 violations, seed 42" // with the free-lock, granted, frozen-fenced and distinct-tokens checks
+	want := "robustness: 2 operations, 3 faults (2 kinds), 11 histories checked, 1 violations, seed 42" // with the free-lock, granted, frozen-fenced, distinct-tokens, given-up and told-truly checks
 	if got := lines[len(lines)-1]; got != want {
 		t.Errorf("last line %q, want %q", got, want)
 	}
@@ -520,6 +520,27 @@ func TestGrantedDoesNotJudgeAnEtcdCampaignAfterAnOperatorsRangeDelete(t *testing
 	if rep.Oracles["granted: not promised (an etcd Campaign whose key an operator deleted)"] != 1 {
 		t.Errorf("judgements %v", rep.Oracles)
 	}
+}
+
+// etcd's Campaign can also return after its own key went (its session's
+// lease expired on a starved machine): it never led, and a baton holder
+// acting beside it was not untold.
+func TestKnowsFirstDoesNotJudgeAnEtcdCampaignReturnedWithoutItsKey(t *testing.T) {
+	h := &History{Names: []NameInfo{m0}, Events: []history.Event{
+		put(2, ka, 2, "etcd.x2"), del(3, ka, 2), put(4, kb, 4, "etcd.y2"), del(9, kb, 4),
+	}}
+	y := &Hold{Prim: "mutex", Name: "m0", Client: "etcd.y2", Key: kb, Token: 4, Acquired: ms(5), Ended: ms(9), Cause: "baton: released"}
+	x := &Hold{Prim: "mutex", Name: "m0", Client: "etcd.x2", Key: ka, Token: 2, Acquired: ms(6), Foreign: true}
+	y.Untold = []*Hold{x}
+	h.Holds = []*Hold{y, x}
+	rep := run(h)
+	for _, v := range rep.Violations {
+		if v.Check == "knows-first" {
+			t.Errorf("judged: %s", v.Msg)
+		}
+	}
+	x.Foreign = false
+	wantViolation(t, run(h), "knows-first", "had not been told")
 }
 
 // Lock-delay: a holder lost without releasing (its record stays), and the

@@ -41,6 +41,10 @@ type Fault struct {
 	Keys           []string `json:",omitempty"`
 	Tokens         []int64  `json:",omitempty"`
 	RevFrom, RevTo int64    `json:",omitempty"`
+	// Clients are the clients a fault of their connections (or process)
+	// hit, by name: w1, an observer o5, a traffic kind (set), a holder
+	// process c0. Empty: the cluster's, or an operator's.
+	Clients []string `json:",omitempty"`
 }
 
 // TrafficRun is one run of a traffic kind.

@@ -45,12 +45,13 @@ const (
 	TrafficShard    = "shard"      // members of a shard group joining, leaving and crashing
 	TrafficGiveUp   = "give-up"    // a waiter past one read of its queue, following its session's watch, while the waiters ahead give up
 	TrafficTwins    = "twins"      // 6 to 10 write locks of one name at once through one session: enqueues past the session's in-flight ones
+	TrafficUnheard  = "unheard"    // on its own connection, a request that applies after its caller gave up: a late enqueue, a release, a Set's release and a hand-over whose replies are lost
 )
 
 // TrafficKinds lists the kinds a run drives; cli-force needs the baton
 // CLI.
 func TrafficKinds(baton bool) []string {
-	k := []string{TrafficBurst, TrafficCrowd, TrafficSet, TrafficDelay, TrafficRequest, TrafficTransfer, TrafficPrefer, TrafficEtcd, TrafficShard, TrafficGiveUp, TrafficTwins}
+	k := []string{TrafficBurst, TrafficCrowd, TrafficSet, TrafficDelay, TrafficRequest, TrafficTransfer, TrafficPrefer, TrafficEtcd, TrafficShard, TrafficGiveUp, TrafficTwins, TrafficUnheard}
 	if baton {
 		k = append(k, TrafficCLIForce)
 	}
@@ -68,7 +69,7 @@ type mech struct {
 }
 
 func (r *runner) newMech(i int, kind string) (*mech, error) {
-	cli, part, err := r.proxiedClient()
+	cli, part, err := r.proxiedClient(kind)
 	if err != nil {
 		return nil, err
 	}
@@ -120,6 +121,8 @@ func (m *mech) do(ctx context.Context, rng *rand.Rand, kind string) {
 		m.giveUp(ctx, rng)
 	case TrafficTwins:
 		m.twins(ctx, rng)
+	case TrafficUnheard:
+		m.unheard(ctx, rng)
 	}
 }
 
@@ -608,10 +611,20 @@ type candidate struct {
 }
 
 func (r *runner) campaign(ctx context.Context, cli *clientv3.Client, n NameInfo, who string, wait time.Duration, extra ...mutex.Option) (*candidate, error) {
+	return r.campaignHooked(ctx, cli, n, who, wait, nil, extra...)
+}
+
+// campaignHooked is campaign with hooks (nil: none) on the candidate's
+// session.
+func (r *runner) campaignHooked(ctx context.Context, cli *clientv3.Client, n NameInfo, who string, wait time.Duration, hooks *core.Hooks, extra ...mutex.Option) (*candidate, error) {
 	// A session of its own that holds a lock of its own (h0 to h7) while
 	// it campaigns: its namespace watch is live, so the wait follows it
 	// (the release-mark rule decides what it takes for a release).
-	s, err := session.New(cli, session.WithTTL(r.cfg.TTL))
+	sopts := []session.Option{session.WithTTL(r.cfg.TTL)}
+	if hooks != nil {
+		sopts = append(sopts, config.Hooks(hooks))
+	}
+	s, err := session.New(cli, sopts...)
 	if err != nil {
 		return nil, err
 	}

