@@ -522,6 +522,24 @@ func TestGrantedDoesNotJudgeAnEtcdCampaignAfterAnOperatorsRangeDelete(t *testing
 	}
 }
 
+// A traffic kind that made no acquisition fails the run, unless the run
+// was starved: then its last line says it was not reached.
+func TestCoverageOfAStarvedRunIsNotJudged(t *testing.T) {
+	h := cleanMutex()
+	h.Traffic = []TrafficRun{{Kind: TrafficBurst}}
+	rep := run(h)
+	rep.covered(h, []string{TrafficBurst})
+	wantViolation(t, rep, "coverage", "traffic kind burst ran 1 times without one acquisition")
+
+	rep = run(h)
+	rep.Starvation = harness.Starvation{Span: time.Minute, Lost: 30 * time.Second, Max: 400 * time.Millisecond}
+	rep.covered(h, []string{TrafficBurst})
+	wantClean(t, rep)
+	if s := rep.Summary(); !strings.Contains(s, "STARVED (50% of the run lost to stalls, the longest 400ms: its timings are not results; not reached: burst)") {
+		t.Errorf("summary %q", s)
+	}
+}
+
 // etcd's Campaign can also return after its own key went (its session's
 // lease expired on a starved machine): it never led, and a baton holder
 // acting beside it was not untold.

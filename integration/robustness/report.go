@@ -44,6 +44,9 @@ type Report struct {
 	// load averages at the start and the end.
 	Starvation            harness.Starvation
 	LoadBefore, LoadAfter string
+	// Uncovered are the traffic kinds a starved run did not reach (no
+	// acquisition): not judged, and said in the last line.
+	Uncovered []string
 	// Unknown lists linearizability checks that timed out.
 	Unknown    []string
 	Violations []Violation
@@ -87,11 +90,21 @@ func (r *Report) covered(h *History, kinds []string) {
 	}
 	for _, k := range kinds {
 		r.TrafficTook[k] = took[k]
+		miss := ""
 		switch {
 		case r.Traffic[k] == 0:
-			r.add("coverage", fmt.Sprintf("traffic kind %s never ran", k), 0)
+			miss = fmt.Sprintf("traffic kind %s never ran", k)
 		case took[k] == 0:
-			r.add("coverage", fmt.Sprintf("traffic kind %s ran %d times without one acquisition", k, r.Traffic[k]), 0)
+			miss = fmt.Sprintf("traffic kind %s ran %d times without one acquisition", k, r.Traffic[k])
+		}
+		switch {
+		case miss == "":
+		case r.Starved():
+			// A starved run's acquisitions time out: it says what it did
+			// not reach, and is no proof about it.
+			r.Uncovered = append(r.Uncovered, k)
+		default:
+			r.add("coverage", miss, 0)
 		}
 	}
 }
@@ -281,8 +294,12 @@ func (r *Report) Summary() string {
 	s := fmt.Sprintf("robustness: %d operations, %d faults (%d kinds), %d histories checked, %d violations, seed %d",
 		r.Operations(), r.FaultCount(), len(r.Faults), r.Histories, len(r.Violations), r.Seed)
 	if r.Starved() {
-		s += fmt.Sprintf(", STARVED (%.0f%% of the run lost to stalls, the longest %v: its timings are not results)",
+		s += fmt.Sprintf(", STARVED (%.0f%% of the run lost to stalls, the longest %v: its timings are not results",
 			100*r.Starvation.Share(), r.Starvation.Max.Round(time.Millisecond))
+		if len(r.Uncovered) > 0 {
+			s += "; not reached: " + strings.Join(r.Uncovered, ", ")
+		}
+		s += ")"
 	}
 	return s
 }
