@@ -19,9 +19,11 @@ type Disturbance struct {
 	Why        string
 	Start, End int64
 	// Load says it is a symptom of a loaded machine alone: this process
-	// unscheduled, a member's status answered too slowly. The free-lock
-	// check does not excuse those: its bound follows the run's round
-	// trips and stalls instead.
+	// unscheduled, a member's status answered too slowly, a member behind
+	// the others (applying late; one restarted by a fault catches up in
+	// that fault's grace). The free-lock check does not excuse those: its
+	// bound follows the run's round trips and stalls instead, and a
+	// linearizable read through a member behind waits for it.
 	Load bool `json:",omitempty"`
 }
 
@@ -69,7 +71,9 @@ func (r *runner) healthWatch(ctx context.Context) {
 				lo, hi = min(lo, a), max(hi, a)
 			}
 			if hi-lo > 100 {
-				why, load = fmt.Sprintf("a member %d entries behind", hi-lo), false
+				// A restarted member catches up within its fault's grace;
+				// past it, a member behind is a loaded machine's.
+				why, load = fmt.Sprintf("a member %d entries behind", hi-lo), true
 			}
 		}
 		end := now()

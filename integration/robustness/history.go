@@ -22,6 +22,10 @@ type Op struct {
 	Err    string // empty on success
 	Key    string // the holder key the call acquired or released
 	Token  int64
+	// LeaseLeft is, for a release told its key was gone, the seconds its
+	// key's lease had left once it answered; -1: the lease was gone; 0:
+	// not asked.
+	LeaseLeft int64 `json:",omitempty"`
 }
 
 // Fault is one injected fault, from its start to its end.

@@ -180,7 +180,7 @@ func (r *runner) took(client, kind string, n NameInfo, start int64, h handle, er
 
 // released records a release call.
 func (r *runner) released(client string, n NameInfo, h handle, start int64, err error) {
-	r.h.op(Op{Client: client, Kind: n.Prim + ".Release", Name: n.Name, Call: start, Return: now(), Err: errString(err), Key: h.Key(), Token: int64(h.Token())})
+	r.h.op(r.leaseAfter(Op{Client: client, Kind: n.Prim + ".Release", Name: n.Name, Call: start, Return: now(), Err: errString(err), Key: h.Key(), Token: int64(h.Token())}))
 }
 
 // holdBriefly writes the evidence of holding a few times, up to d.
@@ -495,7 +495,7 @@ func (r *runner) lockSet(ctx context.Context, rng *rand.Rand, cli *clientv3.Clie
 	defer rcancel()
 	start = now()
 	err = l.Unlock(rctx)
-	r.h.op(Op{Client: who, Kind: "mutex.Set.Release", Name: op.Name, Call: start, Return: now(), Err: errString(err), Token: int64(l.Token())})
+	r.h.op(r.leaseAfter(Op{Client: who, Kind: "mutex.Set.Release", Name: op.Name, Call: start, Return: now(), Err: errString(err), Key: ks[0], Token: int64(l.Token())}))
 }
 
 // lockDelay: contenders of ld0 (lock-delay on every one), each on a
@@ -798,7 +798,7 @@ func (m *mech) handOvers(ctx context.Context, rng *rand.Rand, n NameInfo, tag st
 			_ = t.Resign(rctx)
 			rcancel()
 		}
-		m.r.h.op(Op{Client: who.who, Kind: kind, Name: n.Name, Call: start, Return: now(), Err: errString(err), Key: t.Key(), Token: int64(t.Token())})
+		m.r.h.op(m.r.leaseAfter(Op{Client: who.who, Kind: kind, Name: n.Name, Call: start, Return: now(), Err: errString(err), Key: t.Key(), Token: int64(t.Token())}))
 		// The old leader leaves: its Election closes.
 		for i, c := range cs {
 			if c == who {
@@ -858,7 +858,7 @@ func (m *mech) preferred(ctx context.Context, rng *rand.Rand) {
 				start := now()
 				err := t.Transfer(tctx, to)
 				tcancel()
-				m.r.h.op(Op{Client: low.who, Kind: "election.Transfer.requested", Name: n.Name, Call: start, Return: now(), Err: errString(err), Key: t.Key(), Token: int64(t.Token())})
+				m.r.h.op(m.r.leaseAfter(Op{Client: low.who, Kind: "election.Transfer.requested", Name: n.Name, Call: start, Return: now(), Err: errString(err), Key: t.Key(), Token: int64(t.Token())}))
 			case <-t.Done():
 			case <-time.After(3 * time.Second):
 			}

@@ -6,14 +6,15 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/session"
 )
@@ -47,7 +48,7 @@ func (m *mech) unheard(ctx context.Context, rng *rand.Rand) {
 // lateLinger is how long the unheard kind's session lives on after a
 // held-back enqueue was delivered: a key it put (with no fence to void
 // it) waits that long with nobody waiting in it.
-const lateLinger = 6 * time.Second
+const lateLinger = 10 * time.Second
 
 // severed records the kind's own cut as a fault on names alone.
 func (m *mech) severed(kind, detail string, start int64, names ...NameInfo) {
@@ -188,7 +189,7 @@ func (m *mech) lostSetRelease(ctx context.Context, rng *rand.Rand) {
 	pause(ctx, time.Duration(rng.IntN(50))*time.Millisecond)
 	start = now()
 	err = m.unanswered(l.Keys(), true, func(ctx context.Context) error { return l.Unlock(ctx) })
-	m.r.h.op(Op{Client: who, Kind: "mutex.Set.Release", Name: name, Call: start, Return: now(), Err: errString(err), Token: int64(l.Token())})
+	m.r.h.op(m.r.leaseAfter(Op{Client: who, Kind: "mutex.Set.Release", Name: name, Call: start, Return: now(), Err: errString(err), Key: l.Keys()[0], Token: int64(l.Token())}))
 	m.severed(FaultReplyLost, "the release of the Set v0+v1", start, v0, v1)
 }
 
@@ -234,7 +235,7 @@ func (m *mech) lostHandOver(ctx context.Context) {
 	start := now()
 	err = m.unanswered([]string{t.Key()}, false, func(ctx context.Context) error { return t.Transfer(ctx, to) })
 	armed.Store(nil)
-	m.r.h.op(Op{Client: a.who, Kind: "election.Transfer", Name: n.Name, Call: start, Return: now(), Err: errString(err), Key: t.Key(), Token: int64(t.Token())})
+	m.r.h.op(m.r.leaseAfter(Op{Client: a.who, Kind: "election.Transfer", Name: n.Name, Call: start, Return: now(), Err: errString(err), Key: t.Key(), Token: int64(t.Token())}))
 	m.severed(FaultReplyLost, "ev0's hand-over", start, n)
 	if u := b.lead(ctx, 3*time.Second); u != nil {
 		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -286,6 +287,42 @@ func (r *runner) gone(keys []string) bool {
 	return true
 }
 
+// leaseAfter notes in o, a release told its key was gone ("not held",
+// "not leader"), whether the key's lease still lived once it answered:
+// the seconds it had left, or -1 when it was gone (expired or revoked: a
+// deletion the call may truly not have made). The key names its lease.
+func (r *runner) leaseAfter(o Op) Op {
+	if !toldGone(o.Err) || o.Key == "" {
+		return o
+	}
+	seg := o.Key[strings.LastIndexByte(o.Key, '/')+1:]
+	if i := strings.IndexByte(seg, '.'); i >= 0 {
+		seg = seg[:i]
+	}
+	id, err := strconv.ParseInt(seg, 16, 64)
+	if err != nil {
+		return o
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	resp, err := r.admin.TimeToLive(ctx, clientv3.LeaseID(id))
+	switch {
+	case err != nil:
+	case resp.TTL <= 0:
+		o.LeaseLeft = -1
+	default:
+		o.LeaseLeft = resp.TTL
+	}
+	return o
+}
+
+// toldGone: an answer that the key was gone, of a release or a hand-over.
+// A lease revoked under the call (its session closed beside it) is a
+// truthful "not held", and another path.
+func toldGone(err string) bool {
+	return (strings.Contains(err, "not held") || strings.Contains(err, "not leader")) && !strings.Contains(err, "lease was revoked")
+}
+
 // callerOf is who a key's value or a call's client names, for telling
 // whose calls could own a key: "w1" of "w1.l0" and "w1-5", "set" of
 // "set.s3", "c1" of "c1-4"; "" for a value that names nobody (an etcd
@@ -301,11 +338,13 @@ func callerOf(s string) string {
 }
 
 // faultGrace is how long after a fault a client may still be recovering
-// from it: a TTL and 2 s (a lease to expire, watches to resume), but a
-// second after a cut connection alone (reply-lost, late-request).
+// from it: a TTL and 2 s (a lease to expire, watches to resume), and a
+// TTL and a second after a cut connection alone (reply-lost,
+// late-request: a session's revoke cut off leaves its keys until its
+// lease expires).
 func faultGrace(kind string, ttl time.Duration) int64 {
 	if kind == FaultReplyLost || kind == FaultLateRequest {
-		return int64(time.Second)
+		return int64(ttl) + int64(time.Second)
 	}
 	return int64(ttl) + int64(2*time.Second)
 }
@@ -461,9 +500,10 @@ var leaseFaults = []string{FaultBlackhole, FaultClockSkew, FaultFreeze, FaultSlo
 // call's own cause: released, transferred), and nothing else could
 // delete the key meanwhile: no operator's revision, no fault of its
 // client's that can end its lease near the call, no Close of its session
-// beside it, and its process not starved long enough for the lease to
-// expire. Then the call's own write deleted it, in an attempt whose reply
-// was lost. The cluster's faults do not excuse it: they fail requests,
+// beside it, and its lease still there once it answered (Op.LeaseLeft;
+// or the revision that deleted the key put a release mark: a release,
+// not an expiry). Then the call's own write deleted it, in an attempt
+// whose reply was lost. The cluster's faults do not excuse it: they fail requests,
 // which is what a release must hear through.
 func checkToldTruly(h *History, cfg Config, rep *Report) {
 	rep.Histories++
@@ -482,6 +522,14 @@ func checkToldTruly(h *History, cfg Config, rep *Report) {
 	byToken := map[holdKey][]*Hold{}
 	for _, x := range h.Holds {
 		byToken[holdKey{x.Client, x.Token}] = append(byToken[holdKey{x.Client, x.Token}], x)
+	}
+	// A revision that put a release mark released a holder's key (or an
+	// operator's forced hand-over did): no lease expired there.
+	marked := map[int64]bool{}
+	for _, e := range h.Events {
+		if !e.Delete && keys.IsReleased(e.Key) {
+			marked[e.Rev] = true
+		}
 	}
 	var closes []Op
 	for _, o := range h.Ops {
@@ -511,10 +559,7 @@ func checkToldTruly(h *History, cfg Config, rep *Report) {
 			continue
 		}
 		rep.judged("told-truly")
-		// A lease revoked under the call (its session closed beside it) is
-		// a truthful "not held", and another path.
-		lie := (strings.Contains(o.Err, "not held") || strings.Contains(o.Err, "not leader")) && !strings.Contains(o.Err, "lease was revoked")
-		if !lie {
+		if !toldGone(o.Err) {
 			continue
 		}
 		caller := callerOf(o.Client)
@@ -532,17 +577,14 @@ func checkToldTruly(h *History, cfg Config, rep *Report) {
 		}
 		var revs []string
 		var d int64
-		starved := false
+		expired := o.LeaseLeft <= 0 // its lease gone, or not known, after the answer
 		for _, x := range holds {
 			r, ok := deleted[incarnation{x.Key, x.Token}]
 			if !ok || admin[r] {
 				near = true
 			}
-			// A lease expires only when its process sent no renewal for a
-			// TTL: this one stood still for a third of it, a renewal's
-			// period, before the key went.
-			if at, ok := h.seenAt(r); ok && harness.Stalled(h.Stalls, at-int64(cfg.TTL), at) >= cfg.TTL/3 {
-				starved = true
+			if marked[r] {
+				expired = false // a release's revision, not an expiry's
 			}
 			d = max(d, r)
 			revs = append(revs, fmt.Sprintf("%s at rev %d", shortKey(x.Key), r))
@@ -551,8 +593,10 @@ func checkToldTruly(h *History, cfg Config, rep *Report) {
 		case near:
 			rep.judged("told-truly: not judged (a fault of its client or a Close near)")
 			continue
-		case starved:
-			rep.judged("told-truly: not judged (starved: its lease may have expired)")
+		case expired:
+			// A loaded machine's renewals can fail for a TTL, and the
+			// lease expire under a release: a true "not held".
+			rep.judged("told-truly: not judged (its lease gone: it may have expired)")
 			continue
 		}
 		rep.add("told-truly", fmt.Sprintf("%s %s: %s's call at %s was told %q, but nothing else deleted its keys (%s): its own write did, unheard",

@@ -4,15 +4,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/internal/history"
 )
 
 // given-up: w1's Lock of m0 gave up at 22 ms; its key b appears at rev 2,
 // seen at 50 ms, with no call of w1 on m0 in flight, and stays 4 s: a
 // request that applied after its caller gave up. A call in flight, a short
-// life, or a cut of w1's own connection ending less than its grace and the
-// bound before b goes excuse it; a cut of another client's does not.
+// life, or a cut of w1's own connection ending less than its grace (a TTL
+// and a second) and the bound before b goes excuse it; a cut of another
+// client's does not.
 func TestGivenUpCatchesAKeyPutAfterItsCallerGaveUp(t *testing.T) {
 	mk := func() *History {
 		h := &History{Names: []NameInfo{m0}, Events: []history.Event{put(2, kb, 2, "w1.l0"), del(3, kb, 2)}}
@@ -44,13 +44,14 @@ func TestGivenUpCatchesAKeyPutAfterItsCallerGaveUp(t *testing.T) {
 		t.Errorf("a key gone within the bound judged %d times", n)
 	}
 	h = mk()
-	h.Faults = []Fault{{Kind: FaultReplyLost, Start: ms(1), End: ms(2000), Clients: []string{"w1"}}}
+	h.Faults = []Fault{{Kind: FaultReplyLost, Start: ms(1), End: ms(30), Clients: []string{"w1"}}}
 	if n := givenUp(check(h, cfg)); n != 0 {
-		t.Errorf("a key whose caller's connection was cut until 2 s judged %d times", n)
+		t.Errorf("a key whose caller's connection was cut until 30 ms judged %d times", n)
 	}
-	h.Faults[0].End = ms(30) // excused until 30 ms + 1 s + 1.5 s only
+	h.Seen[1].At = ms(50) + int64(6*time.Second) // excused until 30 ms + 3 s + 1 s + 1.5 s only
 	wantViolation(t, check(h, cfg), "given-up", "no acquisition of w1 on m0 was in flight")
-	h.Faults[0].End, h.Faults[0].Clients = ms(2000), []string{"w2"}
+	h.Seen[1].At = ms(50) + int64(4*time.Second)
+	h.Faults[0].Clients = []string{"w2"}
 	wantViolation(t, check(h, cfg), "given-up", "no acquisition of w1 on m0 was in flight")
 }
 
@@ -66,7 +67,7 @@ func TestToldTrulyCatchesAReleaseToldNotHeldAfterItsOwnWrite(t *testing.T) {
 			{Prim: "mutex", Name: "m0", Client: "w1", Key: kb, Token: 3, Acquired: ms(5) + 2, Ended: ms(7), Cause: "baton: released"},
 		}
 		h.Ops = []Op{{Client: "w0", Kind: "mutex.Release", Name: "m0", Key: ka, Token: 2, Call: ms(4), Return: ms(6),
-			Err: "mutex: not held: key " + ka + " was gone before release"}}
+			Err: "mutex: not held: key " + ka + " was gone before release", LeaseLeft: 2}}
 		return h
 	}
 	wantViolation(t, run(mk()), "told-truly", "nothing else deleted its keys (a at rev 5)")
@@ -89,10 +90,14 @@ func TestToldTrulyCatchesAReleaseToldNotHeldAfterItsOwnWrite(t *testing.T) {
 	h.Faults[0].Clients = []string{"w2"} // another client's
 	wantViolation(t, run(h), "told-truly", "nothing else deleted its keys")
 	h = mk()
-	h.Stalls = []harness.Stall{{At: ms(5) - int64(1500*time.Millisecond), Late: 1500 * time.Millisecond}} // its lease could have expired
+	h.Ops[0].LeaseLeft = -1 // its lease gone once it answered: it may have expired
 	if rep := run(h); len(rep.Violations) != 0 {
-		t.Errorf("a release of a starved process judged: %+v", rep.Violations)
+		t.Errorf("a release whose lease was gone judged: %+v", rep.Violations)
 	}
+	// Unless the revision that deleted the key put a release mark: a
+	// release, which no expiry makes.
+	h.Events = append(h.Events[:4], append([]history.Event{put(5, "/robust/v1/released", 5, "")}, h.Events[4:]...)...)
+	wantViolation(t, run(h), "told-truly", "nothing else deleted its keys")
 	h = mk()
 	h.Holds[0].Cause = "baton: ownership lost: key deleted"
 	if rep := run(h); len(rep.Violations) != 0 {

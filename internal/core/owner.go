@@ -30,7 +30,7 @@ import (
 const (
 	releaseTimeout  = 5 * time.Second       // bounds a release whose caller's ctx has ended
 	cleanupWait     = 80 * time.Millisecond // a failed acquisition's wait for its key's deletion
-	plantedSlowWait = 4 * time.Second       // planted bug v's
+	plantedSlowWait = 6 * time.Second       // planted bug v's
 )
 
 var errBusy = errors.New("held by another contender") // a try found another owner

@@ -34,7 +34,7 @@
 //	m  the drain: a shard whose Context ended is released at once, not
 //	   once its fn returned (shard): the drained check's
 //	v  a slow path: a mutex waiter that heard the deletion that frees the
-//	   lock ignores it for 4 s (internal/core): the free-lock check's, on
+//	   lock ignores it for 6 s (internal/core): the free-lock check's, on
 //	   a loaded machine too
 //	w  the enqueue fence: an enqueue that may have applied unheard is not
 //	   voided (internal/queue, internal/core): neither after a retry took
