@@ -1293,9 +1293,10 @@ func (m *mech) giveUp(ctx context.Context, rng *rand.Rand) {
 		return
 	}
 	wg.Add(1)
+	fg := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())) // the follower's own: rng goes on below
 	go func() {
 		defer wg.Done()
-		m.r.lockAndRelease(fctx, rng, m.cli, s, n, fwho, 10*time.Second, time.Duration(10+rng.IntN(40))*time.Millisecond)
+		m.r.lockAndRelease(fctx, fg, m.cli, s, n, fwho, 10*time.Second, time.Duration(10+fg.IntN(40))*time.Millisecond)
 	}()
 	lease := int64(s.Lease())
 	if !m.r.awaitKeys(ctx, n.Prefix, lost, func(kvs []*mvccpb.KeyValue) bool {
