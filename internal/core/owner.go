@@ -28,9 +28,8 @@ import (
 )
 
 const (
-	releaseTimeout  = 5 * time.Second       // bounds a release whose caller's ctx has ended
-	cleanupWait     = 80 * time.Millisecond // a failed acquisition's wait for its key's deletion
-	plantedSlowWait = 6 * time.Second       // planted bug v's
+	releaseTimeout = 5 * time.Second       // bounds a release whose caller's ctx has ended
+	cleanupWait    = 80 * time.Millisecond // a failed acquisition's wait for its key's deletion
 )
 
 var errBusy = errors.New("held by another contender") // a try found another owner
@@ -359,9 +358,6 @@ func (o *Owner[T]) wait(ctx context.Context, l *Lease, w *watch.Watcher[*Hold], 
 		// taken from the namespace watch (a range delete or a revoke can
 		// delete one key and a mark there, and the holder would stay).
 		at, done, released, err := queue.WaitGone(ctx, o.sess.cli, w, o.cfg.Prefix, key, p != nil, blockers, allowed, read, reread && p == nil && o.cfg.Kind == metrics.Mutex)
-		if planted.On("v") && err == nil && done && o.cfg.Kind == metrics.Mutex {
-			err = retry.Sleep(ctx, plantedSlowWait) // the deletion that frees the lock ignored a while
-		}
 		switch {
 		case moved(&err):
 			continue

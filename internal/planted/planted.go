@@ -33,9 +33,9 @@
 //	   (internal/watch): the free-lock check's
 //	m  the drain: a shard whose Context ended is released at once, not
 //	   once its fn returned (shard): the drained check's
-//	v  a slow path: a mutex waiter that heard the deletion that frees the
-//	   lock ignores it for 6 s (internal/core): the free-lock check's, on
-//	   a loaded machine too
+//	v  a slow path: a mutex's or an election's waiter that heard the
+//	   deletion that frees the lock ignores it for 6 s (internal/queue):
+//	   the free-lock check's, on a loaded machine too
 //	w  the enqueue fence: an enqueue that may have applied unheard is not
 //	   voided (internal/queue, internal/core): neither after a retry took
 //	   the key nor before a failed acquisition's cleanup reads it, so a
