@@ -7,16 +7,20 @@ GO ?= go
 # editors and for the README's `go run ./cmd/baton demo` at the root.
 MODULES := . internal/embedetcd cmd/baton integration
 export GOWORK := off
+# The library's tests fail, not skip, when they cannot start etcd.
+export BATON_ETCD_REQUIRED := 1
 TEST_FLAGS ?=
 
-.PHONY: all test test-deploy test-short test-chaos test-compat robustness robustness-compat robustness-planted lint bench bench-shard bench-scale demo build fuzz check-alerts screenshots dist release-prep image
+.PHONY: all test-typescript test-python proto-check proto-tools generate test test-deploy test-short test-chaos test-compat test-mixed robustness robustness-compat robustness-planted lint api api-check bench bench-shard bench-scale demo build fuzz check-alerts screenshots dist release-prep release-check image
 
 all: lint test
 
 build:
 	@for m in $(MODULES); do echo "build $$m"; $(GO) -C $$m build ./... || exit 1; done
 
-# Every test, with the race detector, against embedded etcd on 127.0.0.1.
+# Every test of every module, with the race detector, against etcd on
+# 127.0.0.1: a server process for the library's own tests, embedded members
+# for the others.
 test:
 	@status=0; for m in $(MODULES); do echo "== test $$m"; $(GO) -C $$m test -race -count=1 -timeout 15m $(TEST_FLAGS) ./... || status=1; done; exit $$status
 
@@ -45,6 +49,24 @@ test-compat:
 	log=$$(mktemp) && $(GO) -C integration test -race -count=1 -v -timeout 15m ./compat >$$log 2>&1; status=$$?; \
 	if [ $$status -eq 0 ]; then grep -E '^(--- |    --- |PASS|FAIL|ok|panic|SUMMARY)|_test.go:' $$log; else cat $$log; fi; rm -f $$log; exit $$status
 
+# Mixed versions, as in a rolling upgrade: the previous release's build
+# and this one on the same names of one 3-member embedded cluster, with
+# processes of both killed, frozen and cut off and a member cut from its
+# peers, judged by the robustness checks (integration/mixed); then a run
+# whose worker writes unfenced, which the checks must find. The previous
+# release is BATON_MIXED_BASE (a commit; its CLI and the test's worker
+# built in a git worktree by .ci/mixed-base.sh, cached in
+# ~/.cache/baton/mixed). BATON_MIXED_SEED=S replays a run's traffic and
+# faults. About 3 minutes on 2 cores with the base cached.
+BATON_MIXED_BASE ?= 7dbca36
+BATON_MIXED_DURATION ?= 60s
+BATON_MIXED_SEED ?=
+test-mixed:
+	@old=$$(BATON_MIXED_BASE=$(BATON_MIXED_BASE) bash .ci/mixed-base.sh) || exit 1; eval "$$old"; \
+	export BATON_MIXED_OLD BATON_MIXED_REQUIRE=1 BATON_MIXED_DURATION=$(BATON_MIXED_DURATION) BATON_MIXED_SEED=$(BATON_MIXED_SEED); \
+	log=$$(mktemp) && $(GO) -C integration test -race -count=1 -v -timeout 10m ./mixed >$$log 2>&1; status=$$?; \
+	if [ $$status -eq 0 ]; then grep -E '^(--- |PASS|FAIL|ok|panic)|mixed versions:|^ {10}[a-z.]+ +old +[0-9]+ +new|hand-overs|faults:|robustness: [0-9]+ operations|mixed: [0-9]+ acquisitions|planted bug found|lock-delay of' $$log; else cat $$log; fi; rm -f $$log; exit $$status
+
 # Random traffic on every primitive (and through holder processes and the
 # baton CLI) while random faults hit a 3-member embedded cluster; every
 # history checked (docs/design.md, "How correctness is checked"). The seed
@@ -66,13 +88,13 @@ robustness:
 # turn (a build with the robustness_planted tag), a short run each with six
 # workers, which must report a violation; prints each run's last line and
 # the time into the run of its first violation, with the check that found it.
-# PLANTED (default b to m and v to z:
+# PLANTED (default b to o and v to z:
 # bug a, a release without its CreateRevision guard, has no effect to find
 # while the session's key reservation keeps a key from being re-created
 # before its previous holder's release; see internal/planted),
 # ROBUSTNESS_PLANTED_DURATION each (default 120s); ROBUSTNESS_FLAGS are
 # passed on (e.g. "-burn 2": the runs on a machine loaded on purpose).
-PLANTED ?= b c d e f g h i j k l m v w x y z
+PLANTED ?= b c d e f g h i j k l m n o v w x y z
 ROBUSTNESS_PLANTED_DURATION ?= 120s
 robustness-planted:
 	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
@@ -94,11 +116,82 @@ robustness-compat:
 	log=$$(mktemp) && $(GO) -C integration test -race -count=1 -v -timeout 20m -run '^TestRobustnessCompat$$' ./robustness >$$log 2>&1; status=$$?; \
 	grep -E '^(--- |    --- |PASS|FAIL|ok|panic)|robustness: [0-9]+ operations|VIOLATION|seed' $$log; rm -f $$log; exit $$status
 
+
+# The API of baton serve: proto/baton/v1/baton.proto, its Go messages and
+# Connect handlers generated into cmd/baton/gen and its TypeScript into
+# clients/typescript/src/gen (both committed). The tools are pinned here and
+# installed into TOOLS: protoc-gen-go (the version of
+# google.golang.org/protobuf that cmd/baton requires) and
+# protoc-gen-connect-go (that of connectrpc.com/connect) from the Go module
+# proxy, buf from npm; protoc-gen-es is clients/typescript's, pinned by its
+# package-lock.json.
+TOOLS ?= $(CURDIR)/.tools
+PROTOC_GEN_GO_VERSION := v1.36.12
+PROTOC_GEN_CONNECT_GO_VERSION := v1.21.1
+BUF_VERSION := 1.75.0
+BUF := $(TOOLS)/npm/node_modules/.bin/buf
+BUF_ENV := PATH="$(TOOLS)/bin:$$PATH" BUF_CACHE_DIR="$(TOOLS)/buf-cache"
+# buf breaking compares the .proto with this git ref's (CI: the previous
+# commit of main); a ref without it is the first version, checked against
+# nothing.
+PROTO_BASE ?= main
+
+proto-tools:
+	@mkdir -p $(TOOLS)/bin
+	@test -x $(TOOLS)/bin/protoc-gen-go && $(TOOLS)/bin/protoc-gen-go --version | grep -q '$(PROTOC_GEN_GO_VERSION)$$' || GOBIN=$(TOOLS)/bin $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	@test -x $(TOOLS)/bin/protoc-gen-connect-go && $(TOOLS)/bin/protoc-gen-connect-go --version | grep -q '$(PROTOC_GEN_CONNECT_GO_VERSION:v%=%)$$' || GOBIN=$(TOOLS)/bin $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO_VERSION)
+	@test -x $(BUF) && $(BUF) --version | grep -qx '$(BUF_VERSION)' || npm install --prefix $(TOOLS)/npm --no-save --no-audit --no-fund --loglevel=error @bufbuild/buf@$(BUF_VERSION)
+	@test -x clients/typescript/node_modules/.bin/protoc-gen-es || npm ci --prefix clients/typescript --no-audit --no-fund --loglevel=error
+
+generate: proto-tools
+	$(BUF_ENV) $(BUF) generate
+
+# buf lint; buf breaking against PROTO_BASE; the committed generated code
+# is what make generate writes.
+proto-check: proto-tools
+	$(BUF_ENV) $(BUF) lint
+	@if git cat-file -e '$(PROTO_BASE):proto/baton/v1/baton.proto' 2>/dev/null; then \
+		echo "buf breaking against $(PROTO_BASE)"; $(BUF_ENV) $(BUF) breaking --against '.git#ref=$(PROTO_BASE)' || exit 1; \
+	else echo "buf breaking: $(PROTO_BASE) has no proto/baton/v1/baton.proto, the first version: nothing to compare"; fi
+	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && $(BUF_ENV) $(BUF) generate -o "$$d" && \
+		for g in cmd/baton/gen clients/typescript/src/gen; do \
+			if ! diff -r "$$d/$$g" $$g; then echo "$$g is not what make generate writes: run make generate and commit"; exit 1; fi; \
+		done; \
+		echo "generated code up to date"
+
+
+# The Python client's tests (clients/python) against real baton serve --dev
+# processes, with a baton built from this checkout.
+test-python:
+	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
+	$(GO) -C cmd/baton build -o "$$d/baton" . && \
+	cd clients/python && BATON_BIN="$$d/baton" python3 -m unittest discover -s tests -v
+
+
+# The TypeScript client's tests (clients/typescript, over @connectrpc/connect)
+# against real baton serve --dev processes.
+test-typescript:
+	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
+	$(GO) -C cmd/baton build -o "$$d/baton" . && \
+	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run build && BATON_BIN="$$d/baton" npm test
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@for m in $(MODULES); do echo "vet, tidy $$m"; $(GO) -C $$m vet ./... && $(GO) -C $$m mod tidy -diff || exit 1; done
 
-# Fuzz the name escaping, token parsing and policy parsing, FUZZTIME each.
+# The exported API of the library's public packages against its record in
+# api/ (docs/api-policy.md): api-check fails when a change removes or alters
+# a recorded feature without a release that may (CHANGELOG.md's Unreleased
+# heading), or adds one that api/next.txt does not list; api rewrites
+# api/next.txt with the features added since the last release, then checks.
+api:
+	$(GO) -C integration run ./cmd/baton-api -root .. next
+
+api-check:
+	$(GO) -C integration run ./cmd/baton-api -root .. check
+
+# Fuzz the name escaping, token parsing, policy parsing and baton serve's
+# request validation, FUZZTIME each.
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzEscape$$' -fuzztime $(FUZZTIME) ./internal/keys
@@ -107,6 +200,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseToken$$' -fuzztime $(FUZZTIME) ./fencing
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./rbac
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMap$$' -fuzztime $(FUZZTIME) ./router
+	$(GO) -C cmd/baton test -run '^$$' -fuzz '^FuzzCheckHold$$' -fuzztime $(FUZZTIME) ./serve
 
 # baton and raw etcd concurrency side by side on one embedded etcd (fsync
 # on), alternating, median of BENCH_RUNS runs with min and max; results
@@ -167,7 +261,7 @@ dist:
 	@rm -rf $(DIST) && mkdir -p $(DIST) && \
 	for p in $(PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; out=$(abspath $(DIST))/baton-$(VERSION)-$$os-$$arch; \
 		echo "build $$out"; \
-		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) -C cmd/baton build -trimpath -buildvcs=false \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) -C cmd/baton build -trimpath -buildvcs=true \
 			-ldflags "-s -w -X github.com/batonhq/baton/cmd/baton/version.release=$(VERSION)" -o $$out . || exit 1; \
 	done && cd $(DIST) && sha256sum baton-* > SHA256SUMS && cat SHA256SUMS
 
@@ -177,6 +271,12 @@ dist:
 release-prep:
 	@case "$(VERSION)" in v*.*.*) ;; *) echo "VERSION=vX.Y.Z is required"; exit 1;; esac
 	$(GO) -C integration run ./cmd/baton-release -version $(VERSION) -repo $(CURDIR)
+
+# Before tagging: fails unless the committed go.mod and go.sum files are the
+# ones release-prep writes for VERSION from the committed tree.
+release-check:
+	@case "$(VERSION)" in v*.*.*) ;; *) echo "VERSION=vX.Y.Z is required"; exit 1;; esac
+	$(GO) -C integration run ./cmd/baton-release -version $(VERSION) -repo $(CURDIR) -check
 
 # The CLI's container image (deploy/container/Dockerfile): static, non-root.
 # Needs a Docker engine; IMAGE names it.

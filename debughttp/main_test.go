@@ -8,7 +8,7 @@ import (
 	"github.com/batonhq/baton/internal/etcdtest"
 )
 
-// srv is the package's one embedded etcd.
+// srv is the package's one etcd server process.
 var srv *etcdtest.Server
 
 func TestMain(m *testing.M) { etcdtest.Main(m, &srv) }

@@ -62,7 +62,9 @@
 //     errors that pass.
 //   - The leader gauge is 1 exactly while a term lasts, also for a term
 //     lost before Campaign returned; with a label shared by several
-//     Elections it is 1 while any of their terms lasts. Close deletes the Election's series
+//     Elections (a WithMetricLabel, or "(other)", where Elections opened
+//     past the Registerer's WithMetricLabelLimit names record) it is 1
+//     while any of their terms lasts. Close deletes the Election's series
 //     unless another open Election records under the same label.
 //   - One lease is one candidate: a Campaign through a lease that already
 //     has this election's key (another Election on the same session or

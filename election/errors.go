@@ -39,14 +39,6 @@ var (
 	// was one, or it is the caller); leadership stays with the caller.
 	ErrNoCandidate = errors.New("election: no such live candidate")
 
-	// ErrNotNext is no longer returned: under Oldest, Transfer and
-	// PrepareHandOver hand over past the candidates queued ahead of the
-	// target (see the package's Guarantees).
-	//
-	// Deprecated: match ErrForeignCandidate, the one refusal left for a
-	// target that is not the next candidate.
-	ErrNotNext = errors.New("election: not the next candidate in the queue")
-
 	// ErrForeignCandidate is returned by Transfer and PrepareHandOver
 	// under Oldest for a target that is not the next candidate while a
 	// candidate that is not baton's (etcd's concurrency.Election,

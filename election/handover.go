@@ -52,7 +52,7 @@ func (e *Election) newPlan(st *state, s Strategy, to string) (*plan, error) {
 	from.Strategy = s
 	p := &plan{e: e, mod: leader.ModRevision, from: from}
 	rec := st.recs[s][lease]
-	p.release = e.releaseOps(p.from.Key, rec)
+	p.release = e.releaseOps(p.from.Key, int64(p.from.Token), rec)
 	if s == Oldest {
 		target, skipped, err := skipTarget(st, to)
 		if err != nil {
@@ -83,13 +83,16 @@ func (e *Election) newPlan(st *state, s Strategy, to string) (*plan, error) {
 	return p, nil
 }
 
-// releaseOps end the leader's key key, whether it hands over or resigns:
-// the key with the namespace's release mark (its holder knew first), its
-// lock-delay record (a clean end: no delay runs), any request to end its
-// term, and its candidate record rec if still the one read (nil: none).
-func (e *Election) releaseOps(key string, rec *entry) []clientv3.Op {
-	ops := append(queue.Release(key, true, false, 0), clientv3.OpDelete(delay.RecordOf(e.Namespace(), keys.Election, e.Name(), key)),
-		clientv3.OpDelete(e.endKey(leaseOf(key))))
+// releaseOps end the leader's key key (created at token), whether it hands
+// over or resigns: the key with the namespace's release mark (its holder
+// knew first), its lock-delay record (a clean end: no delay runs; an older
+// build's leader wrote it where DeleteLegacyRecord looks), any request to
+// end its term, and its candidate record rec if still the one read (nil:
+// none).
+func (e *Election) releaseOps(key string, token int64, rec *entry) []clientv3.Op {
+	ns, name := e.Namespace(), e.Name()
+	ops := append(queue.Release(key, true, false, 0), clientv3.OpDelete(delay.RecordOf(ns, keys.Election, name, key, token)),
+		delay.DeleteLegacyRecord(ns, keys.Election, name, key, token), clientv3.OpDelete(e.endKey(leaseOf(key))))
 	if rec != nil {
 		ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(rec.key), "=", rec.rev)},
 			[]clientv3.Op{clientv3.OpDelete(rec.key)}, nil))

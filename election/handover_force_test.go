@@ -2,6 +2,7 @@ package election_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -54,13 +55,20 @@ func TestForcedHandOverUnderLockDelayLeavesNoDelayRecord(t *testing.T) {
 	opts := []election.Option{election.WithNamespace(ns), election.WithLockDelay(time.Minute)}
 	a, b, c := newElection(t, client(t), name, opts...), newElection(t, client(t), name, opts...), newElection(t, client(t), name, opts...)
 	_, res, cands := leadThenQueue(t, ctx, a, "A", queued{e: b, v: "B"}, queued{e: c, v: "C"})
+	// A's record as a build before per-hold records also wrote it, at
+	// held/<segment>: the hand-over of such a leader deletes that one too.
+	segA := cands[0].Key[strings.LastIndexByte(cands[0].Key, '/')+1:]
+	legacy := fmt.Sprintf(`{"key":%q,"token":%d,"delay_ms":60000}`, cands[0].Key, cands[0].Token)
+	if _, err := client(t).Put(ctx, "/"+ns+"/v1/delay/election/"+name+"/held/"+segA, legacy); err != nil {
+		t.Fatal(err)
+	}
 	done, err := forceTo(t, ctx, operator(t, client(t), name, ns), cands[1].Key, nil, nil)
 	if err != nil || !done {
 		t.Fatalf("forced hand-over to B = %v, %v; want done", done, err)
 	}
 	tb := await(t, res[0], 10*time.Second, "B (a delay record of A's left behind makes it wait a minute)")
 	for _, k := range etcdtest.Keys(t, client(t), "/"+ns+"/v1/delay/") {
-		if strings.HasSuffix(k, cands[0].Key[strings.LastIndexByte(cands[0].Key, '/'):]) || strings.Contains(k, "/until/") {
+		if strings.Contains(k, "/held/"+segA) || strings.Contains(k, "/until/") {
 			t.Errorf("after the forced hand-over: delay key %s, want none of A's and no running delay", k)
 		}
 	}

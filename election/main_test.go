@@ -9,7 +9,7 @@ import (
 	"github.com/batonhq/baton/internal/netproxy"
 )
 
-// srv is the package's one embedded etcd; tests share it and use distinct
+// srv is the package's one etcd server process; tests share it and use distinct
 // election names.
 var srv *etcdtest.Server
 

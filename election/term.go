@@ -232,7 +232,7 @@ func (t *Term) release(ctx context.Context) error {
 		if t.rec != nil {
 			rec = &entry{key: t.rec.Key(), rev: int64(t.rec.Token())}
 		}
-		ops := t.e.releaseOps(t.Key(), rec)
+		ops := t.e.releaseOps(t.Key(), int64(t.Token()), rec)
 		applied, _, _ := group.Commit(ctx, t.e.o.Client(), t.holds(), group.Change{
 			Txn:    func() ([]clientv3.Cmp, []clientv3.Op, []clientv3.Op) { return []clientv3.Cmp{t.IsOwner()}, ops, nil },
 			Failed: func(*clientv3.TxnResponse, bool) (bool, bool) { return false, false }})

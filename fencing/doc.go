@@ -29,6 +29,9 @@
 //     for a missing or malformed one, before the handler runs.
 //   - Every rejection is counted in baton_fencing_rejections_total
 //     {resource} and logged at Warn with resource, token and highest.
+//     The resource label carries at most WithMetricLabelLimit values per
+//     Registerer (default 100); rejections for resources past them are
+//     counted under resource="(other)".
 //   - Inside a trace, every check is an OpenTelemetry span ("fencing
 //     admit", "fencing write") of the caller's trace, with its outcome
 //     and the high-water mark (docs/telemetry.md), through

@@ -40,8 +40,8 @@ type Holder interface {
 }
 
 // NewEtcdGuard returns a guard that keeps its marks through cli. It takes
-// WithNamespace, WithRegisterer, WithLogger and WithTracerProvider, and
-// does not contact etcd.
+// WithNamespace, WithRegisterer, WithMetricLabelLimit, WithLogger and
+// WithTracerProvider, and does not contact etcd.
 func NewEtcdGuard(cli *clientv3.Client, opts ...Option) (*EtcdGuard, error) {
 	const who = "NewEtcdGuard"
 	if cli == nil {

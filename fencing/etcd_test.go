@@ -385,6 +385,26 @@ func TestOptionsAreValidated(t *testing.T) {
 			return err
 		}, ""},
 		{"sql defaults", func() error { _, err := fencing.NewSQLGuard(fencing.Postgres); return err }, ""},
+		{"etcd label limit 1", func() error {
+			_, err := fencing.NewEtcdGuard(cli, fencing.WithMetricLabelLimit(1))
+			return err
+		}, ""},
+		{"etcd label limit 0", func() error {
+			_, err := fencing.NewEtcdGuard(cli, fencing.WithMetricLabelLimit(0))
+			return err
+		}, "NewEtcdGuard: WithMetricLabelLimit(0): must be at least 1 and at most 10000"},
+		{"memory label limit max", func() error {
+			_, err := fencing.NewMemoryGuardWith(fencing.WithMetricLabelLimit(10000))
+			return err
+		}, ""},
+		{"memory label limit past max", func() error {
+			_, err := fencing.NewMemoryGuardWith(fencing.WithMetricLabelLimit(10001))
+			return err
+		}, "WithMetricLabelLimit(10001): must be at least 1 and at most 10000"},
+		{"sql label limit negative", func() error {
+			_, err := fencing.NewSQLGuard(fencing.SQLite, fencing.WithMetricLabelLimit(-1))
+			return err
+		}, "NewSQLGuard: WithMetricLabelLimit(-1)"},
 		{"sql schema table", func() error {
 			_, err := fencing.NewSQLGuard(fencing.SQLite, fencing.WithTable("app.fence_marks"))
 			return err

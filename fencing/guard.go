@@ -38,7 +38,7 @@ func NewMemoryGuard() *MemoryGuard {
 }
 
 // NewMemoryGuardWith returns an empty in-memory guard that counts its
-// rejections on WithRegisterer, logs them to WithLogger and traces its
+// rejections on WithRegisterer (WithMetricLabelLimit), logs them to WithLogger and traces its
 // checks through WithTracerProvider. Options that do
 // not apply to an in-memory guard (WithNamespace, WithTable) are rejected
 // with an error wrapping ErrInvalid.

@@ -8,7 +8,7 @@ import (
 	"github.com/batonhq/baton/internal/etcdtest"
 )
 
-// srv is the package's one embedded etcd; tests share it and use distinct
+// srv is the package's one etcd server process; tests share it and use distinct
 // resource names or namespaces.
 var srv *etcdtest.Server
 

@@ -65,6 +65,61 @@ baton_fencing_rejections_total{resource="ledger"} 2
 	}
 }
 
+// Rejections for resources past the Registerer's limit share
+// resource="(other)", and each is counted as collapsed; a resource keeps
+// its place, and guards on one Registerer share the limit.
+func TestRejectionsPastTheLabelLimitShareOther(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	ctx := context.Background()
+	var guards []*fencing.MemoryGuard
+	for range 2 {
+		g, err := fencing.NewMemoryGuardWith(fencing.WithRegisterer(reg), fencing.WithMetricLabelLimit(2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		guards = append(guards, g)
+	}
+	for i, r := range []string{"order-1", "order-2", "order-3", "order-1", "order-4"} {
+		g := guards[i%2]
+		if err := g.Admit(ctx, r, 5); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Admit(ctx, r, 4); !errors.Is(err, fencing.ErrStale) {
+			t.Fatalf("Admit(%s, 4) = %v, want ErrStale", r, err)
+		}
+	}
+	want := `
+# HELP baton_fencing_rejections_total Writes rejected for carrying a stale fencing token.
+# TYPE baton_fencing_rejections_total counter
+baton_fencing_rejections_total{resource="(other)"} 2
+baton_fencing_rejections_total{resource="order-1"} 2
+baton_fencing_rejections_total{resource="order-2"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "baton_fencing_rejections_total"); err != nil {
+		t.Fatal(err)
+	}
+	if v := collapsed(t, reg, "resource"); v != 2 {
+		t.Fatalf("baton_metric_labels_collapsed_total{label=\"resource\"} = %v, want 2", v)
+	}
+}
+
+// collapsed returns the collapsed counter's value for label.
+func collapsed(t *testing.T, reg *prometheus.Registry, label string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if mf.GetName() == "baton_metric_labels_collapsed_total" && m.GetLabel()[0].GetValue() == label {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
 func TestNewMemoryGuardWithRejectsOptionsThatDoNotApply(t *testing.T) {
 	for _, opt := range []fencing.Option{fencing.WithNamespace("team"), fencing.WithTable("fences"), fencing.WithLogger(nil), nil} {
 		if _, err := fencing.NewMemoryGuardWith(opt); !errors.Is(err, fencing.ErrInvalid) {

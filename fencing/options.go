@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/internal/metrics"
 )
 
 // Option configures a guard. Options that a guard does not use are
@@ -25,6 +26,7 @@ type guardConfig struct {
 	namespaceSet bool
 	table        string // SQLGuard
 	tableSet     bool
+	labelLimit   int
 }
 
 type optionFunc func(*guardConfig)
@@ -34,6 +36,19 @@ func (f optionFunc) apply(c *guardConfig) { f(c) }
 // WithRegisterer counts rejections in baton_fencing_rejections_total on reg.
 func WithRegisterer(reg prometheus.Registerer) Option {
 	return optionFunc(func(c *guardConfig) { c.reg = reg })
+}
+
+// WithMetricLabelLimit(n) bounds the values of the resource label of
+// baton_fencing_rejections_total on the guard's Registerer: a rejection
+// records under its resource if the Registerer already carries it or
+// carries fewer than n resources, else under resource="(other)", counted
+// in baton_metric_labels_collapsed_total{label="resource"}. A resource
+// keeps its place for the Registerer's life. n is 1 to 10000, default 100,
+// as session.WithMetricLabelLimit's for the primitives' name label
+// (counted apart from it). Guard per-entity resources (a row per order)
+// without fear for the series: the first n keep theirs.
+func WithMetricLabelLimit(n int) Option {
+	return optionFunc(func(c *guardConfig) { c.labelLimit = n })
 }
 
 // WithLogger logs every rejection at Warn level with the fields resource,
@@ -71,7 +86,7 @@ var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-
 // buildConfig applies opts over the defaults and validates them for the
 // guard named by who; allow lists the guard-specific options it takes.
 func buildConfig(who string, opts []Option, allowNamespace, allowTable bool) (guardConfig, error) {
-	c := guardConfig{log: zap.NewNop(), namespace: keys.DefaultNamespace, table: DefaultTable}
+	c := guardConfig{log: zap.NewNop(), namespace: keys.DefaultNamespace, table: DefaultTable, labelLimit: metrics.DefaultLabelLimit}
 	for _, o := range opts {
 		if o == nil {
 			return c, fmt.Errorf("%w: %s: nil option", ErrInvalid, who)
@@ -83,6 +98,9 @@ func buildConfig(who string, opts []Option, allowNamespace, allowTable bool) (gu
 	}
 	if c.tpSet && c.tp == nil {
 		return c, fmt.Errorf("%w: %s: WithTracerProvider(nil): leave it out for the global provider", ErrInvalid, who)
+	}
+	if err := metrics.CheckLabelLimit(c.labelLimit); err != nil {
+		return c, fmt.Errorf("%w: %s: %w", ErrInvalid, who, err)
 	}
 	if c.namespaceSet && !allowNamespace {
 		return c, fmt.Errorf("%w: %s does not take WithNamespace", ErrInvalid, who)

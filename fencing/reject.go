@@ -10,8 +10,9 @@ import (
 
 // rejecter counts and logs rejections the same way for every guard.
 type rejecter struct {
-	m   *metrics.Metrics
-	log *zap.Logger
+	m     *metrics.Metrics
+	log   *zap.Logger
+	limit int // of resource labels
 }
 
 func newRejecter(who string, c guardConfig) (rejecter, error) {
@@ -19,12 +20,12 @@ func newRejecter(who string, c guardConfig) (rejecter, error) {
 	if err != nil {
 		return rejecter{}, fmt.Errorf("%s: register metrics: %w", who, err)
 	}
-	return rejecter{m: m, log: c.log}, nil
+	return rejecter{m: m, log: c.log, limit: c.labelLimit}, nil
 }
 
 // stale records a rejection and returns its error.
 func (r rejecter) stale(resource string, t, highest Token) error {
-	r.m.Rejected(resource)
+	r.m.Rejected(resource, r.limit)
 	r.log.Warn("stale fencing token rejected", zap.String("resource", resource),
 		zap.Int64("token", int64(t)), zap.Int64("highest", int64(highest)))
 	return &StaleError{Resource: resource, Token: t, Highest: highest}

@@ -65,7 +65,8 @@ type SQLGuard struct {
 }
 
 // NewSQLGuard returns a guard for d. It takes WithTable, WithRegisterer,
-// WithLogger and WithTracerProvider, and does not touch the database.
+// WithMetricLabelLimit, WithLogger and WithTracerProvider, and does not
+// touch the database.
 func NewSQLGuard(d Dialect, opts ...Option) (*SQLGuard, error) {
 	const who = "NewSQLGuard"
 	if d != Postgres && d != SQLite {

@@ -84,10 +84,20 @@
 //
 // # Metrics
 //
-// Series are labelled namespace (bounded by your namespaces), name (one
-// per lock name, or the WithMetricLabel value) and, where they fit, result
-// (acquired, locked, canceled, error) or reason (lease_expired,
-// key_deleted, renewal_failed, validity_expired, session_closed). With
-// unbounded lock names, give them one WithMetricLabel; Close deletes the
-// Mutex's series.
+// Series are labelled namespace (bounded by your namespaces), name and,
+// where they fit, result (acquired, locked, canceled, error) or reason
+// (lease_expired, key_deleted, renewal_failed, validity_expired,
+// session_closed). The name label is the WithMetricLabel value, or the
+// lock's name if the Registerer carries it already or carries fewer than
+// WithMetricLabelLimit names (default 100; a name keeps its place for the
+// Registerer's life); a Mutex opened past them records under "(other)",
+// counted in baton_metric_labels_collapsed_total, so a process that locks
+// a name per entity cannot grow its series without bound. Give per-entity
+// locks one WithMetricLabel per kind of entity, so that "(other)" stays
+// empty and the fixed names keep their own:
+//
+//	m, err := mutex.New(cli, "order-"+id, mutex.WithMetricLabel("order"), mutex.WithSession(s))
+//
+// Close deletes the Mutex's series unless another open primitive records
+// under the same label.
 package mutex

@@ -30,11 +30,6 @@ type Holder struct {
 // IsZero reports whether h means "no holder", as election.Leader.IsZero.
 func (h Holder) IsZero() bool { return h.Key == "" }
 
-// IsFree reports whether h means "no holder".
-//
-// Deprecated: use IsZero, the name every package uses.
-func (h Holder) IsFree() bool { return h.IsZero() }
-
 // Observe sends the lock's current holder first ("free" included), then
 // every change: a new holder, a release, an expiry. Each etcd revision is
 // one state (a transaction that deletes the holder's key and puts another,

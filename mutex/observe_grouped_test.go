@@ -41,7 +41,7 @@ func fmtHolders(hs []mutex.Holder) string {
 		if i > 0 {
 			out += ", "
 		}
-		if h.IsFree() {
+		if h.IsZero() {
 			out += fmt.Sprintf("free@%d", h.Revision)
 		} else {
 			out += fmt.Sprintf("%s(token %d)@%d", h.Identity, h.Token, h.Revision)
@@ -61,7 +61,7 @@ func TestObserveReportsFreeAfterOneRevisionDeleteOfHolderAndWaiters(t *testing.T
 	octx, stop := context.WithCancel(ctx)
 	defer stop()
 	obs := watcher.Observe(octx)
-	if states, ok := observeUntil(t, obs, mutex.Holder.IsFree); !ok {
+	if states, ok := observeUntil(t, obs, mutex.Holder.IsZero); !ok {
 		t.Fatalf("Observe's first state is not free: %s", fmtHolders(states))
 	}
 	a := newMutex(t, client(t), name, mutex.WithIdentity("replica-a"))
@@ -90,7 +90,7 @@ func TestObserveReportsFreeAfterOneRevisionDeleteOfHolderAndWaiters(t *testing.T
 	if err != nil || del.Deleted != 3 {
 		t.Fatalf("delete --prefix: %+v, %v", del, err)
 	}
-	states, ok := observeUntil(t, obs, mutex.Holder.IsFree)
+	states, ok := observeUntil(t, obs, mutex.Holder.IsZero)
 	if !ok {
 		t.Fatalf("Observe never reported free within 10s of one delete of holder and waiters at revision %d; it sent %s",
 			del.Header.Revision, fmtHolders(states))
@@ -121,7 +121,7 @@ func TestObserveReportsTheHolderPutInTheTxnThatDeletedThePrevious(t *testing.T) 
 	octx, stop := context.WithCancel(ctx)
 	defer stop()
 	obs := watcher.Observe(octx)
-	if states, ok := observeUntil(t, obs, mutex.Holder.IsFree); !ok {
+	if states, ok := observeUntil(t, obs, mutex.Holder.IsZero); !ok {
 		t.Fatalf("Observe's first state is not free: %s", fmtHolders(states))
 	}
 	a := newMutex(t, client(t), name, mutex.WithIdentity("replica-a"))

@@ -38,7 +38,7 @@ func TestObserveSendsEveryHolderAcrossCompaction(t *testing.T) {
 	obs := watcher.Observe(octx)
 	var rev int64
 
-	if h := nextHolder(t, obs, &rev); !h.IsFree() {
+	if h := nextHolder(t, obs, &rev); !h.IsZero() {
 		t.Fatalf("first state = %+v, want free", h)
 	}
 	a := newMutex(t, cli, "observe", mutex.WithIdentity("replica-a"))
@@ -89,7 +89,7 @@ func TestObserveSendsEveryHolderAcrossCompaction(t *testing.T) {
 	if _, err := cli.Revoke(ctx, lc.Lease()); err != nil {
 		t.Fatal(err)
 	}
-	if h := nextHolder(t, obs, &rev); !h.IsFree() {
+	if h := nextHolder(t, obs, &rev); !h.IsZero() {
 		t.Fatalf("after the lease's revocation: %+v, want free", h)
 	}
 	stop()

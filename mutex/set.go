@@ -244,7 +244,7 @@ func (s *Set) attempt(ctx context.Context, try bool) (*Lock, error) {
 	if err == nil {
 		l := newSetLock(cli, s.names, locks)
 		for i, d := range s.delays {
-			l.set.records = append(l.set.records, d.RecordKey(locks[i].Key()))
+			l.set.records = append(l.set.records, d.RecordKey(locks[i].Key(), int64(locks[i].Token())))
 		}
 		return l, nil
 	}

@@ -60,5 +60,6 @@
 // # Metrics
 //
 // The metrics of package mutex, with the name label "rwmutex:<name>"
-// unless WithMetricLabel says otherwise.
+// unless WithMetricLabel says otherwise, or "(other)" past the
+// Registerer's WithMetricLabelLimit names, as package mutex says.
 package rwmutex

@@ -98,5 +98,6 @@ func (l *Lock) Txn(ctx context.Context) clientv3.Txn { return l.hold.Txn(ctx) }
 // IsOwner returns the comparison that holds while the lock's key exists
 // with its original CreateRevision (Key and Token), for building
 // transactions by hand. It compares the same key and revision after the
-// hold ends, so a transaction guarded by it fails once the key is gone.
+// hold ends, so a transaction guarded by it fails once the key is gone,
+// and never succeeds on a later holder's key.
 func (l *Lock) IsOwner() clientv3.Cmp { return l.hold.IsOwner() }

@@ -10,7 +10,7 @@ import (
 	"github.com/batonhq/baton/rwmutex"
 )
 
-// srv is the package's one embedded etcd; tests share it and use distinct
+// srv is the package's one etcd server process; tests share it and use distinct
 // names.
 var srv *etcdtest.Server
 

@@ -58,5 +58,6 @@
 // # Metrics
 //
 // The metrics of package mutex, with the name label "semaphore:<name>"
-// unless WithMetricLabel says otherwise.
+// unless WithMetricLabel says otherwise, or "(other)" past the
+// Registerer's WithMetricLabelLimit names, as package mutex says.
 package semaphore

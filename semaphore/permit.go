@@ -93,5 +93,6 @@ func (p *Permit) Txn(ctx context.Context) clientv3.Txn { return p.hold.Txn(ctx) 
 // IsOwner returns the comparison that holds while the permit's key exists
 // with its original CreateRevision (Key and Token), for building
 // transactions by hand. It compares the same key and revision after the
-// permit ends, so a transaction guarded by it fails once the key is gone.
+// permit ends, so a transaction guarded by it fails once the key is gone,
+// and never succeeds on a later holder's key.
 func (p *Permit) IsOwner() clientv3.Cmp { return p.hold.IsOwner() }

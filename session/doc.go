@@ -10,9 +10,10 @@
 //
 // A Mutex or Election given no session makes its own, with the options
 // given to it. Session-wide settings (TTL, maximum TTL, safety margin,
-// maximum keys held, logger, registerer) live on the session: a Mutex or
-// Election on a shared session that is given one of them with another
-// value is refused by its New, with an error naming both values.
+// maximum keys held, logger, registerer and its metric label limit) live
+// on the session: a Mutex or Election on a shared session that is given
+// one of them with another value is refused by its New, with an error
+// naming both values.
 //
 // # Guarantees
 //

@@ -13,6 +13,7 @@ import (
 
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/metrics"
 )
 
 // Session is a lease shared by any number of primitives, with its validity
@@ -33,6 +34,7 @@ type Settings struct {
 	MaxHeld             int
 	Logger              *zap.Logger
 	Registerer          prometheus.Registerer
+	MetricLabelLimit    int
 }
 
 // Option configures a Session. The same options configure the session a
@@ -44,6 +46,14 @@ const (
 	DefaultTTL    = core.DefaultTTL
 	MinTTL        = core.MinTTL
 	DefaultMaxTTL = core.DefaultMaxTTL
+)
+
+// Bounds of WithMetricLabelLimit, and the name label value of the
+// primitives it refuses one of their own.
+const (
+	DefaultMetricLabelLimit = metrics.DefaultLabelLimit
+	MaxMetricLabelLimit     = metrics.MaxLabelLimit
+	OtherMetricLabel        = metrics.Other
 )
 
 // New returns a session on cli. It does not contact etcd: the lease is
@@ -77,8 +87,10 @@ func Wrap(cs *concurrency.Session, opts ...Option) (*Session, error) {
 	return &Session{s: s, wrapped: true}, nil
 }
 
-// Apply makes s the session of the primitive being configured: a *Session
-// is an Option.
+// Apply makes s the session of the primitive being configured: it is how
+// each primitive's WithSession hands a *Session to the configuration it
+// builds (a *Session is an Option). It is not meant to be called; give the
+// session with WithSession.
 func (s *Session) Apply(c *config.Config) {
 	if c == nil {
 		return
@@ -104,7 +116,7 @@ func (s *Session) Done() <-chan struct{} { return s.s.Done() }
 // Settings returns the session-wide settings.
 func (s *Session) Settings() Settings {
 	c := s.s.Settings()
-	return Settings{TTL: c.TTL, MaxTTL: c.MaxTTL, Margin: c.Margin, MaxHeld: c.MaxHeld, Logger: c.Logger, Registerer: c.Registerer}
+	return Settings{TTL: c.TTL, MaxTTL: c.MaxTTL, Margin: c.Margin, MaxHeld: c.MaxHeld, Logger: c.Logger, Registerer: c.Registerer, MetricLabelLimit: c.MetricLabelLimit}
 }
 
 // IsBorrowed reports whether the lease belongs to a caller's etcd session
@@ -164,6 +176,38 @@ func WithLogger(l *zap.Logger) Option { return config.Logger(l) }
 // WithRegisterer sets where metrics are registered (default: nowhere). Many
 // primitives may share one Registerer, and one metric label.
 func WithRegisterer(reg prometheus.Registerer) Option { return config.Registerer(reg) }
+
+// WithMetricLabelLimit bounds the values of the name label that primitives
+// give their metrics by default — their name, or "semaphore:", "rwmutex:"
+// or "shard:" and their name — so that a process that opens a primitive
+// per entity (a lock per order) does not export series per entity, for
+// ever: n is 1 to MaxMetricLabelLimit, default DefaultMetricLabelLimit,
+// counted per Registerer over every namespace and kind of primitive.
+//
+//   - A primitive records under its default value if the Registerer
+//     already carries it or carries fewer than n; otherwise under
+//     name="(other)" (OtherMetricLabel) in its namespace, and
+//     baton_metric_labels_collapsed_total{label="name"} counts it, once per
+//     New. The Registerer's first collapse is logged at Warn. A primitive
+//     named "(other)" records there too.
+//   - A value keeps its place for the Registerer's life, used or not: which
+//     names have series of their own does not shift with traffic, and a
+//     Registerer never carries more than n default values, plus one
+//     "(other)" per namespace. The series of a value are deleted when the
+//     last primitive using it is closed, as before; one of that name
+//     opened later records under it again.
+//   - A WithMetricLabel value is the caller's choice: kept as given, and
+//     not counted toward n. It is how to label per-entity primitives: one
+//     value per kind of entity ("order"), never per entity.
+//   - Primitives of one Registerer with different limits each obey their
+//     own when they are made, so the Registerer carries at most the
+//     largest.
+//
+// "(other)" mixes whatever it holds: its acquisitions, holds and losses are
+// those of every collapsed primitive, and an election's leader gauge under
+// it is 1 while any of them leads. Raise n, or label, when the collapsed
+// counter grows (docs/operations.md, BatonMetricLabelsCollapsed).
+func WithMetricLabelLimit(n int) Option { return config.MetricLabelLimit(n) }
 
 // WithTracerProvider records an OpenTelemetry span for every wait, hold
 // and release of the session's primitives (docs/telemetry.md) through tp,

@@ -94,7 +94,9 @@
 // baton_shard_moves_total{namespace,name,reason} (join, leave, loss,
 // counted by the new owner), baton_shard_unowned_duration_seconds (from the
 // old owner's key's deletion, as the new owner saw it, to its fn's start),
-// and the session's renewal failures. Each shard's wait, hold and release
+// and the session's renewal failures; the name label is "shard:<group>"
+// (or WithMetricLabel's), "(other)" past the Registerer's
+// WithMetricLabelLimit names. Each shard's wait, hold and release
 // is a span, as a mutex's, named for the group and the shard
 // ("ingest/17").
 package shard

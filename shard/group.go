@@ -63,15 +63,13 @@ func New(cli *clientv3.Client, group string, count int, opts ...Option) (*Group,
 	if count < 1 || count > MaxCount {
 		return nil, fmt.Errorf("%w: shard count is %d, must be 1 to %d", ErrInvalid, count, MaxCount)
 	}
-	// The metric label defaults to the group's, not one per shard; a
-	// WithMetricLabel given overrides it.
-	opts = append([]Option{config.MetricLabel("shard:" + group)}, opts...)
 	cfg, sess, own, met, identity, err := config.OpenGroup(cli, opts)
 	if err != nil {
 		return nil, err
 	}
+	// The metric label defaults to the group's, not one per shard.
 	g := &Group{cli: cli, name: group, count: count, ns: cfg.Namespace, prefix: GroupPrefix(cfg.Namespace, group),
-		label: cfg.MetricLabel, identity: identity, drain: DefaultDrainTimeout, cfg: cfg, sess: sess, own: own, met: met,
+		label: cfg.Label(met, "shard:"+group), identity: identity, drain: DefaultDrainTimeout, cfg: cfg, sess: sess, own: own, met: met,
 		owners: map[int]*core.Owner[*Shard]{}}
 	if cfg.DrainSet {
 		g.drain = cfg.DrainTimeout

@@ -12,7 +12,7 @@ import (
 	"github.com/batonhq/baton/shard"
 )
 
-// srv is the package's one embedded etcd; tests share it and use distinct
+// srv is the package's one etcd server process; tests share it and use distinct
 // group names.
 var srv *etcdtest.Server
 

@@ -208,18 +208,107 @@ func sumLines(path, v string, zipData []byte, gomod string) ([]string, error) {
 	return []string{path + " " + v + " " + h, path + " " + v + "/go.mod " + hm}, nil
 }
 
-// addSums adds lines to the go.sum at name, sorted as the go command keeps it.
+// addSums puts lines into the go.sum at name: every line already there for
+// a module the new lines name is dropped first (a release prepared again
+// must not keep an earlier preparation's hashes), and the file is sorted
+// as the go command sorts it (module.Sort: by path, then by semantic
+// version, "/go.mod" after the version's own line).
 func addSums(name string, lines []string) error {
 	old, err := os.ReadFile(name)
 	if err != nil && !os.IsNotExist(err) {
 		return err
 	}
-	all := strings.Split(strings.TrimSpace(string(old)), "\n")
-	all = append(all, lines...)
-	all = slices.DeleteFunc(all, func(s string) bool { return s == "" })
-	slices.Sort(all)
-	all = slices.Compact(all)
-	return os.WriteFile(name, []byte(strings.Join(all, "\n")+"\n"), 0o644)
+	replaced := map[string]bool{}
+	for _, l := range lines {
+		replaced[strings.Fields(l)[0]] = true
+	}
+	type entry struct {
+		mod  module.Version
+		line string
+	}
+	var entries []entry
+	seen := map[string]bool{}
+	for _, l := range append(strings.Split(string(old), "\n"), lines...) {
+		f := strings.Fields(l)
+		if len(f) != 3 || seen[l] {
+			continue
+		}
+		if replaced[f[0]] && !slices.Contains(lines, l) {
+			continue
+		}
+		seen[l] = true
+		entries = append(entries, entry{module.Version{Path: f[0], Version: f[1]}, l})
+	}
+	mods := make([]module.Version, len(entries))
+	byMod := map[module.Version]string{}
+	for i, e := range entries {
+		mods[i] = e.mod
+		byMod[e.mod] = e.line
+	}
+	module.Sort(mods)
+	var out strings.Builder
+	for _, m := range mods {
+		out.WriteString(byMod[m] + "\n")
+	}
+	return os.WriteFile(name, []byte(out.String()), 0o644)
+}
+
+// Check reports every go.sum line of a published module at the tree's
+// version that differs from what Prep computes from the tree at root: a
+// release commit whose go.sum files do not match its own files cannot be
+// built once tagged.
+func Check(root, v string) ([]string, error) {
+	tmp, err := os.MkdirTemp("", "baton-release-check-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	if err := Copy(root, tmp, false); err != nil {
+		return nil, err
+	}
+	if _, err := Prep(tmp, v); err != nil {
+		return nil, err
+	}
+	var bad []string
+	for _, m := range Published {
+		want, err := os.ReadFile(filepath.Join(tmp, m.Dir, "go.sum"))
+		if err != nil {
+			return nil, err
+		}
+		have, err := os.ReadFile(filepath.Join(root, m.Dir, "go.sum"))
+		if err != nil && !os.IsNotExist(err) {
+			return nil, err
+		}
+		for _, l := range strings.Split(string(want), "\n") {
+			if f := strings.Fields(l); len(f) == 3 && isPublished(f[0]) && !strings.Contains(string(have), l+"\n") {
+				bad = append(bad, fmt.Sprintf("%s/go.sum lacks %q", m.Dir, l))
+			}
+		}
+		for _, l := range strings.Split(string(have), "\n") {
+			if f := strings.Fields(l); len(f) == 3 && isPublished(f[0]) && !strings.Contains(string(want), l+"\n") {
+				bad = append(bad, fmt.Sprintf("%s/go.sum has %q, which the tree does not hash to", m.Dir, l))
+			}
+		}
+		wantMod, _ := os.ReadFile(filepath.Join(tmp, m.Dir, "go.mod"))
+		haveMod, _ := os.ReadFile(filepath.Join(root, m.Dir, "go.mod"))
+		if !bytes.Equal(wantMod, haveMod) {
+			bad = append(bad, fmt.Sprintf("%s/go.mod is not prepared for %s (run make release-prep VERSION=%s)", m.Dir, v, v))
+		}
+	}
+	return bad, nil
+}
+
+// Clean reports whether the repository at root has no uncommitted change:
+// the hashes are of the files git tracks, as they are on disk.
+func Clean(root string) error {
+	out, err := exec.Command("git", "-C", root, "status", "--porcelain", "--untracked-files=no").Output()
+	if err != nil {
+		return fmt.Errorf("release: git status: %w", err)
+	}
+	if len(bytes.TrimSpace(out)) > 0 {
+		return fmt.Errorf("release: the working tree has uncommitted changes; commit them first, the tags will hold the commit:\n%s", out)
+	}
+	return nil
 }
 
 // Proxy writes the published modules at the tree's version into dir, laid

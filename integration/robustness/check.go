@@ -68,6 +68,7 @@ func check(h *History, cfg Config) *Report {
 	checkToldTruly(h, cfg, rep)
 	checkRegisters(h, rep)
 	checkFences(h, rep)
+	checkMetricLabels(h, rep)
 	rep.finish(h)
 	return rep
 }
@@ -203,11 +204,20 @@ func checkKnowsFirst(h *History, n NameInfo, cfg Config, rep *Report) {
 			if x.Key == p.Key && x.Token == p.Token {
 				continue // checkSharedKeys's
 			}
+			if x.Foreign && x.Token < p.Token {
+				// etcd's Campaign returns once the older keys are gone,
+				// without reading its own: granted before p, it came
+				// back after its key had gone. Not p's successor (the
+				// grants below judge that); checkGranted judges its key.
+				rep.knows("etcd contender", "returned after its key went")
+				continue
+			}
 			if d, ok := deleted[incarnation{x.Key, x.Token}]; ok && x.Foreign {
 				if at, ok := h.seenAt(d); ok && at < x.Acquired {
-					// etcd's Campaign returned after its key went (its lease
-					// expired meanwhile): it never led; not baton's.
-					rep.knows("etcd contender", "not promised")
+					// Queued after p, its key went before it returned (its
+					// lease expired meanwhile, on a starved machine): it
+					// never led; not baton's.
+					rep.knows("etcd contender", "returned after its key went")
 					continue
 				}
 			}
@@ -370,6 +380,9 @@ func (h *History) childStalled(client string, from, to int64) time.Duration {
 // Context had ended when the event log received its key's deletion. A
 // child's, by its clock readings.
 func toldFirst(prev *Hold, seen int64) (bool, string) {
+	if prev.Child && prev.DeadOnReturn {
+		return true, "" // its process saw it ended when the call returned it
+	}
 	if !prev.Child && prev.DeleteSeen != 0 {
 		return prev.Told, "had not been told when its key's deletion was seen"
 	}

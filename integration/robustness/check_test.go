@@ -392,6 +392,18 @@ func TestKnowsFirstJudgesAHandleReturnedAfterItsKeyWent(t *testing.T) {
 	wantViolation(t, check(h, Config{TTL: 3 * time.Second}), "knows-first", "was returned as a holder, not yet told")
 }
 
+// A process's handle returned already ended (its Context done when the call
+// returned it, reported by the process) was told first, however late the
+// process reported the end; one returned live after its key went was not.
+func TestKnowsFirstCountsAProcessHandleReturnedEndedAsTold(t *testing.T) {
+	h := cleanMutex()
+	a := &Hold{Prim: "mutex", Name: "m0", Client: "c0", Key: ka, Token: 2, Acquired: ms(6), Ended: ms(6) + 500, Cause: "baton: ownership lost", Child: true, DeadOnReturn: true}
+	h.Holds = []*Hold{a}
+	wantClean(t, run(h))
+	a.DeadOnReturn = false
+	wantViolation(t, check(h, Config{TTL: 3 * time.Second}), "knows-first", "after the grant was seen")
+}
+
 // A free lock is taken: b, first in line from rev 5, is neither returned
 // nor gone within the bound.
 func TestFreeLockCatchesAWaiterThatDoesNotTakeAFreeLock(t *testing.T) {
@@ -561,22 +573,27 @@ func TestKnowsFirstDoesNotJudgeAnEtcdCampaignReturnedWithoutItsKey(t *testing.T)
 	wantViolation(t, run(h), "knows-first", "had not been told")
 }
 
-// Lock-delay: a holder lost without releasing (its record stays), and the
-// next one returns 100 ms later, within the 2 s delay.
+// Lock-delay: a holder lost without releasing (its record stays, per hold
+// or in an older build's form), and the next one returns 100 ms later,
+// within the 2 s delay.
 func TestLockDelayCatchesAnAcquisitionWithinTheDelay(t *testing.T) {
-	n := m0
-	n.Delay, n.DelayPrefix = 2*time.Second, "/robust/v1/delay/lock/m0/"
-	rec := n.DelayPrefix + "held/a"
-	h := &History{Names: []NameInfo{n}, Events: []history.Event{
-		put(2, ka, 2, ""), put(3, rec, 3, ""), put(4, kb, 4, ""), del(5, ka, 2), put(6, work, 6, kb),
-	}}
-	h.Holds = []*Hold{
-		{Prim: "mutex", Name: "m0", Client: "w0", Key: ka, Token: 2, Acquired: ms(2), Ended: ms(5)},
-		{Prim: "mutex", Name: "m0", Client: "w1", Key: kb, Token: 4, Acquired: ms(5) + int64(100*time.Millisecond)},
+	for _, rec := range []string{"held/a/2", "held/a"} {
+		t.Run(rec, func(t *testing.T) {
+			n := m0
+			n.Delay, n.DelayPrefix = 2*time.Second, "/robust/v1/delay/lock/m0/"
+			rec := n.DelayPrefix + rec
+			h := &History{Names: []NameInfo{n}, Events: []history.Event{
+				put(2, ka, 2, ""), put(3, rec, 3, ""), put(4, kb, 4, ""), del(5, ka, 2), put(6, work, 6, kb),
+			}}
+			h.Holds = []*Hold{
+				{Prim: "mutex", Name: "m0", Client: "w0", Key: ka, Token: 2, Acquired: ms(2), Ended: ms(5)},
+				{Prim: "mutex", Name: "m0", Client: "w1", Key: kb, Token: 4, Acquired: ms(5) + int64(100*time.Millisecond)},
+			}
+			rep := run(h)
+			wantViolation(t, rep, "lock-delay", "within the lock-delay")
+			wantViolation(t, rep, "lock-delay", "no marker expired")
+		})
 	}
-	rep := run(h)
-	wantViolation(t, rep, "lock-delay", "within the lock-delay")
-	wantViolation(t, rep, "lock-delay", "no marker expired")
 }
 
 // With the event watch possibly late (a member isolated while the loss was
@@ -585,8 +602,8 @@ func TestLockDelayCatchesAnAcquisitionWithinTheDelay(t *testing.T) {
 func TestLockDelayJudgedByRevisionsWhenTheWatchMayBeLate(t *testing.T) {
 	n := m0
 	n.Delay, n.DelayPrefix = 2*time.Second, "/robust/v1/delay/lock/m0/"
-	rec := n.DelayPrefix + "held/a"
-	marker := n.DelayPrefix + "until/a"
+	rec := n.DelayPrefix + "held/a/2"
+	marker := n.DelayPrefix + "until/a/2"
 	for _, tc := range []struct {
 		name   string
 		events []history.Event
@@ -725,4 +742,73 @@ func TestDistinctTokensCatchesTwoKeysOfOneQueueInOneRevision(t *testing.T) {
 	if got := rep.Oracles["distinct-tokens"]; got != 2 {
 		t.Errorf("distinct-tokens judged %d creations, want 2", got)
 	}
+}
+
+func TestMetricLabelsCatchesMoreValuesThanTheLimit(t *testing.T) {
+	h := cleanMutex()
+	h.MetricLabelLimit = 2
+	h.Metrics = []MetricSample{
+		{Process: "main", At: ms(1), Names: []string{"m0", "m1"}},
+		{Process: "c0", At: ms(1), Names: []string{"m0", "e0"}},
+		{Process: "main", At: ms(2), Names: []string{"m1"}}, // m0's series deleted, its place kept
+		{Process: "main", At: ms(3), Names: []string{"m1", "w0"}},
+	}
+	rep := run(h)
+	wantViolation(t, rep, "metric-labels", "process main: its Registerer carried 3 name label values by 3ms (m0, m1, w0), more than its limit 2")
+	if len(rep.Violations) != 1 {
+		t.Errorf("violations %+v, want main's only: c0 has its own Registerer", rep.Violations)
+	}
+}
+
+func TestMetricLabelsCatchesACollapseNotCounted(t *testing.T) {
+	other := map[string]bool{"name": true}
+	h := cleanMutex()
+	h.MetricLabelLimit = 1
+	h.Metrics = []MetricSample{
+		{Process: "main", At: ms(1), Names: []string{"m0"}},
+		{Process: "main", At: ms(2), Names: []string{"m0"}, Other: other},
+		{Process: "main", At: ms(3), Names: []string{"m0"}, Other: other},
+	}
+	wantViolation(t, run(h), "metric-labels", `process main: name="(other)" exported from 2ms on, but baton_metric_labels_collapsed_total{label="name"} stayed 0 in all 3 samples`)
+
+	// Counted by the last sample: a gather is not atomic, so the sample
+	// that first shows "(other)" may read the counter before its increment.
+	clean := cleanMutex()
+	clean.MetricLabelLimit = 1
+	clean.ExplicitLabels = []string{"observers"} // a caller's label is not counted
+	clean.Metrics = []MetricSample{
+		{Process: "main", At: ms(1), Names: []string{"m0", "observers"}},
+		{Process: "main", At: ms(2), Names: []string{"m0"}, Other: other},
+		{Process: "main", At: ms(3), Names: []string{"m0"}, Other: other, Collapsed: map[string]float64{"name": 2}},
+		{Process: "c0", At: ms(3), Resources: []string{"mutex/m0"}},
+	}
+	rep := run(clean)
+	wantClean(t, rep)
+	if got := rep.Oracles["metric-labels"]; got != 8 {
+		t.Errorf("metric-labels judged %d samples, want 8 (4 samples, 2 labels each)", got)
+	}
+}
+
+// etcd's Campaign returns once the keys older than its own are gone,
+// without reading its own: granted first, its key deleted (its lease
+// revoked), it can come back while the next leader holds. That is not the
+// next leader's successor acquiring; a baton contender doing the same is.
+func TestKnowsFirstDoesNotJudgeAnEtcdCampaignReturningLate(t *testing.T) {
+	h := &History{Names: []NameInfo{m0}, Events: []history.Event{
+		put(2, ka, 2, ""), put(3, kb, 3, ""), del(4, ka, 2), del(8, kb, 3),
+	}}
+	x := &Hold{Prim: "mutex", Name: "m0", Client: "etcd.x2", Key: ka, Token: 2, Acquired: ms(6), Ended: ms(9), Foreign: true}
+	p := &Hold{Prim: "mutex", Name: "m0", Client: "transfer.t0", Key: kb, Token: 3, Acquired: ms(4) + 1, Ended: ms(8), Cause: "baton: released", Untold: []*Hold{x}}
+	h.Holds = []*Hold{p, x}
+	rep := run(h)
+	for _, v := range rep.Violations {
+		if v.Check == "knows-first" {
+			t.Errorf("an etcd Campaign returning late judged: %+v", v)
+		}
+	}
+	if rep.Knows["etcd contender"]["returned after its key went"] != 1 {
+		t.Errorf("the late return not counted: %v", rep.Knows)
+	}
+	x.Foreign = false
+	wantViolation(t, check(h, Config{TTL: 3 * time.Second}), "knows-first", "etcd.x2 acquired (token 2, a) at 6ms while transfer.t0 (token 3, b) had not been told")
 }

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/election"
@@ -40,17 +41,21 @@ type childConfig struct {
 	Namespace string
 	TTL       time.Duration
 	Names     []NameInfo
+	// MetricLabelLimit is the limit of the holder's Registerer, which it
+	// samples at the end of each step (labels.go).
+	MetricLabelLimit int
 }
 
 type message struct {
-	T     string // "op", "hold", "ended", "regcall", "reg"
-	Op    *Op    `json:",omitempty"`
-	Hold  *Hold  `json:",omitempty"`
-	Reg   *RegOp `json:",omitempty"`
-	Key   string `json:",omitempty"`
-	Token int64  `json:",omitempty"`
-	At    int64  `json:",omitempty"`
-	Cause string `json:",omitempty"`
+	T       string        // "op", "hold", "ended", "regcall", "reg", "metrics"
+	Op      *Op           `json:",omitempty"`
+	Metrics *MetricSample `json:",omitempty"`
+	Hold    *Hold         `json:",omitempty"`
+	Reg     *RegOp        `json:",omitempty"`
+	Key     string        `json:",omitempty"`
+	Token   int64         `json:",omitempty"`
+	At      int64         `json:",omitempty"`
+	Cause   string        `json:",omitempty"`
 	// ID pairs a register write's "regcall" (sent before the write) with
 	// its "reg": a child killed in between leaves a write of unknown
 	// outcome, which may have applied.
@@ -119,7 +124,8 @@ func runHolder() error {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		cancel()
 	}()
-	guard, err := fencing.NewEtcdGuard(cli, fencing.WithNamespace(cfg.Namespace))
+	reg := prometheus.NewRegistry()
+	guard, err := fencing.NewEtcdGuard(cli, append(guardOpts(reg, cfg.MetricLabelLimit), fencing.WithNamespace(cfg.Namespace))...)
 	if err != nil {
 		return err
 	}
@@ -131,14 +137,15 @@ func runHolder() error {
 	for seq := 0; ctx.Err() == nil; seq++ {
 		n := cfg.Names[rng.IntN(len(cfg.Names))]
 		step := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
-		holderStep(ctx, step, cli, guard, rep, client, cfg, n, seq)
+		holderStep(ctx, step, cli, guard, reg, rep, client, cfg, n, seq)
 		pause(ctx, time.Duration(rng.IntN(100))*time.Millisecond)
 	}
 	return nil
 }
 
-func holderStep(ctx context.Context, rng *rand.Rand, cli *clientv3.Client, guard *fencing.EtcdGuard, rep *reporter,
+func holderStep(ctx context.Context, rng *rand.Rand, cli *clientv3.Client, guard *fencing.EtcdGuard, reg *prometheus.Registry, rep *reporter,
 	client string, cfg *childConfig, n NameInfo, seq int) {
+	mopts := metricOpts(reg, cfg.MetricLabelLimit)
 	actx, cancel := context.WithTimeout(ctx, time.Duration(500+rng.IntN(5000))*time.Millisecond)
 	defer cancel()
 	var h handle
@@ -151,7 +158,7 @@ func holderStep(ctx context.Context, rng *rand.Rand, cli *clientv3.Client, guard
 	switch n.Prim {
 	case "mutex":
 		var m *mutex.Mutex
-		if m, err = mutex.New(cli, n.Name, append([]mutex.Option{mutex.WithNamespace(cfg.Namespace), mutex.WithTTL(cfg.TTL)}, nameOpts(n)...)...); err == nil {
+		if m, err = mutex.New(cli, n.Name, append(append(mopts, mutex.WithNamespace(cfg.Namespace), mutex.WithTTL(cfg.TTL)), nameOpts(n)...)...); err == nil {
 			closeObj = m.Close
 			var l *mutex.Lock
 			if l, err = m.Lock(actx); err == nil {
@@ -161,7 +168,7 @@ func holderStep(ctx context.Context, rng *rand.Rand, cli *clientv3.Client, guard
 	case "election":
 		kind = "election.Campaign"
 		var e *election.Election
-		if e, err = election.New(cli, n.Name, append([]election.Option{election.WithNamespace(cfg.Namespace), election.WithTTL(cfg.TTL)}, nameOpts(n)...)...); err == nil {
+		if e, err = election.New(cli, n.Name, append(append(mopts, election.WithNamespace(cfg.Namespace), election.WithTTL(cfg.TTL)), nameOpts(n)...)...); err == nil {
 			closeObj = e.Close
 			var t *election.Term
 			if t, err = e.Campaign(actx, value); err == nil {
@@ -171,6 +178,10 @@ func holderStep(ctx context.Context, rng *rand.Rand, cli *clientv3.Client, guard
 	}
 	if closeObj != nil {
 		defer closeObj()
+		defer func() { // at the step's end, while the object is open
+			s := sampleMetrics(reg, client)
+			rep.send(message{T: "metrics", Metrics: &s})
+		}()
 	}
 	ret := now()
 	op := &Op{Client: client, Kind: kind, Name: n.Name, Call: start, Return: ret, Err: errString(err)}
@@ -342,7 +353,7 @@ func (r *runner) childNames() []NameInfo {
 // startChild starts holder child i, or, with baton set, the loop that
 // runs `baton lock` with a CLI child under it.
 func (r *runner) startChild(ctx context.Context, i int, baton string) {
-	cfg := childConfig{ID: i, Seed: r.cfg.Seed, Namespace: r.cfg.Namespace, TTL: r.cfg.TTL, Names: r.childNames()}
+	cfg := childConfig{ID: i, Seed: r.cfg.Seed, Namespace: r.cfg.Namespace, TTL: r.cfg.TTL, Names: r.childNames(), MetricLabelLimit: r.cfg.MetricLabelLimit}
 	if baton != "" {
 		cfg.Names = cfg.Names[:1] // one mutex
 	}
@@ -440,6 +451,8 @@ func (c *child) read(out io.Reader) {
 			c.r.h.op(*m.Op)
 		case "stall":
 			c.r.h.childStall(fmt.Sprintf("c%d", c.id), harness.Stall{At: m.At, Late: m.Late})
+		case "metrics":
+			c.r.h.metrics(*m.Metrics)
 		case "regcall":
 			pending[m.ID] = *m.Reg
 		case "reg":

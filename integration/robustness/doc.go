@@ -58,9 +58,12 @@
 // hand-over told "not held" found its key deleted by something else (told
 // truly); every Observe stream must move forward only, report the true
 // state at each revision it names, and converge after each fault; no key
-// may be left once everything is closed. A run that was starved says so
-// in its last line, and the checks that judge by a clock count what they
-// did not judge for it.
+// may be left once everything is closed; each Registerer of the run
+// (labels.go; a low WithMetricLabelLimit, so names collapse into
+// "(other)" under the traffic) carries no more default name or resource
+// values over the run than its limit, and counts every collapse. A run
+// that was starved says so in its last line, and the checks that judge by
+// a clock count what they did not judge for it.
 //
 // The run is decided by its seed: the random choices of every worker and
 // of the fault schedule. etcd's timing is not, so a replay reproduces the

@@ -29,9 +29,11 @@ type Disturbance struct {
 
 // healthWatch probes every member's status each period until ctx ends,
 // and records the disturbances.
-func (r *runner) healthWatch(ctx context.Context) {
+func (r *runner) healthWatch(ctx context.Context) { watchHealth(ctx, r.cfg.Target, r.h.disturbed) }
+
+func watchHealth(ctx context.Context, t Target, record func(Disturbance)) {
 	const period = healthPeriod
-	eps := r.cfg.Target.Endpoints()
+	eps := t.Endpoints()
 	clis := make([]*clientv3.Client, len(eps))
 	for i, ep := range eps {
 		c, err := newClient([]string{ep})
@@ -45,14 +47,14 @@ func (r *runner) healthWatch(ctx context.Context) {
 	last := now()
 	for ctx.Err() == nil {
 		pause(ctx, period)
-		t := now()
+		at := now()
 		why, load := "", false
-		if gap := time.Duration(t - last); gap > 3*period {
+		if gap := time.Duration(at - last); gap > 3*period {
 			why, load = fmt.Sprintf("this process not scheduled for %v", gap.Round(time.Millisecond)), true
 		}
 		var applied []uint64
 		for i, c := range clis {
-			if !r.cfg.Target.Running(i) {
+			if !t.Running(i) {
 				why, load = fmt.Sprintf("member %d down", i), false
 				break
 			}
@@ -83,15 +85,15 @@ func (r *runner) healthWatch(ctx context.Context) {
 		case why != "" && !load:
 			cur.Load = false // more than load after all
 		case why == "" && cur != nil:
-			cur.End = t
-			r.h.disturbed(*cur)
+			cur.End = at
+			record(*cur)
 			cur = nil
 		}
 		last = end
 	}
 	if cur != nil {
 		cur.End = now()
-		r.h.disturbed(*cur)
+		record(*cur)
 	}
 }
 
@@ -106,16 +108,18 @@ const (
 // healthPeriod until ctx ends, and records each answered read's round
 // trip: the run's own measure of how long one request takes, this
 // process's scheduling included.
-func (r *runner) roundTrips(ctx context.Context) {
+func (r *runner) roundTrips(ctx context.Context) { watchRoundTrips(ctx, r.admin, r.h.probe) }
+
+func watchRoundTrips(ctx context.Context, cli *clientv3.Client, record func(Probe)) {
 	for ctx.Err() == nil {
 		pause(ctx, healthPeriod)
 		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 		start := now()
-		_, err := r.admin.Get(pctx, "/robustness/healthy")
+		_, err := cli.Get(pctx, "/robustness/healthy")
 		end := now()
 		cancel()
 		if err == nil {
-			r.h.probe(Probe{At: start, RTT: time.Duration(end - start)})
+			record(Probe{At: start, RTT: time.Duration(end - start)})
 		}
 	}
 }

@@ -166,6 +166,13 @@ type History struct {
 	Probes []Probe         `json:",omitempty"`
 	// ChildStalls are each holder process's own stalls, by client.
 	ChildStalls map[string][]harness.Stall `json:",omitempty"`
+	// Metrics are the samples of each process's Registerer, whose label
+	// limit is MetricLabelLimit (labels.go).
+	Metrics          []MetricSample
+	MetricLabelLimit int
+	// ExplicitLabels are the WithMetricLabel values the run gives: not
+	// counted toward the limit.
+	ExplicitLabels []string `json:",omitempty"`
 }
 
 // Probe is one round trip of the health watch's linearizable read: sent
@@ -315,6 +322,12 @@ func (h *History) state(s ObsState) {
 func (h *History) reg(r RegOp) {
 	h.mu.Lock()
 	h.Regs = append(h.Regs, r)
+	h.mu.Unlock()
+}
+
+func (h *History) metrics(s MetricSample) {
+	h.mu.Lock()
+	h.Metrics = append(h.Metrics, s)
 	h.mu.Unlock()
 }
 

@@ -140,11 +140,23 @@ func (r *runner) name(prim, name string) NameInfo {
 func (r *runner) opts(n NameInfo, s *session.Session, who string) []mutex.Option {
 	o := []mutex.Option{mutex.WithNamespace(r.cfg.Namespace), mutex.WithIdentity(who)}
 	if s != nil {
-		o = append(o, mutex.WithSession(s))
+		o = append(o, mutex.WithSession(s)) // its Registerer and limit are the session's
 	} else {
-		o = append(o, mutex.WithTTL(r.cfg.TTL))
+		o = append(append(o, mutex.WithTTL(r.cfg.TTL)), r.kindMetrics()...)
 	}
 	return append(o, nameOpts(n)...)
+}
+
+// kindMetrics put a traffic kind's primitive's metrics on the kinds'
+// Registerer, laneMetrics a worker's or an observer's on the lanes'
+// (labels.go).
+func (r *runner) kindMetrics() []mutex.Option { return metricOpts(r.kindsReg, r.cfg.MetricLabelLimit) }
+func (r *runner) laneMetrics() []mutex.Option { return metricOpts(r.reg, r.cfg.MetricLabelLimit) }
+
+// sessionOpts are the options of every session a traffic kind makes: its
+// TTL and the kinds' Registerer, and extra.
+func (r *runner) sessionOpts(extra ...session.Option) []session.Option {
+	return append(append([]session.Option{session.WithTTL(r.cfg.TTL)}, r.kindMetrics()...), extra...)
 }
 
 // nameOpts are the options a name's contenders must agree on.
@@ -226,7 +238,7 @@ func (r *runner) lockAndRelease(ctx context.Context, rng *rand.Rand, cli *client
 // as a loaded machine's scheduler would.
 func (m *mech) burst(ctx context.Context, rng *rand.Rand) {
 	hooks := newJitter(rng.Uint64())
-	s, err := session.New(m.cli, session.WithTTL(m.r.cfg.TTL), config.Hooks(hooks.hooks()))
+	s, err := session.New(m.cli, m.r.sessionOpts(config.Hooks(hooks.hooks()))...)
 	if err != nil {
 		m.r.h.op(Op{Client: m.client(), Kind: "session.New", Call: now(), Return: now(), Err: err.Error()})
 		return
@@ -447,7 +459,7 @@ func (m *mech) set(ctx context.Context, rng *rand.Rand) {
 }
 
 func (r *runner) lockSet(ctx context.Context, rng *rand.Rand, cli *clientv3.Client, names []string, who string) {
-	s, err := mutex.NewSet(cli, names, mutex.WithNamespace(r.cfg.Namespace), mutex.WithTTL(r.cfg.TTL), mutex.WithIdentity(who))
+	s, err := mutex.NewSet(cli, names, append(r.kindMetrics(), mutex.WithNamespace(r.cfg.Namespace), mutex.WithTTL(r.cfg.TTL), mutex.WithIdentity(who))...)
 	if err != nil {
 		r.h.op(Op{Client: who, Kind: "mutex.NewSet", Call: now(), Return: now(), Err: err.Error()})
 		return
@@ -511,7 +523,7 @@ func (m *mech) lockDelay(ctx context.Context, rng *rand.Rand) {
 		go func() {
 			defer wg.Done()
 			pause(ctx, time.Duration(g.IntN(300))*time.Millisecond)
-			s, err := session.New(m.cli, session.WithTTL(m.r.cfg.TTL))
+			s, err := session.New(m.cli, m.r.sessionOpts()...)
 			if err != nil {
 				return
 			}
@@ -620,11 +632,11 @@ func (r *runner) campaignHooked(ctx context.Context, cli *clientv3.Client, n Nam
 	// A session of its own that holds a lock of its own (h0 to h7) while
 	// it campaigns: its namespace watch is live, so the wait follows it
 	// (the release-mark rule decides what it takes for a release).
-	sopts := []session.Option{session.WithTTL(r.cfg.TTL)}
+	var sopts []session.Option
 	if hooks != nil {
 		sopts = append(sopts, config.Hooks(hooks))
 	}
-	s, err := session.New(cli, sopts...)
+	s, err := session.New(cli, r.sessionOpts(sopts...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -1130,7 +1142,7 @@ func (m *mech) shards(ctx context.Context, rng *rand.Rand) {
 		go func() {
 			defer wg.Done()
 			pause(ctx, time.Duration(g.IntN(1500))*time.Millisecond) // joins
-			s, err := session.New(m.cli, session.WithTTL(m.r.cfg.TTL))
+			s, err := session.New(m.cli, m.r.sessionOpts()...)
 			if err != nil {
 				return
 			}
@@ -1234,7 +1246,7 @@ func (m *mech) giveUp(ctx context.Context, rng *rand.Rand) {
 	m.r.evidence(hwho, n, hl)
 
 	// The follower's session, holding u1 before anything queues.
-	s, err := session.New(m.cli, session.WithTTL(m.r.cfg.TTL))
+	s, err := session.New(m.cli, m.r.sessionOpts()...)
 	if err != nil {
 		return
 	}
@@ -1339,7 +1351,7 @@ func (r *runner) awaitKeys(ctx context.Context, prefix string, stop func() bool,
 // one queue (they would share a CreateRevision: two writers, neither
 // ahead of the other, and one fencing token).
 func (m *mech) twins(ctx context.Context, rng *rand.Rand) {
-	s, err := session.New(m.cli, session.WithTTL(m.r.cfg.TTL))
+	s, err := session.New(m.cli, m.r.sessionOpts()...)
 	if err != nil {
 		m.r.h.op(Op{Client: m.client(), Kind: "session.New", Call: now(), Return: now(), Err: err.Error()})
 		return

@@ -69,7 +69,7 @@ func (o *observer) stream(ctx context.Context, stream int) {
 	switch o.n.Prim {
 	case "mutex":
 		var m *mutex.Mutex
-		if m, err = mutex.New(o.cli, o.n.Name, mutex.WithNamespace(o.r.cfg.Namespace)); err != nil {
+		if m, err = mutex.New(o.cli, o.n.Name, append(o.r.laneMetrics(), mutex.WithNamespace(o.r.cfg.Namespace), mutex.WithMetricLabel(observersLabel))...); err != nil {
 			break
 		}
 		defer m.Close()
@@ -82,7 +82,7 @@ func (o *observer) stream(ctx context.Context, stream int) {
 		}
 	case "election":
 		var e *election.Election
-		if e, err = election.New(o.cli, o.n.Name, election.WithNamespace(o.r.cfg.Namespace)); err != nil {
+		if e, err = election.New(o.cli, o.n.Name, append(o.r.laneMetrics(), election.WithNamespace(o.r.cfg.Namespace), election.WithMetricLabel(observersLabel))...); err != nil {
 			break
 		}
 		defer e.Close()

@@ -3,6 +3,7 @@ package robustness
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -90,7 +91,7 @@ func checkLockDelay(h *History, rep *Report) {
 		}
 		records := map[string]bool{} // record keys that exist
 		recDeleted := map[int64]map[string]bool{}
-		markerGone := map[string][]int64{} // by segment: deletion revisions of its markers
+		markerGone := map[string][]int64{} // by what follows until/: deletion revisions of its markers
 		for _, e := range h.Events {
 			switch {
 			case strings.HasPrefix(e.Key, n.DelayPrefix+"held/"):
@@ -104,8 +105,8 @@ func checkLockDelay(h *History, rep *Report) {
 					records[e.Key] = true
 				}
 			case strings.HasPrefix(e.Key, n.DelayPrefix+"until/") && e.Delete:
-				seg := shortKey(e.Key)
-				markerGone[seg] = append(markerGone[seg], e.Rev)
+				id := strings.TrimPrefix(e.Key, n.DelayPrefix+"until/")
+				markerGone[id] = append(markerGone[id], e.Rev)
 			}
 		}
 		// Replay again for the losses, with the records as of each
@@ -129,9 +130,13 @@ func checkLockDelay(h *History, rep *Report) {
 				continue
 			}
 			inc := incarnation{e.Key, e.Create}
-			rec := n.DelayPrefix + "held/" + shortKey(e.Key)
-			if held[inc] && deleted[inc] == e.Rev && (records[rec] || recDeleted[e.Rev][rec]) && !recDeleted[e.Rev][rec] {
-				losses = append(losses, loss{inc, e.Rev})
+			// The hold's record: held/<segment>/<token>, or an older build's
+			// held/<segment>.
+			for _, rec := range []string{n.DelayPrefix + "held/" + delayID(e.Key, e.Create), n.DelayPrefix + "held/" + shortKey(e.Key)} {
+				if held[inc] && deleted[inc] == e.Rev && (records[rec] || recDeleted[e.Rev][rec]) && !recDeleted[e.Rev][rec] {
+					losses = append(losses, loss{inc, e.Rev})
+					break
+				}
 			}
 		}
 		firstWrite := map[incarnation]int64{}
@@ -176,7 +181,7 @@ func checkLockDelay(h *History, rep *Report) {
 					continue
 				}
 				gone := int64(0)
-				for _, r := range markerGone[shortKey(l.inc.key)] {
+				for _, r := range append(markerGone[delayID(l.inc.key, l.inc.create)], markerGone[shortKey(l.inc.key)]...) {
 					if r > l.rev && (gone == 0 || r < gone) {
 						gone = r
 					}
@@ -188,6 +193,12 @@ func checkLockDelay(h *History, rep *Report) {
 			}
 		}
 	}
+}
+
+// delayID names one hold of key (created at create) in its lock-delay
+// record's and marker's keys: <segment>/<token>.
+func delayID(key string, create int64) string {
+	return shortKey(key) + "/" + strconv.FormatInt(create, 10)
 }
 
 // checkDrained checks the shard package's drain: a shard moved from a

@@ -47,6 +47,10 @@ type Report struct {
 	// Uncovered are the traffic kinds a starved run did not reach (no
 	// acquisition): not judged, and said in the last line.
 	Uncovered []string
+	// Labels sums up each process's metric samples; LabelLimit is their
+	// Registerers' label limit.
+	Labels     []string
+	LabelLimit int
 	// Unknown lists linearizability checks that timed out.
 	Unknown    []string
 	Violations []Violation
@@ -183,6 +187,7 @@ func (r *Report) finish(h *History) {
 		r.Faults[f.Kind]++
 		r.Timeline = append(r.Timeline, fmt.Sprintf("%9s..%-9s %-15s %s", since(h.Start, f.Start), since(h.Start, f.End), f.Kind, f.Detail))
 	}
+	r.Labels, r.LabelLimit = labelFigures(h), h.MetricLabelLimit
 	for i := range r.Violations {
 		v := &r.Violations[i]
 		if len(v.Excerpt) == 0 {
@@ -358,6 +363,12 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "  %s — starved: not a result\n", r.FreeLatency)
 	} else if r.FreeLatency != "" {
 		fmt.Fprintf(w, "  %s\n", r.FreeLatency)
+	}
+	if len(r.Labels) > 0 {
+		fmt.Fprintf(w, "metric labels, by process (limit %d):\n", r.LabelLimit)
+		for _, l := range r.Labels {
+			fmt.Fprintf(w, "  %s\n", l)
+		}
 	}
 	fmt.Fprintf(w, "judgements by oracle:\n")
 	for _, k := range sortedKeys(r.Oracles) {

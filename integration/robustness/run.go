@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/election"
@@ -63,6 +64,9 @@ type Config struct {
 	// Burners are CPU burner processes (ChildCmd's "burn" role) that run
 	// beside the traffic, to make the run on a machine loaded on purpose.
 	Burners int
+	// MetricLabelLimit is the label limit of each process's Registerer,
+	// default DefaultMetricLabelLimit (labels.go).
+	MetricLabelLimit int
 
 	names []NameInfo
 }
@@ -74,6 +78,9 @@ type runner struct {
 	mem   *fencing.MemoryGuard
 	log   io.Writer
 	admin *clientv3.Client
+	// reg has the metrics of the workers, observers and guards, kindsReg
+	// the traffic kinds' (labels.go).
+	reg, kindsReg *prometheus.Registry
 
 	mu        sync.Mutex
 	parts     []*cluster.Partition // every proxied client's, for network faults
@@ -115,6 +122,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Namespace == "" {
 		cfg.Namespace = "robust"
 	}
+	if cfg.MetricLabelLimit <= 0 {
+		cfg.MetricLabelLimit = DefaultMetricLabelLimit
+	}
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
 	}
@@ -136,7 +146,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, fmt.Errorf("robustness: fault %s needs a target that cuts members from their peers (embedded)", k)
 		}
 	}
-	h := &History{Start: now()}
+	h := &History{Start: now(), MetricLabelLimit: cfg.MetricLabelLimit, ExplicitLabels: []string{observersLabel}}
 	loadBefore := harness.Loadavg()
 	meter := harness.StartMeter(now)
 	defer meter.Stop()
@@ -154,7 +164,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	h.Names = cfg.names
-	r := &runner{cfg: cfg, h: h, mem: fencing.NewMemoryGuard(), log: cfg.Log, admin: admin}
+	r := &runner{cfg: cfg, h: h, log: cfg.Log, admin: admin, reg: prometheus.NewRegistry(), kindsReg: prometheus.NewRegistry()}
+	if r.mem, err = fencing.NewMemoryGuardWith(guardOpts(r.reg, cfg.MetricLabelLimit)...); err != nil {
+		return nil, err
+	}
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	sampling := make(chan struct{})
+	go func() { defer close(sampling); r.sampleLoop(sampleCtx) }()
+	defer func() { stopSampling(); <-sampling }()
 	for _, n := range cfg.names {
 		if !n.Private {
 			r.laneNames = append(r.laneNames, n)
@@ -250,7 +267,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	fmt.Fprintf(r.log, "robustness: traffic stopped after %v, closing\n", time.Duration(now()-h.Start).Round(time.Second))
 	wg.Wait()
 	r.stopChildren()
+	r.sampleAll() // every increment made
 	r.closeWorkers(workers)
+	stopSampling()
+	<-sampling
 	if err := r.waitHealthy(ctx); err != nil {
 		fmt.Fprintf(r.log, "robustness: cluster not healthy after the run: %v\n", err)
 	}
@@ -365,7 +385,7 @@ func (r *runner) newWorker(i int) (*worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	guard, err := fencing.NewEtcdGuard(cli, fencing.WithNamespace(r.cfg.Namespace))
+	guard, err := fencing.NewEtcdGuard(cli, append(guardOpts(r.reg, r.cfg.MetricLabelLimit), fencing.WithNamespace(r.cfg.Namespace))...)
 	if err != nil {
 		_ = cli.Close()
 		return nil, err // its partition is closed with the others'

@@ -66,13 +66,13 @@ func (w *worker) object(n NameInfo, lane int) (closer, error) {
 	if o := w.objects[k]; o != nil {
 		return o, nil
 	}
-	opts := []mutex.Option{mutex.WithNamespace(w.r.cfg.Namespace), mutex.WithTTL(w.r.cfg.TTL)}
+	opts := append([]mutex.Option{mutex.WithNamespace(w.r.cfg.Namespace), mutex.WithTTL(w.r.cfg.TTL)}, w.r.laneMetrics()...)
 	if w.clock != nil {
 		opts = append(opts, w.clock.option())
 	}
 	if w.id%2 == 1 {
 		if w.sess == nil {
-			sopts := []session.Option{session.WithTTL(w.r.cfg.TTL)}
+			sopts := append([]session.Option{session.WithTTL(w.r.cfg.TTL)}, w.r.laneMetrics()...)
 			if w.clock != nil {
 				sopts = append(sopts, w.clock.option())
 			}

@@ -71,7 +71,7 @@ func (m *mech) severed(kind, detail string, start int64, names ...NameInfo) {
 func (m *mech) lateEnqueue(ctx context.Context) {
 	n := m.r.name("mutex", "v0")
 	who := m.client() + ".late"
-	s, err := session.New(m.cli, session.WithTTL(m.r.cfg.TTL))
+	s, err := session.New(m.cli, m.r.sessionOpts()...)
 	if err != nil {
 		m.r.h.op(Op{Client: who, Kind: "session.New", Call: now(), Return: now(), Err: err.Error()})
 		return
@@ -163,7 +163,7 @@ func (m *mech) lostRelease(ctx context.Context, rng *rand.Rand) {
 func (m *mech) lostSetRelease(ctx context.Context, rng *rand.Rand) {
 	who := m.client() + ".set"
 	v0, v1 := m.r.name("mutex", "v0"), m.r.name("mutex", "v1")
-	set, err := mutex.NewSet(m.cli, []string{v0.Name, v1.Name}, mutex.WithNamespace(m.r.cfg.Namespace), mutex.WithTTL(m.r.cfg.TTL), mutex.WithIdentity(who))
+	set, err := mutex.NewSet(m.cli, []string{v0.Name, v1.Name}, append(m.r.kindMetrics(), mutex.WithNamespace(m.r.cfg.Namespace), mutex.WithTTL(m.r.cfg.TTL), mutex.WithIdentity(who))...)
 	if err != nil {
 		return
 	}

@@ -108,6 +108,17 @@ func Registerer(r prometheus.Registerer) Option {
 	return sessionOpt("WithRegisterer", func(c *Config) string { c.Session.Registerer = r; return fmt.Sprintf("%p", r) })
 }
 
+// MetricLabelLimit bounds the default metric labels on the Registerer.
+func MetricLabelLimit(n int) Option {
+	return sessionOpt("WithMetricLabelLimit", func(c *Config) string {
+		if err := metrics.CheckLabelLimit(n); err != nil {
+			c.errs = append(c.errs, fmt.Errorf("%w: %w", errs.ErrInvalid, err))
+		}
+		c.Session.MetricLabelLimit = n
+		return fmt.Sprint(n)
+	})
+}
+
 // TracerProvider sets the provider of the spans of a session's primitives.
 func TracerProvider(tp trace.TracerProvider) Option {
 	return sessionOpt("WithTracerProvider", func(c *Config) string {
@@ -162,8 +173,8 @@ func Borrowed(cs *concurrency.Session) Option {
 	}}
 }
 
-// MetricLabel sets the value of the name label of a mutex's or election's
-// metrics.
+// MetricLabel sets the value of the name label of a primitive's metrics,
+// instead of its default (Config.Label).
 func MetricLabel(label string) Option {
 	return plainOpt("WithMetricLabel", func(c *Config) { c.MetricLabel = label })
 }
@@ -180,8 +191,9 @@ const (
 	MaxLockDelay = time.Hour
 )
 
-// LockDelay sets the lock-delay: how long nobody acquires after a holder
-// is lost without releasing.
+// LockDelay sets the lock-delay: how long no contender that sets one
+// acquires after a holder is lost without releasing (contenders without
+// one are not bound: docs/compatibility.md).
 func LockDelay(d time.Duration) Option {
 	return plainOpt("WithLockDelay", func(c *Config) {
 		switch {
@@ -225,6 +237,7 @@ func build(cli *clientv3.Client, opts []Option, sessionOnly bool) (Config, error
 	c := Config{
 		Session: core.Config{
 			TTL: core.DefaultTTL, MaxTTL: core.DefaultMaxTTL, Logger: zap.NewNop(), Clock: lease.RealClock{},
+			MetricLabelLimit: metrics.DefaultLabelLimit,
 		},
 		set:         make(map[string]string),
 		sessionOnly: sessionOnly,
@@ -318,6 +331,8 @@ func (c *Config) agree(theirs core.Config, except ...string) error {
 			return fmt.Sprintf("%p", mine.Logger), fmt.Sprintf("%p", theirs.Logger)
 		case "WithRegisterer":
 			return fmt.Sprintf("%p", mine.Registerer), fmt.Sprintf("%p", theirs.Registerer)
+		case "WithMetricLabelLimit":
+			return fmt.Sprint(mine.MetricLabelLimit), fmt.Sprint(theirs.MetricLabelLimit)
 		case "WithClock":
 			return fmt.Sprintf("%v", mine.Clock), fmt.Sprintf("%v", theirs.Clock)
 		case "WithHooks":
@@ -326,7 +341,7 @@ func (c *Config) agree(theirs core.Config, except ...string) error {
 		return fmt.Sprintf("%p", mine.TracerProvider), fmt.Sprintf("%p", theirs.TracerProvider) // WithTracerProvider
 	}
 	var out []error
-	for _, name := range []string{"WithTTL", "WithMaxTTL", "WithSafetyMargin", "WithMaxHeld", "WithLogger", "WithRegisterer", "WithClock", "WithHooks", "WithTracerProvider"} {
+	for _, name := range []string{"WithTTL", "WithMaxTTL", "WithSafetyMargin", "WithMaxHeld", "WithLogger", "WithRegisterer", "WithMetricLabelLimit", "WithClock", "WithHooks", "WithTracerProvider"} {
 		if _, given := c.set[name]; !given || slices.Contains(except, name) {
 			continue
 		}
@@ -352,16 +367,20 @@ func (c *Config) NewSession(cli *clientv3.Client) (s *core.Session, own bool, er
 			return s, true, nil
 		}
 		theirs := s.Settings()
-		if err := c.agree(theirs, "WithLogger", "WithRegisterer"); err != nil {
+		if err := c.agree(theirs, "WithLogger", "WithRegisterer", "WithMetricLabelLimit"); err != nil {
 			_ = s.Detach()
 			return nil, false, err
 		}
-		// The logger and the Registerer may be this primitive's own.
+		// The logger and the Registerer (with its label limit) may be this
+		// primitive's own.
 		if _, ok := c.set["WithLogger"]; !ok {
 			c.Session.Logger = theirs.Logger
 		}
 		if _, ok := c.set["WithRegisterer"]; !ok {
 			c.Session.Registerer = theirs.Registerer
+		}
+		if _, ok := c.set["WithMetricLabelLimit"]; !ok {
+			c.Session.MetricLabelLimit = theirs.MetricLabelLimit
 		}
 		return s, true, nil
 	}
@@ -496,13 +515,27 @@ func prepare(cli *clientv3.Client, opts []Option) (Config, string, error) {
 }
 
 func newOwner[T any](p Primitive, cfg Config, met *metrics.Metrics, sess *core.Session, own bool, name string) *core.Owner[T] {
-	label := p.LabelPrefix + name
-	if cfg.MetricLabel != "" {
-		label = cfg.MetricLabel
-	}
+	label := cfg.Label(met, p.LabelPrefix+name)
 	rec := metrics.Recorder{Metrics: met, Logger: cfg.Session.Logger, Kind: p.Kind, Name: name, Namespace: cfg.Namespace, Label: label}
 	return core.NewOwner[T](sess, core.OwnerConfig{Recorder: rec, Prefix: keys.Prefix(cfg.Namespace, p.Keys, name),
 		NotHeld: p.NotHeld, Busy: p.Busy, Own: own})
+}
+
+// Label returns the name label of a primitive whose default is def: the
+// WithMetricLabel value when one was given (the caller's choice: kept, and
+// not counted against the limit), else def, or metrics.Other once the
+// Registerer carries WithMetricLabelLimit default values. The Registerer's
+// first collapse is logged at Warn.
+func (c Config) Label(met *metrics.Metrics, def string) string {
+	if c.MetricLabel != "" {
+		return c.MetricLabel
+	}
+	label, first := met.Label(c.Namespace, def, c.Session.MetricLabelLimit)
+	if first {
+		c.Session.Logger.Warn("metric label limit reached: this primitive, and every later one without a label the Registerer already carries, records its metrics under name=\""+metrics.Other+"\"; give per-entity primitives one WithMetricLabel",
+			zap.String("name", def), zap.String("namespace", c.Namespace), zap.Int("limit", c.Session.MetricLabelLimit))
+	}
+	return label
 }
 
 // Session is WithSession of every primitive: s is a *session.Session (an

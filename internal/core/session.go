@@ -39,15 +39,15 @@ const (
 
 // Config is the session-wide configuration.
 type Config struct {
-	TTL    time.Duration
-	MaxTTL time.Duration
+	TTL, MaxTTL time.Duration
 	// Margin is subtracted from the validity deadline; zero picks TTL/5.
-	Margin     time.Duration
-	MaxHeld    int
-	Logger     *zap.Logger
-	Registerer prometheus.Registerer
-	Clock      lease.Clock
-	Hooks      *Hooks
+	Margin           time.Duration
+	MaxHeld          int
+	Logger           *zap.Logger
+	Registerer       prometheus.Registerer
+	MetricLabelLimit int // bounds the Registerer's default labels (metrics.Label)
+	Clock            lease.Clock
+	Hooks            *Hooks
 	// TracerProvider records the spans of every primitive on the session
 	// (nil: the global provider); Untraced starts none at all.
 	TracerProvider trace.TracerProvider

@@ -5,12 +5,14 @@
 //
 // A holder with a delay records itself, in the transaction guarded by its
 // key, under /<ns>/v1/delay/<kind>/<escaped name>/held/<key's last
-// segment> (no lease: the record must outlive the holder's). A clean
-// release deletes the record with the key, in one transaction. So a
-// record whose key is gone is a holder lost without releasing: the first
+// segment>/<token> (no lease: the record must outlive the holder's). The
+// token keeps holds of one key apart (two Mutexes of a name on one lease
+// take the same key in turn). A clean release deletes the record with the
+// key, in one transaction. So a record whose key is gone, or was created
+// again at another revision, is a holder lost without releasing: the first
 // contender to see one turns it, in one transaction guarded by the
-// record's revision, into a marker .../until/<segment> on a lease of the
-// lost holder's delay, granted after the loss was visible; every
+// record's revision, into a marker .../until/<segment>/<token> on a lease
+// of the lost holder's delay, granted after the loss was visible; every
 // contender with a delay waits for every marker's deletion (the lease's
 // expiry, which etcd's leader times) before its acquisition returns.
 package delay
@@ -19,6 +21,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -66,16 +69,31 @@ type Record struct {
 
 func segment(key string) string { return key[strings.LastIndexByte(key, '/')+1:] }
 
-// RecordKey is the record of the holder whose key is holderKey.
-func (c *Config) RecordKey(holderKey string) string { return c.prefix + "held/" + segment(holderKey) }
+// hold names one hold of key: its last segment and its token.
+func hold(key string, token int64) string {
+	return segment(key) + "/" + strconv.FormatInt(token, 10)
+}
+
+// RecordKey is the record of the hold of holderKey created at token.
+func (c *Config) RecordKey(holderKey string, token int64) string {
+	return c.prefix + "held/" + hold(holderKey, token)
+}
 
 // RecordOf is RecordKey for kind/name whatever the caller's own delay: an
 // operator's hand-over deletes the leader's record without knowing it.
-func RecordOf(ns string, kind keys.Kind, name, holderKey string) string {
-	return Prefix(ns, kind, name) + "held/" + segment(holderKey)
+func RecordOf(ns string, kind keys.Kind, name, holderKey string, token int64) string {
+	return Prefix(ns, kind, name) + "held/" + hold(holderKey, token)
 }
 
-func (c *Config) markerKey(holderKey string) string { return c.prefix + "until/" + segment(holderKey) }
+// DeleteLegacyRecord deletes the record of holderKey (created at token)
+// that a build before per-hold records wrote, at .../held/<segment>: one
+// written after the key's creation is that hold's (the key was live since).
+func DeleteLegacyRecord(ns string, kind keys.Kind, name, holderKey string, token int64) clientv3.Op {
+	k := Prefix(ns, kind, name) + "held/" + segment(holderKey)
+	return clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), ">", token)}, []clientv3.Op{clientv3.OpDelete(k)}, nil)
+}
+
+func (c *Config) markerKey(r Record) string { return c.prefix + "until/" + hold(r.Key, r.Token) }
 
 // Acquire is o.Acquire followed, with a delay, by After; a hold After
 // fails for is released.
@@ -99,7 +117,7 @@ func Release(ctx context.Context, c *Config, h *core.Hold, notHeld error) error 
 	if c == nil {
 		return core.Release(ctx, h)
 	}
-	return group.Release(ctx, c.cli, []*core.Hold{h}, notHeld, c.RecordKey(h.Key()))
+	return group.Release(ctx, c.cli, []*core.Hold{h}, notHeld, c.RecordKey(h.Key(), int64(h.Token())))
 }
 
 // After records h, just acquired, and returns once no lost holder's delay
@@ -112,7 +130,7 @@ func (c *Config) After(ctx context.Context, h *core.Hold) error {
 	reads := []clientv3.Op{clientv3.OpGet(c.prefix, clientv3.WithPrefix()), clientv3.OpGet(c.queue, clientv3.WithPrefix(), clientv3.WithKeysOnly())}
 	var resp *clientv3.TxnResponse
 	err := retry.Do(ctx, func(actx context.Context) (err error) { // a put of the same value: safe to repeat
-		resp, err = h.Txn(clientv3.WithRequireLeader(actx)).Then(append([]clientv3.Op{clientv3.OpPut(c.RecordKey(h.Key()), string(b))}, reads...)...).Commit()
+		resp, err = h.Txn(clientv3.WithRequireLeader(actx)).Then(append([]clientv3.Op{clientv3.OpPut(c.RecordKey(h.Key(), int64(h.Token())), string(b))}, reads...)...).Commit()
 		return err
 	})
 	if err != nil {
@@ -121,9 +139,9 @@ func (c *Config) After(ctx context.Context, h *core.Hold) error {
 	rs := resp.Responses[1:]
 	for {
 		state, queue := rs[0].GetResponseRange().Kvs, rs[1].GetResponseRange().Kvs
-		live := make(map[string]bool, len(queue))
+		live := make(map[string]int64, len(queue)) // key: its CreateRevision
 		for _, kv := range queue {
-			live[string(kv.Key)] = true
+			live[string(kv.Key)] = kv.CreateRevision
 		}
 		var markers []string
 		converted := false
@@ -136,7 +154,7 @@ func (c *Config) After(ctx context.Context, h *core.Hold) error {
 			switch {
 			case strings.HasPrefix(k, c.prefix+"until/"):
 				markers = append(markers, k)
-			case strings.HasPrefix(k, c.prefix+"held/") && !live[r.Key]:
+			case strings.HasPrefix(k, c.prefix+"held/") && live[r.Key] != r.Token: // gone, or another hold's now
 				if err := c.convert(ctx, kv, r, resp.Header.Revision); err != nil {
 					return failure(ctx, err)
 				}
@@ -185,7 +203,7 @@ func (c *Config) convert(ctx context.Context, kv *mvccpb.KeyValue, r Record, see
 	b, _ := json.Marshal(r)
 	var ours bool
 	err = retry.Do(ctx, func(actx context.Context) (err error) {
-		ours, err = c.place(actx, kv, r.Key, b, lease)
+		ours, err = c.place(actx, kv, c.markerKey(r), b, lease)
 		return err
 	})
 	if err == nil && !ours { // another contender converted it first
@@ -196,15 +214,15 @@ func (c *Config) convert(ctx context.Context, kv *mvccpb.KeyValue, r Record, see
 	return err
 }
 
-// place moves the record kv of holder key to a marker with value b on
-// lease; ours says the marker is on lease: placed now, or by an earlier
+// place moves the record kv to the marker with value b on lease;
+// ours says the marker is on lease: placed now, or by an earlier
 // attempt whose reply was lost (then the record is gone and the compare
 // fails).
-func (c *Config) place(ctx context.Context, kv *mvccpb.KeyValue, key string, b []byte, lease clientv3.LeaseID) (ours bool, err error) {
+func (c *Config) place(ctx context.Context, kv *mvccpb.KeyValue, marker string, b []byte, lease clientv3.LeaseID) (ours bool, err error) {
 	resp, err := c.cli.Txn(clientv3.WithRequireLeader(ctx)).
 		If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
-		Then(clientv3.OpDelete(string(kv.Key)), clientv3.OpPut(c.markerKey(key), string(b), clientv3.WithLease(lease))).
-		Else(clientv3.OpGet(c.markerKey(key))).Commit()
+		Then(clientv3.OpDelete(string(kv.Key)), clientv3.OpPut(marker, string(b), clientv3.WithLease(lease))).
+		Else(clientv3.OpGet(marker)).Commit()
 	if err != nil {
 		return false, err
 	}

@@ -35,10 +35,10 @@ func TestPlaceRetriedAfterALostReplyKeepsTheMarker(t *testing.T) {
 	cli := srv.Client(t)
 	c := New(cli, "delay-test", keys.Lock, "m", keys.Prefix("delay-test", keys.Lock, "m"), 3*time.Second)
 	holder := keys.Prefix("delay-test", keys.Lock, "m") + "abc"
-	if _, err := cli.Put(ctx, c.RecordKey(holder), `{"key":"x"}`); err != nil {
+	if _, err := cli.Put(ctx, c.RecordKey(holder, 2), `{"key":"x"}`); err != nil {
 		t.Fatal(err)
 	}
-	g, err := cli.Get(ctx, c.RecordKey(holder))
+	g, err := cli.Get(ctx, c.RecordKey(holder, 2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,9 +46,9 @@ func TestPlaceRetriedAfterALostReplyKeepsTheMarker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv := g.Kvs[0]
+	kv, marker := g.Kvs[0], c.markerKey(Record{Key: holder, Token: 2})
 	for attempt := 1; attempt <= 2; attempt++ { // the first one's reply "lost"
-		ours, err := c.place(ctx, kv, holder, []byte(`{}`), lease.ID)
+		ours, err := c.place(ctx, kv, marker, []byte(`{}`), lease.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +61,7 @@ func TestPlaceRetriedAfterALostReplyKeepsTheMarker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ours, err := c.place(ctx, kv, holder, []byte(`{}`), other.ID); err != nil || ours {
+	if ours, err := c.place(ctx, kv, marker, []byte(`{}`), other.ID); err != nil || ours {
 		t.Fatalf("another lease's conversion after ours: ours = %v, %v; want false", ours, err)
 	}
 	_, _ = cli.Delete(ctx, "/delay-test/", clientv3.WithPrefix())

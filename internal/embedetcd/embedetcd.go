@@ -9,18 +9,16 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/url"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/batonhq/baton/internal/loopback"
 )
 
 // Config configures a member. The zero Config is a fresh single member in
@@ -188,42 +186,6 @@ func (s *Server) Compact(ctx context.Context, cli *clientv3.Client) (int64, erro
 	return rev, err
 }
 
-// FreeAddr returns a 127.0.0.1 host:port that was free a moment ago. It
-// is picked below the kernel's ephemeral port range when that is known:
-// a port from the range can become an outgoing connection's source port
-// before the server that was given it listens.
-func FreeAddr() (string, error) {
-	if lo := ephemeralLow(); lo > minPort+1 {
-		for range 64 {
-			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(minPort+rand.IntN(lo-minPort))))
-			if err == nil {
-				addr := ln.Addr().String()
-				_ = ln.Close()
-				return addr, nil
-			}
-		}
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)), nil
-}
-
-// minPort is the lowest port FreeAddr picks: above the well-known services.
-const minPort = 10000
-
-// ephemeralLow is the first port of Linux's ephemeral range, 0 if unknown.
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0
-	}
-	lo, _ := strconv.Atoi(f[0])
-	return lo
-}
+// FreeAddr returns a 127.0.0.1 host:port that was free a moment ago
+// (loopback.FreeAddr).
+func FreeAddr() (string, error) { return loopback.FreeAddr() }

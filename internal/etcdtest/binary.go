@@ -1,6 +1,8 @@
 package etcdtest
 
 import (
+	"crypto/sha256"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -8,7 +10,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 )
 
 // serverPkg is etcd's main package; internal/embedetcd's module requires
@@ -43,11 +44,17 @@ func build() (string, error) {
 	if cache == "" {
 		uc, err := os.UserCacheDir()
 		if err != nil {
-			return "", fmt.Errorf("etcdtest: no cache directory: %w", err)
+			return "", fmt.Errorf("no cache directory: %w", err)
 		}
 		cache = filepath.Join(uc, "baton", "etcd")
 	}
-	dir := filepath.Join(cache, "server-"+version)
+	// Keyed by the server version and the module's go.sum: the same etcd
+	// built with other dependencies is another binary.
+	sum, err := os.ReadFile(filepath.Join(modDir, "go.sum"))
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(cache, fmt.Sprintf("server-%s-%x", version, sha256.Sum256(sum))[:len("server-")+len(version)+13])
 	bin := filepath.Join(dir, "etcd")
 	if fi, err := os.Stat(bin); err == nil && fi.Mode()&0o111 != 0 {
 		return bin, nil
@@ -60,26 +67,31 @@ func build() (string, error) {
 		return "", err
 	}
 	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("etcdtest: lock %s: %w", lock.Name(), err)
+	if err := lockFile(lock); err != nil {
+		return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
 	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck
+	defer unlockFile(lock)
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil // built by another test binary while this one waited
 	}
-	tmp := bin + ".tmp"
+	tmp := fmt.Sprintf("%s.%d.tmp", bin, os.Getpid())
 	cmd := exec.Command("go", "build", "-o", tmp, serverPkg)
 	cmd.Dir = modDir
 	// The test's own flags (-race, -cover) are not the server's.
 	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly", "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("etcdtest: go build %s@%s in %s: %v\n%s", serverPkg, version, modDir, err, out)
+		return "", fmt.Errorf("go build %s@%s in %s: %v\n%s", serverPkg, version, modDir, err, out)
 	}
 	if err := os.Rename(tmp, bin); err != nil {
 		return "", err
 	}
 	return bin, nil
 }
+
+// errNoModule is returned where the server's module is not beside the
+// library (the library's tests run from the module cache, as `go test all`
+// does in an application): Main then skips the package's tests.
+var errNoModule = errors.New("the etcd server module is not found (internal/embedetcd); set BATON_ETCD_BIN to an etcd binary")
 
 var serverRequire = regexp.MustCompile(`(?m)^\s*(?:require\s+)?go\.etcd\.io/etcd/server/v3\s+(v\S+)`)
 
@@ -89,7 +101,7 @@ var serverRequire = regexp.MustCompile(`(?m)^\s*(?:require\s+)?go\.etcd\.io/etcd
 func serverModule() (dir, version string, err error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
-		return "", "", fmt.Errorf("etcdtest: go env GOMOD: %w", err)
+		return "", "", fmt.Errorf("go env GOMOD: %w", err)
 	}
 	gomod := strings.TrimSpace(string(out))
 	if gomod == "" || gomod == os.DevNull {
@@ -102,7 +114,7 @@ func serverModule() (dir, version string, err error) {
 	}
 	m := serverRequire.FindSubmatch(b)
 	if m == nil {
-		return "", "", fmt.Errorf("etcdtest: %s/go.mod requires no %s", dir, serverPkg)
+		return "", "", fmt.Errorf("%s/go.mod requires no %s", dir, serverPkg)
 	}
 	return dir, string(m[1]), nil
 }

@@ -17,12 +17,10 @@ package etcdtest
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +30,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/batonhq/baton/internal/loopback"
 )
 
 // Config configures a member. The zero Config is a fresh single member in a
@@ -91,7 +91,10 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "baton-etcd-")
+	sweep()
+	// The directory names its test binary, so that a later one removes it
+	// if this one dies before Stop (the member itself dies with it).
+	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", dataPrefix, os.Getpid()))
 	if err != nil {
 		return nil, err
 	}
@@ -119,6 +122,23 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// dataPrefix begins the name of every member's data directory, followed by
+// the pid of the test binary that made it.
+const dataPrefix = "baton-etcd-"
+
+// sweep removes the data directories of test binaries that are gone.
+func sweep() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dataPrefix+"*"))
+	for _, d := range dirs {
+		rest := strings.TrimPrefix(filepath.Base(d), dataPrefix)
+		pid, err := strconv.Atoi(rest[:max(strings.IndexByte(rest, '-'), 0)])
+		if err != nil || pid <= 0 || pid == os.Getpid() || alive(pid) {
+			continue
+		}
+		_ = os.RemoveAll(d)
+	}
 }
 
 // ready waits until the member answers a linearizable read.
@@ -177,42 +197,9 @@ func (s *Server) Stop() {
 	})
 }
 
-// FreeAddr returns a 127.0.0.1 host:port that was free a moment ago, outside
-// Linux's ephemeral range when it is known, so that no outgoing
-// connection's source port takes it before the member listens.
-func FreeAddr() (string, error) {
-	if lo := ephemeralLow(); lo > minPort+1 {
-		for range 64 {
-			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(minPort+rand.IntN(lo-minPort))))
-			if err == nil {
-				addr := ln.Addr().String()
-				_ = ln.Close()
-				return addr, nil
-			}
-		}
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
-const minPort = 10000
-
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0
-	}
-	n, _ := strconv.Atoi(f[0])
-	return n
-}
+// FreeAddr returns a 127.0.0.1 host:port that was free a moment ago
+// (loopback.FreeAddr).
+func FreeAddr() (string, error) { return loopback.FreeAddr() }
 
 // lockedBuffer collects the process's output for error messages.
 type lockedBuffer struct {
@@ -234,5 +221,3 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
-
-var errNoModule = errors.New("etcdtest: the etcd server module is not found; set BATON_ETCD_BIN to an etcd binary")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/netproxy"
 )
@@ -18,11 +19,19 @@ import (
 // test can blackhole; both are closed on t.Cleanup.
 func (s *Server) Proxied(tb testing.TB) (*clientv3.Client, *netproxy.Proxy) {
 	tb.Helper()
-	p, err := netproxy.New(strings.TrimPrefix(s.Endpoint(), "http://"))
+	return Proxied(tb, s.Endpoint())
+}
+
+// Proxied returns a client of the member at the http:// endpoint whose
+// traffic passes through a proxy that the test can blackhole; both are
+// closed on t.Cleanup.
+func Proxied(tb testing.TB, endpoint string) (*clientv3.Client, *netproxy.Proxy) {
+	tb.Helper()
+	p, err := netproxy.New(strings.TrimPrefix(endpoint, "http://"))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cli, err := s.NewClient(p.Endpoint())
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{p.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		_ = p.Close()
 		tb.Fatal(err)

@@ -1,6 +1,9 @@
 package etcdtest
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -36,4 +39,34 @@ func TestLeakedFindsARunningGoroutine(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatal("the goroutine is still listed after it returned")
+}
+
+// TestSweepRemovesADeadBinarysData: a member's data directory is removed
+// by a later test binary once the binary that made it is gone, and not
+// while it runs.
+func TestSweepRemovesADeadBinarysData(t *testing.T) {
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Skip("no true command:", err)
+	}
+	dead := cmd.Process.Pid
+	if alive(dead) {
+		t.Skipf("pid %d was reused at once", dead)
+	}
+	gone, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", dataPrefix, dead))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", dataPrefix, os.Getppid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(kept)
+	sweep()
+	if _, err := os.Stat(gone); !os.IsNotExist(err) {
+		t.Errorf("the dead binary's directory %s is still there (%v)", gone, err)
+	}
+	if _, err := os.Stat(kept); err != nil {
+		t.Errorf("a live binary's directory was removed: %v", err)
+	}
 }

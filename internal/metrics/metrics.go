@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/errs"
+	"github.com/batonhq/baton/internal/planted"
 )
 
 // Metrics holds every collector of a mutex or election.
@@ -29,6 +30,7 @@ type Metrics struct {
 	CampaignDuration  *prometheus.HistogramVec
 	ElectionLostTotal *prometheus.CounterVec
 	FencingRejections *prometheus.CounterVec
+	Collapsed         *prometheus.CounterVec // labels.go
 }
 
 // Label names.
@@ -50,7 +52,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	c := collectors{reg: reg}
 	m := &Metrics{
-		users:             register(reg, &users{n: map[[2]string]int{}, leading: map[[2]string]int{}}, &c.err),
+		users: register(reg, &users{n: map[[2]string]int{}, leading: map[[2]string]int{},
+			names: map[[2]string]struct{}{}, resources: map[string]struct{}{}}, &c.err),
 		AcquireDuration:   c.histogram("baton_lock_acquire_duration_seconds", "Time from Lock or TryLock to its return, by result.", durationBuckets, resultLabels),
 		AcquireTotal:      c.counter("baton_lock_acquire_total", "Lock and TryLock calls by result: acquired, locked, canceled, error.", resultLabels),
 		HoldDuration:      c.histogram("baton_lock_hold_duration_seconds", "Time a lock was held, from acquisition to release or loss.", durationBuckets, nameLabels),
@@ -61,6 +64,9 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		CampaignDuration:  c.histogram("baton_election_campaign_duration_seconds", "Time from Campaign to its return, by result.", durationBuckets, resultLabels),
 		ElectionLostTotal: c.counter("baton_election_lost_total", "Terms lost while leading, by reason.", reasonLabels),
 		FencingRejections: c.counter("baton_fencing_rejections_total", "Writes rejected for carrying a stale fencing token.", []string{"resource"}),
+		Collapsed: c.counter("baton_metric_labels_collapsed_total",
+			"Primitives opened (label=\"name\") and fencing rejections (label=\"resource\") recorded under the label value (other): the Registerer already carried its limit of values (WithMetricLabelLimit).",
+			[]string{"label"}),
 	}
 	return m, c.err
 }
@@ -201,22 +207,27 @@ func (m *Metrics) Leading(ns, name string, leading bool, lostReason string) {
 	}
 }
 
-// Rejected counts a stale token rejected for resource.
-func (m *Metrics) Rejected(resource string) {
+// Rejected counts a stale token rejected for resource: under its own
+// label if the Registerer carries it already or fewer than limit
+// resources, else under Other, as Label does for names.
+func (m *Metrics) Rejected(resource string, limit int) {
 	if m == nil {
 		return
 	}
-	m.FencingRejections.WithLabelValues(resource).Inc()
+	m.FencingRejections.WithLabelValues(m.resource(resource, limit)).Inc()
 }
 
 // users counts the open primitives and the leading terms per namespace and
-// name label. It is
-// registered with the other collectors, so every Metrics built on one
-// Registerer finds the same one, with no state in this package.
+// name label, and holds the default label values given a place (Label).
+// It is registered with the other collectors, so every Metrics built on
+// one Registerer finds the same one, with no state in this package.
 type users struct {
-	mu      sync.Mutex
-	n       map[[2]string]int // open primitives
-	leading map[[2]string]int // terms leading
+	mu        sync.Mutex
+	n         map[[2]string]int // open primitives
+	leading   map[[2]string]int // terms leading
+	names     map[[2]string]struct{}
+	resources map[string]struct{}
+	warned    bool // the first collapse was reported
 }
 
 var usersDesc = prometheus.NewDesc("baton_internal_metric_users", "Never collected: identifies the users table.", nil, nil)
@@ -243,6 +254,9 @@ func (m *Metrics) Use(ns, name string) (done func()) {
 				return
 			}
 			delete(m.users.n, k)
+			if planted.On("o") {
+				delete(m.users.names, k) // the place goes with the series
+			}
 			m.forget(ns, name)
 		})
 	}

@@ -33,6 +33,12 @@
 //	   (internal/watch): the free-lock check's
 //	m  the drain: a shard whose Context ended is released at once, not
 //	   once its fn returned (shard): the drained check's
+//	n  a default metric label collapsed into "(other)" is not counted in
+//	   baton_metric_labels_collapsed_total (internal/metrics): the
+//	   metric-labels check's
+//	o  a metric label's place is freed when its last user closes
+//	   (internal/metrics), so later names past the limit take it: the
+//	   metric-labels check's
 //	v  a slow path: a mutex's or an election's waiter that heard the
 //	   deletion that frees the lock ignores it for 6 s (internal/queue):
 //	   the free-lock check's, on a loaded machine too
@@ -55,4 +61,4 @@ package planted
 const Env = "BATON_PLANTED_BUG"
 
 // Names are the bugs On knows, a letter each.
-const Names = "abcdefghijklmvwxyz"
+const Names = "abcdefghijklmnovwxyz"

@@ -14,6 +14,7 @@ import (
 	"github.com/batonhq/baton/cmd/baton/hold"
 	"github.com/batonhq/baton/cmd/baton/inspect"
 	"github.com/batonhq/baton/cmd/baton/operate"
+	"github.com/batonhq/baton/cmd/baton/serve"
 	"github.com/batonhq/baton/cmd/baton/supervise"
 	"github.com/batonhq/baton/cmd/baton/ui"
 	"github.com/batonhq/baton/cmd/baton/version"
@@ -37,6 +38,7 @@ func commands(g *cmdutil.Env) []*cobra.Command {
 		dev.NewCmdDev(g),
 		dev.NewCmdDemo(g),
 		ui.NewCmdUI(g),
+		serve.NewCmdServe(g),
 		dev.NewCmdDemoWorker(g),
 		supervise.NewCmdSupervise(g),
 		admin.NewCmdCerts(g), admin.NewCmdRBAC(g), admin.NewCmdAuth(g),
@@ -73,6 +75,9 @@ BATON_DIAL_TIMEOUT, and so on; a flag on the command line wins.`,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, a []string) error {
 			g.Ran = true
+			if err := version.Skew(); err != nil {
+				return cmdutil.WithCode(cmdutil.ExitUsage, err)
+			}
 			if err := g.Validate(); err != nil {
 				return err
 			}

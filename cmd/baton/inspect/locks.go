@@ -39,6 +39,8 @@ type LockJSON struct {
 	Set       []string   `json:"set,omitempty"`
 	// Release is the release request pending to this holder.
 	Release *releaseJSON `json:"release_request,omitempty"`
+	// Unread: the holder's key is of a form this build does not write.
+	Unread bool `json:"unread_key,omitempty"`
 }
 
 func WriteLocks(w io.Writer, asJSON bool, v LocksView) error {
@@ -76,6 +78,13 @@ func WriteLocks(w io.Writer, asJSON bool, v LocksView) error {
 	}
 	if err := writeSets(w, v.Locks); err != nil {
 		return err
+	}
+	for _, l := range v.Locks {
+		if l.Unread {
+			if _, err := fmt.Fprintf(w, "lock %s: the holder's key is of a form this build does not write (a newer release's?): it holds by its revision, as every contender orders the queue\n", cmdutil.SafeQ(l.Name)); err != nil {
+				return err
+			}
+		}
 	}
 	if err := writeLockState(w, v.Locks, v.Delays); err != nil {
 		return err
@@ -165,7 +174,7 @@ func lockJSONOf(l keyspace.LockRow, now time.Time) LockJSON {
 	return LockJSON{Name: l.Name, Kind: keyspace.RowKind(l), Holders: max(l.Holders, 1), Limit: l.Limit,
 		Holder: l.Holder.Identity, Key: l.Holder.Key,
 		Token: int64(l.Holder.Token), Lease: cmdutil.LeaseHex(int64(l.Holder.Lease)), TTLLeft: cmdutil.TTLSeconds(l.Holder.TTL),
-		HeldSince: cmdutil.Since(l.Since), HeldFor: cmdutil.SinceSeconds(now, l.Since), Waiters: l.Waiters, Set: l.Set, Release: releaseOf(l.Release)}
+		HeldSince: cmdutil.Since(l.Since), HeldFor: cmdutil.SinceSeconds(now, l.Since), Waiters: l.Waiters, Set: l.Set, Release: releaseOf(l.Release), Unread: l.Unread}
 }
 
 // holdersCell is the HOLDERS cell: how many hold, and of what limit.

@@ -31,6 +31,10 @@ type LockRow struct {
 	Set []string
 	// Release is the release request pending to the holder, if any.
 	Release *request.Request
+	// Unread is true when the holder's key is of a form this build does
+	// not write (a newer release's): it holds by its revision all the
+	// same, as every contender orders the queue.
+	Unread bool
 }
 
 // ttlWorkers bounds the TimeToLive requests in flight.
@@ -49,16 +53,21 @@ func ListLocks(ctx context.Context, cli *clientv3.Client, ns, prefix string) ([]
 	byName := make(map[string]int)
 	var rows []LockRow
 	for _, kv := range resp.Kvs {
-		p, err := keys.Parse(ns, string(kv.Key))
-		if err != nil || p.Kind != keys.Lock || !strings.HasPrefix(p.Name, prefix) {
+		name, unread := "", false
+		if p, err := keys.Parse(ns, string(kv.Key)); err == nil && p.Kind == keys.Lock {
+			name = p.Name
+		} else if name, unread = unreadName(ns, string(kv.Key)); !unread {
 			continue // not a key baton wrote
 		}
-		if i, ok := byName[p.Name]; ok {
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		if i, ok := byName[name]; ok {
 			rows[i].Waiters++
 			continue
 		}
-		byName[p.Name] = len(rows)
-		rows = append(rows, LockRow{Name: p.Name, Holder: mutex.Contender{Key: string(kv.Key), Token: fencing.Token(kv.CreateRevision),
+		byName[name] = len(rows)
+		rows = append(rows, LockRow{Name: name, Unread: unread, Holder: mutex.Contender{Key: string(kv.Key), Token: fencing.Token(kv.CreateRevision),
 			Lease: clientv3.LeaseID(kv.Lease), Identity: string(kv.Value)}})
 	}
 	for _, kind := range []keys.Kind{keys.Semaphore, keys.RWLock} {
@@ -80,6 +89,23 @@ func ListLocks(ctx context.Context, cli *clientv3.Client, ns, prefix string) ([]
 		return RowKind(rows[i]) < RowKind(rows[j])
 	})
 	return rows, nil
+}
+
+// unreadName is the lock name of a key under a lock's name whose last
+// segment this build does not write (a tag of a newer release): a
+// contender of that name all the same, which mutexes of every build queue
+// by its revision. ok is false for a key outside any lock's name.
+func unreadName(ns, key string) (name string, ok bool) {
+	rest, found := strings.CutPrefix(key, keys.KindPrefix(ns, keys.Lock))
+	seg, last, two := strings.Cut(rest, "/")
+	if !found || !two || last == "" || strings.Contains(last, "/") {
+		return "", false
+	}
+	name, err := keys.Unescape(seg)
+	if err != nil || keys.ValidateName("name", name) != nil {
+		return "", false
+	}
+	return name, true
 }
 
 // fillTTLs asks each distinct holder lease's TTL, at most ttlWorkers at a

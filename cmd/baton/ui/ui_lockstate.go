@@ -15,7 +15,7 @@ import (
 // Beside the contender keys, the page shows what the lock-delay and the
 // release requests keep in etcd, both under the watched namespace:
 //
-//	/<ns>/v1/delay/<kind>/<escaped name>/until/<segment>   a running lock-delay,
+//	/<ns>/v1/delay/<kind>/<escaped name>/until/<segment>/<token>   a running lock-delay,
 //	    on a lease of the lost holder's delay (internal/delay)
 //	/<ns>/v1/release/<kind>/<escaped name>/<token>         a pending request,
 //	    on the holder's lease (internal/request)

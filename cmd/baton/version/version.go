@@ -10,6 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.etcd.io/etcd/api/v3/version"
+	"golang.org/x/mod/module"
+	"golang.org/x/mod/semver"
 
 	"github.com/batonhq/baton/cmd/baton/cmdutil"
 )
@@ -254,9 +256,52 @@ func versionsError(eps []endpointVersion) error {
 	return nil
 }
 
-// release is the version make dist stamps (-ldflags -X), for builds from a
-// checkout, where the build info's module version is "(devel)"; `go
-// install …@VERSION` needs no stamp.
+// libraryPath is the library's module, whose internal packages the CLI
+// links.
+const libraryPath = "github.com/batonhq/baton"
+
+// Skew refuses a build whose library is not the CLI's own release: the
+// CLI links the library's internal packages, which promise nothing
+// between versions, so a CLI of one release built with another release's
+// library (go get -tool into a module that requires a newer library, say)
+// may misread what the library writes. A build from a checkout, or of
+// unreleased versions, is not judged.
+func Skew() error {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return nil
+	}
+	return skew(info)
+}
+
+func skew(info *debug.BuildInfo) error {
+	cli := info.Main.Version
+	for _, d := range info.Deps {
+		if d.Path != libraryPath {
+			continue
+		}
+		lib := d.Version
+		if d.Replace != nil {
+			return nil // a development build
+		}
+		if !released(cli) || !released(lib) || cli == lib {
+			return nil
+		}
+		return fmt.Errorf("this baton is the CLI of %s built with the library of %s: the two must be one release; install it with `go install %s/cmd/baton@%s` (its own module, not a tool of another module)", cli, lib, libraryPath, cli)
+	}
+	return nil
+}
+
+// released reports whether v names a tagged release, not a pseudo-version
+// or a development build.
+func released(v string) bool {
+	return semver.IsValid(v) && !module.IsPseudoVersion(v) && semver.Build(v) == ""
+}
+
+// release is the version make dist stamps (-ldflags -X): a build from a
+// checkout has "(devel)" or a pseudo-version derived from the commit as
+// its module version, which the release's name replaces; `go install
+// …@VERSION` needs no stamp.
 var release string
 
 // Text is the module version and the commit baton was built from.
@@ -266,7 +311,7 @@ func Text() string {
 		return "unknown (built without module information)"
 	}
 	v := info.Main.Version
-	if release != "" && (v == "" || v == "(devel)") {
+	if release != "" {
 		v = release
 	}
 	if v == "" {

@@ -4,6 +4,7 @@
 // directories (docs/releasing.md). It changes nothing else.
 //
 //	go -C integration run ./cmd/baton-release -version v0.1.0 -repo ..
+//	go -C integration run ./cmd/baton-release -version v0.1.0 -repo .. -check
 package main
 
 import (
@@ -11,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/batonhq/baton/integration/release"
 )
@@ -25,9 +27,24 @@ func main() {
 func run() error {
 	version := flag.String("version", "", "the release's version, e.g. v0.1.0")
 	repo := flag.String("repo", "..", "the repository's root")
+	check := flag.Bool("check", false, "change nothing: fail unless the go.mod and go.sum files are those -version's preparation writes")
 	flag.Parse()
 	if *version == "" {
 		return fmt.Errorf("-version is required")
+	}
+	if err := release.Clean(*repo); err != nil {
+		return err
+	}
+	if *check {
+		bad, err := release.Check(*repo, *version)
+		if err != nil {
+			return err
+		}
+		if len(bad) > 0 {
+			return fmt.Errorf("not a release commit for %s:\n  %s", *version, strings.Join(bad, "\n  "))
+		}
+		fmt.Printf("a release commit for %s: every go.mod and go.sum of the published modules matches the tree\n", *version)
+		return nil
 	}
 	tmp, err := os.MkdirTemp("", "baton-release-")
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/batonhq/baton/internal/embedetcd/etcdtest"
 	"github.com/batonhq/baton/internal/netproxy"
@@ -26,16 +25,4 @@ func client(t *testing.T) *clientv3.Client {
 func proxied(t *testing.T) (*clientv3.Client, *netproxy.Proxy) {
 	t.Helper()
 	return srv.Proxied(t)
-}
-
-// session returns a session with the given TTL in seconds, closed with the
-// test, for tests of mutexes sharing a caller's session.
-func session(t *testing.T, cli *clientv3.Client, ttl int) *concurrency.Session {
-	t.Helper()
-	s, err := concurrency.NewSession(cli, concurrency.WithTTL(ttl))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
 }

@@ -6,7 +6,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/internal/embedetcd/etcdtest"
-	"github.com/batonhq/baton/internal/netproxy"
 	"github.com/batonhq/baton/rwmutex"
 )
 
@@ -19,11 +18,6 @@ func TestMain(m *testing.M) { etcdtest.Main(m, &srv) }
 func client(t *testing.T) *clientv3.Client {
 	t.Helper()
 	return srv.Client(t)
-}
-
-func proxied(t *testing.T) (*clientv3.Client, *netproxy.Proxy) {
-	t.Helper()
-	return srv.Proxied(t)
 }
 
 func newRW(t *testing.T, cli *clientv3.Client, name string, opts ...rwmutex.Option) *rwmutex.RWMutex {

@@ -71,6 +71,3 @@ func (s *Server) Client(tb testing.TB) *clientv3.Client {
 	tb.Cleanup(func() { _ = cli.Close() })
 	return cli
 }
-
-// FreeAddr returns a 127.0.0.1 host:port that was free a moment ago.
-func FreeAddr() (string, error) { return embedetcd.FreeAddr() }

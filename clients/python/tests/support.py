@@ -1,0 +1,170 @@
+"""A real `baton serve --dev` child process for the tests, and helpers to
+read the holder processes' records."""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYROOT = os.path.dirname(HERE)
+REPO = os.path.dirname(os.path.dirname(PYROOT))
+
+_built = None
+
+
+def baton_bin():
+    """$BATON_BIN, else baton built once from this checkout."""
+    global _built
+    if os.environ.get("BATON_BIN"):
+        return os.environ["BATON_BIN"]
+    if _built is None:
+        d = tempfile.mkdtemp(prefix="baton-pytest-")
+        out = os.path.join(d, "baton")
+        env = dict(os.environ, GOWORK="off")
+        subprocess.run(["go", "-C", os.path.join(REPO, "cmd", "baton"), "build", "-o", out, "."], check=True, env=env)
+        _built = out
+    return _built
+
+
+def free_addr():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    addr = "127.0.0.1:%d" % s.getsockname()[1]
+    s.close()
+    return addr
+
+
+class Etcd:
+    """baton dev: an etcd in a process of its own, for a server to be killed without it."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen([baton_bin(), "dev", "--listen", free_addr(), "--listen-peer", free_addr()],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.url = None
+        lines = []
+        while self.url is None:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError("baton dev exited: %s" % lines)
+            lines.append(line)
+            m = re.search(r"etcd serving at (http://\S+)", line)
+            if m:
+                self.url = m.group(1)
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(20)
+        self.proc.stdout.close()
+
+
+class Server:
+    """baton serve on a free loopback port, with an embedded etcd of its own
+    (--dev) or on the etcd at endpoints; url, etcd and proc."""
+
+    def __init__(self, *args, endpoints=None):
+        if endpoints is None:
+            argv = [baton_bin(), "serve", "--dev"]
+        else:
+            argv = [baton_bin(), "--endpoints", endpoints, "serve"]
+        self.proc = subprocess.Popen(argv + ["--listen", "127.0.0.1:0", *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.url = None
+        self.etcd = endpoints
+        self.lines = []
+        deadline = time.monotonic() + 60
+        while self.url is None:
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("baton serve did not start: %s" % self.lines)
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError("baton serve exited: %s" % self.lines)
+            self.lines.append(line)
+            m = re.search(r"serving on (http://\S+)", line)
+            if m:
+                self.url = m.group(1)
+            m = re.search(r"etcd .* at (http://\S+)", line)
+            if m:
+                self.etcd = m.group(1)
+        self._drain = threading.Thread(target=self._read_rest, daemon=True)
+        self._drain.start()
+
+    def _read_rest(self):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def wait_waiting(self, n, timeout=30):
+        """Waits until n Hold streams wait in the server (its
+        baton_serve_holds gauge): a waiter sends no message to wait on."""
+        want = 'baton_serve_holds{state="waiting"} %d' % n
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(self.url + "/metrics", timeout=5) as r:
+                if want in r.read().decode():
+                    return
+            time.sleep(0.02)
+        raise AssertionError("never %d waiting" % n)
+
+    def baton(self, *args):
+        """Runs a baton command against the server's etcd."""
+        return subprocess.run([baton_bin(), "--endpoints", self.etcd, *args], capture_output=True, text=True, timeout=30)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._drain.join(5) if hasattr(self, "_drain") else None
+        self.proc.stdout.close()
+
+
+class Holder:
+    """A holder process (holder.py) writing its records to a file."""
+
+    def __init__(self, url, name, ttl, seconds=30):
+        fd, self.path = tempfile.mkstemp(prefix="baton-holder-", suffix=".jsonl")
+        os.close(fd)
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "holder.py"), url, name, str(ttl), self.path, str(seconds)],
+                                     env=dict(os.environ, PYTHONPATH=PYROOT))
+
+    def records(self):
+        with open(self.path) as f:
+            return [json.loads(l) for l in f if l.strip()]
+
+    def first(self, event):
+        for r in self.records():
+            if r["event"] == event:
+                return r
+        return None
+
+    def wait_for(self, event, timeout=30):
+        """The first record of event, waiting for it (a record appears only
+        when the process writes it)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            r = self.first(event)
+            if r is not None:
+                return r
+            if self.proc.poll() is not None and self.first(event) is None:
+                raise AssertionError("holder exited %s without %s: %s" % (self.proc.returncode, event, self.records()))
+            time.sleep(0.02)
+        raise AssertionError("no %s record in %ss: %s" % (event, timeout, self.records()))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+        self.proc.wait()
+        os.unlink(self.path)

@@ -1,0 +1,38 @@
+// Package serve is `baton serve`: baton's locks for callers in any
+// language, over gRPC, gRPC-Web and Connect's HTTP/JSON from one set of
+// handlers (connectrpc.com/connect), on the API of
+// proto/baton/v1/baton.proto. docs/serve.md is its manual.
+//
+// A Hold stream acquires through package mutex on one shared session per
+// TTL (one etcd lease, renewed for every hold of that TTL), and keeps the
+// lock while its stream is open and its caller's heartbeats arrive.
+//
+// # Guarantees
+//
+//   - The first message of a Hold is held, with the fencing token (the
+//     key's CreateRevision, strictly greater than every earlier holder's),
+//     the keys and the validity; the last is lost with its cause, or
+//     released.
+//   - A hold's validity deadline on the server is the earlier of its
+//     heartbeat deadline (the last heartbeat's arrival + TTL − TTL/5) and
+//     the library's (the lease's renewal send time + TTL − margin): never
+//     later than the library's. No heartbeat extends a hold past it.
+//   - lost is sent before the key is deleted, and before the lease can
+//     expire: at the heartbeat deadline, when the library's Context ends
+//     (an operator's delete, a revoke, failed renewals, the validity
+//     deadline), and at shutdown.
+//   - Every validity is measured from the arrival of the request it answers,
+//     so a caller that adds it to its send time gets a deadline before the
+//     server's, and ends a hold by its own clock while cut off.
+//   - A closed stream, a Release and the end of a hold delete its key in a
+//     transaction guarded by its CreateRevision; a wait that ends leaves no
+//     key.
+//   - Every refusal of a field is INVALID_ARGUMENT naming it, before
+//     anything is written; RESOURCE_EXHAUSTED over --max-holds or
+//     --max-holds-per-identity; PERMISSION_DENIED when the policy does not
+//     list the identity, with nothing written.
+//
+// Not guaranteed: that a caller stops in time (a process can pause after
+// checking; fencing covers it), nor the deadlines under clocks whose rates
+// differ by more than the margin allows.
+package serve

@@ -1,0 +1,396 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/batonhq/baton/cmd/baton/cmdutil"
+	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
+	"github.com/batonhq/baton/cmd/baton/keyspace"
+	"github.com/batonhq/baton/internal/request"
+	"github.com/batonhq/baton/mutex"
+	"github.com/batonhq/baton/semaphore"
+)
+
+// A Hold stream, from its request to its last message:
+//
+//	state    event                                  action, next state
+//	-------  -------------------------------------  ------------------------------------------
+//	check    a field is invalid / not allowed       INVALID_ARGUMENT / PERMISSION_DENIED, end
+//	check    over --max-holds(-per-identity)        RESOURCE_EXHAUSTED, end
+//	waiting  acquired                               send held, held
+//	waiting  try found it held / wait_timeout       ABORTED / DEADLINE_EXCEEDED, end
+//	waiting  stream closed / server shutting down   CANCELED / UNAVAILABLE, end (no key left)
+//	held     heartbeat before the deadline          deadline = its arrival + budget, held
+//	held     operator's release request             send release_requested, held
+//	held     Release                                delete the key, send released, end
+//	held     stream closed                          delete the key, end
+//	held     heartbeat deadline passed              send lost, delete the key, end
+//
+// With a lock_delay, every end but Release deletes the keys as a loss
+// (abandon): the next contender waits the delay out.
+//	held     library's Context ended (lease, key)   send lost, delete (guarded), end
+//	held     server shutting down                   send lost, delete the key, end
+//
+// Every end is chosen in run, and every held end goes through end: a
+// lost is always sent before the key is deleted, and from the moment a
+// hold ends no heartbeat extends it.
+
+// hold is one acquisition of a Hold stream.
+type hold struct {
+	id        string
+	principal string        // who may heartbeat and release it besides the hold_id ("" for anyone)
+	budget    time.Duration // how long after a heartbeat's arrival the server keeps the hold
+	abandon   bool          // a lock-delay: ends other than Release are losses
+	lock      *acquired
+	ns        string
+	names     []string
+
+	releaseOnce sync.Once
+	release     chan struct{} // closed by Release
+	ended       chan struct{} // closed once the key is deleted (or found gone)
+	endErr      error         // the delete's outcome, for Release; set before ended closes
+
+	mu     sync.Mutex
+	beatBy time.Time // the last heartbeat's arrival (or held's) + budget
+	cause  error     // why it ended; nil while held
+}
+
+// heartbeatInterval is how often a caller should send heartbeats: five a
+// TTL, so that two can be lost before the shortest validity a reply can
+// carry (budget or the lease's, whichever is earlier) runs out.
+func heartbeatInterval(ttl time.Duration) time.Duration { return ttl / 5 }
+
+// budgetOf is how long the server keeps a hold after a heartbeat: the TTL
+// less the library's default safety margin (a fifth), the same slack the
+// library keeps between its deadline and the lease's expiry.
+func budgetOf(ttl time.Duration) time.Duration { return ttl - ttl/5 }
+
+// validUntil is the hold's validity deadline on the server: the earlier of
+// the heartbeat deadline and the library's (the lease's), so never later
+// than the library's. Called with h.mu held.
+func (h *hold) validUntil() time.Time {
+	if d := h.lock.Deadline(); d.Before(h.beatBy) {
+		return d
+	}
+	return h.beatBy
+}
+
+// beat extends the hold from a heartbeat that arrived at now, and returns
+// its validity from then.
+func (h *hold) beat(now time.Time) (time.Duration, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.cause != nil:
+		return 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the hold ended: %w", h.cause))
+	case !now.Before(h.beatBy):
+		return 0, connect.NewError(connect.CodeFailedPrecondition, errHeartbeatTimeout)
+	case h.lock.Context().Err() != nil:
+		return 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the hold is lost: %w", context.Cause(h.lock.Context())))
+	}
+	h.beatBy = now.Add(h.budget)
+	return h.validUntil().Sub(now), nil
+}
+
+// beatExpired ends the hold if its heartbeat deadline passed by now;
+// otherwise it says how long is left.
+func (h *hold) beatExpired(now time.Time) (left time.Duration, expired bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if now.Before(h.beatBy) {
+		return h.beatBy.Sub(now), false
+	}
+	if h.cause == nil {
+		h.cause = errHeartbeatTimeout
+	}
+	return 0, true
+}
+
+// markEnded records the cause of the end, unless one is recorded; it
+// returns the one that stands.
+func (h *hold) markEnded(cause error) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cause == nil {
+		h.cause = cause
+	}
+	return h.cause
+}
+
+// requestRelease asks the loop to release.
+func (h *hold) requestRelease() { h.releaseOnce.Do(func() { close(h.release) }) }
+
+// errWaitTimeout ends a wait at wait_timeout.
+var errWaitTimeout = errors.New("wait_timeout passed")
+
+// Hold acquires a lock and holds it while the stream is open and
+// heartbeats arrive.
+func (s *Server) Hold(ctx context.Context, req *connect.Request[batonv1.HoldRequest], stream *connect.ServerStream[batonv1.HoldResponse]) error {
+	arrival := time.Now()
+	sp, err := checkHold(req.Msg, s.cfg.Namespace, s.cfg.MaxTTL)
+	if err != nil {
+		s.metrics.requests.WithLabelValues("refused").Inc()
+		return err
+	}
+	c := callerOf(ctx)
+	identity, err := c.identity(sp.identity)
+	if err == nil {
+		err = s.policy.authorize(sp.namespace, identity, contend)
+	}
+	if err != nil {
+		s.metrics.requests.WithLabelValues("refused").Inc()
+		return err
+	}
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.wg.Done()
+	leave, err := s.limits.admit(identity)
+	if err != nil {
+		s.metrics.requests.WithLabelValues("refused").Inc()
+		return err
+	}
+	defer leave()
+
+	closeFn, lk, err := s.acquire(ctx, sp, identity)
+	if closeFn != nil {
+		defer func() { _ = closeFn() }()
+	}
+	if err != nil {
+		return err
+	}
+	h := &hold{
+		id: newHoldID(), principal: c.principal(), budget: budgetOf(sp.ttl), abandon: sp.lockDelay > 0, lock: lk, ns: sp.namespace, names: sp.names,
+		release: make(chan struct{}), ended: make(chan struct{}),
+	}
+	s.holds.add(h)
+	defer s.holds.remove(h.id)
+	s.metrics.holds.WithLabelValues("held").Inc()
+	defer s.metrics.holds.WithLabelValues("held").Dec()
+
+	h.mu.Lock()
+	h.beatBy = time.Now().Add(h.budget)
+	until := h.validUntil()
+	h.mu.Unlock()
+	err = stream.Send(&batonv1.HoldResponse{Event: &batonv1.HoldResponse_Held{Held: &batonv1.Held{
+		HoldId: h.id, Token: int64(lk.Token()), Keys: lk.keys, Lease: int64(lk.Lease()),
+		Ttl: durationpb.New(lk.TTL()), Validity: durationpb.New(until.Sub(arrival)),
+		Deadline: timestamppb.New(until), HeartbeatInterval: durationpb.New(heartbeatInterval(sp.ttl)),
+	}}})
+	if err != nil {
+		return s.end(ctx, h, stream, errStreamClosed)
+	}
+	return s.run(ctx, h, stream)
+}
+
+// acquire waits for the lock (or tries it) until the stream closes, the
+// server shuts down or wait_timeout passes. closeFn closes the primitive
+// once the hold ends (nil on a refused option).
+func (s *Server) acquire(ctx context.Context, sp holdSpec, identity string) (closeFn func() error, lk *acquired, err error) {
+	// With a lock-delay, a lost holder is told from a clean release by its
+	// own key and record; holds of one name on a shared lease would share
+	// both, so such a hold gets a lease of its own.
+	get := s.sessions.get
+	if sp.lockDelay > 0 {
+		get = s.sessions.own
+	}
+	sess, err := get(sp.ttl)
+	if err != nil {
+		return nil, nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	opts := []mutex.Option{mutex.WithSession(sess), mutex.WithNamespace(sp.namespace), mutex.WithIdentity(identity),
+		mutex.WithMetricLabel("serve")}
+	if sp.lockDelay > 0 {
+		opts = append(opts, mutex.WithLockDelay(sp.lockDelay))
+	}
+	a, err := newAcquirer(s.cli, sp, opts)
+	if err != nil {
+		if sp.lockDelay > 0 {
+			_ = sess.Close()
+		}
+		return nil, nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	closeFn = a.close
+	if sp.lockDelay > 0 {
+		closeFn = func() error { return errors.Join(a.close(), sess.Close()) }
+	}
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(s.stopCtx, func() { cancel(errServerShutdown) })
+	defer stop()
+	if sp.waitTimeout > 0 {
+		var c2 context.CancelFunc
+		wctx, c2 = context.WithTimeoutCause(wctx, sp.waitTimeout, errWaitTimeout)
+		defer c2()
+	}
+	s.metrics.holds.WithLabelValues("waiting").Inc()
+	lk, err = a.acquire(wctx, sp.try)
+	s.metrics.holds.WithLabelValues("waiting").Dec()
+	if err == nil {
+		s.metrics.requests.WithLabelValues("held").Inc()
+		return closeFn, lk, nil
+	}
+	result, code := "error", connect.CodeUnavailable
+	switch cause := context.Cause(wctx); {
+	case busy(err):
+		result, code = "busy", connect.CodeAborted
+	case errors.Is(err, semaphore.ErrLimitMismatch):
+		result, code, err = "refused", connect.CodeFailedPrecondition, fmt.Errorf("limit: %w", err)
+	case errors.Is(cause, errWaitTimeout):
+		result, code, err = "timeout", connect.CodeDeadlineExceeded, cause
+	case errors.Is(cause, errServerShutdown):
+		result, code, err = "canceled", connect.CodeUnavailable, cause
+	case ctx.Err() != nil:
+		result, code, err = "canceled", connect.CodeCanceled, errStreamClosed
+	case cmdutil.IsPermissionDenied(err):
+		code = connect.CodePermissionDenied
+	case errors.Is(err, mutex.ErrTooManyHeld):
+		code = connect.CodeResourceExhausted
+	}
+	s.metrics.requests.WithLabelValues(result).Inc()
+	return closeFn, nil, connect.NewError(code, err)
+}
+
+// run is a held stream's loop: it owns the hold's end, and chooses its
+// cause (see the table above).
+func (s *Server) run(ctx context.Context, h *hold, stream *connect.ServerStream[batonv1.HoldResponse]) error {
+	recorded := s.recordHeld(h)
+	defer recorded()
+	var requests <-chan request.Request
+	if h.lock.requests != nil {
+		requests = h.lock.requests()
+	}
+	h.mu.Lock()
+	timer := time.NewTimer(time.Until(h.beatBy))
+	h.mu.Unlock()
+	defer timer.Stop()
+	for {
+		var cause error
+		select {
+		case <-h.lock.Done():
+			cause = context.Cause(h.lock.Context())
+		case <-timer.C:
+			left, expired := h.beatExpired(time.Now())
+			if !expired {
+				timer.Reset(left)
+				continue
+			}
+			cause = errHeartbeatTimeout
+		case <-h.release:
+			cause = errReleasedByCaller
+		case <-ctx.Done():
+			cause = errStreamClosed
+		case <-s.stopCtx.Done():
+			cause = errServerShutdown
+		case r := <-requests:
+			_ = stream.Send(&batonv1.HoldResponse{Event: &batonv1.HoldResponse_ReleaseRequested{ReleaseRequested: &batonv1.ReleaseRequested{
+				Reason: r.Reason, By: r.By, At: timestamppb.New(r.At),
+			}}})
+			continue
+		}
+		return s.end(ctx, h, stream, cause)
+	}
+}
+
+// end ends a held stream with cause: lost first (unless the caller ended
+// it), then the guarded delete, then released for a Release.
+func (s *Server) end(ctx context.Context, h *hold, stream *connect.ServerStream[batonv1.HoldResponse], cause error) error {
+	cause = h.markEnded(cause)
+	byCaller := errors.Is(cause, errReleasedByCaller) || errors.Is(cause, errStreamClosed)
+	if !byCaller {
+		_ = stream.Send(lost(cause))
+	}
+	if s.cfg.hooks != nil && s.cfg.hooks.beforeUnlock != nil {
+		s.cfg.hooks.beforeUnlock(h.id, cause)
+	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if h.abandon && !errors.Is(cause, errReleasedByCaller) {
+		s.abandon(uctx, h)
+	}
+	err := h.lock.release(uctx)
+	h.endErr = err
+	close(h.ended)
+	final := causeOf(cause)
+	if errors.Is(cause, errReleasedByCaller) {
+		if err != nil {
+			// Lost before the release: say why instead.
+			final = causeOf(context.Cause(h.lock.Context()))
+			_ = stream.Send(lost(context.Cause(h.lock.Context())))
+		} else {
+			_ = stream.Send(&batonv1.HoldResponse{Event: &batonv1.HoldResponse_Released{Released: &batonv1.Released{}}})
+		}
+	}
+	s.metrics.ended.WithLabelValues(causeLabel(final)).Inc()
+	s.log.Debug("hold ended", zap.String("hold_id", h.id), zap.Strings("names", h.names), zap.Int64("token", int64(h.lock.Token())),
+		zap.String("cause", causeLabel(final)), zap.Error(err))
+	return nil
+}
+
+// abandon ends a hold with a lock-delay as a loss, not a release: its keys
+// are deleted (guarded by its token) and its record is left, so the next
+// contender waits the delay out. Only the caller's Release is clean.
+func (s *Server) abandon(ctx context.Context, h *hold) {
+	if h.lock.Context().Err() != nil {
+		return // lost already: the keys are gone or going
+	}
+	dels := make([]clientv3.Op, 0, len(h.lock.keys))
+	for _, k := range h.lock.keys {
+		dels = append(dels, clientv3.OpDelete(k))
+	}
+	resp, err := s.cli.Txn(ctx).If(h.lock.compares...).Then(dels...).Commit()
+	if err == nil && resp.Succeeded {
+		select { // the library hears of the delete; Unlock then only forgets
+		case <-h.lock.Done():
+		case <-ctx.Done():
+		}
+	}
+}
+
+func lost(cause error) *batonv1.HoldResponse {
+	return &batonv1.HoldResponse{Event: &batonv1.HoldResponse_Lost{Lost: &batonv1.Lost{Cause: causeOf(cause), Message: cause.Error()}}}
+}
+
+// recordHeld writes, in the background, the acquisition records `baton
+// locks` shows as HELD FOR (on the lease, in a transaction guarded by the
+// hold); the returned func waits for it and deletes them, guarded by the
+// revision that wrote them: a later holder's record on the same lease is
+// never touched.
+func (s *Server) recordHeld(h *hold) (done func()) {
+	var rev int64
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		ctx, cancel := context.WithTimeout(h.lock.Context(), 2*time.Second)
+		defer cancel()
+		ops := make([]clientv3.Op, len(h.names))
+		for i, n := range h.names {
+			ops[i] = keyspace.HeldPut(h.ns, h.lock.kind, n, h.lock.Lease(), h.lock.Acquired())
+		}
+		if resp, err := h.lock.Txn(ctx).Then(ops...).Commit(); err == nil && resp.Succeeded {
+			rev = resp.Header.Revision
+		}
+	}()
+	return func() {
+		<-wrote
+		if rev == 0 {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		for _, n := range h.names {
+			k := keyspace.HeldKey(h.ns, h.lock.kind, n, h.lock.Lease())
+			_, _ = s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).Then(clientv3.OpDelete(k)).Commit()
+		}
+	}
+}

@@ -1,0 +1,41 @@
+package serve
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the service's own series, beside the library's (baton_lock_*,
+// baton_session_*) on the same registry. Labels are bounded: results and
+// causes, never names or identities.
+type metrics struct {
+	holds      *prometheus.GaugeVec   // state: waiting, held
+	requests   *prometheus.CounterVec // result: held, refused, busy, timeout, canceled, error
+	ended      *prometheus.CounterVec // cause
+	heartbeats *prometheus.CounterVec // result: ok, lost, unknown
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		holds: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "baton_serve_holds", Help: "Hold streams open, by state (waiting, held).",
+		}, []string{"state"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "baton_serve_hold_requests_total", Help: "Hold requests by result (held, refused, busy, timeout, canceled, error).",
+		}, []string{"result"}),
+		ended: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "baton_serve_holds_ended_total", Help: "Holds ended, by cause (released, stream_closed, heartbeat_timeout, key_gone, ...).",
+		}, []string{"cause"}),
+		heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "baton_serve_heartbeats_total", Help: "Heartbeats by result (ok, lost, unknown).",
+		}, []string{"result"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.holds, m.requests, m.ended, m.heartbeats} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,289 @@
+package serve
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/batonhq/baton/cmd/baton/cmdutil"
+	"github.com/batonhq/baton/internal/embedetcd"
+	"github.com/batonhq/baton/mutex"
+	"github.com/batonhq/baton/rbac"
+)
+
+// DefaultListen is where `baton serve` listens without --listen.
+const DefaultListen = "127.0.0.1:9379"
+
+// Options are the flags of `baton serve`.
+type Options struct {
+	Listen              []string
+	TLSCert, TLSKey, CA string
+	Insecure            bool
+	Dev                 bool
+	MaxHolds            int
+	MaxHoldsPerIdentity int
+	MaxTTL              time.Duration
+	Policy              string
+	ShutdownTimeout     time.Duration
+}
+
+func NewCmdServe(g *cmdutil.Env) *cobra.Command {
+	var o Options
+	cmd := &cobra.Command{
+		Use:   "serve [--listen ADDR]... [--dev] [--tls-cert F --tls-key F --client-ca F]",
+		Short: "Serve locks to any language over gRPC and HTTP/JSON (docs/serve.md)",
+		Long: `Serve baton's locks over gRPC, gRPC-Web and Connect's HTTP/JSON on each
+--listen address (host:port, or unix:///path for a sidecar's socket), with
+one etcd client, grpc.health.v1 and /metrics. A Hold stream's lock lasts
+while the stream is open and the caller's heartbeats arrive; the stream
+says lost, with its cause, before anyone else can acquire.
+
+With --tls-cert, --tls-key and --client-ca every TCP caller must present a
+client certificate, whose CN is its identity. With --policy, every call is
+checked against that namespace policy (the file baton rbac apply takes).
+--dev serves on an embedded etcd of its own, for a one-command try.
+
+SIGINT or SIGTERM ends every hold (lost: server shutdown) and deletes its
+key before the server exits.`,
+		Example: `  baton serve --dev
+  baton serve --listen 127.0.0.1:9379 --listen unix:///run/baton/baton.sock
+  curl -s localhost:9379/baton.v1.BatonService/Inspect -H 'Content-Type: application/json' -d '{"locksPrefix":""}'`,
+		Args: cmdutil.Args(0, 0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return Run(ctx, g, o, cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVar(&o.Listen, "listen", []string{DefaultListen}, "listen on ADDR (host:port, or unix:///path); repeat for several")
+	f.StringVar(&o.TLSCert, "tls-cert", "", "serve TCP over TLS with this certificate (with --tls-key and --client-ca)")
+	f.StringVar(&o.TLSKey, "tls-key", "", "the key of --tls-cert")
+	f.StringVar(&o.CA, "client-ca", "", "require client certificates signed by this CA; the CN is the caller's identity")
+	f.BoolVar(&o.Insecure, "insecure-listen", false, "allow plaintext on an address beyond loopback")
+	f.BoolVar(&o.Dev, "dev", false, "serve on an embedded etcd of its own (temporary data), for a try")
+	f.IntVar(&o.MaxHolds, "max-holds", DefaultMaxHolds, "Hold streams open at once (waiting or holding); more are RESOURCE_EXHAUSTED")
+	f.IntVar(&o.MaxHoldsPerIdentity, "max-holds-per-identity", DefaultMaxHoldsPerIdentity, "Hold streams open at once per identity")
+	f.DurationVar(&o.MaxTTL, "max-ttl", mutex.DefaultMaxTTL, "the largest TTL a hold may ask for")
+	f.StringVar(&o.Policy, "policy", "", "check every call against this namespace policy (YAML or JSON, as baton rbac apply takes)")
+	f.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", 5*time.Second, "how long SIGTERM waits for holds to end before the leases are revoked")
+	return cmd
+}
+
+// listener is one --listen address, listening.
+type listener struct {
+	ln  net.Listener
+	url string // as printed: http://, https:// or unix://
+	tls bool
+}
+
+func (o Options) validate() error {
+	switch {
+	case len(o.Listen) == 0:
+		return cmdutil.UsageErrorf("--listen: at least one address")
+	case o.MaxHolds < 1:
+		return cmdutil.UsageErrorf("--max-holds %d: at least 1", o.MaxHolds)
+	case o.MaxHoldsPerIdentity < 1:
+		return cmdutil.UsageErrorf("--max-holds-per-identity %d: at least 1", o.MaxHoldsPerIdentity)
+	case o.MaxTTL < mutex.MinTTL || o.MaxTTL%time.Second != 0:
+		return cmdutil.UsageErrorf("--max-ttl %v: whole seconds, at least %v", o.MaxTTL, mutex.MinTTL)
+	case o.ShutdownTimeout <= 0:
+		return cmdutil.UsageErrorf("--shutdown-timeout %v: must be positive", o.ShutdownTimeout)
+	}
+	if n := btoi(o.TLSCert != "") + btoi(o.TLSKey != "") + btoi(o.CA != ""); n != 0 && n != 3 {
+		return cmdutil.UsageErrorf("--tls-cert, --tls-key and --client-ca go together")
+	}
+	return nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Run serves until ctx ends, then shuts down gracefully.
+func Run(ctx context.Context, g *cmdutil.Env, o Options, out io.Writer) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	cfg := Config{Namespace: g.Namespace, MaxTTL: o.MaxTTL, MaxHolds: o.MaxHolds, MaxHoldsPerIdentity: o.MaxHoldsPerIdentity}
+	if o.Policy != "" {
+		p, err := rbac.LoadFile(o.Policy)
+		if err != nil {
+			return cmdutil.WithCode(cmdutil.ExitUsage, fmt.Errorf("--policy: %w", err))
+		}
+		cfg.Policy, cfg.PolicyFile = p, o.Policy
+	}
+	var tlsCfg *tls.Config
+	if o.TLSCert != "" {
+		var err error
+		if tlsCfg, err = (rbac.TLSFiles{CA: o.CA, Cert: o.TLSCert, Key: o.TLSKey}).ServerConfig(); err != nil {
+			return cmdutil.WithCode(cmdutil.ExitUsage, err)
+		}
+	}
+	lns, err := listen(o, tlsCfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, l := range lns {
+			_ = l.ln.Close()
+		}
+	}()
+
+	var cli *clientv3.Client
+	if o.Dev {
+		srv, err := embedetcd.New(embedetcd.Config{Name: "baton-serve-dev"})
+		if err != nil {
+			return fmt.Errorf("start etcd: %w", err)
+		}
+		defer srv.Stop()
+		if cli, err = srv.NewClient(); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "etcd (embedded, --dev, temporary data) at %s\n", srv.Endpoint())
+	} else if cli, err = g.Client(ctx); err != nil {
+		return err
+	}
+	defer func() { _ = cli.Close() }()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg.Client, cfg.Registerer = cli, reg
+	s, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", s.Handler())
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+
+	errc := make(chan error, len(lns))
+	var servers []*http.Server
+	var wg sync.WaitGroup
+	for _, l := range lns {
+		hs := httpServer(mux, l.tls, tlsCfg)
+		servers = append(servers, hs)
+		wg.Add(1)
+		go func(l listener) {
+			defer wg.Done()
+			var err error
+			if l.tls {
+				err = hs.ServeTLS(l.ln, "", "")
+			} else {
+				err = hs.Serve(l.ln)
+			}
+			if !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("serve %s: %w", l.url, err)
+			}
+		}(l)
+		fmt.Fprintf(out, "serving on %s\n", l.url)
+	}
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	fmt.Fprintln(out, "shutting down: ending every hold")
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.ShutdownTimeout)
+	defer cancel()
+	err = s.Shutdown(sctx)
+	hctx, hcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer hcancel()
+	for _, hs := range servers {
+		if hs.Shutdown(hctx) != nil {
+			_ = hs.Close()
+		}
+	}
+	wg.Wait()
+	return errors.Join(runErr, err)
+}
+
+// httpServer serves h on one listener: HTTP/1.1 and HTTP/2, the latter
+// over TLS or, on plaintext, as h2c (gRPC without TLS).
+func httpServer(h http.Handler, useTLS bool, tlsCfg *tls.Config) *http.Server {
+	hs := &http.Server{Handler: h, ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
+	hs.Protocols.SetHTTP1(true)
+	if useTLS {
+		hs.Protocols.SetHTTP2(true)
+		hs.TLSConfig = tlsCfg
+	} else {
+		hs.Protocols.SetUnencryptedHTTP2(true)
+	}
+	return hs
+}
+
+// listen opens every --listen address before etcd is asked anything, so
+// that a taken port or a bad address fails at once.
+func listen(o Options, tlsCfg *tls.Config) ([]listener, error) {
+	var out []listener
+	fail := func(err error) ([]listener, error) {
+		for _, l := range out {
+			_ = l.ln.Close()
+		}
+		return nil, err
+	}
+	for _, a := range o.Listen {
+		if path, ok := strings.CutPrefix(a, "unix://"); ok {
+			if path == "" {
+				return fail(cmdutil.UsageErrorf("--listen %q: unix:// needs a path", a))
+			}
+			if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+				_ = os.Remove(path) // a socket a previous run left
+			}
+			ln, err := net.Listen("unix", path)
+			if err != nil {
+				return fail(fmt.Errorf("--listen %s: %w", a, err))
+			}
+			if err := os.Chmod(path, 0o600); err != nil {
+				_ = ln.Close()
+				return fail(err)
+			}
+			out = append(out, listener{ln: ln, url: "unix://" + path})
+			continue
+		}
+		host, _, err := net.SplitHostPort(a)
+		if err != nil {
+			return fail(cmdutil.UsageErrorf("--listen %q: want host:port or unix:///path: %v", a, err))
+		}
+		if tlsCfg == nil && !o.Insecure && !loopbackHost(host) {
+			return fail(cmdutil.UsageErrorf("--listen %q is beyond loopback: give --tls-cert, --tls-key and --client-ca, or --insecure-listen to serve plaintext anyway", a))
+		}
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			return fail(fmt.Errorf("--listen %s: %w", a, err))
+		}
+		scheme := "http"
+		if tlsCfg != nil {
+			scheme = "https"
+		}
+		out = append(out, listener{ln: ln, url: scheme + "://" + ln.Addr().String(), tls: tlsCfg != nil})
+	}
+	return out, nil
+}
+
+func loopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

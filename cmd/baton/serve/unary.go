@@ -1,0 +1,84 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
+	"github.com/batonhq/baton/mutex"
+	"github.com/batonhq/baton/rwmutex"
+	"github.com/batonhq/baton/semaphore"
+)
+
+// Heartbeat keeps a hold and returns its validity from this request's
+// arrival: the caller adds it to its send time.
+func (s *Server) Heartbeat(ctx context.Context, req *connect.Request[batonv1.HeartbeatRequest]) (*connect.Response[batonv1.HeartbeatResponse], error) {
+	arrival := time.Now()
+	h, err := s.holdOf(ctx, req.Msg.GetHoldId())
+	if err != nil {
+		s.metrics.heartbeats.WithLabelValues("unknown").Inc()
+		return nil, err
+	}
+	validity, err := h.beat(arrival)
+	if err != nil {
+		s.metrics.heartbeats.WithLabelValues("lost").Inc()
+		return nil, err
+	}
+	s.metrics.heartbeats.WithLabelValues("ok").Inc()
+	return connect.NewResponse(&batonv1.HeartbeatResponse{Validity: durationpb.New(validity)}), nil
+}
+
+// Release ends a hold: the key is deleted in a transaction guarded by its
+// token, and its stream ends with released. It returns once the delete is
+// done; FAILED_PRECONDITION when the hold was lost before.
+func (s *Server) Release(ctx context.Context, req *connect.Request[batonv1.ReleaseRequest]) (*connect.Response[batonv1.ReleaseResponse], error) {
+	h, err := s.holdOf(ctx, req.Msg.GetHoldId())
+	if err != nil {
+		return nil, err
+	}
+	h.requestRelease()
+	if s.cfg.hooks != nil && s.cfg.hooks.releaseWaiting != nil {
+		s.cfg.hooks.releaseWaiting(h.id)
+	}
+	select {
+	case <-h.ended:
+	case <-ctx.Done():
+		return nil, connect.NewError(connect.CodeCanceled, ctx.Err())
+	}
+	h.mu.Lock()
+	cause := h.cause
+	h.mu.Unlock()
+	switch err := h.endErr; {
+	case !errors.Is(cause, errReleasedByCaller):
+		// It ended for another reason first (its stream said lost): the
+		// caller did not hold it until now.
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the hold ended before the release: %w", cause))
+	case err == nil:
+		return connect.NewResponse(&batonv1.ReleaseResponse{}), nil
+	case errors.Is(err, mutex.ErrNotHeld), errors.Is(err, semaphore.ErrNotHeld), errors.Is(err, rwmutex.ErrNotHeld):
+		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+	default:
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("the key will be deleted in the background: %w", err))
+	}
+}
+
+// holdOf finds a live hold by id, for its owner: NOT_FOUND for an unknown
+// id, PERMISSION_DENIED for a caller the transport proves is another.
+func (s *Server) holdOf(ctx context.Context, id string) (*hold, error) {
+	if err := checkHoldID(id); err != nil {
+		return nil, err
+	}
+	h := s.holds.get(id)
+	if h == nil {
+		return nil, connect.NewError(connect.CodeNotFound, errors.New("hold_id: no such hold (it ended, or never was)"))
+	}
+	if h.principal != "" && callerOf(ctx).principal() != h.principal {
+		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("hold_id: the hold belongs to another caller"))
+	}
+	return h, nil
+}

@@ -1,0 +1,197 @@
+package serve
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
+	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/mutex"
+	"github.com/batonhq/baton/semaphore"
+)
+
+// Every field of a request is checked here, before anything else is done
+// for it, against the library's own bounds: a refusal is INVALID_ARGUMENT
+// and its message starts with the field's name as the .proto spells it.
+
+// Bounds of a hold's lock-delay, as mutex.WithLockDelay's.
+const (
+	minLockDelay = mutex.MinTTL
+	maxLockDelay = time.Hour
+)
+
+// holdSpec is a checked HoldRequest.
+type holdSpec struct {
+	namespace   string
+	names       []string
+	kind        batonv1.LockKind // MUTEX for a mutex or a set
+	limit       int              // a semaphore's
+	ttl         time.Duration
+	identity    string // "" for the caller's default
+	try         bool
+	waitTimeout time.Duration // 0: as long as the stream is open
+	lockDelay   time.Duration
+}
+
+// invalid is the error of a refused field.
+func invalid(field, format string, a ...any) error {
+	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, a...)))
+}
+
+// checkHold validates req against the server's settings.
+func checkHold(req *batonv1.HoldRequest, defaultNS string, maxTTL time.Duration) (holdSpec, error) {
+	sp := holdSpec{namespace: req.GetNamespace(), try: req.GetTry()}
+	if err := checkNamespace(&sp.namespace, defaultNS); err != nil {
+		return sp, err
+	}
+	switch sp.kind = req.GetKind(); sp.kind {
+	case batonv1.LockKind_LOCK_KIND_UNSPECIFIED:
+		sp.kind = batonv1.LockKind_LOCK_KIND_MUTEX
+	case batonv1.LockKind_LOCK_KIND_MUTEX, batonv1.LockKind_LOCK_KIND_SEMAPHORE, batonv1.LockKind_LOCK_KIND_READ, batonv1.LockKind_LOCK_KIND_WRITE:
+	default:
+		return sp, invalid("kind", "unknown kind %d", int32(req.GetKind()))
+	}
+	switch l := req.GetLimit(); {
+	case sp.kind != batonv1.LockKind_LOCK_KIND_SEMAPHORE && l != 0:
+		return sp, invalid("limit", "only a semaphore has a limit")
+	case sp.kind == batonv1.LockKind_LOCK_KIND_SEMAPHORE && (l < 1 || l > semaphore.MaxLimit):
+		return sp, invalid("limit", "%d: a semaphore has 1 to %d permits", l, semaphore.MaxLimit)
+	}
+	sp.limit = int(req.GetLimit())
+	var err error
+	if sp.lockDelay, err = duration("lock_delay", req.GetLockDelay()); err != nil {
+		return sp, err
+	}
+	switch d := sp.lockDelay; {
+	case d < 0 || d > 0 && d < minLockDelay:
+		return sp, invalid("lock_delay", "%v: 0 (none) or at least %v", d, minLockDelay)
+	case d > maxLockDelay:
+		return sp, invalid("lock_delay", "%v: at most %v", d, maxLockDelay)
+	case d%time.Second != 0:
+		return sp, invalid("lock_delay", "%v: whole seconds, as etcd leases are", d)
+	}
+	names := req.GetNames()
+	limit := mutex.MaxSetNames
+	if sp.lockDelay > 0 {
+		limit = mutex.MaxSetNamesWithLockDelay
+	}
+	switch {
+	case len(names) == 0:
+		return sp, invalid("names", "at least one name is required")
+	case len(names) > 1 && sp.kind != batonv1.LockKind_LOCK_KIND_MUTEX:
+		return sp, invalid("names", "%d names: a set is of mutexes; a %s takes one name", len(names), kindName(sp.kind))
+	case len(names) > limit:
+		return sp, invalid("names", "%d names, at most %d in one set (%d with lock_delay)", len(names), mutex.MaxSetNames, mutex.MaxSetNamesWithLockDelay)
+	}
+	seen := make(map[string]int, len(names))
+	for i, n := range names {
+		field := fmt.Sprintf("names[%d]", i)
+		if err := keys.ValidateName("name", n); err != nil {
+			return sp, invalid(field, "%v", unwrapInvalid(err))
+		}
+		if j, dup := seen[n]; dup {
+			return sp, invalid(field, "the same name as names[%d]", j)
+		}
+		seen[n] = i
+	}
+	sp.names = names
+	if sp.ttl, err = duration("ttl", req.GetTtl()); err != nil {
+		return sp, err
+	}
+	if err := checkTTL(&sp.ttl, maxTTL); err != nil {
+		return sp, err
+	}
+	if sp.identity = req.GetIdentity(); sp.identity != "" {
+		if err := keys.ValidateName("identity", sp.identity); err != nil {
+			return sp, invalid("identity", "%v", unwrapInvalid(err))
+		}
+	}
+	if sp.waitTimeout, err = duration("wait_timeout", req.GetWaitTimeout()); err != nil {
+		return sp, err
+	}
+	switch {
+	case sp.waitTimeout < 0:
+		return sp, invalid("wait_timeout", "%v: must not be negative", sp.waitTimeout)
+	case sp.waitTimeout > 0 && sp.try:
+		return sp, invalid("wait_timeout", "a try does not wait")
+	}
+	return sp, nil
+}
+
+// checkNamespace defaults an empty namespace and checks the rest as the
+// library does.
+func checkNamespace(ns *string, def string) error {
+	if *ns == "" {
+		*ns = def
+		return nil
+	}
+	if err := keys.ValidateNamespace(*ns); err != nil {
+		return invalid("namespace", "%v", unwrapInvalid(err))
+	}
+	return nil
+}
+
+// checkTTL defaults a zero TTL and applies the library's bounds.
+func checkTTL(ttl *time.Duration, maxTTL time.Duration) error {
+	d := *ttl
+	switch {
+	case d == 0:
+		*ttl = mutex.DefaultTTL
+		if *ttl > maxTTL {
+			*ttl = maxTTL
+		}
+	case d < mutex.MinTTL:
+		return invalid("ttl", "%v: at least %v", d, mutex.MinTTL)
+	case d > maxTTL:
+		return invalid("ttl", "%v: at most %v (the server's --max-ttl)", d, maxTTL)
+	case d%time.Second != 0:
+		return invalid("ttl", "%v: whole seconds, as etcd leases are", d)
+	}
+	return nil
+}
+
+// duration converts an optional Duration; nil is zero.
+func duration(field string, d *durationpb.Duration) (time.Duration, error) {
+	if d == nil {
+		return 0, nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return 0, invalid(field, "%v", err)
+	}
+	return d.AsDuration(), nil
+}
+
+// checkHoldID checks a hold_id's form; the table says whether it exists.
+func checkHoldID(id string) error {
+	if len(id) != holdIDLen {
+		return invalid("hold_id", "want the %d characters of a Held's hold_id", holdIDLen)
+	}
+	return nil
+}
+
+// unwrapInvalid drops the library's "invalid argument" prefix: the code
+// already says it.
+func unwrapInvalid(err error) string {
+	msg := err.Error()
+	if p := mutex.ErrInvalid.Error() + ": "; errors.Is(err, mutex.ErrInvalid) && len(msg) > len(p) && msg[:len(p)] == p {
+		return msg[len(p):]
+	}
+	return msg
+}
+
+// kindName is a kind as a message says it: "semaphore".
+func kindName(k batonv1.LockKind) string {
+	switch k {
+	case batonv1.LockKind_LOCK_KIND_SEMAPHORE:
+		return "semaphore"
+	case batonv1.LockKind_LOCK_KIND_READ:
+		return "read lock"
+	case batonv1.LockKind_LOCK_KIND_WRITE:
+		return "write lock"
+	}
+	return "mutex"
+}

@@ -1,0 +1,5 @@
+// Package p has a file that a build constraint leaves out.
+package p
+
+// F is everywhere.
+func F() {}

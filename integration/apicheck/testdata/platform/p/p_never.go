@@ -1,0 +1,6 @@
+//go:build baton_never
+
+package p
+
+// G exists only with a tag.
+func G() {}
