@@ -13,12 +13,21 @@ import (
 // median with the lowest and highest run, their ratio, and the target.
 func (rep *Report) Print(w io.Writer) error {
 	compared := "baton vs raw etcd concurrency"
+	if rep.Starved() {
+		compared = "STARVED: " + compared
+	}
 	if rep.Compared != "" {
 		compared = rep.Compared
 	}
 	fmt.Fprintf(w, "%s: %d runs each, %s, %d CPUs, load %s → %s\n",
 		compared, rep.Config.Runs, rep.GoVersion, rep.CPUs, rep.LoadBefore, rep.LoadAfter)
-	fmt.Fprintf(w, "fdatasync 4 KiB floor: p50 %s ms, p99 %s ms\n\n", spread(rep.FdatasyncP50), spread(rep.FdatasyncP99))
+	fmt.Fprintf(w, "fdatasync 4 KiB floor: p50 %s ms, p99 %s ms\n", spread(rep.FdatasyncP50), spread(rep.FdatasyncP99))
+	fmt.Fprintf(w, "this process's scheduling (a %v sleep, again and again): %s\n", harness.MeterPeriod, rep.Starvation)
+	if rep.Starved() {
+		fmt.Fprintf(w, "STARVED: %d of %d runs lost 1 %% of their time or %v at once to stalls; their timings (marked *) are not results, and their targets not judged\n",
+			rep.StarvedRuns, rep.Runs, benchStarvedIf.Max)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "workload\tmeasure\tbaton median [min–max]\traw median [min–max]\tbaton/raw\ttarget")
 	for _, m := range rep.Measures {
@@ -33,8 +42,14 @@ func (rep *Report) Print(w io.Writer) error {
 				verdict = "met"
 			}
 			target = verdict + ": " + m.Target
+		} else if m.Target != "" {
+			target = m.Target // not judged
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Workload, m.Metric, spread(m.Baton), spread(m.Raw), ratio, target)
+		metric := m.Metric
+		if m.Starved > 0 && timing(m.Metric) {
+			metric += " *"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Workload, metric, spread(m.Baton), spread(m.Raw), ratio, target)
 	}
 	return tw.Flush()
 }

@@ -140,8 +140,31 @@ type Measure struct {
 	// Ratio is baton's median over raw's.
 	Ratio  float64 `json:"ratio"`
 	Target string  `json:"target,omitempty"`
-	// Met is set when the measure has a target.
+	// Met is set when the measure has a target, and was judged.
 	Met *bool `json:"met,omitempty"`
+	// Starved counts the runs of the workload, of either side, during
+	// which the process was starved (benchStarvedIf); Runs counts them
+	// all. A timing measure with a starved run is not judged.
+	Starved int `json:"starved_runs,omitempty"`
+	Runs    int `json:"runs"`
+}
+
+// benchStarvedIf is when one run of a workload counts as starved: its
+// figures are milliseconds (a handoff's p99 target is 5 ms), so a run
+// that lost 1 % of its time, or 50 ms at once, was not measured on the
+// machine its figures claim.
+var benchStarvedIf = harness.StarvedIf{Share: 0.01, Max: 50 * time.Millisecond}
+
+// timing reports whether metric is a time, a rate or a share of one,
+// which a starved run distorts; counts of requests, heap and goroutines
+// are not.
+func timing(metric string) bool {
+	switch {
+	case strings.Contains(metric, "heap"), strings.Contains(metric, "goroutines"), strings.HasPrefix(metric, "requests/"),
+		metric == "renewals/s", metric == "other requests/s":
+		return false
+	}
+	return true
 }
 
 // Report is a whole run of the benchmark.
@@ -161,8 +184,18 @@ type Report struct {
 	// fdatasync in etcd's data directory, once per round.
 	FdatasyncP50 harness.Summary `json:"fdatasync_p50_ms"`
 	FdatasyncP99 harness.Summary `json:"fdatasync_p99_ms"`
-	Measures     []Measure       `json:"measures"`
+	// Starvation is what a meter of this process's scheduling saw over the
+	// whole bench (harness.Meter); StarvedRuns counts the workload runs
+	// that were starved, of Runs.
+	Starvation  harness.Starvation `json:"starvation"`
+	StarvedRuns int                `json:"starved_runs"`
+	Runs        int                `json:"runs"`
+	Measures    []Measure          `json:"measures"`
 }
+
+// Starved reports whether any run of the report was starved: its timings
+// are then not all results.
+func (rep *Report) Starved() bool { return rep.StarvedRuns > 0 }
 
 // Run runs every workload cfg.Runs times per implementation against srv,
 // alternating which implementation goes first, and reports progress on
@@ -249,6 +282,9 @@ func runRounds[I interface{ Name() string }](ctx context.Context, e *env, rep *R
 	values := map[string][]float64{} // workload \x00 metric \x00 side
 	var order []string               // workload \x00 metric
 	var fsP50, fsP99 []float64
+	starved, runs := map[string]int{}, map[string]int{} // by workload
+	meter := harness.StartMeter(nil)
+	defer func() { meter.Stop(); rep.Starvation = meter.Starvation() }()
 	for round := range e.cfg.Runs {
 		floor, err := startRound(progress, e.dir, round, e.cfg.Runs)
 		if err != nil {
@@ -270,7 +306,16 @@ func runRounds[I interface{ Name() string }](ctx context.Context, e *env, rep *R
 				if err != nil {
 					return fmt.Errorf("%s, %s, run %d: %w", w.name, impl.Name(), round+1, err)
 				}
-				fmt.Fprintf(progress, "  %-*s %-5s %6.1fs ", width, w.name, impl.Name(), time.Since(start).Seconds())
+				st := harness.Within(meter.Stalls(), start.UnixNano(), time.Now().UnixNano())
+				runs[w.name]++
+				rep.Runs++
+				mark := ""
+				if st.Starved(benchStarvedIf) {
+					starved[w.name]++
+					rep.StarvedRuns++
+					mark = fmt.Sprintf(" STARVED (%v lost, the longest %v)", st.Lost.Round(time.Millisecond), st.Max.Round(time.Millisecond))
+				}
+				fmt.Fprintf(progress, "  %-*s %-5s %6.1fs%s ", width, w.name, impl.Name(), time.Since(start).Seconds(), mark)
 				for _, v := range vs {
 					fmt.Fprintf(progress, " %s=%.3g", v.Metric, v.V)
 					key := w.name + "\x00" + v.Metric
@@ -286,7 +331,8 @@ func runRounds[I interface{ Name() string }](ctx context.Context, e *env, rep *R
 	rep.FdatasyncP50, rep.FdatasyncP99 = harness.Summarize(fsP50), harness.Summarize(fsP99)
 	for _, key := range order {
 		wl, metric, _ := strings.Cut(key, "\x00")
-		m := Measure{Workload: wl, Metric: metric, Baton: harness.Summarize(values[key+"\x00baton"]), Raw: harness.Summarize(values[key+"\x00raw"])}
+		m := Measure{Workload: wl, Metric: metric, Baton: harness.Summarize(values[key+"\x00baton"]), Raw: harness.Summarize(values[key+"\x00raw"]),
+			Starved: starved[wl], Runs: runs[wl]}
 		if m.Raw.Median != 0 {
 			m.Ratio = m.Baton.Median / m.Raw.Median
 		}

@@ -79,6 +79,9 @@ type ShardsReport struct {
 	CrashMoved      []int     `json:"crash_moved"`
 	CrashEndedFirst []int     `json:"crash_ended_first"`
 	CrashOwnedMs    []float64 `json:"crash_owned_again_ms"`
+	// Starvation is what a meter of this process's scheduling saw over the
+	// workload; past benchStarvedIf its times are not results.
+	Starvation harness.Starvation `json:"starvation"`
 }
 
 // shardMember is one member of the workload: its own client, Group and Run.
@@ -117,6 +120,8 @@ func RunShards(ctx context.Context, srv *embedetcd.Server, cfg ShardsConfig, pro
 	cfg = cfg.defaults()
 	rep := &ShardsReport{Started: time.Now(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), LoadBefore: harness.Loadavg(), Config: cfg,
 		MoveBound: (cfg.Shards + cfg.Members - 1) / cfg.Members}
+	meter := harness.StartMeter(nil)
+	defer func() { meter.Stop(); rep.Starvation = meter.Starvation() }()
 	log := &shardLog{}
 	group := fmt.Sprintf("bench-shards-%d", time.Now().UnixNano())
 	var members []*shardMember
@@ -359,5 +364,12 @@ func (r *ShardsReport) Print(w io.Writer) error {
 		maxMoves, r.MoveBound,
 		harness.Percentile(gaps, 50), harness.Percentile(gaps, 99), len(gaps), harness.Percentile(r.ReleaseGapMs, 50), harness.Percentile(r.ReleaseGapMs, 99),
 		first, moved, harness.Percentile(r.CrashOwnedMs, 50), harness.Percentile(r.CrashOwnedMs, 100), harness.Ms(r.Config.TTL+2*time.Second))
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "  this process's scheduling  %s\n", r.Starvation)
+	if err == nil && r.Starvation.Starved(benchStarvedIf) {
+		_, err = fmt.Fprintf(w, "  STARVED: the times above are the machine's, not results; the targets not judged\n")
+	}
 	return err
 }

@@ -77,6 +77,11 @@ func judge(rep *Report, m *Measure) {
 	default:
 		return
 	}
+	if m.Starved > 0 && timing(m.Metric) {
+		// Not judged: a starved run's time is the machine's.
+		m.Target = fmt.Sprintf("%s — not judged (starved: %d of %d runs)", target, m.Starved, m.Runs)
+		return
+	}
 	m.Target, m.Met = target, &ok
 }
 

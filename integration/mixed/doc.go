@@ -22,9 +22,11 @@
 // The run is judged by the robustness suite's checks (robustness.Check)
 // over etcd's own history of every key: exclusion and the primitive's rule
 // at every revision, grants in token order, the holder knows first (where
-// a process's end can be observed), a free lock is taken, the lock-delay
-// waited out, fenced registers linearizable and their fences never going
-// down; and by coverage: every lane of both builds acquired. A worker
+// a process's end can be observed), a free lock is taken (within a bound
+// that follows the run's own round trips and this process's stalls), no
+// key outlives every call that could own it, the lock-delay waited out,
+// fenced registers linearizable and their fences never going down; and
+// by coverage: every lane of both builds acquired. A worker
 // built with the mixed_planted tag writes without fencing: a run with it
 // must report a violation (TestPlantedBugIsFound).
 //

@@ -46,6 +46,7 @@ type record struct {
 	regs    []robustness.RegOp
 	faults  []robustness.Fault
 	disturb []robustness.Disturbance
+	probes  []robustness.Probe
 	// freezes are the frozen processes' holds to mark, judged after the
 	// run: every hold of the process acquired before it ran again.
 	freezes []freeze

@@ -21,6 +21,7 @@ import (
 
 	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/fencing"
+	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/integration/robustness"
 	"github.com/batonhq/baton/internal/delay"
 	"github.com/batonhq/baton/internal/embedetcd/cluster"
@@ -152,6 +153,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	r := &runner{cfg: cfg, rec: &record{}, admin: admin, log: cfg.Log, cli: map[string]*proc{}}
 	h := &robustness.History{Start: robustness.Now(), Names: names}
+	// This process's stalls and the round trips of a read through the
+	// cluster: the free-lock bound follows them on a loaded machine.
+	loadBefore := harness.Loadavg()
+	meter := harness.StartMeter(robustness.Now)
+	defer meter.Stop()
 	events := robustness.StartEventLog(watchCli, h)
 	healthCtx, stopHealth := context.WithCancel(ctx)
 	healthDone := make(chan struct{})
@@ -160,6 +166,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		robustness.WatchHealth(healthCtx, robustness.Embedded{C: cfg.Cluster}, func(d robustness.Disturbance) {
 			r.rec.mu.Lock()
 			r.rec.disturb = append(r.rec.disturb, d)
+			r.rec.mu.Unlock()
+		})
+	}()
+	probesDone := make(chan struct{})
+	go func() {
+		defer close(probesDone)
+		robustness.WatchRoundTrips(healthCtx, admin, func(p robustness.Probe) {
+			r.rec.mu.Lock()
+			r.rec.probes = append(r.rec.probes, p)
 			r.rec.mu.Unlock()
 		})
 	}()
@@ -178,6 +193,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				r.stopAll()
 				stopHealth()
 				<-healthDone
+				<-probesDone
 				_ = events.Finish(ctx, h)
 				return nil, err
 			}
@@ -199,12 +215,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	r.stopAll()
 	stopHealth()
 	<-healthDone
+	<-probesDone
 	h.Settled = robustness.Now()
+	meter.Stop()
+	h.Stalls = meter.Stalls()
 	leftover := r.waitNoKeys(ctx, names)
 	ferr := events.Finish(ctx, h)
 
 	r.rec.mu.Lock()
-	h.Ops, h.Holds, h.Regs, h.Faults, h.Disturbances = r.rec.ops, r.rec.holds, r.rec.regs, r.rec.faults, r.rec.disturb
+	h.Ops, h.Holds, h.Regs, h.Faults, h.Disturbances, h.Probes = r.rec.ops, r.rec.holds, r.rec.regs, r.rec.faults, r.rec.disturb, r.rec.probes
 	for _, f := range r.rec.freezes {
 		f.proc.mu.Lock()
 		for _, x := range f.proc.holds {
@@ -220,6 +239,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	r.rec.mu.Unlock()
 	rep := robustness.Check(h, robustness.Config{TTL: cfg.TTL, FreeBound: cfg.FreeBound})
 	rep.Seed = cfg.Seed
+	rep.Starvation, rep.LoadBefore, rep.LoadAfter = meter.Starvation(), loadBefore, harness.Loadavg()
 	if ferr != nil {
 		rep.Violations = append(rep.Violations, robustness.Violation{Check: "event-log", Msg: ferr.Error()})
 	}

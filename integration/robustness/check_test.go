@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/internal/history"
 )
 
@@ -139,6 +140,26 @@ func TestKnowsFirstCatchesAHolderToldLate(t *testing.T) {
 	wantViolation(t, rep, "knows-first", "was told 10ms after")
 	if rep.Knows[FaultBlackhole]["told late"] != 1 {
 		t.Errorf("knows %v, want one late handover counted under %s", rep.Knows, FaultBlackhole)
+	}
+}
+
+// A holder process is judged by its own clock readings: told 300 ms after
+// the grant was seen is late; but a process that stood still 400 ms just
+// then (its own meter's stalls) cannot say when it was told: not judged
+// (starved), and counted so.
+func TestKnowsFirstDoesNotJudgeAStarvedHolderProcess(t *testing.T) {
+	h := cleanMutex()
+	h.Holds = []*Hold{
+		{Prim: "mutex", Name: "m0", Client: "c1", Key: ka, Token: 2, Acquired: ms(2), Ended: ms(305), Cause: "baton: ownership lost: key deleted", Child: true},
+		{Prim: "mutex", Name: "m0", Client: "w1", Key: kb, Token: 3, Acquired: ms(6), Ended: ms(7), Cause: "baton: released"},
+	}
+	wantViolation(t, run(h), "knows-first", "was told 300ms after")
+
+	h.ChildStalls = map[string][]harness.Stall{"c1": {{At: ms(4), Late: 400 * time.Millisecond}}}
+	rep := run(h)
+	wantClean(t, rep)
+	if rep.Knows["none"]["not judged (starved)"] != 1 {
+		t.Errorf("knows %v", rep.Knows)
 	}
 }
 
@@ -321,7 +342,7 @@ func TestReportLastLine(t *testing.T) {
 	var b strings.Builder
 	rep.Print(&b)
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	want := "robustness: 2 operations, 3 faults (2 kinds), 9 histories checked, 1 violations, seed 42" // with the free-lock, granted, frozen-fenced and distinct-tokens checks
+	want := "robustness: 2 operations, 3 faults (2 kinds), 11 histories checked, 1 violations, seed 42" // with the free-lock, granted, frozen-fenced, distinct-tokens, given-up and told-truly checks
 	if got := lines[len(lines)-1]; got != want {
 		t.Errorf("last line %q, want %q", got, want)
 	}
@@ -409,6 +430,57 @@ func TestFreeLockCatchesAWaiterThatDoesNotTakeAFreeLock(t *testing.T) {
 	}
 }
 
+// The free-lock bound follows the run: a waiter that returned 2.5 s after
+// its grant, while the health watch's reads took 800 ms each, is within 4
+// of those round trips; the same waiter beside 20 ms reads is a violation.
+// A process that stood still 1.2 s meanwhile gets that time back. And a
+// window with no read answered, in which the process stood still longer
+// than the bound, is not judged (starved), and says so.
+func TestFreeLockBoundFollowsTheRunsRoundTripsAndStalls(t *testing.T) {
+	waiter := func() *History {
+		h := &History{Names: []NameInfo{m0}, Events: []history.Event{
+			put(2, ka, 2, "w0"), put(3, kb, 3, "w1"), del(5, ka, 2), del(9, kb, 3),
+		}}
+		h.Holds = []*Hold{
+			{Prim: "mutex", Name: "m0", Client: "w0", Key: ka, Token: 2, Acquired: ms(2), Ended: ms(4), Cause: "baton: released"},
+			{Prim: "mutex", Name: "m0", Client: "w1", Key: kb, Token: 3, Acquired: ms(5) + int64(2500*time.Millisecond)},
+		}
+		seenEvery(h)
+		h.Seen[len(h.Seen)-1].At = ms(5) + int64(4*time.Second)
+		return h
+	}
+	cfg := Config{TTL: 3 * time.Second}
+
+	h := waiter()
+	h.Probes = []Probe{{At: ms(5), RTT: 20 * time.Millisecond}, {At: ms(300), RTT: 20 * time.Millisecond}}
+	wantViolation(t, check(h, cfg), "free-lock", "returned only at 2.505s, 2.5s after")
+
+	h.Probes = []Probe{{At: ms(5), RTT: 800 * time.Millisecond}, {At: ms(900), RTT: 700 * time.Millisecond}}
+	rep := check(h, cfg)
+	if rep.Free["violation"] != 0 || rep.Free["taken within a longer bound"] != 1 {
+		t.Errorf("beside 800 ms round trips: %v", rep.Free)
+	}
+
+	h = waiter()
+	h.Stalls = []harness.Stall{{At: ms(600), Late: 1200 * time.Millisecond}}
+	rep = check(h, cfg)
+	if rep.Free["violation"] != 0 || rep.Free["taken within a longer bound"] != 1 {
+		t.Errorf("with a 1.2 s stall: %v", rep.Free)
+	}
+	h.Stalls = []harness.Stall{{At: ms(600), Late: 200 * time.Millisecond}}
+	wantViolation(t, check(h, cfg), "free-lock", "and 200ms this process stood still")
+
+	// Never returned, its key gone 4 s after: with 1.6 s stood still and no
+	// read answered meanwhile, the window is not judged.
+	h = waiter()
+	h.Holds = h.Holds[:1]
+	h.Stalls = []harness.Stall{{At: ms(100), Late: 1600 * time.Millisecond}}
+	rep = check(h, cfg)
+	if rep.Free["violation"] != 0 || rep.Free["not judged (starved)"] != 1 {
+		t.Errorf("a starved window: %v", rep.Free)
+	}
+}
+
 // An etcdctl process's key (no value, or its proposal) first in line on a
 // free lock is not judged while the etcdctl traffic runs: its return is
 // a process's print read through a pipe. Outside that traffic the same
@@ -441,6 +513,65 @@ func TestGrantedCatchesAHolderThatNeverLed(t *testing.T) {
 	}}
 	h.Holds = []*Hold{{Prim: "mutex", Name: "m0", Client: "w1", Key: kb, Token: 3, Acquired: ms(6)}}
 	wantViolation(t, run(h), "granted", "never let hold")
+}
+
+// etcd's concurrency.Election returns from Campaign once the keys ahead
+// are gone, without reading its own: when an operator's range delete took
+// them all in one revision, it returns leading with no key. Not baton's
+// promise, and not judged under that fault; the same return with no fault
+// is still a violation.
+func TestGrantedDoesNotJudgeAnEtcdCampaignAfterAnOperatorsRangeDelete(t *testing.T) {
+	h := &History{Names: []NameInfo{m0}, Events: []history.Event{
+		put(2, ka, 2, ""), put(3, kb, 3, ""), del(4, ka, 2), del(4, kb, 3),
+	}}
+	h.Holds = []*Hold{{Prim: "mutex", Name: "m0", Client: "etcd.x2", Key: kb, Token: 3, Acquired: ms(6), Foreign: true}}
+	wantViolation(t, run(h), "granted", "never let hold")
+
+	h.Faults = []Fault{{Kind: FaultOperatorKeys, Start: ms(3), End: ms(4), Revs: []int64{4}}}
+	rep := run(h)
+	wantClean(t, rep)
+	if rep.Oracles["granted: not promised (an etcd Campaign whose key an operator deleted)"] != 1 {
+		t.Errorf("judgements %v", rep.Oracles)
+	}
+}
+
+// A traffic kind that made no acquisition fails the run, unless the run
+// was starved: then its last line says it was not reached.
+func TestCoverageOfAStarvedRunIsNotJudged(t *testing.T) {
+	h := cleanMutex()
+	h.Traffic = []TrafficRun{{Kind: TrafficBurst}}
+	rep := run(h)
+	rep.covered(h, []string{TrafficBurst})
+	wantViolation(t, rep, "coverage", "traffic kind burst ran 1 times without one acquisition")
+
+	rep = run(h)
+	rep.Starvation = harness.Starvation{Span: time.Minute, Lost: 30 * time.Second, Max: 400 * time.Millisecond}
+	rep.covered(h, []string{TrafficBurst})
+	wantClean(t, rep)
+	if s := rep.Summary(); !strings.Contains(s, "STARVED (50% of the run lost to stalls, the longest 400ms: its timings are not results; not reached: burst)") {
+		t.Errorf("summary %q", s)
+	}
+}
+
+// etcd's Campaign can also return after its own key went (its session's
+// lease expired on a starved machine): it never led, and a baton holder
+// acting beside it was not untold.
+func TestKnowsFirstDoesNotJudgeAnEtcdCampaignReturnedWithoutItsKey(t *testing.T) {
+	h := &History{Names: []NameInfo{m0}, Events: []history.Event{
+		put(2, ka, 2, "etcd.x2"), del(3, ka, 2), put(4, kb, 4, "etcd.y2"), del(9, kb, 4),
+	}}
+	y := &Hold{Prim: "mutex", Name: "m0", Client: "etcd.y2", Key: kb, Token: 4, Acquired: ms(5), Ended: ms(9), Cause: "baton: released"}
+	x := &Hold{Prim: "mutex", Name: "m0", Client: "etcd.x2", Key: ka, Token: 2, Acquired: ms(6), Foreign: true}
+	y.Untold = []*Hold{x}
+	h.Holds = []*Hold{y, x}
+	rep := run(h)
+	for _, v := range rep.Violations {
+		if v.Check == "knows-first" {
+			t.Errorf("judged: %s", v.Msg)
+		}
+	}
+	x.Foreign = false
+	wantViolation(t, run(h), "knows-first", "had not been told")
 }
 
 // Lock-delay: a holder lost without releasing (its record stays, per hold

@@ -21,6 +21,7 @@ import (
 
 	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/fencing"
+	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/mutex"
 )
 
@@ -59,6 +60,8 @@ type message struct {
 	// its "reg": a child killed in between leaves a write of unknown
 	// outcome, which may have applied.
 	ID int64 `json:",omitempty"`
+	// Late is a "stall"'s: the child was not run from At for Late.
+	Late time.Duration `json:",omitempty"`
 }
 
 // ChildMain runs a child's role when RoleEnv is set, and reports whether
@@ -74,6 +77,8 @@ func ChildMain() (code int, isChild bool) {
 		err = runHolder()
 	case "cli":
 		err = runCLIHolder()
+	case "burn":
+		err = runBurner()
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}
@@ -125,6 +130,9 @@ func runHolder() error {
 		return err
 	}
 	client := fmt.Sprintf("c%d", cfg.ID)
+	// Its own stalls, for the checks that judge its clock readings.
+	meter := harness.StartMeterNotify(now, func(s harness.Stall) { rep.send(message{T: "stall", At: s.At, Late: s.Late}) })
+	defer meter.Stop()
 	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(50000+cfg.ID)))
 	for seq := 0; ctx.Err() == nil; seq++ {
 		n := cfg.Names[rng.IntN(len(cfg.Names))]
@@ -441,6 +449,8 @@ func (c *child) read(out io.Reader) {
 		switch m.T {
 		case "op":
 			c.r.h.op(*m.Op)
+		case "stall":
+			c.r.h.childStall(fmt.Sprintf("c%d", c.id), harness.Stall{At: m.At, Late: m.Late})
 		case "metrics":
 			c.r.h.metrics(*m.Metrics)
 		case "regcall":

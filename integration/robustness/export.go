@@ -9,7 +9,12 @@ import (
 // What other suites reuse to judge traffic they drive themselves
 // (integration/mixed runs two builds' processes): they fill a History
 // with Names, Ops, Holds, Regs and Faults, record etcd's events with an
-// EventLog and disturbances with WatchHealth, and call Check.
+// EventLog, disturbances with WatchHealth, the round trips of a read
+// through the cluster with WatchRoundTrips (Probes) and the whiles their
+// own process was not run with a harness.Meter on Now (Stalls), and call
+// Check. The free-lock and given-up checks' bound follows the last two:
+// without them it is FreeBound alone, and a loaded machine is taken for
+// a waiter that missed its turn.
 
 // Check runs every check of a run on the finished history h, with cfg's
 // TTL and FreeBound, and returns what they found; the coverage of the
@@ -37,7 +42,15 @@ func (e *EventLog) Finish(ctx context.Context, h *History) error { return e.l.fi
 // WatchHealth probes t's members until ctx ends and hands record every
 // while the cluster or this machine was disturbed (a member down, failing
 // or behind, this process not scheduled): the free-lock check excuses
-// grants near one.
+// grants near one, unless it was load alone (Disturbance.Load), which
+// the bound's round trips and stalls measure instead.
 func WatchHealth(ctx context.Context, t Target, record func(Disturbance)) {
 	watchHealth(ctx, t, record)
+}
+
+// WatchRoundTrips reads a key linearizably through cli every 250 ms until
+// ctx ends and hands record each answered read's round trip, in the order
+// sent (History.Probes).
+func WatchRoundTrips(ctx context.Context, cli *clientv3.Client, record func(Probe)) {
+	watchRoundTrips(ctx, cli, record)
 }

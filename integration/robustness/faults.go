@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -28,6 +29,8 @@ const (
 	FaultClockSkew      = "clock-skew"      // a worker's lease clock 15% slow and jumping forward, while it is cut off
 	FaultMemberIsolate  = "member-isolate"  // a member (the leader half the time) cut from its peers, not from its clients
 	FaultOperatorKeys   = "operator-keys"   // an operator deletes the release marks, range-deletes a name's contender keys, or an election's candidate records and moved marks
+	FaultReplyLost      = "reply-lost"      // clients' requests apply and their replies are lost: they hear nothing, their connections are cut, they retry
+	FaultLateRequest    = "late-request"    // clients' requests held back, their connections cut (they retry elsewhere), the held requests delivered late
 	// FaultOperatorCLI is not drawn by the fault loop: the cli-force
 	// traffic records each `baton unlock/resign --force` it runs as one.
 	FaultOperatorCLI = "operator-cli"
@@ -45,7 +48,8 @@ const (
 // found would be etcd's broken durability, not the lock layer's.
 func FaultKinds(processes bool) []string {
 	k := []string{FaultMemberKill, FaultQuorumLoss, FaultLeaderTransfer, FaultBlackhole, FaultSlowLink,
-		FaultCompact, FaultAdminDelete, FaultAdminRevoke, FaultClockSkew, FaultOperatorKeys, FaultMemberIsolate}
+		FaultCompact, FaultAdminDelete, FaultAdminRevoke, FaultClockSkew, FaultOperatorKeys, FaultMemberIsolate,
+		FaultReplyLost, FaultLateRequest}
 	if processes {
 		k = append(k, FaultFreeze)
 	}
@@ -64,6 +68,8 @@ type faulter struct {
 	// unheard is the holder key an admin's call failed on, unanswered: it
 	// may apply later, so the key's incarnation is the fault's (Fault.Keys).
 	unheard *Fault
+	// clients are the clients a fault of one client's connection hit.
+	clients []string
 }
 
 func (f *faulter) sleep(ctx context.Context, minMs, spanMs int) {
@@ -112,6 +118,7 @@ func (f *faulter) loop(ctx context.Context, deadline time.Time) {
 		if u := inner.unheard; u != nil {
 			fl.Keys, fl.Tokens, fl.RevFrom = u.Keys, u.Tokens, u.RevFrom
 		}
+		fl.Clients = inner.clients
 		if err != nil {
 			fl.Detail += " (" + err.Error() + ")"
 		}
@@ -179,6 +186,11 @@ func (f *faulter) inject(ctx context.Context, kind string) (string, []int64, err
 			chosen = append(chosen, other)
 		}
 		sort.Ints(chosen)
+		f.r.mu.Lock()
+		for _, c := range chosen {
+			f.clients = append(f.clients, f.r.partOf[c])
+		}
+		f.r.mu.Unlock()
 		for _, c := range chosen {
 			if kind == FaultBlackhole {
 				parts[c].Blackhole()
@@ -225,6 +237,7 @@ func (f *faulter) inject(ctx context.Context, kind string) (string, []int64, err
 			return "no worker", nil, nil
 		}
 		w := ws[f.rng.IntN(len(ws))]
+		f.clients = []string{w.client()}
 		w.clock.set(0.85)
 		w.part.Blackhole()
 		end := time.Now().Add(ttl + time.Duration(f.rng.IntN(int(ttl/time.Millisecond)))*time.Millisecond)
@@ -244,6 +257,8 @@ func (f *faulter) inject(ctx context.Context, kind string) (string, []int64, err
 		return f.operatorKeys(ctx)
 	case FaultMemberIsolate:
 		return f.isolate(ctx)
+	case FaultReplyLost, FaultLateRequest:
+		return f.lateApplies(ctx, kind)
 	case FaultFreeze:
 		// Wait a little for a child that holds: they hold a fraction of
 		// the time.
@@ -255,6 +270,7 @@ func (f *faulter) inject(ctx context.Context, kind string) (string, []int64, err
 		if c == nil {
 			return "no holder process", nil, nil
 		}
+		f.clients = []string{fmt.Sprintf("c%d", c.id)}
 		if err := c.freeze(); err != nil {
 			return "", nil, err
 		}
@@ -305,6 +321,63 @@ func (f *faulter) isolate(ctx context.Context) (string, []int64, error) {
 	}
 	return fmt.Sprintf("%s %d cut from its peers; linearizable reads through it: %d served, %d failed", what, i, served, failed), nil, nil
 }
+
+// lateApplies makes requests apply after their callers gave up on them: on 2
+// or 3 clients (the workers' and the traffic kinds', which write), 3 to 6
+// times over, their requests go through and their replies are held back
+// (reply-lost), or their requests are held back (late-request), for 100
+// to 400 ms; then their connections are cut: every call in flight fails
+// unanswered, and retries on a new connection, perhaps to another member.
+// The replies held back are lost; the requests held back reach their
+// members 0.3 to 1.5 s later, on the old connections. What a request may
+// do when it applies late is what the paths for unheard writes are for:
+// the enqueue fence, the unheard commit of a Set's release or a
+// hand-over, a release retried after its first attempt applied.
+func (f *faulter) lateApplies(ctx context.Context, kind string) (string, []int64, error) {
+	f.r.mu.Lock()
+	var parts []*cluster.Partition
+	var names []string
+	for i, p := range f.r.parts {
+		if !strings.HasPrefix(f.r.partOf[i], "o") { // observers only read
+			parts, names = append(parts, p), append(names, f.r.partOf[i])
+		}
+	}
+	f.r.mu.Unlock()
+	if len(parts) == 0 {
+		return "no client", nil, nil
+	}
+	f.rng.Shuffle(len(parts), func(a, b int) { parts[a], parts[b] = parts[b], parts[a]; names[a], names[b] = names[b], names[a] })
+	k := min(len(parts), 2+f.rng.IntN(2))
+	parts, names = parts[:k], names[:k]
+	f.clients = names
+	times := 3 + f.rng.IntN(4)
+	var longest time.Duration
+	for range times {
+		for _, p := range parts {
+			if kind == FaultReplyLost {
+				p.LoseReplies()
+			} else {
+				p.HoldRequests()
+			}
+		}
+		f.sleep(ctx, 100, 300)
+		late := time.Duration(0)
+		if kind == FaultLateRequest {
+			late = time.Duration(300+f.rng.IntN(1200)) * time.Millisecond
+		}
+		for _, p := range parts {
+			p.Sever(late, unheardLinger)
+		}
+		longest = max(longest, late)
+		f.sleep(ctx, 300, 700)
+	}
+	pause(ctx, longest+unheardLinger) // the fault lasts until the last late request applied
+	return fmt.Sprintf("clients %v, %d times", names, times), nil, nil
+}
+
+// unheardLinger is how long a severed connection's server side stays
+// open after its held requests were delivered: the member applies them.
+const unheardLinger = time.Second
 
 // admin deletes a holder's key, or revokes its lease, as an operator
 // would: the holder of a random name, found by a read.

@@ -7,14 +7,58 @@ import (
 	"strings"
 	"time"
 
+	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/internal/keys"
 )
 
 // DefaultFreeBound is how long, with no fault near, a contender first in
-// line on a free lock may take to hold: a few round trips of a loaded
-// machine running the race detector (a grant's read and confirmation are
-// one or two; the event watch that times the grant may lag by one).
+// line on a free lock may take to hold at least: a few round trips of a
+// loaded machine running the race detector (a grant's read and
+// confirmation are one or two; the event watch that times the grant may
+// lag by one).
 const DefaultFreeBound = 1500 * time.Millisecond
+
+// freeRoundTrips is the free-lock bound in the run's own round trips: a
+// grant's bound is this many times the longest round trip of the health
+// watch's linearizable reads in progress meanwhile, when that is longer
+// than the configured bound. A machine whose every request is slow at
+// that moment (a loaded disk, a starved process) gets the time its
+// requests take; a waiter that sleeps through a release does not, since
+// the reads beside it do not wait for it.
+const freeRoundTrips = 4
+
+// freeDeadline is when the contender granted at from must have returned
+// or gone: base after from, or freeRoundTrips of the longest round trip
+// in progress until then when longer, and then the time this process was
+// not run within it (h.Stalls) added. It also returns that round trip and
+// the stalls added.
+func (h *History) freeDeadline(from int64, base time.Duration) (deadline int64, rtt, stalled time.Duration) {
+	deadline = from + int64(base)
+	for range 20 {
+		rtt = max(rtt, h.rttNear(from, deadline))
+		b := max(base, freeRoundTrips*rtt)
+		stalled = harness.Stalled(h.Stalls, from, max(deadline, from+int64(b)))
+		end := from + int64(b) + int64(stalled)
+		if end <= deadline {
+			break
+		}
+		deadline = end
+	}
+	return deadline, rtt, stalled
+}
+
+// rttNear is the longest round trip of the health watch's reads in
+// progress at some moment of [from, to]; zero if none was.
+func (h *History) rttNear(from, to int64) time.Duration {
+	var out time.Duration
+	i := sort.Search(len(h.Probes), func(i int) bool { return h.Probes[i].At > to })
+	for i--; i >= 0 && h.Probes[i].At >= from-int64(probeTimeout); i-- {
+		if p := h.Probes[i]; p.At+int64(p.RTT) >= from {
+			out = max(out, p.RTT)
+		}
+	}
+	return out
+}
 
 // unit is what one acquisition waits for: one key incarnation, or the
 // keys of a mutex Set, which share their CreateRevision and hold together.
@@ -38,14 +82,23 @@ type unit struct {
 // seconds before, for a client to reconnect and resume its watches) it
 // is excused and counted. A lock-delay name's grant counts from the end
 // of the lock-delay markers it had to wait for.
+//
+// The bound follows the run (freeBound): at least cfg.FreeBound, or
+// freeRoundTrips of its own round trips; and each grant's deadline is
+// moved on by the time this process was not run meanwhile (h.Stalls), so
+// that a starved machine is not taken for a waiter that missed its turn.
+// A grant whose stalls add more than the bound itself is not judged
+// (starved), and counted.
 func checkFreeLock(h *History, cfg Config, rep *Report) {
 	rep.Histories++
 	judged := 0
 	defer func() { rep.Oracles["free-lock"] += judged }()
-	if cfg.FreeBound <= 0 {
-		cfg.FreeBound = DefaultFreeBound
+	base := cfg.FreeBound
+	if base <= 0 {
+		base = DefaultFreeBound
 	}
-	bound := int64(cfg.FreeBound)
+	var longest time.Duration // the longest bound a grant got
+	longer := 0               // grants whose bound the round trips or stalls made longer
 	grace := int64(cfg.TTL) + int64(2*time.Second)
 	end := h.Settled
 	if end == 0 && len(h.Seen) > 0 {
@@ -129,7 +182,11 @@ func checkFreeLock(h *History, cfg Config, rep *Report) {
 		if u.grantAt >= end || u.grantAt >= u.endAt {
 			continue
 		}
-		deadline := u.grantAt + bound
+		deadline, rtt, stalled := h.freeDeadline(u.grantAt, base)
+		if d := time.Duration(deadline - u.grantAt); d > base {
+			longer++
+			longest = max(longest, d)
+		}
 		var prefixes []string
 		for _, nm := range u.names {
 			prefixes = append(prefixes, prefixOf[nm])
@@ -149,16 +206,29 @@ func checkFreeLock(h *History, cfg Config, rep *Report) {
 		}
 		switch {
 		case ret != 0 && ret <= deadline:
-			rep.free("taken")
+			if ret > u.grantAt+int64(base) {
+				rep.free("taken within a longer bound")
+			} else {
+				rep.free("taken")
+			}
 			if !h.faultNear(u.grantAt-grace, deadline, prefixes...) {
 				lat = append(lat, time.Duration(max(0, ret-u.grantAt)))
 			}
 			continue
 		case ret == 0 && u.endAt <= deadline:
-			rep.free("left within the bound")
+			if u.endAt > u.grantAt+int64(base) {
+				rep.free("left within a longer bound")
+			} else {
+				rep.free("left within the bound")
+			}
 			continue
 		case h.faultNear(u.grantAt-grace, min(deadline, u.endAt), prefixes...):
 			rep.free("excused: fault near")
+			continue
+		case rtt == 0 && stalled > base:
+			// No read answered meanwhile, and this process stood still
+			// longer than the bound: nothing tells a hang from the machine.
+			rep.free("not judged (starved)")
 			continue
 		}
 		rep.free("violation")
@@ -170,15 +240,18 @@ func checkFreeLock(h *History, cfg Config, rep *Report) {
 		if u.endRev != 1<<63-1 {
 			gone = fmt.Sprintf("deleted at rev %d (%s, %v after)", u.endRev, since(h.Start, u.endAt), time.Duration(u.endAt-u.grantAt).Round(time.Millisecond))
 		}
-		rep.add("free-lock", fmt.Sprintf("%s: %s (token %d, by %q) was first in line on a free lock from rev %d (seen at %s), no fault near; its acquisition %s (bound %v); its key %s",
-			strings.Join(u.names, ", "), shortKey(u.incs[0].key), u.incs[0].create, trim(u.value), u.grantRev, since(h.Start, u.grantAt), what, cfg.FreeBound, gone), u.grantRev)
+		rep.add("free-lock", fmt.Sprintf("%s: %s (token %d, by %q) was first in line on a free lock from rev %d (seen at %s), no fault near; its acquisition %s (bound %v: %v, round trips of %v meanwhile, and %v this process stood still); its key %s",
+			strings.Join(u.names, ", "), shortKey(u.incs[0].key), u.incs[0].create, trim(u.value), u.grantRev, since(h.Start, u.grantAt), what,
+			time.Duration(deadline-u.grantAt).Round(time.Millisecond), base, rtt.Round(time.Millisecond), stalled.Round(time.Millisecond), gone), u.grantRev)
 	}
+	rep.FreeBound = fmt.Sprintf("bound %v, or %d round trips of the reads in progress and this process's stalls when longer: %d grants judged with a longer one, up to %v",
+		base, freeRoundTrips, longer, longest.Round(time.Millisecond))
 	if len(lat) > 0 {
 		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 		q := func(p float64) time.Duration {
 			return lat[min(len(lat)-1, int(p*float64(len(lat))))].Round(time.Millisecond)
 		}
-		rep.FreeLatency = fmt.Sprintf("grant seen to return, faults off: p50 %v, p99 %v, max %v of %d (bound %v)", q(0.5), q(0.99), lat[len(lat)-1].Round(time.Millisecond), len(lat), cfg.FreeBound)
+		rep.FreeLatency = fmt.Sprintf("grant seen to return, faults off: p50 %v, p99 %v, max %v of %d (bound %v)", q(0.5), q(0.99), lat[len(lat)-1].Round(time.Millisecond), len(lat), base)
 	}
 }
 
@@ -199,12 +272,13 @@ func (h *History) etcdctlKey(value string, at int64) bool {
 	return false
 }
 
-// faultNear reports whether a fault or a disturbance was in progress at
-// some moment of [from, to]; an operator's fault that names its keys
-// counts only for names under prefixes (none given: for all).
+// faultNear reports whether a fault or a disturbance other than load was
+// in progress at some moment of [from, to]; an operator's fault that
+// names its keys counts only for names under prefixes (none given: for
+// all).
 func (h *History) faultNear(from, to int64, prefixes ...string) bool {
 	for _, d := range h.Disturbances {
-		if d.Start <= to && d.End >= from {
+		if !d.Load && d.Start <= to && d.End >= from {
 			return true
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/internal/history"
 )
 
@@ -21,6 +22,10 @@ type Op struct {
 	Err    string // empty on success
 	Key    string // the holder key the call acquired or released
 	Token  int64
+	// LeaseLeft is, for a release told its key was gone, the seconds its
+	// key's lease had left once it answered; -1: the lease was gone; 0:
+	// not asked.
+	LeaseLeft int64 `json:",omitempty"`
 }
 
 // Fault is one injected fault, from its start to its end.
@@ -40,6 +45,10 @@ type Fault struct {
 	Keys           []string `json:",omitempty"`
 	Tokens         []int64  `json:",omitempty"`
 	RevFrom, RevTo int64    `json:",omitempty"`
+	// Clients are the clients a fault of their connections (or process)
+	// hit, by name: w1, an observer o5, a traffic kind (set), a holder
+	// process c0. Empty: the cluster's, or an operator's.
+	Clients []string `json:",omitempty"`
 }
 
 // TrafficRun is one run of a traffic kind.
@@ -150,6 +159,13 @@ type History struct {
 	Settled    int64
 	// Names are the primitives' names and prefixes, with their rules.
 	Names []NameInfo
+	// Stalls are the whiles this process was not run (harness.Meter's, on
+	// this clock), from Start to Settled; Probes the round trips of a
+	// linearizable read through the cluster, every healthPeriod.
+	Stalls []harness.Stall `json:",omitempty"`
+	Probes []Probe         `json:",omitempty"`
+	// ChildStalls are each holder process's own stalls, by client.
+	ChildStalls map[string][]harness.Stall `json:",omitempty"`
 	// Metrics are the samples of each process's Registerer, whose label
 	// limit is MetricLabelLimit (labels.go).
 	Metrics          []MetricSample
@@ -157,6 +173,13 @@ type History struct {
 	// ExplicitLabels are the WithMetricLabel values the run gives: not
 	// counted toward the limit.
 	ExplicitLabels []string `json:",omitempty"`
+}
+
+// Probe is one round trip of the health watch's linearizable read: sent
+// at At, answered RTT later (failed reads are not kept).
+type Probe struct {
+	At  int64
+	RTT time.Duration
 }
 
 // NameInfo describes one primitive instance of the run.
@@ -181,6 +204,21 @@ type NameInfo struct {
 func (h *History) op(o Op) {
 	h.mu.Lock()
 	h.Ops = append(h.Ops, o)
+	h.mu.Unlock()
+}
+
+func (h *History) childStall(client string, s harness.Stall) {
+	h.mu.Lock()
+	if h.ChildStalls == nil {
+		h.ChildStalls = make(map[string][]harness.Stall)
+	}
+	h.ChildStalls[client] = append(h.ChildStalls[client], s)
+	h.mu.Unlock()
+}
+
+func (h *History) probe(p Probe) {
+	h.mu.Lock()
+	h.Probes = append(h.Probes, p)
 	h.mu.Unlock()
 }
 

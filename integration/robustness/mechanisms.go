@@ -47,12 +47,13 @@ const (
 	TrafficGiveUp   = "give-up"    // a waiter past one read of its queue while the waiters ahead give up (a deletion without a release mark)
 	TrafficTwins    = "twins"      // 6 to 10 write locks of one name at once through one session: enqueues past the session's in-flight ones
 	TrafficStream   = "stream"     // a waiter whose key ahead goes before its watch begins, or whose client's connections drop while it waits
+	TrafficUnheard  = "unheard"    // on its own connection, a request that applies after its caller gave up: a late enqueue, a release, a Set's release and a hand-over whose replies are lost
 )
 
 // TrafficKinds lists the kinds a run drives; cli-force needs the baton
 // CLI.
 func TrafficKinds(baton bool) []string {
-	k := []string{TrafficBurst, TrafficCrowd, TrafficSet, TrafficDelay, TrafficRequest, TrafficTransfer, TrafficPrefer, TrafficEtcd, TrafficShard, TrafficGiveUp, TrafficTwins, TrafficStream}
+	k := []string{TrafficBurst, TrafficCrowd, TrafficSet, TrafficDelay, TrafficRequest, TrafficTransfer, TrafficPrefer, TrafficEtcd, TrafficShard, TrafficGiveUp, TrafficTwins, TrafficStream, TrafficUnheard}
 	if baton {
 		k = append(k, TrafficCLIForce)
 	}
@@ -70,7 +71,7 @@ type mech struct {
 }
 
 func (r *runner) newMech(i int, kind string) (*mech, error) {
-	cli, part, err := r.proxiedClient()
+	cli, part, err := r.proxiedClient(kind)
 	if err != nil {
 		return nil, err
 	}
@@ -124,6 +125,8 @@ func (m *mech) do(ctx context.Context, rng *rand.Rand, kind string) {
 		m.twins(ctx, rng)
 	case TrafficStream:
 		m.stream(ctx, rng)
+	case TrafficUnheard:
+		m.unheard(ctx, rng)
 	}
 }
 
@@ -193,7 +196,7 @@ func (r *runner) took(client, kind string, n NameInfo, start int64, h handle, er
 
 // released records a release call.
 func (r *runner) released(client string, n NameInfo, h handle, start int64, err error) {
-	r.h.op(Op{Client: client, Kind: n.Prim + ".Release", Name: n.Name, Call: start, Return: now(), Err: errString(err), Key: h.Key(), Token: int64(h.Token())})
+	r.h.op(r.leaseAfter(Op{Client: client, Kind: n.Prim + ".Release", Name: n.Name, Call: start, Return: now(), Err: errString(err), Key: h.Key(), Token: int64(h.Token())}))
 }
 
 // holdBriefly writes the evidence of holding a few times, up to d.
@@ -508,7 +511,7 @@ func (r *runner) lockSet(ctx context.Context, rng *rand.Rand, cli *clientv3.Clie
 	defer rcancel()
 	start = now()
 	err = l.Unlock(rctx)
-	r.h.op(Op{Client: who, Kind: "mutex.Set.Release", Name: op.Name, Call: start, Return: now(), Err: errString(err), Token: int64(l.Token())})
+	r.h.op(r.leaseAfter(Op{Client: who, Kind: "mutex.Set.Release", Name: op.Name, Call: start, Return: now(), Err: errString(err), Key: ks[0], Token: int64(l.Token())}))
 }
 
 // lockDelay: contenders of ld0 (lock-delay on every one), each on a
@@ -624,11 +627,21 @@ type candidate struct {
 }
 
 func (r *runner) campaign(ctx context.Context, cli *clientv3.Client, n NameInfo, who string, wait time.Duration, extra ...mutex.Option) (*candidate, error) {
+	return r.campaignHooked(ctx, cli, n, who, wait, nil, extra...)
+}
+
+// campaignHooked is campaign with hooks (nil: none) on the candidate's
+// session.
+func (r *runner) campaignHooked(ctx context.Context, cli *clientv3.Client, n NameInfo, who string, wait time.Duration, hooks *core.Hooks, extra ...mutex.Option) (*candidate, error) {
 	// A session of its own that holds a lock of its own (h0 to h7) while
 	// it campaigns: its watch stream is up before the wait, whose watches
 	// begin at once (the release mark decides what it takes for a
 	// release).
-	s, err := session.New(cli, r.sessionOpts()...)
+	var sopts []session.Option
+	if hooks != nil {
+		sopts = append(sopts, config.Hooks(hooks))
+	}
+	s, err := session.New(cli, r.sessionOpts(sopts...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -802,7 +815,7 @@ func (m *mech) handOvers(ctx context.Context, rng *rand.Rand, n NameInfo, tag st
 			_ = t.Resign(rctx)
 			rcancel()
 		}
-		m.r.h.op(Op{Client: who.who, Kind: kind, Name: n.Name, Call: start, Return: now(), Err: errString(err), Key: t.Key(), Token: int64(t.Token())})
+		m.r.h.op(m.r.leaseAfter(Op{Client: who.who, Kind: kind, Name: n.Name, Call: start, Return: now(), Err: errString(err), Key: t.Key(), Token: int64(t.Token())}))
 		// The old leader leaves: its Election closes.
 		for i, c := range cs {
 			if c == who {
@@ -862,7 +875,7 @@ func (m *mech) preferred(ctx context.Context, rng *rand.Rand) {
 				start := now()
 				err := t.Transfer(tctx, to)
 				tcancel()
-				m.r.h.op(Op{Client: low.who, Kind: "election.Transfer.requested", Name: n.Name, Call: start, Return: now(), Err: errString(err), Key: t.Key(), Token: int64(t.Token())})
+				m.r.h.op(m.r.leaseAfter(Op{Client: low.who, Kind: "election.Transfer.requested", Name: n.Name, Call: start, Return: now(), Err: errString(err), Key: t.Key(), Token: int64(t.Token())}))
 			case <-t.Done():
 			case <-time.After(3 * time.Second):
 			}
@@ -1369,9 +1382,10 @@ func (m *mech) giveUp(ctx context.Context, rng *rand.Rand) {
 		return
 	}
 	wg.Add(1)
+	fg := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())) // the follower's own: rng goes on below
 	go func() {
 		defer wg.Done()
-		m.r.lockAndRelease(fctx, rng, m.cli, s, n, fwho, 10*time.Second, time.Duration(10+rng.IntN(40))*time.Millisecond)
+		m.r.lockAndRelease(fctx, fg, m.cli, s, n, fwho, 10*time.Second, time.Duration(10+fg.IntN(40))*time.Millisecond)
 	}()
 	lease := int64(s.Lease())
 	if !m.r.awaitKeys(ctx, n.Prefix, lost, func(kvs []*mvccpb.KeyValue) bool {

@@ -24,7 +24,7 @@ type observer struct {
 }
 
 func (r *runner) newObserver(n NameInfo, id int) (*observer, error) {
-	cli, part, err := r.proxiedClient()
+	cli, part, err := r.proxiedClient(fmt.Sprintf("o%d", id))
 	if err != nil {
 		return nil, err
 	}
@@ -33,7 +33,7 @@ func (r *runner) newObserver(n NameInfo, id int) (*observer, error) {
 
 // proxiedClient is a client behind a partition of its own, which the
 // network faults may cut or slow.
-func (r *runner) proxiedClient() (*clientv3.Client, *cluster.Partition, error) {
+func (r *runner) proxiedClient(name string) (*clientv3.Client, *cluster.Partition, error) {
 	part, eps, err := cluster.NewPartition(r.cfg.Target.Endpoints())
 	if err != nil {
 		return nil, nil, err
@@ -45,6 +45,7 @@ func (r *runner) proxiedClient() (*clientv3.Client, *cluster.Partition, error) {
 	}
 	r.mu.Lock()
 	r.parts = append(r.parts, part)
+	r.partOf = append(r.partOf, name)
 	r.mu.Unlock()
 	return cli, part, nil
 }

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/batonhq/baton/integration/harness"
 )
 
 // Report is what a run found.
@@ -28,12 +30,23 @@ type Report struct {
 	Free map[string]int
 	// Traffic counts the runs of each traffic kind beside the lanes.
 	Traffic, TrafficTook map[string]int
-	// Disturbed counts the disturbances, DisturbedFor their time.
-	Disturbed    int
-	DisturbedFor time.Duration
-	FreeLatency  string
+	// Disturbed counts the disturbances, DisturbedFor their time; of
+	// them, LoadDisturbed were symptoms of load alone (Disturbance.Load).
+	Disturbed, LoadDisturbed       int
+	DisturbedFor, LoadDisturbedFor time.Duration
+	FreeLatency                    string
+	// FreeBound says the free-lock check's bound and how it was set.
+	FreeBound string
 	// Oracles counts what each judging check judged.
 	Oracles map[string]int
+	// Starvation is what the run's meter saw of this process's
+	// scheduling (harness.Meter); LoadBefore and LoadAfter the machine's
+	// load averages at the start and the end.
+	Starvation            harness.Starvation
+	LoadBefore, LoadAfter string
+	// Uncovered are the traffic kinds a starved run did not reach (no
+	// acquisition): not judged, and said in the last line.
+	Uncovered []string
 	// Labels sums up each process's metric samples; LabelLimit is their
 	// Registerers' label limit.
 	Labels     []string
@@ -81,11 +94,21 @@ func (r *Report) covered(h *History, kinds []string) {
 	}
 	for _, k := range kinds {
 		r.TrafficTook[k] = took[k]
+		miss := ""
 		switch {
 		case r.Traffic[k] == 0:
-			r.add("coverage", fmt.Sprintf("traffic kind %s never ran", k), 0)
+			miss = fmt.Sprintf("traffic kind %s never ran", k)
 		case took[k] == 0:
-			r.add("coverage", fmt.Sprintf("traffic kind %s ran %d times without one acquisition", k, r.Traffic[k]), 0)
+			miss = fmt.Sprintf("traffic kind %s ran %d times without one acquisition", k, r.Traffic[k])
+		}
+		switch {
+		case miss == "":
+		case r.Starved():
+			// A starved run's acquisitions time out: it says what it did
+			// not reach, and is no proof about it.
+			r.Uncovered = append(r.Uncovered, k)
+		default:
+			r.add("coverage", miss, 0)
 		}
 	}
 }
@@ -153,6 +176,10 @@ func (r *Report) finish(h *History) {
 	for _, d := range h.Disturbances {
 		r.Disturbed++
 		r.DisturbedFor += time.Duration(d.End - d.Start)
+		if d.Load {
+			r.LoadDisturbed++
+			r.LoadDisturbedFor += time.Duration(d.End - d.Start)
+		}
 	}
 	faults := append([]Fault(nil), h.Faults...)
 	sort.Slice(faults, func(i, j int) bool { return faults[i].Start < faults[j].Start })
@@ -257,10 +284,29 @@ func (r *Report) firstViolation() (time.Duration, string) {
 	return first, check
 }
 
-// Summary is the report's last line.
+// StarvedIf is when a run counts as starved: this process lost more than
+// a tenth of its time to stalls, or stood still for a second at once.
+// What such a run timed (its operations, the free-lock latencies) says
+// how loaded the machine was, not how fast baton is; the checks that
+// judge by time say what they did not judge.
+var StarvedIf = harness.StarvedIf{Share: 0.10, Max: time.Second}
+
+// Starved reports whether the run was starved (StarvedIf).
+func (r *Report) Starved() bool { return r.Starvation.Starved(StarvedIf) }
+
+// Summary is the report's last line; a starved run says so at its end.
 func (r *Report) Summary() string {
-	return fmt.Sprintf("robustness: %d operations, %d faults (%d kinds), %d histories checked, %d violations, seed %d",
+	s := fmt.Sprintf("robustness: %d operations, %d faults (%d kinds), %d histories checked, %d violations, seed %d",
 		r.Operations(), r.FaultCount(), len(r.Faults), r.Histories, len(r.Violations), r.Seed)
+	if r.Starved() {
+		s += fmt.Sprintf(", STARVED (%.0f%% of the run lost to stalls, the longest %v: its timings are not results",
+			100*r.Starvation.Share(), r.Starvation.Max.Round(time.Millisecond))
+		if len(r.Uncovered) > 0 {
+			s += "; not reached: " + strings.Join(r.Uncovered, ", ")
+		}
+		s += ")"
+	}
+	return s
 }
 
 // Print writes the report; its last line is Summary.
@@ -288,8 +334,15 @@ func (r *Report) Print(w io.Writer) {
 	for _, l := range r.Timeline {
 		fmt.Fprintf(w, "  %s\n", l)
 	}
+	starved := ""
+	if r.Starved() {
+		starved = " — STARVED"
+	}
+	fmt.Fprintf(w, "this process's scheduling (a %v sleep, again and again): %s; load %s → %s%s\n",
+		harness.MeterPeriod, r.Starvation, r.LoadBefore, r.LoadAfter, starved)
 	if r.Disturbed > 0 {
-		fmt.Fprintf(w, "disturbances (cluster or machine unhealthy, no fault): %d, %v in all\n", r.Disturbed, r.DisturbedFor.Round(time.Millisecond))
+		fmt.Fprintf(w, "disturbances (cluster or machine unhealthy, no fault): %d, %v in all; of them load alone (not excused by the free-lock check): %d, %v\n",
+			r.Disturbed, r.DisturbedFor.Round(time.Millisecond), r.LoadDisturbed, r.LoadDisturbedFor.Round(time.Millisecond))
 	}
 	fmt.Fprintf(w, "knows first (handovers by fault active then):\n")
 	for _, k := range sortedKeys(r.Knows) {
@@ -303,7 +356,12 @@ func (r *Report) Print(w io.Writer) {
 	for _, k := range sortedKeys(r.Free) {
 		fmt.Fprintf(w, "  %-28s %7d\n", k, r.Free[k])
 	}
-	if r.FreeLatency != "" {
+	if r.FreeBound != "" {
+		fmt.Fprintf(w, "  %s\n", r.FreeBound)
+	}
+	if r.FreeLatency != "" && r.Starved() {
+		fmt.Fprintf(w, "  %s — starved: not a result\n", r.FreeLatency)
+	} else if r.FreeLatency != "" {
 		fmt.Fprintf(w, "  %s\n", r.FreeLatency)
 	}
 	if len(r.Labels) > 0 {

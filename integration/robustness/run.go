@@ -17,6 +17,7 @@ import (
 
 	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/fencing"
+	"github.com/batonhq/baton/integration/harness"
 	"github.com/batonhq/baton/internal/delay"
 	"github.com/batonhq/baton/internal/embedetcd/cluster"
 	"github.com/batonhq/baton/internal/keys"
@@ -61,6 +62,9 @@ type Config struct {
 	FreeBound time.Duration
 	// HistoryFile, when set, receives the whole history as JSON.
 	HistoryFile string
+	// Burners are CPU burner processes (ChildCmd's "burn" role) that run
+	// beside the traffic, to make the run on a machine loaded on purpose.
+	Burners int
 	// MetricLabelLimit is the label limit of each process's Registerer,
 	// default DefaultMetricLabelLimit (labels.go).
 	MetricLabelLimit int
@@ -81,6 +85,7 @@ type runner struct {
 
 	mu        sync.Mutex
 	parts     []*cluster.Partition // every proxied client's, for network faults
+	partOf    []string             // whose each is: a worker, an observer or a traffic kind
 	children  []*child
 	workers   []*worker
 	holderSeq int // the candidates' locks aside
@@ -139,8 +144,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
 	}
-	if cfg.Children > 0 && cfg.ChildCmd == nil {
-		return nil, errors.New("robustness: Children set without ChildCmd")
+	if (cfg.Children > 0 || cfg.Burners > 0) && cfg.ChildCmd == nil {
+		return nil, errors.New("robustness: Children or Burners set without ChildCmd")
 	}
 	_, cuts := cfg.Target.(PeerCutter)
 	if len(cfg.Faults) == 0 {
@@ -158,6 +163,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	h := &History{Start: now(), MetricLabelLimit: cfg.MetricLabelLimit, ExplicitLabels: []string{observersLabel}}
+	loadBefore := harness.Loadavg()
+	meter := harness.StartMeter(now)
+	defer meter.Stop()
 	admin, err := newClient(cfg.Target.Endpoints())
 	if err != nil {
 		return nil, err
@@ -185,8 +193,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			r.laneNames = append(r.laneNames, n)
 		}
 	}
-	fmt.Fprintf(r.log, "robustness: seed %d, %v of traffic, %d workers, %d children, faults %v\n",
-		cfg.Seed, cfg.Duration, cfg.Workers, cfg.Children, cfg.Faults)
+	fmt.Fprintf(r.log, "robustness: seed %d, %v of traffic, %d workers, %d children, %d CPU burners, faults %v\n",
+		cfg.Seed, cfg.Duration, cfg.Workers, cfg.Children, cfg.Burners, cfg.Faults)
+	stopBurners := r.startBurners(cfg.Burners)
+	defer stopBurners()
 	events := startEventLog(watchCli, h)
 	closeEvents := func() { events.cancel(); <-events.done }
 
@@ -260,12 +270,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	healthCtx, stopHealth := context.WithCancel(ctx)
 	healthDone := make(chan struct{})
 	go func() { defer close(healthDone); r.healthWatch(healthCtx) }()
+	probesDone := make(chan struct{})
+	go func() { defer close(probesDone); r.roundTrips(healthCtx) }()
 
 	// Faults until the traffic's end, each healed before the next.
 	f := &faulter{r: r, events: events, rng: rand.New(rand.NewPCG(cfg.Seed, 0xfa))}
 	deadline := time.Now().Add(cfg.Duration)
 	f.loop(traffic, deadline)
 	stopTraffic()
+	stopBurners()
 	f.healAll()
 	fmt.Fprintf(r.log, "robustness: traffic stopped after %v, closing\n", time.Duration(now()-h.Start).Round(time.Second))
 	wg.Wait()
@@ -281,7 +294,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// after the last fault can be judged.
 	stopHealth()
 	<-healthDone
+	<-probesDone
 	h.Settled = now()
+	meter.Stop()
+	h.Stalls = meter.Stalls()
 	pause(ctx, 2*time.Second)
 	stopObservers()
 	obsWG.Wait()
@@ -290,6 +306,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.closeParts()
 	rep := check(h, cfg)
 	rep.Seed = cfg.Seed
+	rep.Starvation, rep.LoadBefore, rep.LoadAfter = meter.Starvation(), loadBefore, harness.Loadavg()
 	rep.covered(h, kinds)
 	if ferr != nil {
 		rep.add("event-log", ferr.Error(), 0)
@@ -310,9 +327,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // elections e0 and e1 (observed), mutexes m2 (the crowd's), m3 and m4
 // (Sets' too), w0 to w2 (the bursts' only), u0 and u1 (the give-up
 // kind's), h0 to h7 (held aside by candidates), ld0 (the lock-delay
-// kind's) (a lock-delay of 2 s on every contender), a Preferred election
-// e2 (the preferred kind's), a semaphore of limit 2, a read/write lock
-// rw0 and rw1 (the twins kind's).
+// kind's) (a lock-delay of 2 s on every contender), v0 and v1 and an
+// election ev0 (the unheard kind's), a Preferred election e2 (the
+// preferred kind's), a semaphore of limit 2, a read/write lock rw0 and
+// rw1 (the twins kind's).
 func describeNames(cli *clientv3.Client, ns string) ([]NameInfo, error) {
 	var out []NameInfo
 	add := func(prim, name string, limit int, observed bool, prefix string) *NameInfo {
@@ -320,7 +338,7 @@ func describeNames(cli *clientv3.Client, ns string) ([]NameInfo, error) {
 			Work: workPrefix + prim + "/" + name})
 		return &out[len(out)-1]
 	}
-	for _, name := range []string{"m0", "m1", "m2", "m3", "m4", "ld0", "w0", "w1", "w2", "u0", "u1", "r0", "h0", "h1", "h2", "h3", "h4", "h5", "h6", "h7"} {
+	for _, name := range []string{"m0", "m1", "m2", "m3", "m4", "ld0", "w0", "w1", "w2", "u0", "u1", "r0", "h0", "h1", "h2", "h3", "h4", "h5", "h6", "h7", "v0", "v1"} {
 		m, err := mutex.New(cli, name, mutex.WithNamespace(ns))
 		if err != nil {
 			return nil, err
@@ -335,13 +353,13 @@ func describeNames(cli *clientv3.Client, ns string) ([]NameInfo, error) {
 			n.Delay, n.DelayPrefix = lockDelay, delay.Prefix(ns, keys.Lock, name)
 		}
 	}
-	for _, name := range []string{"e0", "e1", "e2"} {
+	for _, name := range []string{"e0", "e1", "e2", "ev0"} {
 		e, err := election.New(cli, name, election.WithNamespace(ns))
 		if err != nil {
 			return nil, err
 		}
-		n := add("election", name, 1, name != "e2", e.Prefix())
-		n.Preferred, n.Private = name == "e2", name == "e2"
+		n := add("election", name, 1, name == "e0" || name == "e1", e.Prefix())
+		n.Preferred, n.Private = name == "e2", name == "e2" || name == "ev0"
 		_ = e.Close()
 	}
 	for id := 0; id < shardCount; id++ {
@@ -379,7 +397,7 @@ func describeNames(cli *clientv3.Client, ns string) ([]NameInfo, error) {
 const lockDelay = 2 * time.Second
 
 func (r *runner) newWorker(i int) (*worker, error) {
-	cli, part, err := r.proxiedClient()
+	cli, part, err := r.proxiedClient(fmt.Sprintf("w%d", i))
 	if err != nil {
 		return nil, err
 	}

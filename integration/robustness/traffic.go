@@ -343,7 +343,7 @@ func (w *worker) release(n NameInfo, h handle, release func(context.Context) err
 		start := now()
 		err := release(rctx)
 		cancel()
-		w.r.h.op(Op{Client: w.client(), Kind: n.Prim + ".Release", Name: n.Name, Call: start, Return: now(), Err: errString(err), Key: h.Key(), Token: int64(h.Token())})
+		w.r.h.op(w.r.leaseAfter(Op{Client: w.client(), Kind: n.Prim + ".Release", Name: n.Name, Call: start, Return: now(), Err: errString(err), Key: h.Key(), Token: int64(h.Token())}))
 		if err == nil || isLoss(err) || errors.Is(err, mutex.ErrClosed) {
 			return
 		}

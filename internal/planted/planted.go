@@ -47,10 +47,26 @@
 //	s  the stuck reassignment: a member never names the shards whose fn
 //	   outlived the drain in its member key (shard), so the assignment
 //	   gives one back to it, which cannot take it: the owned check's
+//	v  a slow path: a mutex's or an election's waiter that heard the
+//	   deletion that frees the lock ignores it for 6 s (internal/queue):
+//	   the free-lock check's, on a loaded machine too
+//	w  the enqueue fence: an enqueue that may have applied unheard is not
+//	   voided (internal/queue, internal/core): neither after a retry took
+//	   the key nor before a failed acquisition's cleanup reads it, so a
+//	   late one puts a key nobody waits in: the given-up check's
+//	x  an unheard Set release: a release of several holds whose first
+//	   attempt applied unheard is taken for keys gone before it
+//	   (internal/group): the told-truly check's
+//	y  an unheard hand-over: a hand-over whose first attempt applied
+//	   unheard is taken for one that did not apply (internal/group): the
+//	   told-truly check's
+//	z  a retried release: a release whose first attempt applied unheard
+//	   finds its key gone and says it was not held (internal/core): the
+//	   told-truly check's
 package planted
 
 // Env names the bug that On switches on, in a robustness_planted build.
 const Env = "BATON_PLANTED_BUG"
 
 // Names are the bugs On knows, a letter each.
-const Names = "abcdefghijklmnops"
+const Names = "abcdefghijklmnopsvwxyz"

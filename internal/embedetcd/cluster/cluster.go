@@ -226,6 +226,34 @@ func (p *Partition) DropConnections() {
 	}
 }
 
+// LoseReplies lets the client's requests through to every member and
+// holds back their replies until Sever drops them: what it sends applies,
+// and it hears nothing.
+func (p *Partition) LoseReplies() {
+	for _, x := range p.proxies {
+		x.LoseReplies()
+	}
+}
+
+// HoldRequests holds back what the client sends to every member, until
+// Sever delivers it late.
+func (p *Partition) HoldRequests() {
+	for _, x := range p.proxies {
+		x.HoldRequests()
+	}
+}
+
+// Sever cuts the client's connections (its calls in flight fail and it
+// connects again), drops the replies held back, and delivers the requests
+// held back late after, on the old connections, kept open linger more:
+// a request applies after its caller gave up on it, through whichever
+// member it was sent to (netproxy.Proxy.Sever).
+func (p *Partition) Sever(late, linger time.Duration) {
+	for _, x := range p.proxies {
+		x.Sever(late, linger)
+	}
+}
+
 // SetDelay delays the client's traffic by d in both directions.
 func (p *Partition) SetDelay(d time.Duration) {
 	for _, x := range p.proxies {

@@ -50,6 +50,7 @@ func run() int {
 	flag.StringVar(&faults, "faults", "", "comma-separated fault kinds (default: all of "+strings.Join(robustness.FaultKinds(true), ",")+")")
 	quiet := flag.Bool("q", false, "no progress lines")
 	flag.StringVar(&cfg.HistoryFile, "history", "", "write the whole history to this file, as JSON")
+	flag.IntVar(&cfg.Burners, "burn", 0, "CPU burner processes beside the traffic, stopped with it: a machine loaded on purpose")
 	bug := flag.String("planted", "", "switch on one deliberate bug of internal/planted ("+planted.Names+"); needs a build with -tags robustness_planted")
 	flag.Parse()
 	if seed == 0 {
