@@ -349,7 +349,7 @@ func (s *Server) run(ctx context.Context, h *hold, ev events) error {
 			ev.endRequested()
 			continue
 		case tr := <-h.transfers:
-			token, err := h.lock.transfer(tr.ctx, tr.to)
+			token, err := s.transfer(ctx, h, tr)
 			tr.reply <- transferReply{token: token, err: err}
 			switch {
 			case err == nil:

@@ -243,6 +243,16 @@ type transferReply struct {
 	err   error
 }
 
+// transfer runs tr in the term's loop, bounded by the Transfer call, the
+// stream and the server's shutdown.
+func (s *Server) transfer(ctx context.Context, h *hold, tr transferRequest) (int64, error) {
+	tctx, cancel := context.WithCancel(tr.ctx)
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
+	defer context.AfterFunc(s.stopCtx, cancel)()
+	return h.lock.transfer(tctx, tr.to)
+}
+
 // Resign ends a term: the next candidate leads (under Preferred, the best
 // one, handed over in one write), and the stream ends with resigned.
 func (s *Server) Resign(ctx context.Context, req *connect.Request[batonv1.ResignRequest]) (*connect.Response[batonv1.ResignResponse], error) {
