@@ -376,3 +376,27 @@ func TestBadLeadRequestsAreInvalidArgumentNamingTheField(t *testing.T) {
 		t.Fatalf("%d keys, want the leader's", n)
 	}
 }
+
+// Shutdown ends a term with ended SERVER_SHUTDOWN, a waiting candidate
+// with UNAVAILABLE, and leaves no candidate key.
+func TestShutdownEndsATermWithACause(t *testing.T) {
+	e := start(t)
+	ctx := ctxT(t)
+	a := e.lead(ctx, &batonv1.LeadRequest{Name: "down"})
+	a.leading(t)
+	b := e.lead(ctx, &batonv1.LeadRequest{Name: "down"})
+	e.waitCandidates(t, "down", 2)
+	e.stop()
+	if m := a.next(t); m.GetEnded().GetCause() != batonv1.Cause_CAUSE_SERVER_SHUTDOWN {
+		t.Fatalf("got %v, want ended SERVER_SHUTDOWN", m)
+	}
+	if err := a.end(t); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.end(t); connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Fatalf("waiting candidate: %v, want UNAVAILABLE", err)
+	}
+	if n := e.electionKeys(t, "down"); n != 0 {
+		t.Fatalf("%d candidate keys left", n)
+	}
+}
