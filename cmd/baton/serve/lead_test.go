@@ -400,3 +400,26 @@ func TestShutdownEndsATermWithACause(t *testing.T) {
 		t.Fatalf("%d candidate keys left", n)
 	}
 }
+
+// A Lead stream counts as a hold toward --max-holds-per-identity, and
+// Release on a term's hold_id resigns it.
+func TestLeadCountsTowardTheLimitsAndReleaseResigns(t *testing.T) {
+	e := start(t, func(c *serve.Config) { c.MaxHolds, c.MaxHoldsPerIdentity = 10, 1 })
+	ctx := ctxT(t)
+	a := e.lead(ctx, &batonv1.LeadRequest{Name: "lim", Identity: "svc-a"})
+	la := a.leading(t)
+	wantCode(t, e.hold(ctx, &batonv1.HoldRequest{Names: []string{"other"}, Identity: "svc-a"}).end(t), connect.CodeResourceExhausted, "")
+	wantCode(t, e.lead(ctx, &batonv1.LeadRequest{Name: "lim2", Identity: "svc-a"}).end(t), connect.CodeResourceExhausted, "")
+	if _, err := e.client.Release(ctx, connect.NewRequest(&batonv1.ReleaseRequest{HoldId: la.HoldId})); err != nil {
+		t.Fatal(err)
+	}
+	if m := a.next(t); m.GetResigned() == nil {
+		t.Fatalf("after Release: %v, want resigned", m)
+	}
+	if err := a.end(t); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.electionKeys(t, "lim"); n != 0 {
+		t.Fatalf("%d keys after the release", n)
+	}
+}
