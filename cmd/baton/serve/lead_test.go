@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 
 	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
 	"github.com/batonhq/baton/cmd/baton/internal/clitest"
@@ -422,4 +423,36 @@ func TestLeadCountsTowardTheLimitsAndReleaseResigns(t *testing.T) {
 	if n := e.electionKeys(t, "lim"); n != 0 {
 		t.Fatalf("%d keys after the release", n)
 	}
+}
+
+// A Transfer that would skip a candidate that is not baton's (an etcd
+// concurrency.Election) is FAILED_PRECONDITION, and the term goes on.
+func TestTransferPastAForeignCandidateIsFailedPrecondition(t *testing.T) {
+	e := start(t)
+	ctx := ctxT(t)
+	a := e.lead(ctx, &batonv1.LeadRequest{Name: "f", Identity: "svc-a"})
+	la := a.leading(t)
+	sess, err := concurrency.NewSession(e.etcd, concurrency.WithTTL(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sess.Close() }()
+	fctx, stop := context.WithCancel(ctx)
+	campaigned := make(chan error, 1)
+	go func() {
+		campaigned <- concurrency.NewElection(sess, "/"+e.ns+"/v1/election/f/").Campaign(fctx, "foreign")
+	}()
+	defer func() { stop(); <-campaigned }()
+	e.waitCandidates(t, "f", 2)
+	b := e.lead(ctx, &batonv1.LeadRequest{Name: "f", Identity: "svc-b"})
+	e.waitCandidates(t, "f", 3)
+	_, err = e.client.Transfer(ctx, connect.NewRequest(&batonv1.TransferRequest{HoldId: la.HoldId, To: "svc-b"}))
+	wantCode(t, err, connect.CodeFailedPrecondition, "to")
+	if _, err := e.client.Heartbeat(ctx, connect.NewRequest(&batonv1.HeartbeatRequest{HoldId: la.HoldId})); err != nil {
+		t.Fatalf("the term after a refused Transfer: %v", err)
+	}
+	a.quiet(t)
+	b.quiet(t)
+	a.cancel()
+	b.cancel()
 }
