@@ -25,7 +25,7 @@ import time
 from . import _connect
 from ._connect import Error
 
-__all__ = ["Client", "Hold", "Error", "LockLost", "NotAcquired", "lock", "DEFAULT_URL"]
+__all__ = ["Client", "Hold", "Term", "Error", "LockLost", "NotAcquired", "lock", "lead", "DEFAULT_URL"]
 
 DEFAULT_URL = "http://127.0.0.1:9379"
 
@@ -74,6 +74,10 @@ class Client:
         """A Hold of one name, or of several (a list) as one set; see Hold."""
         return Hold(self, name, **kw)
 
+    def lead(self, name, **kw):
+        """A Term of election name: campaign, lead while it lasts; see Term."""
+        return Term(self, name, **kw)
+
     def inspect(self, prefix="", namespace=""):
         """Who holds the locks whose names start with prefix, as `baton locks`."""
         return _connect.unary(self.url, "Inspect", {"namespace": namespace, "locksPrefix": prefix}, self.timeout).get("locks", [])
@@ -97,9 +101,12 @@ class Hold:
     with "t", the time.monotonic() it happened at.
     """
 
+    # The stream's call and messages; a Term's differ.
+    _call, _first, _lost, _released, _release_call = "Hold", "held", "lost", "released", "Release"
+
     def __init__(self, client, name, ttl=None, identity="", try_=False, wait_timeout=None,
                  namespace="", lock_delay=None, on_event=None, kind="mutex", limit=None):
-        self._client = client
+        self._init(client, on_event)
         self._req = {"names": [name] if isinstance(name, str) else list(name), "identity": identity,
                      "namespace": namespace, "try": bool(try_)}
         if kind not in _KINDS:
@@ -113,6 +120,9 @@ class Hold:
             self._req["waitTimeout"] = _duration(wait_timeout)
         if lock_delay is not None:
             self._req["lockDelay"] = _duration(lock_delay)
+
+    def _init(self, client, on_event):
+        self._client = client
         self._on_event = on_event
         self.lost = threading.Event()
         self.cause = None
@@ -159,7 +169,7 @@ class Hold:
     def acquire(self):
         sent = time.monotonic()
         try:
-            self._stream = _connect.Stream(self._client.url, "Hold", self._req, self._client.timeout)
+            self._stream = _connect.Stream(self._client.url, self._call, self._req, self._client.timeout)
             first = self._stream.receive()
         except Error as e:
             if self._stream is not None:
@@ -167,19 +177,19 @@ class Hold:
             if e.code in ("aborted", "deadline_exceeded"):
                 raise NotAcquired(e.code, e.message) from None
             raise
-        held = (first or {}).get("held")
+        held = (first or {}).get(self._first)
         if held is None:
             self._stream.close()
-            raise Error("internal", "the first message is not held: %r" % (first,))
+            raise Error("internal", "the first message is not %s: %r" % (self._first, first))
         self.hold_id = held["holdId"]
         self.token = int(held["token"])
-        self.keys = held.get("keys", [])
+        self.keys = held.get("keys", [held["key"]] if "key" in held else [])
         self.ttl = _seconds(held.get("ttl"))
         self._interval = _seconds(held.get("heartbeatInterval")) or 1.0
         with self._mu:
             # From the Hold request's send time: before its arrival.
             self._deadline = sent + _seconds(held.get("validity"))
-        self._emit("held", token=self.token, deadline=self._deadline)
+        self._emit(self._first, token=self.token, deadline=self._deadline)
         for fn in (self._read, self._beat, self._watch):
             th = threading.Thread(target=fn, daemon=True, name="baton-" + fn.__name__.strip("_"))
             th.start()
@@ -197,9 +207,13 @@ class Hold:
             self._mu.notify_all()
         if not lost:
             try:
-                self._client.call("Release", {"holdId": self.hold_id})
+                self._client.call(self._release_call, {"holdId": self.hold_id})
             except Error:
                 pass  # lost meanwhile, or unreachable: closing the stream releases it
+        self._close()
+
+    def _close(self):
+        """Ends the stream and the threads, once the hold ended or as it ends."""
         self._stream.close()
         for th in self._threads:
             if th is not threading.current_thread():
@@ -240,12 +254,15 @@ class Hold:
                     if not self._closing:
                         self._lose("STREAM_ENDED", "the server ended the stream")
                     return
-                if "lost" in m:
-                    self._lose(m["lost"].get("cause", "CAUSE_UNSPECIFIED").replace("CAUSE_", ""), m["lost"].get("message", ""))
+                if self._lost in m:
+                    self._lose(m[self._lost].get("cause", "CAUSE_UNSPECIFIED").replace("CAUSE_", ""), m[self._lost].get("message", ""))
                 elif "releaseRequested" in m:
                     self.release_requested = m["releaseRequested"]
                     self._emit("release_requested", **m["releaseRequested"])
-                elif "released" in m:
+                elif "endRequested" in m:
+                    self.end_requested = m["endRequested"]
+                    self._emit("end_requested", **m["endRequested"])
+                elif self._released in m:
                     return
 
     def _beat(self):
@@ -288,6 +305,56 @@ class Hold:
             self._stream.close()  # the server then releases it
 
 
+class Term(Hold):
+    """One term of an election; a context manager like Hold. acquire() (or
+    entering the with-block) campaigns and returns once this candidate
+    leads; resign() (or leaving the block) ends the term, and the next
+    candidate leads. token, key, lost, cause, check() and deadline() are
+    Hold's.
+
+    value: shown as the leader's (default: the identity). strategy:
+    "oldest" (default) or "preferred", with priority and version.
+    end_requested is set (and on_event called with "end_requested") when a
+    better candidate or an operator asks this leader to hand over: resign()
+    hands over to the best candidate, transfer(to) to the one named.
+    """
+
+    _call, _first, _lost, _released, _release_call = "Lead", "leading", "ended", "resigned", "Resign"
+
+    _STRATEGIES = {"oldest": "STRATEGY_OLDEST", "preferred": "STRATEGY_PREFERRED"}
+
+    def __init__(self, client, name, value="", ttl=None, identity="", namespace="", strategy="oldest",
+                 priority=None, version=None, on_event=None):
+        self._init(client, on_event)
+        if strategy not in self._STRATEGIES:
+            raise ValueError("strategy %r: one of %s" % (strategy, ", ".join(self._STRATEGIES)))
+        self._req = {"name": name, "value": value, "identity": identity, "namespace": namespace,
+                     "strategy": self._STRATEGIES[strategy]}
+        if ttl is not None:
+            self._req["ttl"] = _duration(ttl)
+        if priority is not None:
+            self._req["priority"] = int(priority)
+        if version is not None:
+            self._req["version"] = version
+        self.end_requested = None
+
+    def resign(self):
+        """Ends the term: the next candidate leads (under preferred, the best one)."""
+        self.release()
+
+    def transfer(self, to):
+        """Hands the term to the candidate to names (its key, or its
+        identity) and returns the leader's token after the hand-over. A
+        refusal raises Error (code "not_found" when to is no live
+        candidate) and the term goes on."""
+        r = self._client.call("Transfer", {"holdId": self.hold_id, "to": to})
+        with self._mu:
+            self._closing = True
+            self._mu.notify_all()
+        self._close()
+        return int(r.get("token", 0))
+
+
 _default = None
 
 
@@ -297,3 +364,11 @@ def lock(name, **kw):
     if _default is None:
         _default = Client()
     return _default.lock(name, **kw)
+
+
+def lead(name, **kw):
+    """A Term on the default Client ($BATON_SERVE_URL): `with baton.lead("x") as t:`."""
+    global _default
+    if _default is None:
+        _default = Client()
+    return _default.lead(name, **kw)

@@ -71,6 +71,52 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(e.exception.code, "invalid_argument")
             self.assertTrue(e.exception.message.startswith(field + ":"), e.exception.message)
 
+    def test_lead_transfers_and_resigns(self):
+        a = self.client.lead("py-elect", identity="py-a", ttl=5).acquire()
+        self.assertGreater(a.token, 0)
+        self.assertIn("/v1/election/py-elect/", a.key)
+        a.check()
+        b = self.client.lead("py-elect", identity="py-b")
+        tb = threading.Thread(target=b.acquire)
+        tb.start()
+        end = time.monotonic() + 20
+        while True:  # b is a candidate once its key is written
+            try:
+                token = a.transfer("py-b")
+                break
+            except baton.Error as e:
+                if e.code != "not_found" or time.monotonic() > end:
+                    raise
+                a.check()  # a refused transfer leaves the term as it was
+                time.sleep(0.05)
+        tb.join(20)
+        self.assertEqual(b.token, token)
+        self.assertGreater(b.token, a.token)
+        self.assertEqual(a.cause, "RELEASED")
+        self.assertFalse(a.lost.is_set())
+        with self.assertRaises(baton.Error) as e:
+            b.transfer("py-nobody")
+        self.assertEqual(e.exception.code, "not_found")
+        c = self.client.lead("py-elect", identity="py-c")
+        tc = threading.Thread(target=c.acquire)
+        tc.start()
+        b.resign()
+        tc.join(20)
+        self.assertGreater(c.token, b.token)
+        c.check()
+        c.resign()
+        self.assertEqual(c.cause, "RELEASED")
+        with self.client.lead("py-elect") as d:  # nobody left: it leads at once
+            self.assertGreater(d.token, c.token)
+
+    def test_lead_invalid_fields_name_the_field(self):
+        for kw, field in (({"name": ""}, "name"), ({"name": "a", "version": "v 1"}, "version")):
+            name = kw.pop("name")
+            with self.assertRaises(baton.Error) as e:
+                self.client.lead(name, **kw).acquire()
+            self.assertEqual(e.exception.code, "invalid_argument")
+            self.assertTrue(e.exception.message.startswith(field + ":"), e.exception.message)
+
     def test_heartbeats_keep_a_hold_past_its_ttl(self):
         beats = []
         with self.client.lock("long", ttl=2, on_event=lambda e, f: beats.append(e)) as l:

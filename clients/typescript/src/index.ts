@@ -19,7 +19,8 @@
 import { Code, ConnectError, createClient, type Client as RpcClient, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { durationFromMs, durationMs } from "@bufbuild/protobuf/wkt";
-import { BatonService, Cause, LockKind } from "./gen/baton/v1/baton_pb.js";
+import { BatonService, Cause, LockKind, Strategy } from "./gen/baton/v1/baton_pb.js";
+import type { Duration } from "@bufbuild/protobuf/wkt";
 
 export { Code, ConnectError };
 
@@ -75,6 +76,21 @@ export interface HoldOptions {
   onEvent?: (event: string, fields: Record<string, unknown>) => void;
 }
 
+export interface LeadOptions {
+  /** Shown as the leader's; default the identity. */
+  value?: string;
+  /** Whole seconds, 2 to the server's cap; default 15. */
+  ttlSeconds?: number;
+  identity?: string;
+  namespace?: string;
+  /** "oldest" (default) or "preferred", which ranks by priority, then version. */
+  strategy?: "oldest" | "preferred";
+  priority?: number;
+  version?: string;
+  /** Called with each event ("leading", "heartbeat", "end_requested", "lost", "released"), `t` on now(). */
+  onEvent?: (event: string, fields: Record<string, unknown>) => void;
+}
+
 export interface ClientOptions {
   /** "connect" (HTTP/1.1 or HTTP/2, JSON or binary) or "grpc" (HTTP/2). */
   protocol?: "connect" | "grpc";
@@ -106,6 +122,13 @@ export class Client {
     return h;
   }
 
+  /** Campaigns in election name and returns the Term once it leads. */
+  async lead(name: string, opts: LeadOptions = {}): Promise<Term> {
+    const t = new Term(this, name, opts);
+    await t.acquire();
+    return t;
+  }
+
   /** Runs fn while holding name, then releases it. */
   async withLock<T>(name: string | string[], fn: (h: Hold) => Promise<T>, opts: HoldOptions = {}): Promise<T> {
     const h = await this.lock(name, opts);
@@ -117,6 +140,15 @@ export class Client {
   }
 }
 
+/** A stream's message, whatever the call: a Hold's or a Lead's. */
+type Event =
+  | { case: "first"; holdId: string; token: bigint; keys: string[]; heartbeatInterval?: Duration; validity?: Duration }
+  | { case: "lost"; cause: Cause; message: string }
+  | { case: "releaseRequested"; reason: string; by: string }
+  | { case: "endRequested"; reason: string; by: string }
+  | { case: "released" }
+  | { case: undefined };
+
 /** One hold of a lock. */
 export class Hold {
   token = 0n;
@@ -125,18 +157,69 @@ export class Hold {
   /** Why it ended: a Cause's name ("HEARTBEAT_TIMEOUT", ...), CLIENT_DEADLINE, RELEASED. */
   cause?: string;
   releaseRequested?: { reason: string; by: string };
+  /** A term's request to hand over (a better candidate's, or an operator's). */
+  endRequested?: { reason: string; by: string };
   private readonly lost = new AbortController();
   /** Aborted the moment the hold may be gone; its reason is a LockLost. */
   readonly signal: AbortSignal = this.lost.signal;
-  private readonly stream = new AbortController();
+  protected readonly stream = new AbortController();
   private until = 0;
-  private closing = false;
+  protected closing = false;
   private intervalMs = 1000;
   private watchTimer?: NodeJS.Timeout;
-  private beatTimer?: NodeJS.Timeout;
-  private reading?: Promise<void>;
+  protected beatTimer?: NodeJS.Timeout;
+  protected reading?: Promise<void>;
+  /** The first message's name, and the call that ends the hold. */
+  protected readonly first: string = "held";
 
-  constructor(private readonly client: Client, private readonly names: string[], private readonly opts: HoldOptions) {}
+  constructor(
+    protected readonly client: Client,
+    private readonly names: string[],
+    protected readonly opts: HoldOptions | LeadOptions,
+  ) {}
+
+  /** Opens the stream. */
+  protected async *open(signal: AbortSignal): AsyncGenerator<Event> {
+    const o = this.opts as HoldOptions;
+    const responses = this.client.rpc.hold(
+      {
+        names: this.names,
+        kind: kinds[o.kind ?? "mutex"],
+        limit: o.limit ?? 0,
+        identity: o.identity ?? "",
+        namespace: o.namespace ?? "",
+        try: o.try ?? false,
+        ttl: o.ttlSeconds ? durationFromMs(o.ttlSeconds * 1000) : undefined,
+        waitTimeout: o.waitTimeoutSeconds ? durationFromMs(o.waitTimeoutSeconds * 1000) : undefined,
+        lockDelay: o.lockDelaySeconds ? durationFromMs(o.lockDelaySeconds * 1000) : undefined,
+      },
+      { signal },
+    );
+    for await (const r of responses) {
+      const ev = r.event;
+      switch (ev.case) {
+        case "held":
+          yield { case: "first", ...ev.value };
+          break;
+        case "lost":
+          yield { case: "lost", cause: ev.value.cause, message: ev.value.message };
+          break;
+        case "releaseRequested":
+          yield { case: "releaseRequested", reason: ev.value.reason, by: ev.value.by };
+          break;
+        case "released":
+          yield { case: "released" };
+          break;
+        default:
+          yield { case: undefined };
+      }
+    }
+  }
+
+  /** Ends the hold on the server: Release. */
+  protected async end(): Promise<void> {
+    await this.client.rpc.release({ holdId: this.holdId }, { timeoutMs: this.client.timeoutMs });
+  }
 
   get key(): string | undefined {
     return this.keys[0];
@@ -158,23 +241,8 @@ export class Hold {
   }
 
   async acquire(): Promise<void> {
-    const o = this.opts;
     const sent = now();
-    const responses = this.client.rpc.hold(
-      {
-        names: this.names,
-        kind: kinds[o.kind ?? "mutex"],
-        limit: o.limit ?? 0,
-        identity: o.identity ?? "",
-        namespace: o.namespace ?? "",
-        try: o.try ?? false,
-        ttl: o.ttlSeconds ? durationFromMs(o.ttlSeconds * 1000) : undefined,
-        waitTimeout: o.waitTimeoutSeconds ? durationFromMs(o.waitTimeoutSeconds * 1000) : undefined,
-        lockDelay: o.lockDelaySeconds ? durationFromMs(o.lockDelaySeconds * 1000) : undefined,
-      },
-      { signal: this.stream.signal },
-    );
-    const it = responses[Symbol.asyncIterator]();
+    const it = this.open(this.stream.signal);
     let first;
     try {
       first = await it.next();
@@ -185,18 +253,18 @@ export class Hold {
       }
       throw err;
     }
-    if (first.done || first.value.event.case !== "held") {
+    if (first.done || first.value.case !== "first") {
       this.stream.abort();
-      throw new ConnectError("the first message is not held", Code.Internal);
+      throw new ConnectError(`the first message is not ${this.first}`, Code.Internal);
     }
-    const held = first.value.event.value;
+    const held = first.value;
     this.holdId = held.holdId;
     this.token = held.token;
     this.keys = held.keys;
     this.intervalMs = held.heartbeatInterval ? durationMs(held.heartbeatInterval) : 1000;
     // From the Hold request's send time: before its arrival.
     this.until = sent + (held.validity ? durationMs(held.validity) : 0);
-    this.emit("held", { token: this.token.toString(), deadline: this.until });
+    this.emit(this.first, { token: this.token.toString(), deadline: this.until });
     this.reading = this.read(it);
     this.arm();
     this.beatTimer = setTimeout(() => void this.beat(), 0); // at once: re-bases the deadline
@@ -212,11 +280,16 @@ export class Hold {
     clearTimeout(this.watchTimer);
     if (this.cause === undefined) {
       try {
-        await this.client.rpc.release({ holdId: this.holdId }, { timeoutMs: this.client.timeoutMs });
+        await this.end();
       } catch {
         // lost meanwhile, or unreachable: closing the stream releases it
       }
     }
+    await this.close();
+  }
+
+  /** Ends the stream, once the hold ended on the server or as it ends. */
+  protected async close(): Promise<void> {
     this.stream.abort();
     await this.reading;
     if (this.cause === undefined) {
@@ -225,7 +298,7 @@ export class Hold {
     }
   }
 
-  private emit(event: string, fields: Record<string, unknown>): void {
+  protected emit(event: string, fields: Record<string, unknown>): void {
     this.opts.onEvent?.(event, { t: now(), ...fields });
   }
 
@@ -257,7 +330,7 @@ export class Hold {
     this.watchTimer = setTimeout(() => this.arm(), left);
   }
 
-  private async read(it: AsyncIterator<import("./gen/baton/v1/baton_pb.js").HoldResponse>): Promise<void> {
+  private async read(it: AsyncIterator<Event>): Promise<void> {
     try {
       for (;;) {
         const r = await it.next();
@@ -265,14 +338,18 @@ export class Hold {
           if (!this.closing) this.lose("STREAM_ENDED", "the server ended the stream");
           return;
         }
-        const ev = r.value.event;
+        const ev = r.value;
         switch (ev.case) {
           case "lost":
-            this.lose(Cause[ev.value.cause], ev.value.message);
+            this.lose(Cause[ev.cause], ev.message);
             break;
           case "releaseRequested":
-            this.releaseRequested = { reason: ev.value.reason, by: ev.value.by };
-            this.emit("release_requested", { reason: ev.value.reason, by: ev.value.by });
+            this.releaseRequested = { reason: ev.reason, by: ev.by };
+            this.emit("release_requested", { reason: ev.reason, by: ev.by });
+            break;
+          case "endRequested":
+            this.endRequested = { reason: ev.reason, by: ev.by };
+            this.emit("end_requested", { reason: ev.reason, by: ev.by });
             break;
           case "released":
             return;
@@ -311,5 +388,78 @@ export class Hold {
     if (this.cause === undefined && !this.closing) {
       this.beatTimer = setTimeout(() => void this.beat(), this.intervalMs);
     }
+  }
+}
+
+/**
+ * One term of an election: a Hold whose lock is leadership. resign() ends
+ * it (the next candidate leads); transfer(to) hands it to the candidate
+ * named by its key or identity. token, key, signal, cause, check() and the
+ * heartbeats are Hold's; endRequested is set when a better candidate or an
+ * operator asks this leader to hand over.
+ */
+export class Term extends Hold {
+  protected override readonly first = "leading";
+
+  constructor(client: Client, private readonly name: string, opts: LeadOptions) {
+    super(client, [], opts);
+  }
+
+  protected override async *open(signal: AbortSignal): AsyncGenerator<Event> {
+    const o = this.opts as LeadOptions;
+    const responses = this.client.rpc.lead(
+      {
+        name: this.name,
+        value: o.value ?? "",
+        identity: o.identity ?? "",
+        namespace: o.namespace ?? "",
+        strategy: o.strategy === "preferred" ? Strategy.PREFERRED : Strategy.OLDEST,
+        priority: o.priority ?? 0,
+        version: o.version ?? "",
+        ttl: o.ttlSeconds ? durationFromMs(o.ttlSeconds * 1000) : undefined,
+      },
+      { signal },
+    );
+    for await (const r of responses) {
+      const ev = r.event;
+      switch (ev.case) {
+        case "leading":
+          yield { case: "first", ...ev.value, keys: [ev.value.key] };
+          break;
+        case "ended":
+          yield { case: "lost", cause: ev.value.cause, message: ev.value.message };
+          break;
+        case "endRequested":
+          yield { case: "endRequested", reason: ev.value.reason, by: ev.value.by };
+          break;
+        case "resigned":
+          yield { case: "released" };
+          break;
+        default:
+          yield { case: undefined };
+      }
+    }
+  }
+
+  protected override async end(): Promise<void> {
+    await this.client.rpc.resign({ holdId: this.holdId }, { timeoutMs: this.client.timeoutMs });
+  }
+
+  /** Ends the term: the next candidate leads (under preferred, the best one). */
+  async resign(): Promise<void> {
+    await this.release();
+  }
+
+  /**
+   * Hands the term to the candidate `to` names (its key, or its identity)
+   * and returns the leader's token after the hand-over. A refusal throws
+   * (Code.NotFound when `to` is no live candidate) and the term goes on.
+   */
+  async transfer(to: string): Promise<bigint> {
+    const r = await this.client.rpc.transfer({ holdId: this.holdId, to }, { timeoutMs: this.client.timeoutMs });
+    this.closing = true;
+    clearTimeout(this.beatTimer);
+    await this.close();
+    return r.token;
   }
 }

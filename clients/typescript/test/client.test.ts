@@ -46,6 +46,40 @@ describe("client", () => {
     });
   });
 
+  test("leads, transfers to a named candidate and resigns", async () => {
+    const c = new Client(server.url);
+    const a = await c.lead("ts-elect", { identity: "ts-a", ttlSeconds: 5 });
+    assert.ok(a.token > 0n);
+    assert.match(a.key!, /\/v1\/election\/ts-elect\//);
+    a.check();
+    const leadingB = c.lead("ts-elect", { identity: "ts-b" });
+    let token = 0n;
+    await waitFor(async () => {
+      try {
+        token = await a.transfer("ts-b");
+        return true;
+      } catch (e) {
+        if (!(e instanceof ConnectError) || e.code !== Code.NotFound) throw e;
+        a.check(); // a refused transfer leaves the term as it was
+        return false;
+      }
+    }, "ts-b to be a candidate");
+    const b = await leadingB;
+    assert.equal(b.token, token);
+    assert.ok(b.token > a.token);
+    assert.equal(a.cause, "RELEASED");
+    assert.equal(a.signal.aborted, false);
+    await assert.rejects(b.transfer("ts-nobody"), (e: unknown) => e instanceof ConnectError && e.code === Code.NotFound);
+    const leadingC = c.lead("ts-elect", { identity: "ts-c" });
+    await b.resign();
+    const t = await leadingC;
+    assert.ok(t.token > b.token);
+    t.check();
+    await t.resign();
+    assert.equal(t.cause, "RELEASED");
+    await assert.rejects(c.lead("ts-elect", { version: "v 1" }), (e: unknown) => e instanceof ConnectError && e.code === Code.InvalidArgument && e.rawMessage.startsWith("version:"));
+  });
+
   test("an invalid field is InvalidArgument naming it", async () => {
     const c = new Client(server.url);
     await assert.rejects(c.lock("ts-bad", { ttlSeconds: 1 }), (e: unknown) => e instanceof ConnectError && e.code === Code.InvalidArgument && e.rawMessage.startsWith("ttl:"));

@@ -89,9 +89,9 @@ func TestBadRequestsOnTheWireAreInvalidArgument(t *testing.T) {
 	wantCode(t, err, connect.CodeNotFound, "hold_id")
 	_, err = e.client.Inspect(ctx, connect.NewRequest(&batonv1.InspectRequest{}))
 	wantCode(t, err, connect.CodeInvalidArgument, "target")
-	if ls, err := e.client.Lead(ctx, connect.NewRequest(&batonv1.LeadRequest{Name: "x"})); err == nil {
+	if ls, err := e.client.Shards(ctx, connect.NewRequest(&batonv1.ShardsRequest{Group: "x", Count: 1, Member: "m"})); err == nil {
 		for ls.Receive() {
-			t.Fatalf("Lead sent %v", ls.Msg())
+			t.Fatalf("Shards sent %v", ls.Msg())
 		}
 		wantCode(t, ls.Err(), connect.CodeUnimplemented, "")
 		_ = ls.Close()

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 
 	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
@@ -14,6 +15,9 @@ var (
 	errStreamClosed     = errors.New("the caller's stream ended")
 	errServerShutdown   = errors.New("the server is shutting down")
 	errReleasedByCaller = errors.New("released by the caller")
+	// errTransferred ends a term the caller handed over (Transfer): a
+	// release by the caller, whose key is the successor's.
+	errTransferred = fmt.Errorf("%w: leadership transferred", errReleasedByCaller)
 )
 
 // causeOf maps an end's cause to the API's.

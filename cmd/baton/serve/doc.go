@@ -5,7 +5,10 @@
 //
 // A Hold stream acquires through package mutex on one shared session per
 // TTL (one etcd lease, renewed for every hold of that TTL), and keeps the
-// lock while its stream is open and its caller's heartbeats arrive.
+// lock while its stream is open and its caller's heartbeats arrive. A Lead
+// stream is the same for a term of package election, on a lease of its
+// own (lead.go): leading first, end_requested while it leads, ended with
+// its cause (before the key is deleted) or resigned last.
 //
 // # Guarantees
 //

@@ -56,9 +56,10 @@ type hold struct {
 	names     []string
 
 	releaseOnce sync.Once
-	release     chan struct{} // closed by Release
-	ended       chan struct{} // closed once the key is deleted (or found gone)
-	endErr      error         // the delete's outcome, for Release; set before ended closes
+	release     chan struct{}        // closed by Release
+	transfers   chan transferRequest // a term's Transfer requests; nil for a lock
+	ended       chan struct{}        // closed once the key is deleted (or found gone)
+	endErr      error                // the delete's outcome, for Release; set before ended closes
 
 	mu     sync.Mutex
 	beatBy time.Time // the last heartbeat's arrival (or held's) + budget
@@ -143,21 +144,8 @@ func (s *Server) Hold(ctx context.Context, req *connect.Request[batonv1.HoldRequ
 		return err
 	}
 	c := callerOf(ctx)
-	identity, err := c.identity(sp.identity)
-	if err == nil {
-		err = s.policy.authorize(sp.namespace, identity, contend)
-	}
+	identity, leave, err := s.admit(c, sp.namespace, sp.identity)
 	if err != nil {
-		s.metrics.requests.WithLabelValues("refused").Inc()
-		return err
-	}
-	if err := s.enter(); err != nil {
-		return err
-	}
-	defer s.wg.Done()
-	leave, err := s.limits.admit(identity)
-	if err != nil {
-		s.metrics.requests.WithLabelValues("refused").Inc()
 		return err
 	}
 	defer leave()
@@ -182,16 +170,76 @@ func (s *Server) Hold(ctx context.Context, req *connect.Request[batonv1.HoldRequ
 	h.beatBy = time.Now().Add(h.budget)
 	until := h.validUntil()
 	h.mu.Unlock()
+	ev := holdEvents{stream}
 	err = stream.Send(&batonv1.HoldResponse{Event: &batonv1.HoldResponse_Held{Held: &batonv1.Held{
 		HoldId: h.id, Token: int64(lk.Token()), Keys: lk.keys, Lease: int64(lk.Lease()),
 		Ttl: durationpb.New(lk.TTL()), Validity: durationpb.New(until.Sub(arrival)),
 		Deadline: timestamppb.New(until), HeartbeatInterval: durationpb.New(heartbeatInterval(sp.ttl)),
 	}}})
 	if err != nil {
-		return s.end(ctx, h, stream, errStreamClosed)
+		return s.end(ctx, h, ev, errStreamClosed)
 	}
-	return s.run(ctx, h, stream)
+	return s.run(ctx, h, ev)
 }
+
+// admit lets a stream in, or refuses it before anything is written: the
+// caller's identity (requested, or the transport's) must be one the
+// namespace policy lets contend, the server must not be shutting down,
+// and the limits must have room. leave counts the stream out.
+func (s *Server) admit(c caller, ns, requested string) (identity string, leave func(), err error) {
+	identity, err = c.identity(requested)
+	if err == nil {
+		err = s.policy.authorize(ns, identity, contend)
+	}
+	if err != nil {
+		s.metrics.requests.WithLabelValues("refused").Inc()
+		return "", nil, err
+	}
+	if err := s.enter(); err != nil {
+		return "", nil, err
+	}
+	out, err := s.limits.admit(identity)
+	if err != nil {
+		s.wg.Done()
+		s.metrics.requests.WithLabelValues("refused").Inc()
+		return "", nil, err
+	}
+	return identity, func() { out(); s.wg.Done() }, nil
+}
+
+// events is how a held stream tells its caller what happens: a Hold's
+// messages or a Lead's.
+type events interface {
+	// lost is the last message of an end the caller did not ask for.
+	lost(cause error)
+	// released is the last message of the caller's Release (a Lead's
+	// Resign or Transfer).
+	released()
+	// releaseRequested passes on an operator's request to let go.
+	releaseRequested(r request.Request)
+	// endRequested passes on a request that a leader hand over (only a
+	// term's acquisition has one).
+	endRequested()
+}
+
+// holdEvents are a Hold stream's messages.
+type holdEvents struct {
+	stream *connect.ServerStream[batonv1.HoldResponse]
+}
+
+func (e holdEvents) lost(cause error) { _ = e.stream.Send(lost(cause)) }
+
+func (e holdEvents) released() {
+	_ = e.stream.Send(&batonv1.HoldResponse{Event: &batonv1.HoldResponse_Released{Released: &batonv1.Released{}}})
+}
+
+func (e holdEvents) releaseRequested(r request.Request) {
+	_ = e.stream.Send(&batonv1.HoldResponse{Event: &batonv1.HoldResponse_ReleaseRequested{ReleaseRequested: &batonv1.ReleaseRequested{
+		Reason: r.Reason, By: r.By, At: timestamppb.New(r.At),
+	}}})
+}
+
+func (holdEvents) endRequested() {} // a lock has none
 
 // acquire waits for the lock (or tries it) until the stream closes, the
 // server shuts down or wait_timeout passes. closeFn closes the primitive
@@ -263,13 +311,14 @@ func (s *Server) acquire(ctx context.Context, sp holdSpec, identity string) (clo
 
 // run is a held stream's loop: it owns the hold's end, and chooses its
 // cause (see the table above).
-func (s *Server) run(ctx context.Context, h *hold, stream *connect.ServerStream[batonv1.HoldResponse]) error {
+func (s *Server) run(ctx context.Context, h *hold, ev events) error {
 	recorded := s.recordHeld(h)
 	defer recorded()
 	var requests <-chan request.Request
 	if h.lock.requests != nil {
 		requests = h.lock.requests()
 	}
+	ends := h.lock.ends // closed once, then not selected again
 	h.mu.Lock()
 	timer := time.NewTimer(time.Until(h.beatBy))
 	h.mu.Unlock()
@@ -293,22 +342,35 @@ func (s *Server) run(ctx context.Context, h *hold, stream *connect.ServerStream[
 		case <-s.stopCtx.Done():
 			cause = errServerShutdown
 		case r := <-requests:
-			_ = stream.Send(&batonv1.HoldResponse{Event: &batonv1.HoldResponse_ReleaseRequested{ReleaseRequested: &batonv1.ReleaseRequested{
-				Reason: r.Reason, By: r.By, At: timestamppb.New(r.At),
-			}}})
+			ev.releaseRequested(r)
 			continue
+		case <-ends:
+			ends = nil
+			ev.endRequested()
+			continue
+		case tr := <-h.transfers:
+			token, err := s.transfer(ctx, h, tr)
+			tr.reply <- transferReply{token: token, err: err}
+			switch {
+			case err == nil:
+				cause = errTransferred
+			case h.lock.Context().Err() != nil:
+				cause = context.Cause(h.lock.Context()) // it resigned, or was lost meanwhile
+			default:
+				continue // refused: the term goes on, untouched
+			}
 		}
-		return s.end(ctx, h, stream, cause)
+		return s.end(ctx, h, ev, cause)
 	}
 }
 
 // end ends a held stream with cause: lost first (unless the caller ended
 // it), then the guarded delete, then released for a Release.
-func (s *Server) end(ctx context.Context, h *hold, stream *connect.ServerStream[batonv1.HoldResponse], cause error) error {
+func (s *Server) end(ctx context.Context, h *hold, ev events, cause error) error {
 	cause = h.markEnded(cause)
 	byCaller := errors.Is(cause, errReleasedByCaller) || errors.Is(cause, errStreamClosed)
 	if !byCaller {
-		_ = stream.Send(lost(cause))
+		ev.lost(cause)
 	}
 	if s.cfg.hooks != nil && s.cfg.hooks.beforeUnlock != nil {
 		s.cfg.hooks.beforeUnlock(h.id, cause)
@@ -319,6 +381,9 @@ func (s *Server) end(ctx context.Context, h *hold, stream *connect.ServerStream[
 		s.abandon(uctx, h)
 	}
 	err := h.lock.release(uctx)
+	if errors.Is(cause, errTransferred) {
+		err = nil // the successor's now: Resign only forgets the term
+	}
 	h.endErr = err
 	close(h.ended)
 	final := causeOf(cause)
@@ -326,9 +391,9 @@ func (s *Server) end(ctx context.Context, h *hold, stream *connect.ServerStream[
 		if err != nil {
 			// Lost before the release: say why instead.
 			final = causeOf(context.Cause(h.lock.Context()))
-			_ = stream.Send(lost(context.Cause(h.lock.Context())))
+			ev.lost(context.Cause(h.lock.Context()))
 		} else {
-			_ = stream.Send(&batonv1.HoldResponse{Event: &batonv1.HoldResponse_Released{Released: &batonv1.Released{}}})
+			ev.released()
 		}
 	}
 	s.metrics.ended.WithLabelValues(causeLabel(final)).Inc()

@@ -38,9 +38,13 @@ type acquired struct {
 	keys     []string
 	compares []clientv3.Cmp
 	release  func(context.Context) error
-	// requests carries an operator's release requests (mutexes and sets);
-	// nil for the kinds that take none.
+	// requests carries an operator's release requests (mutexes, sets and
+	// terms); nil for the kinds that take none.
 	requests func() <-chan request.Request
+	// ends closes when a term is asked to hand over; transfer hands it
+	// over and returns the successor's token. Both nil for a lock.
+	ends     <-chan struct{}
+	transfer func(ctx context.Context, to string) (token int64, err error)
 }
 
 func fromMutex(l *mutex.Lock) *acquired {

@@ -50,16 +50,17 @@ func NewCmdServe(g *cmdutil.Env) *cobra.Command {
 		Short: "Serve locks to any language over gRPC and HTTP/JSON (docs/serve.md)",
 		Long: `Serve baton's locks over gRPC, gRPC-Web and Connect's HTTP/JSON on each
 --listen address (host:port, or unix:///path for a sidecar's socket), with
-one etcd client, grpc.health.v1 and /metrics. A Hold stream's lock lasts
-while the stream is open and the caller's heartbeats arrive; the stream
-says lost, with its cause, before anyone else can acquire.
+one etcd client, grpc.health.v1 and /metrics. A Hold stream's lock (a
+Lead stream's term) lasts while the stream is open and the caller's
+heartbeats arrive; the stream says lost (ended), with its cause, before
+anyone else can acquire (lead).
 
 With --tls-cert, --tls-key and --client-ca every TCP caller must present a
 client certificate, whose CN is its identity. With --policy, every call is
 checked against that namespace policy (the file baton rbac apply takes).
 --dev serves on an embedded etcd of its own, for a one-command try.
 
-SIGINT or SIGTERM ends every hold (lost: server shutdown) and deletes its
+SIGINT or SIGTERM ends every hold and term (lost: server shutdown) and deletes its
 key before the server exits.`,
 		Example: `  baton serve --dev
   baton serve --listen 127.0.0.1:9379 --listen unix:///run/baton/baton.sock
@@ -78,8 +79,8 @@ key before the server exits.`,
 	f.StringVar(&o.CA, "client-ca", "", "require client certificates signed by this CA; the CN is the caller's identity")
 	f.BoolVar(&o.Insecure, "insecure-listen", false, "allow plaintext on an address beyond loopback")
 	f.BoolVar(&o.Dev, "dev", false, "serve on an embedded etcd of its own (temporary data), for a try")
-	f.IntVar(&o.MaxHolds, "max-holds", DefaultMaxHolds, "Hold streams open at once (waiting or holding); more are RESOURCE_EXHAUSTED")
-	f.IntVar(&o.MaxHoldsPerIdentity, "max-holds-per-identity", DefaultMaxHoldsPerIdentity, "Hold streams open at once per identity")
+	f.IntVar(&o.MaxHolds, "max-holds", DefaultMaxHolds, "Hold and Lead streams open at once (waiting or holding); more are RESOURCE_EXHAUSTED")
+	f.IntVar(&o.MaxHoldsPerIdentity, "max-holds-per-identity", DefaultMaxHoldsPerIdentity, "Hold and Lead streams open at once per identity")
 	f.DurationVar(&o.MaxTTL, "max-ttl", mutex.DefaultMaxTTL, "the largest TTL a hold may ask for")
 	f.StringVar(&o.Policy, "policy", "", "check every call against this namespace policy (YAML or JSON, as baton rbac apply takes)")
 	f.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", 5*time.Second, "how long SIGTERM waits for holds to end before the leases are revoked")

@@ -29,7 +29,7 @@ type Config struct {
 	Namespace string
 	// MaxTTL caps a hold's TTL (default mutex.DefaultMaxTTL).
 	MaxTTL time.Duration
-	// MaxHolds and MaxHoldsPerIdentity bound the Hold streams open,
+	// MaxHolds and MaxHoldsPerIdentity bound the Hold and Lead streams open,
 	// waiting or holding (defaults 10,000 and 1,000).
 	MaxHolds, MaxHoldsPerIdentity int
 	// Policy, when PolicyFile is set, is checked on every call.

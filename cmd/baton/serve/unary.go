@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
+	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/rwmutex"
 	"github.com/batonhq/baton/semaphore"
@@ -41,6 +42,15 @@ func (s *Server) Release(ctx context.Context, req *connect.Request[batonv1.Relea
 	if err != nil {
 		return nil, err
 	}
+	if err := s.release(ctx, h); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&batonv1.ReleaseResponse{}), nil
+}
+
+// release asks h's loop to release it (a term: resign) and waits for the
+// delete.
+func (s *Server) release(ctx context.Context, h *hold) error {
 	h.requestRelease()
 	if s.cfg.hooks != nil && s.cfg.hooks.releaseWaiting != nil {
 		s.cfg.hooks.releaseWaiting(h.id)
@@ -48,22 +58,22 @@ func (s *Server) Release(ctx context.Context, req *connect.Request[batonv1.Relea
 	select {
 	case <-h.ended:
 	case <-ctx.Done():
-		return nil, connect.NewError(connect.CodeCanceled, ctx.Err())
+		return connect.NewError(connect.CodeCanceled, ctx.Err())
 	}
 	h.mu.Lock()
 	cause := h.cause
 	h.mu.Unlock()
 	switch err := h.endErr; {
-	case !errors.Is(cause, errReleasedByCaller):
+	case !errors.Is(cause, errReleasedByCaller) || errors.Is(cause, errTransferred):
 		// It ended for another reason first (its stream said lost): the
 		// caller did not hold it until now.
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the hold ended before the release: %w", cause))
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the hold ended before the release: %w", cause))
 	case err == nil:
-		return connect.NewResponse(&batonv1.ReleaseResponse{}), nil
-	case errors.Is(err, mutex.ErrNotHeld), errors.Is(err, semaphore.ErrNotHeld), errors.Is(err, rwmutex.ErrNotHeld):
-		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+		return nil
+	case errors.Is(err, mutex.ErrNotHeld), errors.Is(err, semaphore.ErrNotHeld), errors.Is(err, rwmutex.ErrNotHeld), errors.Is(err, election.ErrNotLeader):
+		return connect.NewError(connect.CodeFailedPrecondition, err)
 	default:
-		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("the key will be deleted in the background: %w", err))
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("the key will be deleted in the background: %w", err))
 	}
 }
 

@@ -3,12 +3,15 @@ package serve
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
+	"github.com/batonhq/baton/election"
+	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/semaphore"
@@ -120,6 +123,81 @@ func checkHold(req *batonv1.HoldRequest, defaultNS string, maxTTL time.Duration)
 		return sp, invalid("wait_timeout", "a try does not wait")
 	}
 	return sp, nil
+}
+
+// leadSpec is a checked LeadRequest.
+type leadSpec struct {
+	namespace string
+	name      string
+	value     string // "" for the candidate's identity
+	ttl       time.Duration
+	strategy  election.Strategy
+	priority  int
+	version   string // "" for none
+	identity  string // "" for the caller's default
+}
+
+// checkLead validates req against the server's settings.
+func checkLead(req *batonv1.LeadRequest, defaultNS string, maxTTL time.Duration) (leadSpec, error) {
+	sp := leadSpec{namespace: req.GetNamespace(), name: req.GetName(), value: req.GetValue(), priority: int(req.GetPriority()), version: req.GetVersion()}
+	if err := checkNamespace(&sp.namespace, defaultNS); err != nil {
+		return sp, err
+	}
+	if err := keys.ValidateName("name", sp.name); err != nil {
+		return sp, invalid("name", "%v", unwrapInvalid(err))
+	}
+	if sp.value != "" {
+		if err := keys.ValidateName("value", sp.value); err != nil {
+			return sp, invalid("value", "%v", unwrapInvalid(err))
+		}
+	}
+	var err error
+	if sp.ttl, err = duration("ttl", req.GetTtl()); err != nil {
+		return sp, err
+	}
+	if err := checkTTL(&sp.ttl, maxTTL); err != nil {
+		return sp, err
+	}
+	switch req.GetStrategy() {
+	case batonv1.Strategy_STRATEGY_UNSPECIFIED, batonv1.Strategy_STRATEGY_OLDEST:
+		sp.strategy = election.Oldest
+	case batonv1.Strategy_STRATEGY_PREFERRED:
+		sp.strategy = election.Preferred
+	default:
+		return sp, invalid("strategy", "unknown strategy %d", int32(req.GetStrategy()))
+	}
+	if sp.version != "" {
+		if err := config.ValidateVersion(sp.version); err != nil {
+			return sp, invalid("version", "%q: %v", sp.version, err)
+		}
+	}
+	if sp.identity = req.GetIdentity(); sp.identity != "" {
+		if err := keys.ValidateName("identity", sp.identity); err != nil {
+			return sp, invalid("identity", "%v", unwrapInvalid(err))
+		}
+	}
+	return sp, nil
+}
+
+// maxKeyBytes bounds a candidate key given as Transfer's to: an
+// election's key, its name escaped, is well within it.
+const maxKeyBytes = 4096
+
+// checkTo checks a TransferRequest's to: a candidate's key or an identity.
+func checkTo(to string) error {
+	if to == "" {
+		return invalid("to", "name the candidate: its key, or its identity")
+	}
+	if strings.HasPrefix(to, "/") { // a key: the library finds it live, or not
+		if len(to) > maxKeyBytes {
+			return invalid("to", "a key of %d bytes, at most %d", len(to), maxKeyBytes)
+		}
+		return nil
+	}
+	if err := keys.ValidateName("to", to); err != nil {
+		return invalid("to", "%v", unwrapInvalid(err))
+	}
+	return nil
 }
 
 // checkNamespace defaults an empty namespace and checks the rest as the
