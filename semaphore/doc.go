@@ -50,8 +50,10 @@
 //     etcd, use Permit.Txn, which applies only while the permit's key
 //     exists. docs/primitives.md tells the fencing story.
 //   - Progress while etcd has no quorum, or fairness beyond arrival order.
-//   - Cheap waiting for thousands: each release wakes every waiter's watch
-//     (small events, no reads), which suits tens of waiters.
+//   - Cheap waiting under a large limit: a waiter watches the limit keys
+//     just ahead of it, so a release wakes up to limit waiters (small
+//     events; a woken waiter reads its queue again), which suits limits
+//     in the tens.
 //   - That the stored limit is re-read: each Semaphore compares it once,
 //     at its first Acquire.
 //

@@ -195,6 +195,10 @@ func checkKnowsFirst(h *History, n NameInfo, cfg Config, rep *Report) {
 	}
 	admin := adminRevs(h)
 	preempted := preemptions(h, n)
+	grantRev := make(map[incarnation]int64, len(grants))
+	for _, g := range grants {
+		grantRev[incarnation{g.key, g.create}] = g.rev
+	}
 	// Every in-process acquisition checked, when it returned, that no
 	// conflicting holder of the name in this process was still untold.
 	for _, p := range h.Holds {
@@ -205,11 +209,12 @@ func checkKnowsFirst(h *History, n NameInfo, cfg Config, rep *Report) {
 			if x.Key == p.Key && x.Token == p.Token {
 				continue // checkSharedKeys's
 			}
-			if x.Foreign && x.Token < p.Token {
+			if d, ok := deleted[incarnation{x.Key, x.Token}]; ok && x.Foreign && x.Token < p.Token && d <= grantRev[incarnation{p.Key, p.Token}] {
 				// etcd's Campaign returns once the older keys are gone,
-				// without reading its own: granted before p, it came
-				// back after its key had gone. Not p's successor (the
-				// grants below judge that); checkGranted judges its key.
+				// without reading its own: its key went before p was
+				// granted, and it came back later. Not p's successor
+				// (the grants below judge that); checkGranted judges
+				// its key.
 				rep.knows("etcd contender", "returned after its key went")
 				continue
 			}

@@ -870,3 +870,27 @@ func TestKnowsFirstDoesNotJudgeAnEtcdCampaignReturningLate(t *testing.T) {
 	x.Foreign = false
 	wantViolation(t, check(h, Config{TTL: 3 * time.Second}), "knows-first", "etcd.x2 acquired (token 2, a) at 6ms while transfer.t0 (token 3, b) had not been told")
 }
+
+// A stall of this process lengthens the free-lock bound once: the health
+// reads it delayed measured it too, and are counted without it.
+func TestFreeLockBoundCountsAStallOnce(t *testing.T) {
+	stall := 1200 * time.Millisecond
+	h := &History{
+		Stalls: []harness.Stall{{At: ms(100), Late: stall}},
+		Probes: []Probe{{At: ms(90), RTT: stall + 20*time.Millisecond}}, // a read of 20 ms, delayed by the stall
+	}
+	deadline, rtt, stalled := h.freeDeadline(ms(0), DefaultFreeBound)
+	if stalled != stall {
+		t.Errorf("stalled %v, want %v", stalled, stall)
+	}
+	if want := ms(0) + int64(DefaultFreeBound) + int64(stall); deadline != want {
+		t.Errorf("deadline %v (round trip %v), want the bound plus the stall, %v", time.Duration(deadline), rtt, time.Duration(want))
+	}
+	// A read slow on its own (the server's, not this process's) still
+	// stretches the bound to its round trips.
+	h.Stalls = nil
+	h.Probes = []Probe{{At: ms(90), RTT: time.Second}}
+	if deadline, _, _ := h.freeDeadline(ms(0), DefaultFreeBound); deadline != int64(freeRoundTrips*time.Second) {
+		t.Errorf("deadline %v, want %d round trips of 1s", time.Duration(deadline), freeRoundTrips)
+	}
+}

@@ -48,13 +48,15 @@ func (h *History) freeDeadline(from int64, base time.Duration) (deadline int64, 
 }
 
 // rttNear is the longest round trip of the health watch's reads in
-// progress at some moment of [from, to]; zero if none was.
+// progress at some moment of [from, to], less the time this process was
+// not run during it (its stalls are added once, by freeDeadline); zero if
+// none was.
 func (h *History) rttNear(from, to int64) time.Duration {
 	var out time.Duration
 	i := sort.Search(len(h.Probes), func(i int) bool { return h.Probes[i].At > to })
 	for i--; i >= 0 && h.Probes[i].At >= from-int64(probeTimeout); i-- {
 		if p := h.Probes[i]; p.At+int64(p.RTT) >= from {
-			out = max(out, p.RTT)
+			out = max(out, p.RTT-harness.Stalled(h.Stalls, p.At, p.At+int64(p.RTT)))
 		}
 	}
 	return out

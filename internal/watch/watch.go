@@ -29,8 +29,15 @@ const (
 	maxLinger = 64
 )
 
-// reconnectPause spaces the stream's reconnections.
-const reconnectPause = 100 * time.Millisecond
+// A broken stream is opened again after reconnectPause, doubling up to
+// maxReconnectPause while new streams break at once (no leader, say: each
+// new stream re-sends a create per hold); one that ran a while (steady)
+// is opened again at once.
+const (
+	reconnectPause    = 100 * time.Millisecond
+	maxReconnectPause = 2 * time.Second
+	steady            = 2 * time.Second
+)
 
 // chunk bounds the keys one gap read reads (etcd's default --max-txn-ops
 // is 128).
@@ -179,19 +186,28 @@ type conn struct {
 	cancel context.CancelFunc
 
 	sendMu sync.Mutex // one sender at a time (gRPC's rule)
-	fifoMu sync.Mutex // not held while sending: the reader pops it
+	queued map[int64]struct{} // publish's creates not sent yet: an end before its create sends neither
+	fifoMu sync.Mutex         // not held while sending: the reader pops it
 	fifo   []int64
 }
 
 // noPut is every watch's filter: deletions only.
 var noPut = []etcdserverpb.WatchCreateRequest_FilterType{etcdserverpb.WatchCreateRequest_NOPUT}
 
-// create sends a watch of key from the current revision.
-func (c *conn) create(id int64, key string) {
+// create sends a watch of key from the current revision; one of
+// publish's (queued) only if no end came first: etcd ignores the cancel
+// of a watch it does not know, and would run the later create for ever.
+func (c *conn) create(id int64, key string, queued bool) {
 	req := &etcdserverpb.WatchRequest{RequestUnion: &etcdserverpb.WatchRequest_CreateRequest{CreateRequest: &etcdserverpb.WatchCreateRequest{
 		Key: []byte(key), WatchId: id, Filters: noPut}}}
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
+	if queued {
+		if _, ok := c.queued[id]; !ok {
+			return // ended before it went out
+		}
+		delete(c.queued, id)
+	}
 	c.fifoMu.Lock()
 	c.fifo = append(c.fifo, id)
 	c.fifoMu.Unlock()
@@ -202,6 +218,10 @@ func (c *conn) end(id int64) {
 	req := &etcdserverpb.WatchRequest{RequestUnion: &etcdserverpb.WatchRequest_CancelRequest{CancelRequest: &etcdserverpb.WatchCancelRequest{WatchId: id}}}
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
+	if _, ok := c.queued[id]; ok {
+		delete(c.queued, id) // its create is not sent either
+		return
+	}
 	_ = c.ws.Send(req)
 }
 
@@ -243,7 +263,7 @@ func (s *Stream[H]) Expect(k string) int64 {
 	}
 	s.mu.Unlock()
 	if c != nil {
-		c.create(id, k)
+		c.create(id, k, false)
 	}
 	return id
 }
@@ -418,11 +438,14 @@ func (s *Stream[H]) Follow(own int64, keys []string, f func(Note)) (stop func())
 		f(Note{Kind: Ended})
 	} else if e := s.keys[own]; e != nil {
 		e.waiter = f
+		if e.deleted > 0 { // before Follow: the waiter judges it by its read
+			f(Note{Kind: Deleted, Key: e.key, Rev: e.deleted})
+		}
 	}
 	s.mu.Unlock()
 	if c != nil {
 		for i, id := range ids {
-			c.create(id, keys[i])
+			c.create(id, keys[i], false)
 		}
 	}
 	if f := s.c.hooks().Followed; f != nil {
@@ -491,7 +514,7 @@ var errBroken = errors.New("watch stream broken")
 // loop opens the stream, reads it until it breaks, and opens it again
 // until the session closes or nothing is watched.
 func (s *Stream[H]) loop(ctx context.Context, gen int) {
-	_ = retry.Loop(ctx, reconnectPause, reconnectPause, func(ctx context.Context) (bool, error) {
+	_ = retry.Loop(ctx, reconnectPause, maxReconnectPause, func(ctx context.Context) (bool, error) {
 		cctx, cancel := context.WithCancel(retry.Leader(ctx))
 		ws, err := etcdserverpb.NewWatchClient(s.c.Client.ActiveConnection()).Watch(cctx, grpc.WaitForReady(true))
 		if err != nil {
@@ -503,6 +526,7 @@ func (s *Stream[H]) loop(ctx context.Context, gen int) {
 			cancel()
 			return true, nil
 		}
+		began := time.Now()
 		for {
 			resp, err := ws.Recv()
 			if err != nil {
@@ -514,6 +538,9 @@ func (s *Stream[H]) loop(ctx context.Context, gen int) {
 		call(s.c.hooks().StreamEnded)
 		if s.broken(gen, c) || ctx.Err() != nil {
 			return true, nil
+		}
+		if time.Since(began) >= steady {
+			return false, nil
 		}
 		return false, errBroken
 	}, nil)
@@ -569,11 +596,17 @@ func (s *Stream[H]) publish(gen int, c *conn) bool {
 			now = append(now, item{id, fw.key})
 		}
 	}
+	if len(now) > 0 {
+		c.queued = make(map[int64]struct{}, len(now)) // c is not shared before s.mu is released
+		for _, it := range now {
+			c.queued[it.id] = struct{}{}
+		}
+	}
 	s.mu.Unlock()
 	call(s.c.hooks().Established)
 	send := func() {
 		for _, it := range now {
-			c.create(it.id, it.key)
+			c.create(it.id, it.key, true)
 		}
 	}
 	// Few creates go from here; many from a goroutine of their own: this
@@ -631,6 +664,7 @@ func (s *Stream[H]) broken(gen int, c *conn) bool {
 // key in this step.
 func (s *Stream[H]) dispatch(gen int, c *conn, resp *etcdserverpb.WatchResponse) {
 	var gone []H
+	var ends []int64
 	s.mu.Lock()
 	if gen != s.gen || s.conn != c {
 		s.mu.Unlock()
@@ -649,6 +683,14 @@ func (s *Stream[H]) dispatch(gen int, c *conn, resp *etcdserverpb.WatchResponse)
 			fw.f(Note{Kind: Ended, Key: fw.key})
 		} else if _, held := s.holds[id]; held || s.keys[id] != nil {
 			c.cancel() // watched anew with the next stream
+		} else {
+			for k, w := range s.idle {
+				if w.id == id && w.conn == c { // no longer tells: not to be reused
+					delete(s.idle, k)
+					s.settle()
+					break
+				}
+			}
 		}
 	default:
 		for _, ev := range resp.Events {
@@ -665,11 +707,13 @@ func (s *Stream[H]) dispatch(gen int, c *conn, resp *etcdserverpb.WatchResponse)
 					if s.idle == nil {
 						s.idle = make(map[string]*idle)
 					}
-					if s.idle[k] == nil { // ended with the stream, or by the next acquisition
+					if s.idle[k] == nil && len(s.idle) < maxLinger { // ended with the stream, or by the next acquisition
 						s.idle[k] = &idle{id: id, conn: c, since: time.Now(), deleted: at}
 						if s.sweep == nil {
 							s.sweep = time.AfterFunc(linger, s.sweepIdle)
 						}
+					} else {
+						ends = append(ends, id)
 					}
 				}
 			case s.keys[id] != nil:
@@ -687,7 +731,13 @@ func (s *Stream[H]) dispatch(gen int, c *conn, resp *etcdserverpb.WatchResponse)
 			}
 		}
 	}
+	if len(ends) > 0 {
+		s.settle()
+	}
 	s.mu.Unlock()
+	for _, id := range ends {
+		c.end(id)
+	}
 	for _, h := range gone {
 		s.c.Gone(h)
 	}
@@ -738,8 +788,23 @@ func (s *Stream[H]) created(id int64, resp *etcdserverpb.WatchResponse, c *conn)
 // check has the gap of pending hold id read; s.mu is held.
 func (s *Stream[H]) check(id int64) {
 	s.checks = append(s.checks, id)
-	if c, gen := s.conn, s.gen; !s.reading && c != nil && s.c.Go(func() { s.readGaps(gen, c) }) {
+	s.read()
+}
+
+// read starts the gap reader of the current stream if checks wait and
+// none runs; s.mu is held.
+func (s *Stream[H]) read() {
+	if c, gen := s.conn, s.gen; !s.reading && c != nil && len(s.checks) > 0 && s.c.Go(func() { s.readGaps(gen, c) }) {
 		s.reading = true
+	}
+}
+
+// doneReading ends stream c's gap reader; the checks of a stream that
+// replaced c (queued while it ran) get a reader of their own. s.mu is held.
+func (s *Stream[H]) doneReading(c *conn) {
+	s.reading = false
+	if s.conn != c {
+		s.read()
 	}
 }
 
@@ -752,7 +817,7 @@ func (s *Stream[H]) readGaps(gen int, c *conn) {
 	for {
 		s.mu.Lock()
 		if gen != s.gen || s.conn != c || len(s.checks) == 0 {
-			s.reading = false
+			s.doneReading(c)
 			s.mu.Unlock()
 			return
 		}
@@ -779,7 +844,7 @@ func (s *Stream[H]) readGaps(gen int, c *conn) {
 		if err != nil {
 			c.cancel()
 			s.mu.Lock()
-			s.reading = false
+			s.doneReading(c)
 			s.mu.Unlock()
 			return
 		}
@@ -787,7 +852,7 @@ func (s *Stream[H]) readGaps(gen int, c *conn) {
 		var ended []int64
 		s.mu.Lock()
 		if gen != s.gen || s.conn != c {
-			s.reading = false
+			s.doneReading(c)
 			s.mu.Unlock()
 			return
 		}
