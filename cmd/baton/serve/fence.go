@@ -19,7 +19,7 @@ import (
 //
 //	op           checks                                       then
 //	-----------  -------------------------------------------  -----------------------------------------
-//	check_token  fields; the policy lets the caller contend   Admit: the mark raised to the token, or
+//	check_token  fields; the policy lets identity contend     Admit: the mark raised to the token, or
 //	                                                           FAILED_PRECONDITION (stale) with the mark
 //	write        fields; every key under the namespace's      Write: the ops, the mark and the hold's
 //	             data prefix (else PERMISSION_DENIED); the     ownership in one transaction, or nothing
@@ -53,7 +53,7 @@ func (s *Server) Fence(ctx context.Context, req *connect.Request[batonv1.FenceRe
 		return nil, connect.NewError(connect.CodeInternal, err)
 	}
 	if sp.write == nil {
-		identity, err := callerOf(ctx).identity("")
+		identity, err := callerOf(ctx).identity(sp.identity)
 		if err != nil {
 			return nil, err
 		}
@@ -76,6 +76,8 @@ func (s *Server) Fence(ctx context.Context, req *connect.Request[batonv1.FenceRe
 			errors.New("write.hold_id: a shard membership's: a write goes under a lock's or a term's hold"))
 	case h.ns != sp.namespace:
 		return nil, invalid("namespace", "%q: the hold is in namespace %q, and writes under its own namespace's mark", sp.namespace, h.ns)
+	case sp.identity != "" && sp.identity != h.identity:
+		return nil, invalid("identity", "%q: a write is its hold's identity's, %q", sp.identity, h.identity)
 	}
 	if err := s.policy.authorize(sp.namespace, h.identity, contend); err != nil {
 		return nil, err

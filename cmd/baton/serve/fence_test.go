@@ -219,19 +219,37 @@ func TestFenceInvalidFieldsAndPolicy(t *testing.T) {
 		{"write", write("r", id, nil)},
 		{"write.puts[0].key", write("r", id, []kv{{"", "v"}})},
 		{"write.deletes[0]", write("r", id, []kv{{data + "x", "v"}}, data+"x")},
+		{"identity", &batonv1.FenceRequest{Resource: "r", Identity: "a\x1b", Op: &batonv1.FenceRequest_CheckToken{CheckToken: 1}}},
 	} {
 		_, err := e.fence(ctx, c.req)
 		wantCode(t, err, connect.CodeInvalidArgument, c.field)
 	}
-	// Over plaintext TCP a check is the caller's address's, which the
-	// policy does not list: refused, no mark written.
-	_, err := e.fence(ctx, check("r", 7))
-	wantCode(t, err, connect.CodePermissionDenied, "")
+	// A check is its identity's (over plaintext TCP by default the
+	// caller's address), which the policy must let contend: refused, no
+	// mark written.
+	for _, id := range []string{"", "viewer"} {
+		req := check("r", 7)
+		req.Identity = id
+		_, err := e.fence(ctx, req)
+		wantCode(t, err, connect.CodePermissionDenied, "")
+	}
 	if _, ok := e.get(t, "/"+e.ns+"/v1/fence/r"); ok {
 		t.Fatal("a refused check wrote the mark")
 	}
-	// A write under a hold is checked on the hold's identity.
+	req := check("checked", 7)
+	req.Identity = "svc-a"
+	if _, err := e.fence(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	// A write under a hold is its hold's identity's.
 	h := e.hold(ctx, &batonv1.HoldRequest{Names: []string{"m"}, Identity: "svc-a"}).held(t)
+	req = write("r", h.HoldId, []kv{{data + "x", "v"}})
+	req.Identity = "viewer"
+	_, err := e.fence(ctx, req)
+	wantCode(t, err, connect.CodeInvalidArgument, "identity")
+	if _, ok := e.get(t, data+"x"); ok {
+		t.Fatal("a refused write was applied")
+	}
 	if _, err := e.fence(ctx, write("r", h.HoldId, []kv{{data + "x", "v"}})); err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,7 @@ func (s *Server) Shards(ctx context.Context, req *connect.Request[batonv1.Shards
 		return err
 	}
 	c := callerOf(ctx)
-	identity, leave, err := s.admit(c, sp.namespace, memberIdentity(c, sp.member))
+	identity, leave, err := s.admit(c, sp.namespace, memberIdentity(c, sp))
 	if err != nil {
 		return err
 	}
@@ -172,13 +172,14 @@ func (s *Server) Shards(ctx context.Context, req *connect.Request[batonv1.Shards
 	}
 }
 
-// memberIdentity is the identity a membership asks for: the transport's
-// when it proves one (mTLS, a Unix socket), else the member's name.
-func memberIdentity(c caller, member string) string {
-	if c.principal() != "" {
-		return ""
+// memberIdentity is the identity a membership asks for: the request's;
+// by default the transport's when it proves one (mTLS, a Unix socket),
+// else the member's name.
+func memberIdentity(c caller, sp shardsSpec) string {
+	if sp.identity != "" || c.principal() != "" {
+		return sp.identity
 	}
-	return member
+	return sp.member
 }
 
 // runEnded is Run's error before the member joined.

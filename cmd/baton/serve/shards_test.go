@@ -354,22 +354,28 @@ func TestShardsRefusalsWriteNothing(t *testing.T) {
 		{"ttl", func(r *batonv1.ShardsRequest) { r.Ttl = dur(time.Second) }},
 		{"drain_timeout", func(r *batonv1.ShardsRequest) { r.DrainTimeout = dur(-time.Second) }},
 		{"drain_timeout", func(r *batonv1.ShardsRequest) { r.DrainTimeout = dur(2 * time.Hour) }},
+		{"identity", func(r *batonv1.ShardsRequest) { r.Identity = "a\x1b" }},
 	} {
 		r := &batonv1.ShardsRequest{Group: ok.Group, Count: ok.Count, Member: ok.Member, Ttl: ok.Ttl}
 		c.edit(r)
 		wantCode(t, e.shards(ctx, r).end(t), connect.CodeInvalidArgument, c.field)
 	}
-	// Over plaintext TCP the member's name is its identity: the policy
-	// does not let "viewer" contend, nor "b" at all.
+	// Over plaintext TCP the identity is the request's, by default the
+	// member's name: the policy does not let "viewer" contend, nor "b" at
+	// all.
 	for _, m := range []string{"viewer", "b"} {
 		wantCode(t, e.shards(ctx, &batonv1.ShardsRequest{Group: "g", Count: 2, Member: m}).end(t), connect.CodePermissionDenied, "")
+		wantCode(t, e.shards(ctx, &batonv1.ShardsRequest{Group: "g", Count: 2, Member: "a", Identity: m}).end(t), connect.CodePermissionDenied, "")
 	}
 	if k := e.shardKeys(t, "g"); len(k) != 0 {
 		t.Fatalf("refused joins wrote %v", k)
 	}
-	a := e.shards(ctx, &batonv1.ShardsRequest{Group: "g", Count: 2, Member: "a", Ttl: dur(10 * time.Second)})
+	a := e.shards(ctx, &batonv1.ShardsRequest{Group: "g", Count: 2, Member: "a", Identity: "a2", Ttl: dur(10 * time.Second)})
 	e.beat(t, a.joined(t).HoldId, time.Second)
 	a.owned(t, 2)
+	if v := e.shardKeys(t, "g")["/"+e.ns+"/v1/shard/g/m/a"]; v != `{"count":2,"identity":"a2"}` {
+		t.Fatalf("member key %q", v)
+	}
 	err := e.shards(ctx, &batonv1.ShardsRequest{Group: "g", Count: 3, Member: "a2"}).end(t)
 	wantCode(t, err, connect.CodeFailedPrecondition, "count")
 	err = e.shards(ctx, &batonv1.ShardsRequest{Group: "g", Count: 2, Member: "a"}).end(t)

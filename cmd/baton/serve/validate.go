@@ -187,6 +187,7 @@ type fenceSpec struct {
 	resource  string
 	token     fencing.Token
 	write     *fencedWrite
+	identity  string // "" for the caller's default (a write: its hold's)
 }
 
 type fencedWrite struct {
@@ -204,6 +205,9 @@ func checkFence(req *batonv1.FenceRequest, defaultNS string) (fenceSpec, error) 
 	}
 	if err := keys.ValidateName("resource", sp.resource); err != nil {
 		return sp, invalid("resource", "%v", unwrapInvalid(err))
+	}
+	if err := checkIdentity(&sp.identity, req.GetIdentity()); err != nil {
+		return sp, err
 	}
 	switch op := req.GetOp().(type) {
 	case *batonv1.FenceRequest_CheckToken:
@@ -261,6 +265,7 @@ type shardsSpec struct {
 	member    string
 	ttl       time.Duration
 	drain     time.Duration
+	identity  string // "" for the caller's default
 }
 
 // checkShards validates req against the server's settings.
@@ -297,7 +302,19 @@ func checkShards(req *batonv1.ShardsRequest, defaultNS string, maxTTL time.Durat
 	case d > shard.MaxDrainTimeout:
 		return sp, invalid("drain_timeout", "%v: at most %v", d, shard.MaxDrainTimeout)
 	}
-	return sp, nil
+	return sp, checkIdentity(&sp.identity, req.GetIdentity())
+}
+
+// checkIdentity checks an optional identity as a name.
+func checkIdentity(dst *string, id string) error {
+	if id == "" {
+		return nil
+	}
+	if err := keys.ValidateName("identity", id); err != nil {
+		return invalid("identity", "%v", unwrapInvalid(err))
+	}
+	*dst = id
+	return nil
 }
 
 // maxKeyBytes bounds a candidate key given as Transfer's to: an
