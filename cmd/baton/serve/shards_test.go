@@ -385,3 +385,47 @@ func TestShardsRefusalsWriteNothing(t *testing.T) {
 	err = e.drained(ctx, h.held(t).HoldId, 0)
 	wantCode(t, err, connect.CodeFailedPrecondition, "hold_id")
 }
+
+// A shard whose key an operator deletes is lost (and taken again, with a
+// new token); a shutdown sends lost for every shard, then ended.
+func TestShardsLostOnAnOperatorsDeleteAndAtShutdown(t *testing.T) {
+	e := start(t)
+	ctx := ctxT(t)
+	a := e.shards(ctx, &batonv1.ShardsRequest{Group: "g", Count: 2, Member: "a", Ttl: dur(10 * time.Second)})
+	j := a.joined(t)
+	hb, err := e.client.Heartbeat(ctx, connect.NewRequest(&batonv1.HeartbeatRequest{HoldId: j.HoldId}))
+	if err != nil || hb.Msg.Validity.AsDuration() <= 0 || hb.Msg.Validity.AsDuration() > serve.Budget(10*time.Second) {
+		t.Fatalf("heartbeat: %v %v", hb, err)
+	}
+	e.beat(t, j.HoldId, time.Second)
+	err = e.resign(ctx, j.HoldId)
+	wantCode(t, err, connect.CodeFailedPrecondition, "hold_id")
+	owned := a.owned(t, 2)
+	if _, err := e.etcd.Delete(ctx, owned[0].Key); err != nil {
+		t.Fatal(err)
+	}
+	m := a.next(t)
+	if l := m.GetLost(); l == nil || l.Shard != 0 || l.Token != owned[0].Token || l.Cause != batonv1.Cause_CAUSE_KEY_GONE {
+		t.Fatalf("%v, want lost 0 (key gone)", m)
+	}
+	again := a.owned(t, 1)[0]
+	if again == nil || again.Token <= owned[0].Token {
+		t.Fatalf("shard 0 again: %v", again)
+	}
+	e.stop()
+	for range 2 {
+		m := a.next(t)
+		if l := m.GetLost(); l == nil || l.Cause != batonv1.Cause_CAUSE_SERVER_SHUTDOWN {
+			t.Fatalf("%v, want lost (shutdown)", m)
+		}
+	}
+	if m := a.next(t); m.GetEnded().GetCause() != batonv1.Cause_CAUSE_SERVER_SHUTDOWN {
+		t.Fatalf("%v, want ended (shutdown)", m)
+	}
+	if err := a.end(t); err != nil {
+		t.Fatal(err)
+	}
+	if k := e.shardKeys(t, "g"); len(k) != 0 {
+		t.Fatalf("keys left: %v", k)
+	}
+}
