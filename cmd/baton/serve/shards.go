@@ -18,6 +18,7 @@ import (
 
 	"github.com/batonhq/baton/cmd/baton/cmdutil"
 	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
+	"github.com/batonhq/baton/cmd/baton/keyspace"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/shard"
 )
@@ -71,7 +72,7 @@ func (s *Server) Shards(ctx context.Context, req *connect.Request[batonv1.Shards
 	}
 	defer func() { _ = g.Close() }()
 
-	m := newMembership(stream, sp.count, sp.drain)
+	m := newMembership(stream, sp, s.recordShard)
 	defer m.stop(errStreamClosed)
 	runCtx, cancelRun := context.WithCancelCause(context.Background())
 	defer cancelRun(nil)
@@ -170,6 +171,13 @@ func (s *Server) Shards(ctx context.Context, req *connect.Request[batonv1.Shards
 			return end(errServerShutdown, false, nil)
 		}
 	}
+}
+
+// recordShard writes, through the shard's guarded transaction, the
+// acquisition record `baton shards` shows as "held for", on the
+// membership's lease (as `baton shard` does): it goes with the lease.
+func (s *Server) recordShard(ctx context.Context, ns, group string, sh *shard.Shard) {
+	keyspace.RecordHeld(ctx, sh.Txn, keyspace.HeldPut(ns, keys.Shard, keyspace.ShardHeldName(group, sh.ID()), sh.Lease(), sh.Acquired()))
 }
 
 // memberIdentity is the identity a membership asks for: the request's;
@@ -303,8 +311,11 @@ func (s *Server) Drained(ctx context.Context, req *connect.Request[batonv1.Drain
 // Run).
 type membership struct {
 	stream *connect.ServerStream[batonv1.ShardsResponse]
+	ns     string
+	group  string
 	count  int
 	drain  time.Duration
+	record func(ctx context.Context, ns, group string, sh *shard.Shard)
 	ctx    context.Context // ends when the membership ends
 	stop   context.CancelCauseFunc
 	joined chan struct{} // closed once joined is sent
@@ -320,8 +331,9 @@ type ownedShard struct {
 	once    sync.Once
 }
 
-func newMembership(stream *connect.ServerStream[batonv1.ShardsResponse], count int, drain time.Duration) *membership {
-	m := &membership{stream: stream, count: count, drain: drain, joined: make(chan struct{}), owned: make(map[int]*ownedShard)}
+func newMembership(stream *connect.ServerStream[batonv1.ShardsResponse], sp shardsSpec,
+	record func(ctx context.Context, ns, group string, sh *shard.Shard)) *membership {
+	m := &membership{stream: stream, ns: sp.namespace, group: sp.group, count: sp.count, drain: sp.drain, record: record, joined: make(chan struct{}), owned: make(map[int]*ownedShard)}
 	m.ctx, m.stop = context.WithCancelCause(context.Background())
 	return m
 }
@@ -354,6 +366,7 @@ func (m *membership) join(j *batonv1.Joined) error {
 // work is Run's fn for one shard: owned, then moved, lost or nothing
 // (the membership's end tells of it).
 func (m *membership) work(ctx context.Context, sh *shard.Shard) error {
+	m.record(ctx, m.ns, m.group, sh) // before owned: a caller told sees it
 	if !m.own(ctx, sh) {
 		<-ctx.Done() // the membership ends: Run releases it
 		return nil

@@ -11,8 +11,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
+	"github.com/batonhq/baton/cmd/baton/keyspace"
 	"github.com/batonhq/baton/cmd/baton/serve"
+	ikeys "github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/rbac"
+	"github.com/batonhq/baton/shard"
 )
 
 // shardsStream is one open Shards, read by a goroutine into events.
@@ -207,7 +210,21 @@ func TestShardsJoinedOwnedAcrossTwoMembersAndMovedWithDrained(t *testing.T) {
 			t.Fatalf("b owns %v, want 2 and 3 with tokens above %d, %d", ownedB, ownedA[2].Token, ownedA[3].Token)
 		}
 	}
-	err := e.drained(ctx, ja.HoldId, 2)
+	// Each owner recorded when it took its shard, as baton shard does.
+	st, err := shard.Inspect(ctx, e.etcd, "ingest", shard.WithNamespace(e.ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := keyspace.ReadHeld(ctx, e.etcd, e.ns, ikeys.Shard, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range keyspace.ShardsView("ingest", st, held, time.Now()).Owners {
+		if o.HeldSince == nil {
+			t.Fatalf("shard %d has no acquisition record: %v", o.Shard, held)
+		}
+	}
+	err = e.drained(ctx, ja.HoldId, 2)
 	wantCode(t, err, connect.CodeFailedPrecondition, "shard")
 	err = e.drained(ctx, ja.HoldId, 4)
 	wantCode(t, err, connect.CodeInvalidArgument, "shard")
