@@ -25,7 +25,8 @@ import (
 //	             data prefix (else PERMISSION_DENIED); the     ownership in one transaction, or nothing
 //	             hold_id the caller's (NOT_FOUND /             (stale: FAILED_PRECONDITION with the mark;
 //	             PERMISSION_DENIED as Heartbeat); the hold     the hold lost: FAILED_PRECONDITION)
-//	             in the request's namespace
+//	             in the request's namespace; a membership's
+//	             names a shard it owns (or drains)
 //
 // Every refusal comes before anything is written.
 
@@ -70,10 +71,20 @@ func (s *Server) Fence(ctx context.Context, req *connect.Request[batonv1.FenceRe
 	if err != nil {
 		return nil, fieldOf("write.", err)
 	}
+	var holder fencing.Holder = h.lock
 	switch {
-	case h.lock == nil:
-		return nil, connect.NewError(connect.CodeFailedPrecondition,
-			errors.New("write.hold_id: a shard membership's: a write goes under a lock's or a term's hold"))
+	case h.members != nil && w.shard == nil:
+		return nil, invalid("write.shard", "a membership's write names the shard whose ownership guards it")
+	case h.members != nil:
+		sh, err := h.members.owner(*w.shard)
+		if err != nil {
+			return nil, err
+		}
+		holder = sh
+	case w.shard != nil:
+		return nil, invalid("write.shard", "only a Shards membership's hold_id takes a shard")
+	}
+	switch {
 	case h.ns != sp.namespace:
 		return nil, invalid("namespace", "%q: the hold is in namespace %q, and writes under its own namespace's mark", sp.namespace, h.ns)
 	case sp.identity != "" && sp.identity != h.identity:
@@ -82,8 +93,8 @@ func (s *Server) Fence(ctx context.Context, req *connect.Request[batonv1.FenceRe
 	if err := s.policy.authorize(sp.namespace, h.identity, contend); err != nil {
 		return nil, err
 	}
-	token := h.lock.Token()
-	_, err = guard.Write(ctx, h.lock, sp.resource, w.ops()...)
+	token := holder.Token()
+	_, err = guard.Write(ctx, holder, sp.resource, w.ops()...)
 	return fenced(token, err)
 }
 

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -281,5 +282,61 @@ func TestInspectElectionShowsTheLeaderAndCandidates(t *testing.T) {
 	resp, err = e.client.Inspect(ctx, connect.NewRequest(&batonv1.InspectRequest{Target: &batonv1.InspectRequest_Election{Election: "none"}}))
 	if err != nil || resp.Msg.GetElection().GetLeader() != nil || len(resp.Msg.GetElection().GetCandidates()) != 0 {
 		t.Fatalf("an election without candidates: %v %v", resp, err)
+	}
+}
+
+// A membership writes under one of its shards: while it owns it, and
+// while it drains it after moved; not once it is released.
+func TestFenceWritesUnderAShard(t *testing.T) {
+	e := start(t)
+	ctx := ctxT(t)
+	req := func(member string) *batonv1.ShardsRequest {
+		return &batonv1.ShardsRequest{Group: "g", Count: 2, Member: member, Ttl: dur(10 * time.Second), DrainTimeout: dur(time.Minute)}
+	}
+	a := e.shards(ctx, req("a"))
+	ja := a.joined(t)
+	e.beat(t, ja.HoldId, time.Second)
+	owned := a.owned(t, 2)
+	data := "/" + e.ns + "/v1/data/"
+	onShard := func(holdID string, shard *uint32, key string) *batonv1.FenceRequest {
+		r := write("g-1", holdID, []kv{{data + key, "v"}})
+		r.GetWrite().Shard = shard
+		return r
+	}
+	one, five := uint32(1), uint32(5)
+	if hi, err := e.fence(ctx, onShard(ja.HoldId, &one, "a")); err != nil || hi != owned[1].Token {
+		t.Fatalf("a's write: %d %v, want mark %d", hi, err, owned[1].Token)
+	}
+	_, err := e.fence(ctx, onShard(ja.HoldId, nil, "x"))
+	wantCode(t, err, connect.CodeInvalidArgument, "write.shard")
+	_, err = e.fence(ctx, onShard(ja.HoldId, &five, "x"))
+	wantCode(t, err, connect.CodeInvalidArgument, "write.shard")
+	h := e.hold(ctx, &batonv1.HoldRequest{Names: []string{"l"}}).held(t)
+	_, err = e.fence(ctx, onShard(h.HoldId, &one, "x"))
+	wantCode(t, err, connect.CodeInvalidArgument, "write.shard")
+
+	b := e.shards(ctx, req("b"))
+	jb := b.joined(t)
+	e.beat(t, jb.HoldId, time.Second)
+	if m := a.next(t); m.GetMoved().GetShard() != 1 {
+		t.Fatalf("%v, want moved 1", m)
+	}
+	if _, err := e.fence(ctx, onShard(ja.HoldId, &one, "draining")); err != nil {
+		t.Fatalf("a write while draining: %v", err)
+	}
+	if err := e.drained(ctx, ja.HoldId, 1); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.fence(ctx, onShard(ja.HoldId, &one, "late"))
+	wantCode(t, err, connect.CodeFailedPrecondition, "write.shard")
+	ob := b.owned(t, 1)[1]
+	if hi, err := e.fence(ctx, onShard(jb.HoldId, &one, "b")); err != nil || hi != ob.Token {
+		t.Fatalf("b's write: %d %v, want mark %d", hi, err, ob.Token)
+	}
+	if _, ok := e.get(t, data+"x"); ok {
+		t.Fatal("a refused write was applied")
+	}
+	if _, ok := e.get(t, data+"late"); ok {
+		t.Fatal("a released shard's write was applied")
 	}
 }

@@ -477,6 +477,21 @@ func (m *membership) drained(id uint32) (string, error) {
 	return o.sh.Key(), nil
 }
 
+// owner is shard id, for a fenced write: one the member owns, or drains
+// after moved (its key still guards the write until it is released).
+func (m *membership) owner(id uint32) (*shard.Shard, error) {
+	if int64(id) >= int64(m.count) {
+		return nil, invalid("write.shard", "%d: the group's shards are 0 to %d", id, m.count-1)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o := m.owned[int(id)]
+	if o == nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("write.shard: this member does not own shard %d", id))
+	}
+	return o.sh, nil
+}
+
 func shardLost(sh *shard.Shard, cause error) *batonv1.ShardsResponse {
 	return &batonv1.ShardsResponse{Event: &batonv1.ShardsResponse_Lost{Lost: &batonv1.ShardEnded{
 		Shard: uint32(sh.ID()), Token: int64(sh.Token()), Cause: causeOf(cause),

@@ -14,6 +14,7 @@ import (
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/rwmutex"
 	"github.com/batonhq/baton/semaphore"
+	"github.com/batonhq/baton/shard"
 )
 
 // Heartbeat keeps a hold and returns its validity from this request's
@@ -81,7 +82,7 @@ func (s *Server) release(ctx context.Context, h *hold) error {
 // released before the call, of any kind.
 func notHeld(err error) bool {
 	return errors.Is(err, mutex.ErrNotHeld) || errors.Is(err, semaphore.ErrNotHeld) || errors.Is(err, rwmutex.ErrNotHeld) ||
-		errors.Is(err, election.ErrNotLeader)
+		errors.Is(err, election.ErrNotLeader) || errors.Is(err, shard.ErrNotHeld)
 }
 
 // holdOf finds a live hold by id, for its owner: NOT_FOUND for an unknown

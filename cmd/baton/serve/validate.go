@@ -192,6 +192,7 @@ type fenceSpec struct {
 
 type fencedWrite struct {
 	holdID  string
+	shard   *uint32 // a membership's shard; nil for a lock's or a term's hold
 	puts    []*batonv1.KeyValue
 	deletes []string
 }
@@ -217,7 +218,7 @@ func checkFence(req *batonv1.FenceRequest, defaultNS string) (fenceSpec, error) 
 		sp.token = fencing.Token(op.CheckToken)
 		return sp, nil
 	case *batonv1.FenceRequest_Write:
-		w := &fencedWrite{holdID: op.Write.GetHoldId(), puts: op.Write.GetPuts(), deletes: op.Write.GetDeletes()}
+		w := &fencedWrite{holdID: op.Write.GetHoldId(), shard: op.Write.Shard, puts: op.Write.GetPuts(), deletes: op.Write.GetDeletes()}
 		if len(w.holdID) != holdIDLen {
 			return sp, invalid("write.hold_id", "want the %d characters of a Held's hold_id", holdIDLen)
 		}

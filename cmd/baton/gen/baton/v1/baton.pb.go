@@ -2873,10 +2873,14 @@ func (*FenceRequest_Write) isFenceRequest_Op() {}
 
 // FencedWrite is a write under a hold.
 type FencedWrite struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	HoldId        string                 `protobuf:"bytes,1,opt,name=hold_id,json=holdId,proto3" json:"hold_id,omitempty"`
-	Puts          []*KeyValue            `protobuf:"bytes,2,rep,name=puts,proto3" json:"puts,omitempty"`
-	Deletes       []string               `protobuf:"bytes,3,rep,name=deletes,proto3" json:"deletes,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A Hold's, a Lead's, or a Shards membership's with shard.
+	HoldId  string      `protobuf:"bytes,1,opt,name=hold_id,json=holdId,proto3" json:"hold_id,omitempty"`
+	Puts    []*KeyValue `protobuf:"bytes,2,rep,name=puts,proto3" json:"puts,omitempty"`
+	Deletes []string    `protobuf:"bytes,3,rep,name=deletes,proto3" json:"deletes,omitempty"`
+	// With a membership's hold_id, the shard whose ownership and token guard
+	// the write: one the member owns, or drains after `moved`.
+	Shard         *uint32 `protobuf:"varint,4,opt,name=shard,proto3,oneof" json:"shard,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2930,6 +2934,13 @@ func (x *FencedWrite) GetDeletes() []string {
 		return x.Deletes
 	}
 	return nil
+}
+
+func (x *FencedWrite) GetShard() uint32 {
+	if x != nil && x.Shard != nil {
+		return *x.Shard
+	}
+	return 0
 }
 
 // KeyValue is one key and its value.
@@ -3208,11 +3219,13 @@ const file_baton_v1_baton_proto_rawDesc = "" +
 	"checkToken\x12-\n" +
 	"\x05write\x18\x04 \x01(\v2\x15.baton.v1.FencedWriteH\x00R\x05write\x12\x1a\n" +
 	"\bidentity\x18\x05 \x01(\tR\bidentityB\x04\n" +
-	"\x02op\"h\n" +
+	"\x02op\"\x8d\x01\n" +
 	"\vFencedWrite\x12\x17\n" +
 	"\ahold_id\x18\x01 \x01(\tR\x06holdId\x12&\n" +
 	"\x04puts\x18\x02 \x03(\v2\x12.baton.v1.KeyValueR\x04puts\x12\x18\n" +
-	"\adeletes\x18\x03 \x03(\tR\adeletes\"2\n" +
+	"\adeletes\x18\x03 \x03(\tR\adeletes\x12\x19\n" +
+	"\x05shard\x18\x04 \x01(\rH\x00R\x05shard\x88\x01\x01B\b\n" +
+	"\x06_shard\"2\n" +
 	"\bKeyValue\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\")\n" +
@@ -3435,6 +3448,7 @@ func file_baton_v1_baton_proto_init() {
 		(*FenceRequest_CheckToken)(nil),
 		(*FenceRequest_Write)(nil),
 	}
+	file_baton_v1_baton_proto_msgTypes[35].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
