@@ -7,6 +7,7 @@ import (
 
 	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
 	"github.com/batonhq/baton/mutex"
+	"github.com/batonhq/baton/shard"
 )
 
 // The service's own causes of a hold's end, beside the library's.
@@ -41,6 +42,8 @@ func causeOf(err error) batonv1.Cause {
 		return batonv1.Cause_CAUSE_VALIDITY_EXPIRED
 	case errors.Is(err, mutex.ErrSessionClosed):
 		return batonv1.Cause_CAUSE_SESSION_CLOSED
+	case errors.Is(err, shard.ErrMoved):
+		return batonv1.Cause_CAUSE_MOVED
 	}
 	return batonv1.Cause_CAUSE_UNSPECIFIED
 }

@@ -8,7 +8,12 @@
 // lock while its stream is open and its caller's heartbeats arrive. A Lead
 // stream is the same for a term of package election, on a lease of its
 // own (lead.go): leading first, end_requested while it leads, ended with
-// its cause (before the key is deleted) or resigned last.
+// its cause (before the key is deleted) or resigned last. A Shards stream
+// is a member of a shard group (package shard's Run, on a lease of its
+// own, shards.go): joined first, then owned, moved (released at Drained or
+// the drain deadline) and lost per shard, and ended last. Fence is
+// fencing.EtcdGuard: a token's admission, or a write under a hold in the
+// namespace's data prefix (fence.go).
 //
 // # Guarantees
 //
@@ -33,7 +38,8 @@
 //   - Every refusal of a field is INVALID_ARGUMENT naming it, before
 //     anything is written; RESOURCE_EXHAUSTED over --max-holds or
 //     --max-holds-per-identity; PERMISSION_DENIED when the policy does not
-//     list the identity, with nothing written.
+//     list the identity, or a fenced write names a key outside the
+//     namespace's data prefix, with nothing written.
 //
 // Not guaranteed: that a caller stops in time (a process can pause after
 // checking; fencing covers it), nor the deadlines under clocks whose rates

@@ -45,13 +45,16 @@ import (
 // lost is always sent before the key is deleted, and from the moment a
 // hold ends no heartbeat extends it.
 
-// hold is one acquisition of a Hold stream.
+// hold is one acquisition of a Hold or Lead stream, or a Shards stream's
+// membership: what Heartbeat and Release find by its hold_id.
 type hold struct {
 	id        string
 	principal string        // who may heartbeat and release it besides the hold_id ("" for anyone)
 	budget    time.Duration // how long after a heartbeat's arrival the server keeps the hold
 	abandon   bool          // a lock-delay: ends other than Release are losses
-	lock      *acquired
+	lock      *acquired     // nil for a shard membership
+	members   *membership   // a Shards stream's membership; nil for a lock or a term
+	identity  string        // the identity the policy let in
 	ns        string
 	names     []string
 
@@ -76,11 +79,25 @@ func heartbeatInterval(ttl time.Duration) time.Duration { return ttl / 5 }
 // library keeps between its deadline and the lease's expiry.
 func budgetOf(ttl time.Duration) time.Duration { return ttl - ttl/5 }
 
+// liveness is what a hold lives on besides its heartbeats: the library's
+// deadline and Context (a lock's or a term's; a membership's, shards.go).
+type liveness interface {
+	Deadline() time.Time
+	Context() context.Context
+}
+
+func (h *hold) live() liveness {
+	if h.members != nil {
+		return h.members
+	}
+	return h.lock
+}
+
 // validUntil is the hold's validity deadline on the server: the earlier of
 // the heartbeat deadline and the library's (the lease's), so never later
 // than the library's. Called with h.mu held.
 func (h *hold) validUntil() time.Time {
-	if d := h.lock.Deadline(); d.Before(h.beatBy) {
+	if d := h.live().Deadline(); d.Before(h.beatBy) {
 		return d
 	}
 	return h.beatBy
@@ -96,8 +113,8 @@ func (h *hold) beat(now time.Time) (time.Duration, error) {
 		return 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the hold ended: %w", h.cause))
 	case !now.Before(h.beatBy):
 		return 0, connect.NewError(connect.CodeFailedPrecondition, errHeartbeatTimeout)
-	case h.lock.Context().Err() != nil:
-		return 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the hold is lost: %w", context.Cause(h.lock.Context())))
+	case h.live().Context().Err() != nil:
+		return 0, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the hold is lost: %w", context.Cause(h.live().Context())))
 	}
 	h.beatBy = now.Add(h.budget)
 	return h.validUntil().Sub(now), nil
@@ -158,7 +175,7 @@ func (s *Server) Hold(ctx context.Context, req *connect.Request[batonv1.HoldRequ
 		return err
 	}
 	h := &hold{
-		id: newHoldID(), principal: c.principal(), budget: budgetOf(sp.ttl), abandon: sp.lockDelay > 0, lock: lk, ns: sp.namespace, names: sp.names,
+		id: newHoldID(), principal: c.principal(), budget: budgetOf(sp.ttl), abandon: sp.lockDelay > 0, lock: lk, identity: identity, ns: sp.namespace, names: sp.names,
 		release: make(chan struct{}), ended: make(chan struct{}),
 	}
 	s.holds.add(h)

@@ -2,7 +2,6 @@ package serve
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"connectrpc.com/connect"
@@ -12,47 +11,80 @@ import (
 	"github.com/batonhq/baton/cmd/baton/cmdutil"
 	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
 	"github.com/batonhq/baton/cmd/baton/keyspace"
+	"github.com/batonhq/baton/election"
 	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/shard"
 )
 
-// Inspect says who holds what. The locks of a namespace are read as
-// `baton locks` reads them (package keyspace); elections and shard groups
-// are not served yet.
+// Inspect says who holds what, read as the CLI reads it: the locks of a
+// namespace as `baton locks` (package keyspace), an election's leader and
+// candidates as `baton candidates` (the leader first), a shard group as
+// `baton shards` (every shard, an unowned one without a member). It reads
+// only: any level of the namespace policy may.
 func (s *Server) Inspect(ctx context.Context, req *connect.Request[batonv1.InspectRequest]) (*connect.Response[batonv1.InspectResponse], error) {
 	ns := req.Msg.GetNamespace()
 	if err := checkNamespace(&ns, s.cfg.Namespace); err != nil {
 		return nil, err
 	}
-	var prefix string
+	var read func(context.Context, string) (*batonv1.InspectResponse, error)
 	switch t := req.Msg.GetTarget().(type) {
 	case *batonv1.InspectRequest_LocksPrefix:
-		prefix = t.LocksPrefix
-		if len(prefix) > keys.MaxNameBytes {
-			return nil, invalid("locks_prefix", "%d bytes, at most %d", len(prefix), keys.MaxNameBytes)
+		if len(t.LocksPrefix) > keys.MaxNameBytes {
+			return nil, invalid("locks_prefix", "%d bytes, at most %d", len(t.LocksPrefix), keys.MaxNameBytes)
 		}
-	case nil:
-		return nil, invalid("target", "name one: locks_prefix, election or shard_group")
+		read = func(ctx context.Context, ns string) (*batonv1.InspectResponse, error) {
+			return s.inspectLocks(ctx, ns, t.LocksPrefix)
+		}
+	case *batonv1.InspectRequest_Election:
+		if err := keys.ValidateName("election", t.Election); err != nil {
+			return nil, invalid("election", "%v", unwrapInvalid(err))
+		}
+		read = func(ctx context.Context, ns string) (*batonv1.InspectResponse, error) {
+			return s.inspectElection(ctx, ns, t.Election)
+		}
+	case *batonv1.InspectRequest_ShardGroup:
+		if err := keys.ValidateName("shard_group", t.ShardGroup); err != nil {
+			return nil, invalid("shard_group", "%v", unwrapInvalid(err))
+		}
+		read = func(ctx context.Context, ns string) (*batonv1.InspectResponse, error) {
+			return s.inspectShards(ctx, ns, t.ShardGroup)
+		}
 	default:
-		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("target: only locks_prefix is served yet"))
+		return nil, invalid("target", "name one: locks_prefix, election or shard_group")
 	}
-	c := callerOf(ctx)
-	identity, err := c.identity("")
+	identity, err := callerOf(ctx).identity("")
 	if err != nil {
 		return nil, err
 	}
 	if err := s.policy.authorize(ns, identity, observe); err != nil {
 		return nil, err
 	}
+	out, err := read(ctx, ns)
+	if err != nil {
+		return nil, etcdError(err)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// etcdError is the error of a call whose read or write etcd refused or
+// did not answer: PERMISSION_DENIED when it refused the server's user,
+// else UNAVAILABLE.
+func etcdError(err error) error {
+	code := connect.CodeUnavailable
+	if cmdutil.IsPermissionDenied(err) {
+		code = connect.CodePermissionDenied
+	}
+	return connect.NewError(code, err)
+}
+
+// inspectLocks is `baton locks` of the locks whose names start with prefix.
+func (s *Server) inspectLocks(ctx context.Context, ns, prefix string) (*batonv1.InspectResponse, error) {
 	rows, err := keyspace.ListLocks(ctx, s.cli, ns, prefix)
 	if err == nil {
 		err = keyspace.FillReleases(ctx, s.cli, ns, rows)
 	}
 	if err != nil {
-		code := connect.CodeUnavailable
-		if cmdutil.IsPermissionDenied(err) {
-			code = connect.CodePermissionDenied
-		}
-		return nil, connect.NewError(code, err)
+		return nil, err
 	}
 	held := make(map[keys.Kind]map[string]time.Time)
 	for _, k := range []keys.Kind{keys.Lock, keys.Semaphore, keys.RWLock} {
@@ -78,7 +110,45 @@ func (s *Server) Inspect(ctx context.Context, req *connect.Request[batonv1.Inspe
 		}
 		out.Locks = append(out.Locks, li)
 	}
-	return connect.NewResponse(out), nil
+	return out, nil
+}
+
+// inspectElection is `baton candidates`: the leader first (also in
+// leader), then the candidates in the election's order, each with its
+// lease's time left.
+func (s *Server) inspectElection(ctx context.Context, ns, name string) (*batonv1.InspectResponse, error) {
+	el, err := election.New(s.cli, name, election.WithNamespace(ns))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = el.Close() }()
+	cands, err := el.Candidates(ctx)
+	if err != nil {
+		return nil, err
+	}
+	info := &batonv1.ElectionInfo{Name: name}
+	for _, c := range cands {
+		ct := &batonv1.Contender{Key: c.Key, Token: int64(c.Token), Lease: int64(c.LeaseID), Value: c.Value, Ttl: durationpb.New(c.TTL)}
+		if c.Leader {
+			info.Leader = ct
+		}
+		info.Candidates = append(info.Candidates, ct)
+	}
+	return &batonv1.InspectResponse{Election: info}, nil
+}
+
+// inspectShards is `baton shards`: one owner per shard (index = shard,
+// no member when unowned) and the live members, at one revision.
+func (s *Server) inspectShards(ctx context.Context, ns, group string) (*batonv1.InspectResponse, error) {
+	st, err := shard.Inspect(ctx, s.cli, group, shard.WithNamespace(ns))
+	if err != nil {
+		return nil, err
+	}
+	info := &batonv1.ShardGroupInfo{Group: group, Count: uint32(len(st.Owners)), Members: st.Members}
+	for _, o := range st.Owners {
+		info.Owners = append(info.Owners, &batonv1.ShardOwner{Shard: uint32(o.Shard), Member: o.Member, Token: int64(o.Token), Key: o.Key})
+	}
+	return &batonv1.InspectResponse{Revision: st.Revision, ShardGroup: info}, nil
 }
 
 func kindOf(r keyspace.LockRow) batonv1.LockKind {

@@ -63,7 +63,7 @@ func (s *Server) Lead(ctx context.Context, req *connect.Request[batonv1.LeadRequ
 		return err
 	}
 	h := &hold{
-		id: newHoldID(), principal: c.principal(), budget: budgetOf(sp.ttl), lock: t.acquired, ns: sp.namespace, names: []string{sp.name},
+		id: newHoldID(), principal: c.principal(), budget: budgetOf(sp.ttl), lock: t.acquired, identity: identity, ns: sp.namespace, names: []string{sp.name},
 		release: make(chan struct{}), ended: make(chan struct{}), transfers: make(chan transferRequest),
 	}
 	s.holds.add(h)
@@ -319,7 +319,7 @@ func (s *Server) termOf(ctx context.Context, id string) (*hold, error) {
 		return nil, err
 	}
 	if h.transfers == nil {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("hold_id: a lock's hold, not a term: Release it"))
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("hold_id: not a term's hold: Release it"))
 	}
 	return h, nil
 }

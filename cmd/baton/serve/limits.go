@@ -7,7 +7,7 @@ import (
 	"connectrpc.com/connect"
 )
 
-// limits bounds the Hold and Lead streams, waiting or holding: --max-holds for the
+// limits bounds the Hold, Lead and Shards streams, waiting or holding: --max-holds for the
 // server, --max-holds-per-identity for one caller. A stream over either is
 // refused with RESOURCE_EXHAUSTED before anything is asked of etcd.
 type limits struct {

@@ -17,13 +17,13 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		holds: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "baton_serve_holds", Help: "Hold and Lead streams open, by state (waiting, held).",
+			Name: "baton_serve_holds", Help: "Hold, Lead and Shards streams open, by state (waiting, held).",
 		}, []string{"state"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "baton_serve_hold_requests_total", Help: "Hold and Lead requests by result (held, refused, busy, timeout, canceled, error).",
+			Name: "baton_serve_hold_requests_total", Help: "Hold, Lead and Shards requests by result (held, refused, busy, timeout, canceled, error).",
 		}, []string{"result"}),
 		ended: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "baton_serve_holds_ended_total", Help: "Holds and terms ended, by cause (released, stream_closed, heartbeat_timeout, key_gone, ...).",
+			Name: "baton_serve_holds_ended_total", Help: "Holds, terms and shard memberships ended, by cause (released, stream_closed, heartbeat_timeout, key_gone, ...).",
 		}, []string{"cause"}),
 		heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "baton_serve_heartbeats_total", Help: "Heartbeats by result (ok, lost, unknown).",

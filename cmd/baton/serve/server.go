@@ -29,8 +29,8 @@ type Config struct {
 	Namespace string
 	// MaxTTL caps a hold's TTL (default mutex.DefaultMaxTTL).
 	MaxTTL time.Duration
-	// MaxHolds and MaxHoldsPerIdentity bound the Hold and Lead streams open,
-	// waiting or holding (defaults 10,000 and 1,000).
+	// MaxHolds and MaxHoldsPerIdentity bound the Hold, Lead and Shards
+	// streams open, waiting or holding (defaults 10,000 and 1,000).
 	MaxHolds, MaxHoldsPerIdentity int
 	// Policy, when PolicyFile is set, is checked on every call.
 	Policy     rbac.Policy
@@ -52,8 +52,8 @@ type hooks struct {
 	releaseWaiting func(id string)
 }
 
-// Server serves the BatonService. Unimplemented calls answer
-// UNIMPLEMENTED.
+// Server serves the BatonService: every call of the API (the embedded
+// handler answers UNIMPLEMENTED only for calls a later API adds).
 type Server struct {
 	batonv1connect.UnimplementedBatonServiceHandler
 
@@ -72,7 +72,7 @@ type Server struct {
 	stop     context.CancelCauseFunc
 	mu       sync.Mutex // guards stopping and wg.Add
 	stopping bool
-	wg       sync.WaitGroup // Hold streams in flight
+	wg       sync.WaitGroup // streams in flight
 }
 
 // MaxRequestBytes bounds a request message: a set's 127 names of 256 bytes
@@ -129,7 +129,7 @@ func (s *Server) Handler() http.Handler {
 	return withCaller(mux)
 }
 
-// enter counts a Hold stream in, unless Shutdown began.
+// enter counts a stream in, unless Shutdown began.
 func (s *Server) enter() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

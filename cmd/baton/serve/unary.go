@@ -14,6 +14,7 @@ import (
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/rwmutex"
 	"github.com/batonhq/baton/semaphore"
+	"github.com/batonhq/baton/shard"
 )
 
 // Heartbeat keeps a hold and returns its validity from this request's
@@ -70,11 +71,18 @@ func (s *Server) release(ctx context.Context, h *hold) error {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the hold ended before the release: %w", cause))
 	case err == nil:
 		return nil
-	case errors.Is(err, mutex.ErrNotHeld), errors.Is(err, semaphore.ErrNotHeld), errors.Is(err, rwmutex.ErrNotHeld), errors.Is(err, election.ErrNotLeader):
+	case notHeld(err):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	default:
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("the key will be deleted in the background: %w", err))
 	}
+}
+
+// notHeld reports the library's error of an acquisition that was lost or
+// released before the call, of any kind.
+func notHeld(err error) bool {
+	return errors.Is(err, mutex.ErrNotHeld) || errors.Is(err, semaphore.ErrNotHeld) || errors.Is(err, rwmutex.ErrNotHeld) ||
+		errors.Is(err, election.ErrNotLeader) || errors.Is(err, shard.ErrNotHeld)
 }
 
 // holdOf finds a live hold by id, for its owner: NOT_FOUND for an unknown

@@ -11,10 +11,12 @@ import (
 
 	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
 	"github.com/batonhq/baton/election"
+	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/semaphore"
+	"github.com/batonhq/baton/shard"
 )
 
 // Every field of a request is checked here, before anything else is done
@@ -177,6 +179,143 @@ func checkLead(req *batonv1.LeadRequest, defaultNS string, maxTTL time.Duration)
 		}
 	}
 	return sp, nil
+}
+
+// fenceSpec is a checked FenceRequest: a token to admit, or a write.
+type fenceSpec struct {
+	namespace string
+	resource  string
+	token     fencing.Token
+	write     *fencedWrite
+	identity  string // "" for the caller's default (a write: its hold's)
+}
+
+type fencedWrite struct {
+	holdID  string
+	shard   *uint32 // a membership's shard; nil for a lock's or a term's hold
+	puts    []*batonv1.KeyValue
+	deletes []string
+}
+
+// checkFence validates req; whether the write's keys are the caller's to
+// write is Fence's to say (PERMISSION_DENIED).
+func checkFence(req *batonv1.FenceRequest, defaultNS string) (fenceSpec, error) {
+	sp := fenceSpec{namespace: req.GetNamespace(), resource: req.GetResource()}
+	if err := checkNamespace(&sp.namespace, defaultNS); err != nil {
+		return sp, err
+	}
+	if err := keys.ValidateName("resource", sp.resource); err != nil {
+		return sp, invalid("resource", "%v", unwrapInvalid(err))
+	}
+	if err := checkIdentity(&sp.identity, req.GetIdentity()); err != nil {
+		return sp, err
+	}
+	switch op := req.GetOp().(type) {
+	case *batonv1.FenceRequest_CheckToken:
+		if op.CheckToken <= 0 {
+			return sp, invalid("check_token", "%d: a token is a key's CreateRevision, at least 1", op.CheckToken)
+		}
+		sp.token = fencing.Token(op.CheckToken)
+		return sp, nil
+	case *batonv1.FenceRequest_Write:
+		w := &fencedWrite{holdID: op.Write.GetHoldId(), shard: op.Write.Shard, puts: op.Write.GetPuts(), deletes: op.Write.GetDeletes()}
+		if len(w.holdID) != holdIDLen {
+			return sp, invalid("write.hold_id", "want the %d characters of a Held's hold_id", holdIDLen)
+		}
+		switch n := len(w.puts) + len(w.deletes); {
+		case n == 0:
+			return sp, invalid("write", "no puts and no deletes")
+		case n > maxFencedOps:
+			return sp, invalid("write", "%d puts and deletes, at most %d in one write", n, maxFencedOps)
+		}
+		seen := make(map[string]string, len(w.puts)+len(w.deletes))
+		check := func(field, key string) error {
+			switch {
+			case key == "":
+				return invalid(field, "a key must not be empty")
+			case len(key) > maxKeyBytes:
+				return invalid(field, "a key of %d bytes, at most %d", len(key), maxKeyBytes)
+			}
+			if other, dup := seen[key]; dup {
+				return invalid(field, "the same key as %s: etcd writes a key once a transaction", other)
+			}
+			seen[key] = field
+			return nil
+		}
+		for i, kv := range w.puts {
+			if err := check(fmt.Sprintf("write.puts[%d].key", i), kv.GetKey()); err != nil {
+				return sp, err
+			}
+		}
+		for i, k := range w.deletes {
+			if err := check(fmt.Sprintf("write.deletes[%d]", i), k); err != nil {
+				return sp, err
+			}
+		}
+		sp.write = w
+		return sp, nil
+	}
+	return sp, invalid("op", "name one: check_token or write")
+}
+
+// shardsSpec is a checked ShardsRequest.
+type shardsSpec struct {
+	namespace string
+	group     string
+	count     int
+	member    string
+	ttl       time.Duration
+	drain     time.Duration
+	identity  string // "" for the caller's default
+}
+
+// checkShards validates req against the server's settings.
+func checkShards(req *batonv1.ShardsRequest, defaultNS string, maxTTL time.Duration) (shardsSpec, error) {
+	sp := shardsSpec{namespace: req.GetNamespace(), group: req.GetGroup(), member: req.GetMember()}
+	if err := checkNamespace(&sp.namespace, defaultNS); err != nil {
+		return sp, err
+	}
+	if err := keys.ValidateName("group", sp.group); err != nil {
+		return sp, invalid("group", "%v", unwrapInvalid(err))
+	}
+	if c := req.GetCount(); c < 1 || c > shard.MaxCount {
+		return sp, invalid("count", "%d: a group has 1 to %d shards", c, shard.MaxCount)
+	}
+	sp.count = int(req.GetCount())
+	if err := keys.ValidateName("member", sp.member); err != nil {
+		return sp, invalid("member", "%v", unwrapInvalid(err))
+	}
+	var err error
+	if sp.ttl, err = duration("ttl", req.GetTtl()); err != nil {
+		return sp, err
+	}
+	if err := checkTTL(&sp.ttl, maxTTL); err != nil {
+		return sp, err
+	}
+	if sp.drain, err = duration("drain_timeout", req.GetDrainTimeout()); err != nil {
+		return sp, err
+	}
+	switch d := sp.drain; {
+	case d == 0:
+		sp.drain = shard.DefaultDrainTimeout
+	case d < 0:
+		return sp, invalid("drain_timeout", "%v: must not be negative", d)
+	case d > shard.MaxDrainTimeout:
+		return sp, invalid("drain_timeout", "%v: at most %v", d, shard.MaxDrainTimeout)
+	}
+	return sp, checkIdentity(&sp.identity, req.GetIdentity())
+}
+
+// checkIdentity checks an optional identity as a name.
+func checkIdentity(dst *string, id string) error {
+	if id == "" {
+		return nil
+	}
+	if err := keys.ValidateName("identity", id); err != nil {
+		return invalid("identity", "%v", unwrapInvalid(err))
+	}
+	*dst = id
+	return nil
 }
 
 // maxKeyBytes bounds a candidate key given as Transfer's to: an

@@ -1766,7 +1766,11 @@ type ShardsRequest struct {
 	Member string               `protobuf:"bytes,4,opt,name=member,proto3" json:"member,omitempty"`
 	Ttl    *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// How long a moved shard waits for Drained before it is released.
-	DrainTimeout  *durationpb.Duration `protobuf:"bytes,6,opt,name=drain_timeout,json=drainTimeout,proto3" json:"drain_timeout,omitempty"`
+	DrainTimeout *durationpb.Duration `protobuf:"bytes,6,opt,name=drain_timeout,json=drainTimeout,proto3" json:"drain_timeout,omitempty"`
+	// The member's identity, written in its key next to the count and
+	// checked against the policy (default: the member's name). With mTLS it
+	// is the client certificate's CN, and another value is refused.
+	Identity      string `protobuf:"bytes,7,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1841,6 +1845,13 @@ func (x *ShardsRequest) GetDrainTimeout() *durationpb.Duration {
 		return x.DrainTimeout
 	}
 	return nil
+}
+
+func (x *ShardsRequest) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
 }
 
 // ShardsResponse is one event of a membership.
@@ -2756,7 +2767,11 @@ type FenceRequest struct {
 	//
 	//	*FenceRequest_CheckToken
 	//	*FenceRequest_Write
-	Op            isFenceRequest_Op `protobuf_oneof:"op"`
+	Op isFenceRequest_Op `protobuf_oneof:"op"`
+	// Who checks a token, checked against the policy (as
+	// HoldRequest.identity). A write is its hold's identity's: another
+	// value is refused.
+	Identity      string `protobuf:"bytes,5,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2830,6 +2845,13 @@ func (x *FenceRequest) GetWrite() *FencedWrite {
 	return nil
 }
 
+func (x *FenceRequest) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
 type isFenceRequest_Op interface {
 	isFenceRequest_Op()
 }
@@ -2851,10 +2873,14 @@ func (*FenceRequest_Write) isFenceRequest_Op() {}
 
 // FencedWrite is a write under a hold.
 type FencedWrite struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	HoldId        string                 `protobuf:"bytes,1,opt,name=hold_id,json=holdId,proto3" json:"hold_id,omitempty"`
-	Puts          []*KeyValue            `protobuf:"bytes,2,rep,name=puts,proto3" json:"puts,omitempty"`
-	Deletes       []string               `protobuf:"bytes,3,rep,name=deletes,proto3" json:"deletes,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A Hold's, a Lead's, or a Shards membership's with shard.
+	HoldId  string      `protobuf:"bytes,1,opt,name=hold_id,json=holdId,proto3" json:"hold_id,omitempty"`
+	Puts    []*KeyValue `protobuf:"bytes,2,rep,name=puts,proto3" json:"puts,omitempty"`
+	Deletes []string    `protobuf:"bytes,3,rep,name=deletes,proto3" json:"deletes,omitempty"`
+	// With a membership's hold_id, the shard whose ownership and token guard
+	// the write: one the member owns, or drains after `moved`.
+	Shard         *uint32 `protobuf:"varint,4,opt,name=shard,proto3,oneof" json:"shard,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2908,6 +2934,13 @@ func (x *FencedWrite) GetDeletes() []string {
 		return x.Deletes
 	}
 	return nil
+}
+
+func (x *FencedWrite) GetShard() uint32 {
+	if x != nil && x.Shard != nil {
+		return *x.Shard
+	}
+	return 0
 }
 
 // KeyValue is one key and its value.
@@ -3105,14 +3138,15 @@ const file_baton_v1_baton_proto_rawDesc = "" +
 	"\x05lease\x18\x03 \x01(\x03R\x05lease\x12\x1a\n" +
 	"\bidentity\x18\x04 \x01(\tR\bidentity\x12+\n" +
 	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x14\n" +
-	"\x05value\x18\x06 \x01(\tR\x05value\"\xde\x01\n" +
+	"\x05value\x18\x06 \x01(\tR\x05value\"\xfa\x01\n" +
 	"\rShardsRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\rR\x05count\x12\x16\n" +
 	"\x06member\x18\x04 \x01(\tR\x06member\x12+\n" +
 	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12>\n" +
-	"\rdrain_timeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\fdrainTimeout\"\xf5\x01\n" +
+	"\rdrain_timeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\fdrainTimeout\x12\x1a\n" +
+	"\bidentity\x18\a \x01(\tR\bidentity\"\xf5\x01\n" +
 	"\x0eShardsResponse\x12*\n" +
 	"\x06joined\x18\x01 \x01(\v2\x10.baton.v1.JoinedH\x00R\x06joined\x12,\n" +
 	"\x05owned\x18\x02 \x01(\v2\x14.baton.v1.ShardOwnedH\x00R\x05owned\x12,\n" +
@@ -3177,18 +3211,21 @@ const file_baton_v1_baton_proto_rawDesc = "" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x16\n" +
 	"\x06member\x18\x02 \x01(\tR\x06member\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x03R\x05token\x12\x10\n" +
-	"\x03key\x18\x04 \x01(\tR\x03key\"\xa0\x01\n" +
+	"\x03key\x18\x04 \x01(\tR\x03key\"\xbc\x01\n" +
 	"\fFenceRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\bresource\x18\x02 \x01(\tR\bresource\x12!\n" +
 	"\vcheck_token\x18\x03 \x01(\x03H\x00R\n" +
 	"checkToken\x12-\n" +
-	"\x05write\x18\x04 \x01(\v2\x15.baton.v1.FencedWriteH\x00R\x05writeB\x04\n" +
-	"\x02op\"h\n" +
+	"\x05write\x18\x04 \x01(\v2\x15.baton.v1.FencedWriteH\x00R\x05write\x12\x1a\n" +
+	"\bidentity\x18\x05 \x01(\tR\bidentityB\x04\n" +
+	"\x02op\"\x8d\x01\n" +
 	"\vFencedWrite\x12\x17\n" +
 	"\ahold_id\x18\x01 \x01(\tR\x06holdId\x12&\n" +
 	"\x04puts\x18\x02 \x03(\v2\x12.baton.v1.KeyValueR\x04puts\x12\x18\n" +
-	"\adeletes\x18\x03 \x03(\tR\adeletes\"2\n" +
+	"\adeletes\x18\x03 \x03(\tR\adeletes\x12\x19\n" +
+	"\x05shard\x18\x04 \x01(\rH\x00R\x05shard\x88\x01\x01B\b\n" +
+	"\x06_shard\"2\n" +
 	"\bKeyValue\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\")\n" +
@@ -3411,6 +3448,7 @@ func file_baton_v1_baton_proto_init() {
 		(*FenceRequest_CheckToken)(nil),
 		(*FenceRequest_Write)(nil),
 	}
+	file_baton_v1_baton_proto_msgTypes[35].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -1,0 +1,499 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/batonhq/baton/cmd/baton/cmdutil"
+	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
+	"github.com/batonhq/baton/cmd/baton/keyspace"
+	"github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/shard"
+)
+
+// A Shards stream is a member of a shard group (package shard's Run, on a
+// lease of its own), held as a Hold is: the same checks, limits,
+// heartbeats and validity (the table in hold.go), with these states:
+//
+//	state    event                                   action, next state
+//	-------  --------------------------------------  ------------------------------------------
+//	joining  the member's key is in etcd             send joined, member
+//	joining  another count / the name runs already   FAILED_PRECONDITION / ALREADY_EXISTS, end
+//	joining  stream closed / server shutting down    CANCELED / UNAVAILABLE, end (no key left)
+//	member   a shard is taken                        send owned (token, key)
+//	member   a shard must move (ErrMoved)            send moved (drain_deadline); release it at
+//	                                                 Drained, or at the deadline
+//	member   a shard's lease may be lost (ErrLost)   send lost (before the lease can expire)
+//	member   heartbeat deadline passed / shutdown    send lost per shard, leave, send ended
+//	member   Release                                 send lost (RELEASED) per shard, leave, send ended
+//	member   stream closed                           leave
+//
+// Leaving is Run's: the member's key first, then every shard's key. A
+// lost is always sent before the shard's key is deleted; once the end
+// began nothing more is sent of shards.
+
+// Shards joins a shard group as a member while the stream is open and
+// heartbeats arrive.
+func (s *Server) Shards(ctx context.Context, req *connect.Request[batonv1.ShardsRequest], stream *connect.ServerStream[batonv1.ShardsResponse]) error {
+	arrival := time.Now()
+	sp, err := checkShards(req.Msg, s.cfg.Namespace, s.cfg.MaxTTL)
+	if err != nil {
+		s.metrics.requests.WithLabelValues("refused").Inc()
+		return err
+	}
+	c := callerOf(ctx)
+	identity, leave, err := s.admit(c, sp.namespace, memberIdentity(c, sp))
+	if err != nil {
+		return err
+	}
+	defer leave()
+	sess, err := s.sessions.own(sp.ttl)
+	if err != nil {
+		return connect.NewError(connect.CodeUnavailable, err)
+	}
+	closeSess := sync.OnceValue(sess.Close)
+	defer func() { _ = closeSess() }()
+	g, err := shard.New(s.cli, sp.group, sp.count, shard.WithSession(sess), shard.WithNamespace(sp.namespace),
+		shard.WithIdentity(identity), shard.WithDrainTimeout(sp.drain), shard.WithMetricLabel("serve"))
+	if err != nil {
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	defer func() { _ = g.Close() }()
+
+	m := newMembership(stream, sp, s.recordShard)
+	defer m.stop(errStreamClosed)
+	runCtx, cancelRun := context.WithCancelCause(context.Background())
+	defer cancelRun(nil)
+	runDone := make(chan error, 1)
+	go func() { runDone <- g.Run(runCtx, sp.member, m.work) }()
+	// waitRun waits for Run to leave; if etcd keeps it (an outage), the
+	// lease's revocation deletes what is left.
+	waitRun := func() error {
+		t := time.NewTimer(5 * time.Second)
+		defer t.Stop()
+		select {
+		case err := <-runDone:
+			return err
+		case <-t.C:
+			_ = closeSess()
+			return <-runDone
+		}
+	}
+
+	s.metrics.holds.WithLabelValues("waiting").Inc()
+	err = s.join(ctx, sess.Lease, g.Prefix()+"m/"+keys.Escape(sp.member), runDone)
+	s.metrics.holds.WithLabelValues("waiting").Dec()
+	if err != nil {
+		m.stop(err)
+		var runErr error
+		if !errors.As(err, new(runEnded)) {
+			cancelRun(err)
+			runErr = waitRun()
+		}
+		return s.joinRefused(ctx, err, runErr)
+	}
+	s.metrics.requests.WithLabelValues("held").Inc()
+	h := &hold{
+		id: newHoldID(), principal: c.principal(), budget: budgetOf(sp.ttl), members: m, identity: identity, ns: sp.namespace, names: []string{sp.group},
+		release: make(chan struct{}), ended: make(chan struct{}),
+	}
+	s.holds.add(h)
+	defer s.holds.remove(h.id)
+	s.metrics.holds.WithLabelValues("held").Inc()
+	defer s.metrics.holds.WithLabelValues("held").Dec()
+	h.mu.Lock()
+	h.beatBy = time.Now().Add(h.budget)
+	until := h.validUntil()
+	h.mu.Unlock()
+
+	end := func(cause error, ran bool, runErr error) error {
+		cause = h.markEnded(cause)
+		tell := !errors.Is(cause, errStreamClosed)
+		m.finish(cause, tell)
+		m.stop(cause)
+		if s.cfg.hooks != nil && s.cfg.hooks.beforeUnlock != nil {
+			s.cfg.hooks.beforeUnlock(h.id, cause)
+		}
+		if !ran {
+			cancelRun(cause)
+			runErr = waitRun()
+		}
+		if errors.Is(runErr, context.Canceled) || errors.Is(runErr, shard.ErrClosed) {
+			runErr = nil // left as asked
+		}
+		h.endErr = runErr
+		close(h.ended)
+		if tell {
+			_ = stream.Send(&batonv1.ShardsResponse{Event: &batonv1.ShardsResponse_Ended{Ended: &batonv1.Lost{Cause: causeOf(cause), Message: cause.Error()}}})
+		}
+		s.metrics.ended.WithLabelValues(causeLabel(causeOf(cause))).Inc()
+		s.log.Debug("membership ended", zap.String("hold_id", h.id), zap.String("group", sp.group), zap.String("member", sp.member),
+			zap.String("cause", causeLabel(causeOf(cause))), zap.Error(runErr))
+		return nil
+	}
+	if err := m.join(&batonv1.Joined{HoldId: h.id, HeartbeatInterval: durationpb.New(heartbeatInterval(sp.ttl)),
+		Validity: durationpb.New(until.Sub(arrival))}); err != nil {
+		return end(errStreamClosed, false, nil)
+	}
+	timer := time.NewTimer(time.Until(until))
+	defer timer.Stop()
+	for {
+		select {
+		case err := <-runDone:
+			if err == nil {
+				err = errors.New("Run returned")
+			}
+			return end(fmt.Errorf("the member stopped: %w", err), true, err)
+		case <-timer.C:
+			left, expired := h.beatExpired(time.Now())
+			if !expired {
+				timer.Reset(left)
+				continue
+			}
+			return end(errHeartbeatTimeout, false, nil)
+		case <-h.release:
+			return end(errReleasedByCaller, false, nil)
+		case <-ctx.Done():
+			return end(errStreamClosed, false, nil)
+		case <-s.stopCtx.Done():
+			return end(errServerShutdown, false, nil)
+		}
+	}
+}
+
+// recordShard writes, through the shard's guarded transaction, the
+// acquisition record `baton shards` shows as "held for", on the
+// membership's lease (as `baton shard` does): it goes with the lease.
+func (s *Server) recordShard(ctx context.Context, ns, group string, sh *shard.Shard) {
+	keyspace.RecordHeld(ctx, sh.Txn, keyspace.HeldPut(ns, keys.Shard, keyspace.ShardHeldName(group, sh.ID()), sh.Lease(), sh.Acquired()))
+}
+
+// memberIdentity is the identity a membership asks for: the request's;
+// by default the transport's when it proves one (mTLS, a Unix socket),
+// else the member's name.
+func memberIdentity(c caller, sp shardsSpec) string {
+	if sp.identity != "" || c.principal() != "" {
+		return sp.identity
+	}
+	return sp.member
+}
+
+// runEnded is Run's error before the member joined.
+type runEnded struct{ err error }
+
+func (r runEnded) Error() string { return r.err.Error() }
+func (r runEnded) Unwrap() error { return r.err }
+
+// join waits until the member's key is in etcd on the membership's lease
+// (Run joined), Run ends (runEnded), the stream closes or the server
+// shuts down.
+func (s *Server) join(ctx context.Context, lease func() clientv3.LeaseID, key string, runDone <-chan error) error {
+	jctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer context.AfterFunc(s.stopCtx, func() { cancel(errServerShutdown) })()
+	found := make(chan error, 1)
+	go func() {
+		found <- s.awaitKey(jctx, key, func(kv *mvccpb.KeyValue) bool { return kv != nil && kv.Lease != 0 && kv.Lease == int64(lease()) })
+	}()
+	select {
+	case err := <-found:
+		if err != nil && jctx.Err() != nil {
+			return context.Cause(jctx)
+		}
+		return err
+	case err := <-runDone:
+		cancel(nil)
+		<-found
+		if err == nil {
+			err = errors.New("Run returned")
+		}
+		return runEnded{err}
+	}
+}
+
+// joinRefused is the error of a membership that ended before it joined:
+// err is join's, runErr Run's once told to stop.
+func (s *Server) joinRefused(ctx context.Context, err, runErr error) error {
+	result, code := "error", connect.CodeUnavailable
+	switch {
+	case errors.Is(err, shard.ErrCountMismatch):
+		result, code, err = "refused", connect.CodeFailedPrecondition, fmt.Errorf("count: %w", err)
+	case errors.Is(err, shard.ErrDuplicateMember):
+		result, code, err = "refused", connect.CodeAlreadyExists, fmt.Errorf("member: %w", err)
+	case errors.Is(err, shard.ErrInvalid):
+		result, code = "refused", connect.CodeInvalidArgument
+	case errors.Is(err, errServerShutdown):
+		result, code = "canceled", connect.CodeUnavailable
+	case ctx.Err() != nil:
+		result, code, err = "canceled", connect.CodeCanceled, errStreamClosed
+	case cmdutil.IsPermissionDenied(err), cmdutil.IsPermissionDenied(runErr):
+		code = connect.CodePermissionDenied
+	}
+	s.metrics.requests.WithLabelValues(result).Inc()
+	return connect.NewError(code, err)
+}
+
+// awaitKey waits until key's state (nil: absent) satisfies ok: it reads
+// the key, then follows its watch.
+func (s *Server) awaitKey(ctx context.Context, key string, ok func(*mvccpb.KeyValue) bool) error {
+	resp, err := s.cli.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	var kv *mvccpb.KeyValue
+	if len(resp.Kvs) > 0 {
+		kv = resp.Kvs[0]
+	}
+	if ok(kv) {
+		return nil
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for wr := range s.cli.Watch(wctx, key, clientv3.WithRev(resp.Header.Revision+1)) {
+		if err := wr.Err(); err != nil {
+			return err
+		}
+		for _, ev := range wr.Events {
+			kv = ev.Kv
+			if ev.Type == mvccpb.DELETE {
+				kv = nil
+			}
+			if ok(kv) {
+				return nil
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return errors.New("the watch of " + key + " ended")
+}
+
+// Drained acknowledges that the caller stopped working on a moved shard:
+// the shard is released, and the call returns once its key is gone.
+// FAILED_PRECONDITION when the shard is not moving away from this member
+// (never moved, or released already at its drain deadline).
+func (s *Server) Drained(ctx context.Context, req *connect.Request[batonv1.DrainedRequest]) (*connect.Response[batonv1.DrainedResponse], error) {
+	h, err := s.holdOf(ctx, req.Msg.GetHoldId())
+	if err != nil {
+		return nil, err
+	}
+	if h.members == nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("hold_id: not a shard membership's hold"))
+	}
+	key, err := h.members.drained(req.Msg.GetShard())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.awaitKey(ctx, key, func(kv *mvccpb.KeyValue) bool { return kv == nil }); err != nil {
+		if ctx.Err() != nil {
+			return nil, connect.NewError(connect.CodeCanceled, ctx.Err())
+		}
+		return nil, etcdError(err)
+	}
+	return connect.NewResponse(&batonv1.DrainedResponse{}), nil
+}
+
+// membership is a Shards stream's member: what it sent of each shard, and
+// the stream's sends, one at a time (each shard's work is a goroutine of
+// Run).
+type membership struct {
+	stream *connect.ServerStream[batonv1.ShardsResponse]
+	ns     string
+	group  string
+	count  int
+	drain  time.Duration
+	record func(ctx context.Context, ns, group string, sh *shard.Shard)
+	ctx    context.Context // ends when the membership ends
+	stop   context.CancelCauseFunc
+	joined chan struct{} // closed once joined is sent
+
+	mu    sync.Mutex
+	over  bool // the end began: nothing more is sent of shards
+	owned map[int]*ownedShard
+}
+
+type ownedShard struct {
+	sh      *shard.Shard
+	drained chan struct{} // made by moved, closed by Drained
+	once    sync.Once
+}
+
+func newMembership(stream *connect.ServerStream[batonv1.ShardsResponse], sp shardsSpec,
+	record func(ctx context.Context, ns, group string, sh *shard.Shard)) *membership {
+	m := &membership{stream: stream, ns: sp.namespace, group: sp.group, count: sp.count, drain: sp.drain, record: record, joined: make(chan struct{}), owned: make(map[int]*ownedShard)}
+	m.ctx, m.stop = context.WithCancelCause(context.Background())
+	return m
+}
+
+// Deadline is the library's deadline of the shards' lease while the
+// member owns one; without a shard nothing is at stake and the heartbeats
+// alone keep the membership.
+func (m *membership) Deadline() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, o := range m.owned {
+		if !errors.Is(context.Cause(o.sh.Context()), shard.ErrLost) {
+			return o.sh.Deadline() // one lease for all
+		}
+	}
+	return time.Now().Add(24 * time.Hour)
+}
+
+// Context ends when the membership ends.
+func (m *membership) Context() context.Context { return m.ctx }
+
+// join sends joined, the first message; owned may follow.
+func (m *membership) join(j *batonv1.Joined) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	defer close(m.joined)
+	return m.stream.Send(&batonv1.ShardsResponse{Event: &batonv1.ShardsResponse_Joined{Joined: j}})
+}
+
+// work is Run's fn for one shard: owned, then moved, lost or nothing
+// (the membership's end tells of it).
+func (m *membership) work(ctx context.Context, sh *shard.Shard) error {
+	m.record(ctx, m.ns, m.group, sh) // before owned: a caller told sees it
+	if !m.own(ctx, sh) {
+		<-ctx.Done() // the membership ends: Run releases it
+		return nil
+	}
+	<-ctx.Done()
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, shard.ErrMoved):
+		if drained, deadline := m.moved(sh); drained != nil {
+			t := time.NewTimer(time.Until(deadline))
+			defer t.Stop()
+			select {
+			case <-drained:
+			case <-t.C:
+			case <-m.ctx.Done():
+			}
+		}
+		m.drop(sh.ID())
+	case errors.Is(cause, shard.ErrReleased):
+		m.drop(sh.ID())
+	default:
+		m.lost(sh, cause)
+	}
+	return nil
+}
+
+// own sends owned once joined was sent; false once the end began.
+func (m *membership) own(ctx context.Context, sh *shard.Shard) bool {
+	select {
+	case <-m.joined:
+	case <-ctx.Done():
+		return false
+	case <-m.ctx.Done():
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.over {
+		return false
+	}
+	m.owned[sh.ID()] = &ownedShard{sh: sh}
+	_ = m.stream.Send(&batonv1.ShardsResponse{Event: &batonv1.ShardsResponse_Owned{Owned: &batonv1.ShardOwned{
+		Shard: uint32(sh.ID()), Token: int64(sh.Token()), Key: sh.Key(),
+	}}})
+	return true
+}
+
+// moved sends moved, and returns the channel Drained closes and the
+// drain's deadline; nil once the end began.
+func (m *membership) moved(sh *shard.Shard) (drained <-chan struct{}, deadline time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o := m.owned[sh.ID()]
+	if m.over || o == nil {
+		return nil, time.Time{}
+	}
+	deadline = time.Now().Add(m.drain)
+	o.drained = make(chan struct{})
+	_ = m.stream.Send(&batonv1.ShardsResponse{Event: &batonv1.ShardsResponse_Moved{Moved: &batonv1.ShardEnded{
+		Shard: uint32(sh.ID()), Token: int64(sh.Token()), Cause: batonv1.Cause_CAUSE_MOVED, DrainDeadline: timestamppb.New(deadline),
+	}}})
+	return o.drained, deadline
+}
+
+// lost sends lost for one shard, unless the end began (which sent it).
+func (m *membership) lost(sh *shard.Shard, cause error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.over || m.owned[sh.ID()] == nil {
+		return
+	}
+	delete(m.owned, sh.ID())
+	_ = m.stream.Send(shardLost(sh, cause))
+}
+
+func (m *membership) drop(id int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.owned, id)
+}
+
+// finish begins the end: lost for every shard it owns (tell), lowest
+// first, and nothing of shards after.
+func (m *membership) finish(cause error, tell bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.over = true
+	if tell {
+		for _, id := range slices.Sorted(maps.Keys(m.owned)) {
+			_ = m.stream.Send(shardLost(m.owned[id].sh, cause))
+		}
+	}
+	clear(m.owned)
+}
+
+// drained acknowledges the drain of shard id and returns its key.
+func (m *membership) drained(id uint32) (string, error) {
+	if int64(id) >= int64(m.count) {
+		return "", invalid("shard", "%d: the group's shards are 0 to %d", id, m.count-1)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o := m.owned[int(id)]
+	if o == nil || o.drained == nil {
+		return "", connect.NewError(connect.CodeFailedPrecondition,
+			fmt.Errorf("shard: %d is not moving away from this member (never moved, or released at its drain deadline)", id))
+	}
+	o.once.Do(func() { close(o.drained) })
+	return o.sh.Key(), nil
+}
+
+// owner is shard id, for a fenced write: one the member owns, or drains
+// after moved (its key still guards the write until it is released).
+func (m *membership) owner(id uint32) (*shard.Shard, error) {
+	if int64(id) >= int64(m.count) {
+		return nil, invalid("write.shard", "%d: the group's shards are 0 to %d", id, m.count-1)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o := m.owned[int(id)]
+	if o == nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("write.shard: this member does not own shard %d", id))
+	}
+	return o.sh, nil
+}
+
+func shardLost(sh *shard.Shard, cause error) *batonv1.ShardsResponse {
+	return &batonv1.ShardsResponse{Event: &batonv1.ShardsResponse_Lost{Lost: &batonv1.ShardEnded{
+		Shard: uint32(sh.ID()), Token: int64(sh.Token()), Cause: causeOf(cause),
+	}}}
+}

@@ -1,0 +1,448 @@
+package serve_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
+	"github.com/batonhq/baton/cmd/baton/keyspace"
+	"github.com/batonhq/baton/cmd/baton/serve"
+	ikeys "github.com/batonhq/baton/internal/keys"
+	"github.com/batonhq/baton/rbac"
+	"github.com/batonhq/baton/shard"
+)
+
+// shardsStream is one open Shards, read by a goroutine into events.
+type shardsStream struct {
+	events chan *batonv1.ShardsResponse
+	done   chan error
+	cancel context.CancelFunc
+}
+
+func (e *env) shards(ctx context.Context, req *batonv1.ShardsRequest) *shardsStream {
+	ctx, cancel := context.WithCancel(ctx)
+	s := &shardsStream{events: make(chan *batonv1.ShardsResponse, 64), done: make(chan error, 1), cancel: cancel}
+	go func() {
+		st, err := e.client.Shards(ctx, connect.NewRequest(req))
+		if err != nil {
+			s.done <- err
+			return
+		}
+		defer func() { _ = st.Close() }()
+		for st.Receive() {
+			s.events <- st.Msg()
+		}
+		s.done <- st.Err()
+	}()
+	return s
+}
+
+func (s *shardsStream) next(t *testing.T) *batonv1.ShardsResponse {
+	t.Helper()
+	select {
+	case m := <-s.events:
+		return m
+	case err := <-s.done:
+		select {
+		case m := <-s.events:
+			s.done <- err
+			return m
+		default:
+		}
+		t.Fatalf("stream ended before a message: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no message in 30 s")
+	}
+	return nil
+}
+
+func (s *shardsStream) joined(t *testing.T) *batonv1.Joined {
+	t.Helper()
+	m := s.next(t)
+	if m.GetJoined() == nil {
+		t.Fatalf("first message %v, want joined", m)
+	}
+	return m.GetJoined()
+}
+
+// owned reads n owned messages, by shard.
+func (s *shardsStream) owned(t *testing.T, n int) map[uint32]*batonv1.ShardOwned {
+	t.Helper()
+	out := make(map[uint32]*batonv1.ShardOwned)
+	for len(out) < n {
+		m := s.next(t)
+		o := m.GetOwned()
+		if o == nil {
+			t.Fatalf("%v, want owned (have %d of %d)", m, len(out), n)
+		}
+		out[o.Shard] = o
+	}
+	return out
+}
+
+func (s *shardsStream) end(t *testing.T) error {
+	t.Helper()
+	select {
+	case m := <-s.events:
+		t.Fatalf("unexpected message %v", m)
+	case err := <-s.done:
+		select {
+		case m := <-s.events:
+			t.Fatalf("unexpected message %v", m)
+		default:
+		}
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("stream did not end in 30 s")
+	}
+	return nil
+}
+
+// beat sends a heartbeat for id every interval until the test ends or a
+// heartbeat is refused.
+func (e *env) beat(t *testing.T, id string, every time.Duration) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tk := time.NewTicker(every)
+		defer tk.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tk.C:
+				if _, err := e.client.Heartbeat(ctx, connect.NewRequest(&batonv1.HeartbeatRequest{HoldId: id})); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+// shardKeys is the shard keys of group (member and shard queues) with
+// their values.
+func (e *env) shardKeys(t *testing.T, group string) map[string]string {
+	t.Helper()
+	resp, err := e.etcd.Get(context.Background(), "/"+e.ns+"/v1/shard/"+group+"/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]string)
+	for _, kv := range resp.Kvs {
+		out[string(kv.Key)] = string(kv.Value)
+	}
+	return out
+}
+
+func (e *env) drained(ctx context.Context, id string, shard uint32) error {
+	_, err := e.client.Drained(ctx, connect.NewRequest(&batonv1.DrainedRequest{HoldId: id, Shard: shard}))
+	return err
+}
+
+// Two members split four shards: the first owns all, the second's join
+// moves the two highest, each released at the first's Drained and then
+// owned by the second with a higher token; Inspect shows the group as
+// `baton shards` does; the first's end hands its shards over.
+func TestShardsJoinedOwnedAcrossTwoMembersAndMovedWithDrained(t *testing.T) {
+	e := start(t)
+	ctx := ctxT(t)
+	req := func(member string) *batonv1.ShardsRequest {
+		return &batonv1.ShardsRequest{Group: "ingest", Count: 4, Member: member, Ttl: dur(10 * time.Second), DrainTimeout: dur(time.Minute)}
+	}
+	a := e.shards(ctx, req("a"))
+	ja := a.joined(t)
+	if len(ja.HoldId) != 32 || ja.HeartbeatInterval.AsDuration() != 2*time.Second || ja.Validity.AsDuration() <= 0 {
+		t.Fatalf("joined %v", ja)
+	}
+	e.beat(t, ja.HoldId, time.Second)
+	ownedA := a.owned(t, 4)
+	for id, o := range ownedA {
+		if o.Token <= 0 || o.Key == "" {
+			t.Fatalf("shard %d: %v", id, o)
+		}
+	}
+
+	b := e.shards(ctx, req("b"))
+	jb := b.joined(t)
+	e.beat(t, jb.HoldId, time.Second)
+	moved := map[uint32]*batonv1.ShardEnded{}
+	for len(moved) < 2 {
+		m := a.next(t)
+		mv := m.GetMoved()
+		if mv == nil {
+			t.Fatalf("%v, want moved", m)
+		}
+		if mv.Cause != batonv1.Cause_CAUSE_MOVED || mv.Token != ownedA[mv.Shard].Token || !mv.DrainDeadline.AsTime().After(time.Now().Add(30*time.Second)) {
+			t.Fatalf("moved %v", mv)
+		}
+		moved[mv.Shard] = mv
+	}
+	if moved[2] == nil || moved[3] == nil {
+		t.Fatalf("moved %v, want shards 2 and 3", moved)
+	}
+	// Until the drain is acknowledged the first member's keys stay.
+	keys := e.shardKeys(t, "ingest")
+	for _, id := range []uint32{2, 3} {
+		if _, ok := keys[ownedA[id].Key]; !ok {
+			t.Fatalf("shard %d's key gone before Drained: %v", id, keys)
+		}
+	}
+	for _, id := range []uint32{2, 3} {
+		if err := e.drained(ctx, ja.HoldId, id); err != nil {
+			t.Fatalf("Drained %d: %v", id, err)
+		}
+		if _, ok := e.shardKeys(t, "ingest")[ownedA[id].Key]; ok {
+			t.Fatalf("shard %d's key still there after Drained", id)
+		}
+	}
+	ownedB := b.owned(t, 2)
+	for _, id := range []uint32{2, 3} {
+		if ownedB[id] == nil || ownedB[id].Token <= ownedA[id].Token {
+			t.Fatalf("b owns %v, want 2 and 3 with tokens above %d, %d", ownedB, ownedA[2].Token, ownedA[3].Token)
+		}
+	}
+	// Each owner recorded when it took its shard, as baton shard does.
+	st, err := shard.Inspect(ctx, e.etcd, "ingest", shard.WithNamespace(e.ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := keyspace.ReadHeld(ctx, e.etcd, e.ns, ikeys.Shard, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range keyspace.ShardsView("ingest", st, held, time.Now()).Owners {
+		if o.HeldSince == nil {
+			t.Fatalf("shard %d has no acquisition record: %v", o.Shard, held)
+		}
+	}
+	err = e.drained(ctx, ja.HoldId, 2)
+	wantCode(t, err, connect.CodeFailedPrecondition, "shard")
+	err = e.drained(ctx, ja.HoldId, 4)
+	wantCode(t, err, connect.CodeInvalidArgument, "shard")
+
+	resp, err := e.client.Inspect(ctx, connect.NewRequest(&batonv1.InspectRequest{Target: &batonv1.InspectRequest_ShardGroup{ShardGroup: "ingest"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := resp.Msg.GetShardGroup()
+	if g.GetGroup() != "ingest" || g.GetCount() != 4 || fmt.Sprint(g.GetMembers()) != "[a b]" || len(g.GetOwners()) != 4 || resp.Msg.GetRevision() <= 0 {
+		t.Fatalf("inspect %v", resp.Msg)
+	}
+	for _, o := range g.GetOwners() {
+		want := map[bool]*batonv1.ShardOwned{true: ownedA[o.Shard], false: ownedB[o.Shard]}[o.Shard < 2]
+		if o.Member != map[bool]string{true: "a", false: "b"}[o.Shard < 2] || o.Token != want.Token || o.Key != want.Key {
+			t.Fatalf("owner %v, want %v", o, want)
+		}
+	}
+
+	// The first member's stream closes: it leaves, the second takes over.
+	a.cancel()
+	if err := a.end(t); connect.CodeOf(err) != connect.CodeCanceled {
+		t.Fatalf("a's end: %v", err)
+	}
+	more := b.owned(t, 2)
+	if more[0] == nil || more[1] == nil {
+		t.Fatalf("b owns %v after a left, want 0 and 1", more)
+	}
+	if _, err := e.client.Release(ctx, connect.NewRequest(&batonv1.ReleaseRequest{HoldId: jb.HoldId})); err != nil {
+		t.Fatal(err)
+	}
+	lost := map[uint32]bool{}
+	for len(lost) < 4 {
+		m := b.next(t)
+		if l := m.GetLost(); l == nil || l.Cause != batonv1.Cause_CAUSE_RELEASED {
+			t.Fatalf("%v, want lost (released)", m)
+		} else {
+			lost[l.Shard] = true
+		}
+	}
+	if m := b.next(t); m.GetEnded().GetCause() != batonv1.Cause_CAUSE_RELEASED {
+		t.Fatalf("%v, want ended (released)", m)
+	}
+	if err := b.end(t); err != nil {
+		t.Fatal(err)
+	}
+	if k := e.shardKeys(t, "ingest"); len(k) != 0 {
+		t.Fatalf("keys left: %v", k)
+	}
+}
+
+// A moved shard the caller never acknowledges is released at its drain
+// deadline, then owned by the other member.
+func TestShardsMovedShardIsReleasedAtTheDrainTimeout(t *testing.T) {
+	e := start(t)
+	ctx := ctxT(t)
+	req := func(member string) *batonv1.ShardsRequest {
+		return &batonv1.ShardsRequest{Group: "g", Count: 2, Member: member, Ttl: dur(10 * time.Second), DrainTimeout: dur(2 * time.Second)}
+	}
+	a := e.shards(ctx, req("a"))
+	ja := a.joined(t)
+	e.beat(t, ja.HoldId, time.Second)
+	ownedA := a.owned(t, 2)
+	b := e.shards(ctx, req("b"))
+	jb := b.joined(t)
+	e.beat(t, jb.HoldId, time.Second)
+	m := a.next(t)
+	mv := m.GetMoved()
+	if mv == nil || mv.Shard != 1 {
+		t.Fatalf("%v, want moved 1", m)
+	}
+	o := b.owned(t, 1)[1]
+	if o == nil || o.Token <= ownedA[1].Token {
+		t.Fatalf("b owns %v", o)
+	}
+	if now := time.Now(); now.Before(mv.DrainDeadline.AsTime().Add(-500 * time.Millisecond)) {
+		t.Fatalf("b owned shard 1 at %v, before the drain deadline %v", now, mv.DrainDeadline.AsTime())
+	}
+	err := e.drained(ctx, ja.HoldId, 1)
+	wantCode(t, err, connect.CodeFailedPrecondition, "shard")
+}
+
+// A member whose heartbeats stop is sent lost for every shard, then its
+// keys are deleted, then ended.
+func TestShardsLostBeforeTheKeysAreDeletedWhenHeartbeatsStop(t *testing.T) {
+	at := make(chan error, 1)
+	resume := make(chan struct{})
+	e := start(t, func(c *serve.Config) {
+		serve.WithHooks(c, serve.Hooks{BeforeUnlock: func(_ string, cause error) { at <- cause; <-resume }})
+	})
+	ctx := ctxT(t)
+	a := e.shards(ctx, &batonv1.ShardsRequest{Group: "g", Count: 2, Member: "a", Ttl: dur(2 * time.Second)})
+	a.joined(t)
+	owned := a.owned(t, 2)
+	var cause error
+	select {
+	case cause = <-at:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the membership did not end")
+	}
+	if cause.Error() == "" {
+		t.Fatal("no cause")
+	}
+	for range 2 {
+		m := a.next(t)
+		if l := m.GetLost(); l == nil || l.Cause != batonv1.Cause_CAUSE_HEARTBEAT_TIMEOUT || l.Token != owned[l.Shard].Token {
+			t.Fatalf("%v, want lost (heartbeat timeout)", m)
+		}
+	}
+	keys := e.shardKeys(t, "g")
+	for id, o := range owned {
+		if _, ok := keys[o.Key]; !ok {
+			t.Fatalf("shard %d's key deleted before lost was sent: %v", id, keys)
+		}
+	}
+	close(resume)
+	if m := a.next(t); m.GetEnded().GetCause() != batonv1.Cause_CAUSE_HEARTBEAT_TIMEOUT {
+		t.Fatalf("%v, want ended (heartbeat timeout)", m)
+	}
+	if err := a.end(t); err != nil {
+		t.Fatal(err)
+	}
+	if k := e.shardKeys(t, "g"); len(k) != 0 {
+		t.Fatalf("keys left: %v", k)
+	}
+}
+
+func TestShardsRefusalsWriteNothing(t *testing.T) {
+	e := start(t, func(c *serve.Config) {
+		c.Policy = rbac.Policy{Namespaces: []rbac.Namespace{{Name: c.Namespace, Contenders: []string{"a", "a2"}, Observers: []string{"viewer"}}}}
+		c.PolicyFile = "test-policy.yaml"
+	})
+	ctx := ctxT(t)
+	ok := &batonv1.ShardsRequest{Group: "g", Count: 2, Member: "a", Ttl: dur(10 * time.Second)}
+	for _, c := range []struct {
+		field string
+		edit  func(r *batonv1.ShardsRequest)
+	}{
+		{"namespace", func(r *batonv1.ShardsRequest) { r.Namespace = "a/b" }},
+		{"group", func(r *batonv1.ShardsRequest) { r.Group = "" }},
+		{"count", func(r *batonv1.ShardsRequest) { r.Count = 0 }},
+		{"count", func(r *batonv1.ShardsRequest) { r.Count = 16385 }},
+		{"member", func(r *batonv1.ShardsRequest) { r.Member = "" }},
+		{"ttl", func(r *batonv1.ShardsRequest) { r.Ttl = dur(time.Second) }},
+		{"drain_timeout", func(r *batonv1.ShardsRequest) { r.DrainTimeout = dur(-time.Second) }},
+		{"drain_timeout", func(r *batonv1.ShardsRequest) { r.DrainTimeout = dur(2 * time.Hour) }},
+		{"identity", func(r *batonv1.ShardsRequest) { r.Identity = "a\x1b" }},
+	} {
+		r := &batonv1.ShardsRequest{Group: ok.Group, Count: ok.Count, Member: ok.Member, Ttl: ok.Ttl}
+		c.edit(r)
+		wantCode(t, e.shards(ctx, r).end(t), connect.CodeInvalidArgument, c.field)
+	}
+	// Over plaintext TCP the identity is the request's, by default the
+	// member's name: the policy does not let "viewer" contend, nor "b" at
+	// all.
+	for _, m := range []string{"viewer", "b"} {
+		wantCode(t, e.shards(ctx, &batonv1.ShardsRequest{Group: "g", Count: 2, Member: m}).end(t), connect.CodePermissionDenied, "")
+		wantCode(t, e.shards(ctx, &batonv1.ShardsRequest{Group: "g", Count: 2, Member: "a", Identity: m}).end(t), connect.CodePermissionDenied, "")
+	}
+	if k := e.shardKeys(t, "g"); len(k) != 0 {
+		t.Fatalf("refused joins wrote %v", k)
+	}
+	a := e.shards(ctx, &batonv1.ShardsRequest{Group: "g", Count: 2, Member: "a", Identity: "a2", Ttl: dur(10 * time.Second)})
+	e.beat(t, a.joined(t).HoldId, time.Second)
+	a.owned(t, 2)
+	if v := e.shardKeys(t, "g")["/"+e.ns+"/v1/shard/g/m/a"]; v != `{"count":2,"identity":"a2"}` {
+		t.Fatalf("member key %q", v)
+	}
+	err := e.shards(ctx, &batonv1.ShardsRequest{Group: "g", Count: 3, Member: "a2"}).end(t)
+	wantCode(t, err, connect.CodeFailedPrecondition, "count")
+	err = e.shards(ctx, &batonv1.ShardsRequest{Group: "g", Count: 2, Member: "a"}).end(t)
+	wantCode(t, err, connect.CodeAlreadyExists, "member")
+	// A lock's hold_id is no membership's.
+	h := e.hold(ctx, &batonv1.HoldRequest{Names: []string{"x"}, Identity: "a"})
+	err = e.drained(ctx, h.held(t).HoldId, 0)
+	wantCode(t, err, connect.CodeFailedPrecondition, "hold_id")
+}
+
+// A shard whose key an operator deletes is lost (and taken again, with a
+// new token); a shutdown sends lost for every shard, then ended.
+func TestShardsLostOnAnOperatorsDeleteAndAtShutdown(t *testing.T) {
+	e := start(t)
+	ctx := ctxT(t)
+	a := e.shards(ctx, &batonv1.ShardsRequest{Group: "g", Count: 2, Member: "a", Ttl: dur(10 * time.Second)})
+	j := a.joined(t)
+	hb, err := e.client.Heartbeat(ctx, connect.NewRequest(&batonv1.HeartbeatRequest{HoldId: j.HoldId}))
+	if err != nil || hb.Msg.Validity.AsDuration() <= 0 || hb.Msg.Validity.AsDuration() > serve.Budget(10*time.Second) {
+		t.Fatalf("heartbeat: %v %v", hb, err)
+	}
+	e.beat(t, j.HoldId, time.Second)
+	err = e.resign(ctx, j.HoldId)
+	wantCode(t, err, connect.CodeFailedPrecondition, "hold_id")
+	owned := a.owned(t, 2)
+	if _, err := e.etcd.Delete(ctx, owned[0].Key); err != nil {
+		t.Fatal(err)
+	}
+	m := a.next(t)
+	if l := m.GetLost(); l == nil || l.Shard != 0 || l.Token != owned[0].Token || l.Cause != batonv1.Cause_CAUSE_KEY_GONE {
+		t.Fatalf("%v, want lost 0 (key gone)", m)
+	}
+	again := a.owned(t, 1)[0]
+	if again == nil || again.Token <= owned[0].Token {
+		t.Fatalf("shard 0 again: %v", again)
+	}
+	e.stop()
+	for range 2 {
+		m := a.next(t)
+		if l := m.GetLost(); l == nil || l.Cause != batonv1.Cause_CAUSE_SERVER_SHUTDOWN {
+			t.Fatalf("%v, want lost (shutdown)", m)
+		}
+	}
+	if m := a.next(t); m.GetEnded().GetCause() != batonv1.Cause_CAUSE_SERVER_SHUTDOWN {
+		t.Fatalf("%v, want ended (shutdown)", m)
+	}
+	if err := a.end(t); err != nil {
+		t.Fatal(err)
+	}
+	if k := e.shardKeys(t, "g"); len(k) != 0 {
+		t.Fatalf("keys left: %v", k)
+	}
+}
