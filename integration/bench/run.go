@@ -47,6 +47,14 @@ type Config struct {
 	// Unset, the workload runs in this process, and its heap figure then
 	// includes the embedded server's share.
 	HeldCommand []string `json:"-"`
+	// ServeHolds is how many Hold streams the serve-held workload opens.
+	ServeHolds int `json:"serve_holds"`
+	// ServeCommand, when set, runs the serve-* workloads' server in a
+	// child process: the command is run with "serve-server" and flags
+	// appended, and must run ServeServer (the baton-bench program does).
+	// Unset, the server runs in this process, and serve-held's heap figure
+	// then includes the clients' share.
+	ServeCommand []string `json:"-"`
 }
 
 // Defaults fills the zero fields.
@@ -72,6 +80,7 @@ func (c Config) Defaults() Config {
 	setD(&c.HeldTTL, 3*time.Second)
 	setD(&c.HeldWindow, 6*time.Second)
 	set(&c.Waiters, 1000)
+	set(&c.ServeHolds, 1000)
 	return c
 }
 
@@ -128,6 +137,9 @@ func workloads() []workload {
 		{"crash", crash},
 		{"held", held},
 		{"waiters", waiters},
+		{"serve-cycle", serveCycle},
+		{"serve-handoff", serveHandoff},
+		{"serve-held", serveHeld},
 	}
 }
 
@@ -156,11 +168,12 @@ type Measure struct {
 var benchStarvedIf = harness.StarvedIf{Share: 0.01, Max: 50 * time.Millisecond}
 
 // timing reports whether metric is a time, a rate or a share of one,
-// which a starved run distorts; counts of requests, heap and goroutines
-// are not.
+// which a starved run distorts; counts of requests, heap, stacks,
+// resident set and goroutines are not.
 func timing(metric string) bool {
 	switch {
-	case strings.Contains(metric, "heap"), strings.Contains(metric, "goroutines"), strings.HasPrefix(metric, "requests/"),
+	case strings.Contains(metric, "heap"), strings.Contains(metric, "goroutines"), strings.Contains(metric, "RSS"), strings.Contains(metric, "stack"),
+		strings.HasPrefix(metric, "requests/"), strings.HasPrefix(metric, "etcd requests/"),
 		metric == "renewals/s", metric == "other requests/s":
 		return false
 	}

@@ -74,6 +74,27 @@ func judge(rep *Report, m *Measure) {
 		ok = small != nil && b.Median-small.Baton.Median <= 0.5 && small.Baton.Median-b.Median <= 0.5
 	case "waiters/out of order":
 		target, ok = "baton 0 in every run", b.Max == 0
+	case "serve-cycle/cycle p50 ms (gRPC)", "serve-cycle/cycle p50 ms (HTTP/JSON)":
+		// What a remote caller pays over the library: its Hold and its
+		// Release are a round trip each to the server, beside the
+		// library's own etcd requests in the server.
+		proto := strings.TrimSuffix(strings.TrimPrefix(m.Metric, "cycle p50 ms ("), ")")
+		target = "service ≤ library + 1 round trip; raw column: the library's mutex Lock+Unlock on a shared session"
+		if f := find(rep, m.Workload, "round trip p50 ms ("+proto+")"); f != nil && f.Baton.Median > 0 {
+			added := (b.Median - r.Median) / f.Baton.Median
+			ok = added <= 1
+			target += fmt.Sprintf(" (a round trip, a unary call answered without etcd: %.3g ms): the service adds %.2f round trips", f.Baton.Median, added)
+		}
+	case "serve-handoff/handoff p99 ms (gRPC)", "serve-handoff/handoff p99 ms (HTTP/JSON)":
+		target = "service ≤ 2 × library; raw column: two library contenders, each on a client and session of its own"
+		ok = b.Median <= 2*r.Median
+	case "serve-held/heap bytes/hold":
+		heap := "the server's child process's live heap after GC"
+		if len(cfg.ServeCommand) == 0 {
+			heap = "this process's live heap after GC, the callers' included"
+		}
+		target = fmt.Sprintf("service ≤ 8 KiB per open Hold stream in every run (%s, %d streams over gRPC); raw column: the library's per held lock", heap, cfg.ServeHolds)
+		ok = b.Max <= 8192
 	default:
 		return
 	}

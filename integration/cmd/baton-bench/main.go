@@ -9,7 +9,10 @@
 // and baton's semaphore with N raw concurrency mutexes instead.
 //
 // The held-locks workload runs in a child process (baton-bench held-client)
-// so that the heap it measures is the client's alone.
+// so that the heap it measures is the client's alone; the serve-* workloads'
+// server (the serve package's, as `baton serve` runs it) runs in one too
+// (baton-bench serve-server), so that serve-held's heap is the server's
+// alone.
 package main
 
 import (
@@ -41,6 +44,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "held-client" {
 		return harness.HeldClient(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "serve-server" {
+		return bench.ServeServer(ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("baton-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg bench.Config
@@ -53,6 +59,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Held, "held", 10000, "locks held on one session")
 	fs.DurationVar(&cfg.HeldWindow, "held-window", 6*time.Second, "how long renewals are counted while the locks are held")
 	fs.IntVar(&cfg.Waiters, "waiters", 1000, "waiters queued on one key")
+	fs.IntVar(&cfg.ServeHolds, "serve-holds", 1000, "Hold streams open at once in the serve-held workload")
 	primitives := fs.Bool("primitives", false, "compare the rwmutex and semaphore packages (workloads: "+strings.Join(bench.PrimitiveWorkloads(), ",")+")")
 	shards := fs.Bool("shards", false, "run the shards workload instead: shards over members, joins, crashed members")
 	var scfg bench.ShardsConfig
@@ -90,6 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	cfg.HeldCommand = []string{exe}
+	cfg.ServeCommand = []string{exe}
 
 	srv, err := embedetcd.New(embedetcd.Config{})
 	if err != nil {
