@@ -185,7 +185,7 @@ type conn struct {
 	ws     etcdserverpb.Watch_WatchClient
 	cancel context.CancelFunc
 
-	sendMu sync.Mutex // one sender at a time (gRPC's rule)
+	sendMu sync.Mutex         // one sender at a time (gRPC's rule)
 	queued map[int64]struct{} // publish's creates not sent yet: an end before its create sends neither
 	fifoMu sync.Mutex         // not held while sending: the reader pops it
 	fifo   []int64
