@@ -131,11 +131,12 @@ func hpackLiteral(name, value string) []byte {
 	return append(b, value...)
 }
 
-// holdHeaders is the header block of a Connect (JSON) Hold request.
-func holdHeaders(authority string) []byte {
+// streamHeaders is the header block of a Connect (JSON) stream request
+// of method (Hold, Lead).
+func streamHeaders(authority, method string) []byte {
 	var b []byte
 	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", authority},
-		{":path", "/" + batonv1connect.BatonServiceName + "/Hold"}, {"content-type", "application/connect+json"}} {
+		{":path", "/" + batonv1connect.BatonServiceName + "/" + method}, {"content-type", "application/connect+json"}} {
 		b = append(b, hpackLiteral(f[0], f[1])...)
 	}
 	return b
@@ -164,7 +165,7 @@ func TestCallerThatNeverReadsItsStreamIsCutOff(t *testing.T) {
 	ho := other.held(t)
 
 	c := dialH2(t, addr, 0)
-	if err := c.frame(frameHeaders, flagEndHeaders, 1, holdHeaders(addr)); err != nil {
+	if err := c.frame(frameHeaders, flagEndHeaders, 1, streamHeaders(addr, "Hold")); err != nil {
 		t.Fatal(err)
 	}
 	sent := time.Now()
@@ -221,6 +222,47 @@ func TestCallerThatNeverReadsItsStreamIsCutOff(t *testing.T) {
 				t.Fatal("the cut-off caller's key was not deleted in 10 s")
 			}
 		}
+	}
+}
+
+// A leader that never reads its Lead stream is cut off the same way: the
+// next candidate leads once the validity the server gave the silent one
+// ran out, before the TTL.
+func TestLeaderThatNeverReadsItsStreamIsCutOff(t *testing.T) {
+	e := start(t)
+	ctx := ctxT(t)
+	ttl := 2 * time.Second
+	addr := strings.TrimPrefix(e.url, "http://")
+	c := dialH2(t, addr, 0)
+	if err := c.frame(frameHeaders, flagEndHeaders, 1, streamHeaders(addr, "Lead")); err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	if err := c.frame(frameData, flagEndStream, 1, envelope(`{"name":"mute-term","ttl":"2s","identity":"mute"}`)); err != nil {
+		t.Fatal(err)
+	}
+	waitGauge(t, e, "held", 1)
+	next := e.lead(ctx, &batonv1.LeadRequest{Name: "mute-term", Ttl: dur(ttl)})
+	select {
+	case id := <-c.rst:
+		if id != 1 {
+			t.Fatalf("RST_STREAM of stream %d", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the unread stream was not reset")
+	}
+	l := next.leading(t)
+	got := time.Since(sent)
+	least := serve.Budget(ttl) - ttl/3
+	t.Logf("the next candidate leads %v after the silent one's request (validity at least %v, at most %v; TTL %v)", got.Round(time.Millisecond), least, serve.Budget(ttl), ttl)
+	if got < least || got > ttl+time.Second {
+		t.Fatalf("the next candidate led %v after the silent one's request: want after its validity, before the TTL", got)
+	}
+	if n := counter(t, e, "baton_serve_send_timeouts_total"); n != 1 {
+		t.Fatalf("baton_serve_send_timeouts_total %v, want 1", n)
+	}
+	if _, err := e.client.Resign(ctx, connect.NewRequest(&batonv1.ResignRequest{HoldId: l.HoldId})); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -289,7 +331,7 @@ func TestSlowCallersAreCutOffWithoutAffectingOthers(t *testing.T) {
 		trickle("http/1.1 headers", conn, closed, func(int) error { _, err := io.WriteString(conn, "a"); return err })
 	}
 	h2 := dialH2(t, addr, 65535)
-	if err := h2.frame(frameHeaders, 0, 1, holdHeaders(addr)); err != nil { // no END_HEADERS: more to come
+	if err := h2.frame(frameHeaders, 0, 1, streamHeaders(addr, "Hold")); err != nil { // no END_HEADERS: more to come
 		t.Fatal(err)
 	}
 	trickle("http/2 continuation", h2.conn, h2.closed, func(i int) error {
