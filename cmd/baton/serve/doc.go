@@ -32,6 +32,9 @@
 //   - Every validity is measured from the arrival of the request it answers,
 //     so a caller that adds it to its send time gets a deadline before the
 //     server's, and ends a hold by its own clock while cut off.
+//   - A message its caller does not take within a twentieth of the TTL
+//     (send.go) ends a hold; its key is deleted once the validity the
+//     caller was last given has run out, not before.
 //   - A closed stream, a Release and the end of a hold delete its key in a
 //     transaction guarded by its CreateRevision; a wait that ends leaves no
 //     key.

@@ -3,6 +3,7 @@ package serve
 import (
 	"crypto/tls"
 	"net/http"
+	"time"
 )
 
 // Hooks are the pause points of a Server, for tests.
@@ -16,10 +17,20 @@ func WithHooks(cfg *Config, h Hooks) {
 	cfg.hooks = &hooks{beforeUnlock: h.BeforeUnlock, releaseWaiting: h.ReleaseWaiting}
 }
 
-// HTTPServer is the http.Server `baton serve` runs on one listener.
+// HTTPServer is the http.Server `baton serve` runs on one listener, with
+// the default timeouts.
 func HTTPServer(h http.Handler, useTLS bool, cfg *tls.Config) *http.Server {
-	return httpServer(h, useTLS, cfg)
+	return httpServer(h, useTLS, cfg, timeouts{readHeader: DefaultReadHeaderTimeout, idle: DefaultIdleTimeout})
 }
+
+// HTTPServerWithTimeouts is HTTPServer over plaintext with the
+// --read-header-timeout and --idle-timeout given.
+func HTTPServerWithTimeouts(h http.Handler, readHeader, idle time.Duration) *http.Server {
+	return httpServer(h, false, nil, timeouts{readHeader: readHeader, idle: idle})
+}
+
+// SendTimeout is how long a stream's message may wait for its caller.
+var SendTimeout = sendTimeout
 
 // Budget is how long the server keeps a hold after a heartbeat.
 var Budget = budgetOf

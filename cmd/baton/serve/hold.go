@@ -40,6 +40,7 @@ import (
 // (abandon): the next contender waits the delay out.
 //	held     library's Context ended (lease, key)   send lost, delete (guarded), end
 //	held     server shutting down                   send lost, delete the key, end
+//	any      a message not taken within sendTimeout  end; delete the key once the caller's validity ran out
 //
 // Every end is chosen in run, and every held end goes through end: a
 // lost is always sent before the key is deleted, and from the moment a
@@ -154,6 +155,13 @@ var errWaitTimeout = errors.New("wait_timeout passed")
 // Hold acquires a lock and holds it while the stream is open and
 // heartbeats arrive.
 func (s *Server) Hold(ctx context.Context, req *connect.Request[batonv1.HoldRequest], stream *connect.ServerStream[batonv1.HoldResponse]) error {
+	ctx, span := s.startSpan(ctx, req.Header(), "Hold")
+	err := s.serveHold(ctx, req, stream)
+	endSpan(span, err)
+	return err
+}
+
+func (s *Server) serveHold(ctx context.Context, req *connect.Request[batonv1.HoldRequest], stream *connect.ServerStream[batonv1.HoldResponse]) error {
 	arrival := time.Now()
 	sp, err := checkHold(req.Msg, s.cfg.Namespace, s.cfg.MaxTTL)
 	if err != nil {
@@ -182,19 +190,22 @@ func (s *Server) Hold(ctx context.Context, req *connect.Request[batonv1.HoldRequ
 	defer s.holds.remove(h.id)
 	s.metrics.holds.WithLabelValues("held").Inc()
 	defer s.metrics.holds.WithLabelValues("held").Dec()
+	spanHeld(ctx, h)
 
 	h.mu.Lock()
 	h.beatBy = time.Now().Add(h.budget)
 	until := h.validUntil()
 	h.mu.Unlock()
-	ev := holdEvents{stream}
-	err = stream.Send(&batonv1.HoldResponse{Event: &batonv1.HoldResponse_Held{Held: &batonv1.Held{
-		HoldId: h.id, Token: int64(lk.Token()), Keys: lk.keys, Lease: int64(lk.Lease()),
-		Ttl: durationpb.New(lk.TTL()), Validity: durationpb.New(until.Sub(arrival)),
-		Deadline: timestamppb.New(until), HeartbeatInterval: durationpb.New(heartbeatInterval(sp.ttl)),
-	}}})
+	ev := holdEvents{stream: stream, sender: s.sender(ctx, sp.ttl)}
+	err = ev.send(func() error {
+		return stream.Send(&batonv1.HoldResponse{Event: &batonv1.HoldResponse_Held{Held: &batonv1.Held{
+			HoldId: h.id, Token: int64(lk.Token()), Keys: lk.keys, Lease: int64(lk.Lease()),
+			Ttl: durationpb.New(lk.TTL()), Validity: durationpb.New(until.Sub(arrival)),
+			Deadline: timestamppb.New(until), HeartbeatInterval: durationpb.New(heartbeatInterval(sp.ttl)),
+		}}})
+	})
 	if err != nil {
-		return s.end(ctx, h, ev, errStreamClosed)
+		return s.end(ctx, h, ev, err)
 	}
 	return s.run(ctx, h, ev)
 }
@@ -225,7 +236,8 @@ func (s *Server) admit(c caller, ns, requested string) (identity string, leave f
 }
 
 // events is how a held stream tells its caller what happens: a Hold's
-// messages or a Lead's.
+// messages or a Lead's, each sent under the stream's write deadline
+// (sender.send's errors).
 type events interface {
 	// lost is the last message of an end the caller did not ask for.
 	lost(cause error)
@@ -233,30 +245,35 @@ type events interface {
 	// Resign or Transfer).
 	released()
 	// releaseRequested passes on an operator's request to let go.
-	releaseRequested(r request.Request)
+	releaseRequested(r request.Request) error
 	// endRequested passes on a request that a leader hand over (only a
 	// term's acquisition has one).
-	endRequested()
+	endRequested() error
 }
 
 // holdEvents are a Hold stream's messages.
 type holdEvents struct {
+	sender
 	stream *connect.ServerStream[batonv1.HoldResponse]
 }
 
-func (e holdEvents) lost(cause error) { _ = e.stream.Send(lost(cause)) }
+func (e holdEvents) lost(cause error) { _ = e.send(func() error { return e.stream.Send(lost(cause)) }) }
 
 func (e holdEvents) released() {
-	_ = e.stream.Send(&batonv1.HoldResponse{Event: &batonv1.HoldResponse_Released{Released: &batonv1.Released{}}})
+	_ = e.send(func() error {
+		return e.stream.Send(&batonv1.HoldResponse{Event: &batonv1.HoldResponse_Released{Released: &batonv1.Released{}}})
+	})
 }
 
-func (e holdEvents) releaseRequested(r request.Request) {
-	_ = e.stream.Send(&batonv1.HoldResponse{Event: &batonv1.HoldResponse_ReleaseRequested{ReleaseRequested: &batonv1.ReleaseRequested{
-		Reason: r.Reason, By: r.By, At: timestamppb.New(r.At),
-	}}})
+func (e holdEvents) releaseRequested(r request.Request) error {
+	return e.send(func() error {
+		return e.stream.Send(&batonv1.HoldResponse{Event: &batonv1.HoldResponse_ReleaseRequested{ReleaseRequested: &batonv1.ReleaseRequested{
+			Reason: r.Reason, By: r.By, At: timestamppb.New(r.At),
+		}}})
+	})
 }
 
-func (holdEvents) endRequested() {} // a lock has none
+func (holdEvents) endRequested() error { return nil } // a lock has none
 
 // acquire waits for the lock (or tries it) until the stream closes, the
 // server shuts down or wait_timeout passes. closeFn closes the primitive
@@ -359,12 +376,14 @@ func (s *Server) run(ctx context.Context, h *hold, ev events) error {
 		case <-s.stopCtx.Done():
 			cause = errServerShutdown
 		case r := <-requests:
-			ev.releaseRequested(r)
-			continue
+			if cause = ev.releaseRequested(r); cause == nil {
+				continue
+			}
 		case <-ends:
 			ends = nil
-			ev.endRequested()
-			continue
+			if cause = ev.endRequested(); cause == nil {
+				continue
+			}
 		case tr := <-h.transfers:
 			token, err := s.transfer(ctx, h, tr)
 			tr.reply <- transferReply{token: token, err: err}
@@ -388,6 +407,11 @@ func (s *Server) end(ctx context.Context, h *hold, ev events, cause error) error
 	byCaller := errors.Is(cause, errReleasedByCaller) || errors.Is(cause, errStreamClosed)
 	if !byCaller {
 		ev.lost(cause)
+	}
+	if errors.Is(cause, errCallerUnreachable) {
+		// The caller may still believe it holds: its key outlives the
+		// validity it was given.
+		s.awaitValidity(h)
 	}
 	if s.cfg.hooks != nil && s.cfg.hooks.beforeUnlock != nil {
 		s.cfg.hooks.beforeUnlock(h.id, cause)
@@ -414,6 +438,7 @@ func (s *Server) end(ctx context.Context, h *hold, ev events, cause error) error
 		}
 	}
 	s.metrics.ended.WithLabelValues(causeLabel(final)).Inc()
+	spanEnded(ctx, final)
 	s.log.Debug("hold ended", zap.String("hold_id", h.id), zap.Strings("names", h.names), zap.Int64("token", int64(h.lock.Token())),
 		zap.String("cause", causeLabel(final)), zap.Error(err))
 	return nil

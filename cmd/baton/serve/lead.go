@@ -39,6 +39,13 @@ import (
 // Lead campaigns in an election and leads while the stream is open and
 // heartbeats arrive.
 func (s *Server) Lead(ctx context.Context, req *connect.Request[batonv1.LeadRequest], stream *connect.ServerStream[batonv1.LeadResponse]) error {
+	ctx, span := s.startSpan(ctx, req.Header(), "Lead")
+	err := s.serveLead(ctx, req, stream)
+	endSpan(span, err)
+	return err
+}
+
+func (s *Server) serveLead(ctx context.Context, req *connect.Request[batonv1.LeadRequest], stream *connect.ServerStream[batonv1.LeadResponse]) error {
 	arrival := time.Now()
 	sp, err := checkLead(req.Msg, s.cfg.Namespace, s.cfg.MaxTTL)
 	if err != nil {
@@ -70,19 +77,22 @@ func (s *Server) Lead(ctx context.Context, req *connect.Request[batonv1.LeadRequ
 	defer s.holds.remove(h.id)
 	s.metrics.holds.WithLabelValues("held").Inc()
 	defer s.metrics.holds.WithLabelValues("held").Dec()
+	spanHeld(ctx, h)
 
 	h.mu.Lock()
 	h.beatBy = time.Now().Add(h.budget)
 	until := h.validUntil()
 	h.mu.Unlock()
-	ev := leadEvents{stream: stream, term: t.term}
-	err = stream.Send(&batonv1.LeadResponse{Event: &batonv1.LeadResponse_Leading{Leading: &batonv1.Leading{
-		HoldId: h.id, Token: int64(t.Token()), Key: t.Key(), Lease: int64(t.Lease()),
-		Ttl: durationpb.New(t.TTL()), Validity: durationpb.New(until.Sub(arrival)),
-		Deadline: timestamppb.New(until), HeartbeatInterval: durationpb.New(heartbeatInterval(sp.ttl)),
-	}}})
+	ev := leadEvents{sender: s.sender(ctx, sp.ttl), stream: stream, term: t.term}
+	err = ev.send(func() error {
+		return stream.Send(&batonv1.LeadResponse{Event: &batonv1.LeadResponse_Leading{Leading: &batonv1.Leading{
+			HoldId: h.id, Token: int64(t.Token()), Key: t.Key(), Lease: int64(t.Lease()),
+			Ttl: durationpb.New(t.TTL()), Validity: durationpb.New(until.Sub(arrival)),
+			Deadline: timestamppb.New(until), HeartbeatInterval: durationpb.New(heartbeatInterval(sp.ttl)),
+		}}})
+	})
 	if err != nil {
-		return s.end(ctx, h, ev, errStreamClosed)
+		return s.end(ctx, h, ev, err)
 	}
 	return s.run(ctx, h, ev)
 }
@@ -195,30 +205,37 @@ func candidateKey(ctx context.Context, el *election.Election, to string) (string
 
 // leadEvents are a Lead stream's messages.
 type leadEvents struct {
+	sender
 	stream *connect.ServerStream[batonv1.LeadResponse]
 	term   *election.Term
 }
 
 func (e leadEvents) lost(cause error) {
-	_ = e.stream.Send(&batonv1.LeadResponse{Event: &batonv1.LeadResponse_Ended{Ended: &batonv1.Lost{Cause: causeOf(cause), Message: cause.Error()}}})
+	_ = e.send(func() error {
+		return e.stream.Send(&batonv1.LeadResponse{Event: &batonv1.LeadResponse_Ended{Ended: &batonv1.Lost{Cause: causeOf(cause), Message: cause.Error()}}})
+	})
 }
 
 func (e leadEvents) released() {
-	_ = e.stream.Send(&batonv1.LeadResponse{Event: &batonv1.LeadResponse_Resigned{Resigned: &batonv1.Released{}}})
+	_ = e.send(func() error {
+		return e.stream.Send(&batonv1.LeadResponse{Event: &batonv1.LeadResponse_Resigned{Resigned: &batonv1.Released{}}})
+	})
 }
 
 // releaseRequested is an operator's `baton resign NAME --request`: a
 // request to end the term, with no deadline.
-func (e leadEvents) releaseRequested(r request.Request) {
-	_ = e.stream.Send(&batonv1.LeadResponse{Event: &batonv1.LeadResponse_EndRequested{EndRequested: &batonv1.EndRequested{
-		Reason: r.Reason, By: r.By,
-	}}})
+func (e leadEvents) releaseRequested(r request.Request) error {
+	return e.send(func() error {
+		return e.stream.Send(&batonv1.LeadResponse{Event: &batonv1.LeadResponse_EndRequested{EndRequested: &batonv1.EndRequested{
+			Reason: r.Reason, By: r.By,
+		}}})
+	})
 }
 
 // endRequested is a better candidate's request (Preferred) or an
 // operator's `baton resign NAME --to`: its deadline is the requester's
 // grace counted from now.
-func (e leadEvents) endRequested() {
+func (e leadEvents) endRequested() error {
 	r, _ := e.term.EndRequest()
 	m := &batonv1.EndRequested{Reason: "hand over to the best candidate", By: r.By}
 	if r.To != "" {
@@ -227,7 +244,9 @@ func (e leadEvents) endRequested() {
 	if d, err := time.ParseDuration(r.Deadline); err == nil && d > 0 {
 		m.Deadline = timestamppb.New(time.Now().Add(d))
 	}
-	_ = e.stream.Send(&batonv1.LeadResponse{Event: &batonv1.LeadResponse_EndRequested{EndRequested: m}})
+	return e.send(func() error {
+		return e.stream.Send(&batonv1.LeadResponse{Event: &batonv1.LeadResponse_EndRequested{EndRequested: m}})
+	})
 }
 
 // transferRequest is a Transfer, handed to the term's loop, which owns

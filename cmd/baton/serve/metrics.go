@@ -12,6 +12,8 @@ type metrics struct {
 	requests   *prometheus.CounterVec // result: held, refused, busy, timeout, canceled, error
 	ended      *prometheus.CounterVec // cause
 	heartbeats *prometheus.CounterVec // result: ok, lost, unknown
+	// sendTimeouts counts messages a caller did not take within sendTimeout.
+	sendTimeouts prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -28,11 +30,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "baton_serve_heartbeats_total", Help: "Heartbeats by result (ok, lost, unknown).",
 		}, []string{"result"}),
+		sendTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "baton_serve_send_timeouts_total", Help: "Messages of Hold and Lead streams the caller did not take within the send timeout (a twentieth of the TTL).",
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.holds, m.requests, m.ended, m.heartbeats} {
+	for _, c := range []prometheus.Collector{m.holds, m.requests, m.ended, m.heartbeats, m.sendTimeouts} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

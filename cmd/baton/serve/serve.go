@@ -41,6 +41,8 @@ type Options struct {
 	MaxTTL              time.Duration
 	Policy              string
 	ShutdownTimeout     time.Duration
+	ReadHeaderTimeout   time.Duration
+	IdleTimeout         time.Duration
 }
 
 func NewCmdServe(g *cmdutil.Env) *cobra.Command {
@@ -61,7 +63,16 @@ checked against that namespace policy (the file baton rbac apply takes).
 --dev serves on an embedded etcd of its own, for a one-command try.
 
 SIGINT or SIGTERM ends every hold and term (lost: server shutdown) and deletes its
-key before the server exits.`,
+key before the server exits.
+
+A caller that sends its request headers slower than --read-header-timeout,
+or keeps a connection open with no call for --idle-timeout, is cut off. A
+message of a Hold or Lead stream that its caller does not take within a
+twentieth of the TTL ends the hold; its key is deleted once the validity
+the caller was given has run out.
+
+With OTEL_EXPORTER_OTLP_ENDPOINT set, each Hold and Lead stream's span is
+exported over OTLP/gRPC, a child of the caller's traceparent header.`,
 		Example: `  baton serve --dev
   baton serve --listen 127.0.0.1:9379 --listen unix:///run/baton/baton.sock
   curl -s localhost:9379/baton.v1.BatonService/Inspect -H 'Content-Type: application/json' -d '{"locksPrefix":""}'`,
@@ -84,6 +95,8 @@ key before the server exits.`,
 	f.DurationVar(&o.MaxTTL, "max-ttl", mutex.DefaultMaxTTL, "the largest TTL a hold may ask for")
 	f.StringVar(&o.Policy, "policy", "", "check every call against this namespace policy (YAML or JSON, as baton rbac apply takes)")
 	f.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", 5*time.Second, "how long SIGTERM waits for holds to end before the leases are revoked")
+	f.DurationVar(&o.ReadHeaderTimeout, "read-header-timeout", DefaultReadHeaderTimeout, "cut off a connection whose request headers take longer (a slow or stalled caller)")
+	f.DurationVar(&o.IdleTimeout, "idle-timeout", DefaultIdleTimeout, "close a connection with no request or stream open for this long")
 	return cmd
 }
 
@@ -106,6 +119,10 @@ func (o Options) validate() error {
 		return cmdutil.UsageErrorf("--max-ttl %v: whole seconds, at least %v", o.MaxTTL, mutex.MinTTL)
 	case o.ShutdownTimeout <= 0:
 		return cmdutil.UsageErrorf("--shutdown-timeout %v: must be positive", o.ShutdownTimeout)
+	case o.ReadHeaderTimeout <= 0:
+		return cmdutil.UsageErrorf("--read-header-timeout %v: must be positive", o.ReadHeaderTimeout)
+	case o.IdleTimeout <= 0:
+		return cmdutil.UsageErrorf("--idle-timeout %v: must be positive", o.IdleTimeout)
 	}
 	if n := btoi(o.TLSCert != "") + btoi(o.TLSKey != "") + btoi(o.CA != ""); n != 0 && n != 3 {
 		return cmdutil.UsageErrorf("--tls-cert, --tls-key and --client-ca go together")
@@ -169,6 +186,9 @@ func Run(ctx context.Context, g *cmdutil.Env, o Options, out io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.Client, cfg.Registerer = cli, reg
+	tr := cmdutil.StartTracing(ctx, g.IO.Getenv, g.IO.Err)
+	defer tr.Flush(g.IO.Err)
+	cfg.TracerProvider = tr.Provider
 	s, err := New(cfg)
 	if err != nil {
 		return err
@@ -181,7 +201,7 @@ func Run(ctx context.Context, g *cmdutil.Env, o Options, out io.Writer) error {
 	var servers []*http.Server
 	var wg sync.WaitGroup
 	for _, l := range lns {
-		hs := httpServer(mux, l.tls, tlsCfg)
+		hs := httpServer(mux, l.tls, tlsCfg, timeouts{readHeader: o.ReadHeaderTimeout, idle: o.IdleTimeout})
 		servers = append(servers, hs)
 		wg.Add(1)
 		go func(l listener) {
@@ -218,10 +238,31 @@ func Run(ctx context.Context, g *cmdutil.Env, o Options, out io.Writer) error {
 	return errors.Join(runErr, err)
 }
 
+// Defaults of --read-header-timeout and --idle-timeout.
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout       = 2 * time.Minute
+)
+
+// timeouts are the HTTP server's bounds on a slow or idle caller. Neither
+// touches a connection with a stream open: a hold's caller is judged by
+// its heartbeats and by the write deadline of its stream's messages
+// (sendTimeout), never by a connection-wide read or write timeout, which
+// would end holds whose callers still believe they hold.
+type timeouts struct {
+	// readHeader bounds the reading of a request's headers (HTTP/1.1, and
+	// the h2c preface): a caller that trickles them (slowloris) is cut off.
+	readHeader time.Duration
+	// idle closes a connection with no request in flight (HTTP/1.1
+	// keep-alive) or no stream open (HTTP/2: also one whose HEADERS and
+	// CONTINUATION frames trickle, since no stream opens until they end).
+	idle time.Duration
+}
+
 // httpServer serves h on one listener: HTTP/1.1 and HTTP/2, the latter
 // over TLS or, on plaintext, as h2c (gRPC without TLS).
-func httpServer(h http.Handler, useTLS bool, tlsCfg *tls.Config) *http.Server {
-	hs := &http.Server{Handler: h, ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
+func httpServer(h http.Handler, useTLS bool, tlsCfg *tls.Config, t timeouts) *http.Server {
+	hs := &http.Server{Handler: h, ConnContext: connContext, ReadHeaderTimeout: t.readHeader, IdleTimeout: t.idle, Protocols: new(http.Protocols)}
 	hs.Protocols.SetHTTP1(true)
 	if useTLS {
 		hs.Protocols.SetHTTP2(true)

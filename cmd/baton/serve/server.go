@@ -14,9 +14,11 @@ import (
 	"connectrpc.com/grpchealth"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/cmd/baton/gen/baton/v1/batonv1connect"
+	"github.com/batonhq/baton/internal/telemetry"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/rbac"
 )
@@ -39,6 +41,11 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Logger logs each hold's end (default: none).
 	Logger *zap.Logger
+	// TracerProvider records a span for each Hold and Lead stream, a child
+	// of the caller's traceparent, with the library's wait and hold spans
+	// under it (default: the global provider, a no-op until one is
+	// installed).
+	TracerProvider trace.TracerProvider
 
 	hooks *hooks
 }
@@ -65,6 +72,7 @@ type Server struct {
 	metrics  *metrics
 	holds    holdTable
 	log      *zap.Logger
+	tracer   trace.Tracer
 
 	// stopCtx ends, with errServerShutdown, when Shutdown begins: every
 	// hold and wait then ends.
@@ -108,7 +116,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, cli: cfg.Client, metrics: m, log: cfg.Logger,
-		sessions: newSessions(cfg.Client, cfg.MaxTTL, cfg.Registerer, cfg.Logger),
+		sessions: newSessions(cfg.Client, cfg.MaxTTL, cfg.Registerer, cfg.Logger, cfg.TracerProvider),
+		tracer:   telemetry.Tracer(cfg.TracerProvider),
 		limits:   newLimits(cfg.MaxHolds, cfg.MaxHoldsPerIdentity),
 		holds:    holdTable{m: make(map[string]*hold)},
 	}
@@ -121,12 +130,13 @@ func New(cfg Config) (*Server, error) {
 
 // Handler serves the BatonService (gRPC, gRPC-Web and Connect's
 // HTTP/JSON on one path) and grpc.health.v1, each request knowing its
-// caller (mTLS, Unix socket or TCP).
+// caller (mTLS, Unix socket or TCP) and its response controller (the
+// write deadline of a stream's messages).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(batonv1connect.NewBatonServiceHandler(s, connect.WithReadMaxBytes(MaxRequestBytes)))
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(batonv1connect.BatonServiceName)))
-	return withCaller(mux)
+	return withCaller(withWriter(mux))
 }
 
 // enter counts a stream in, unless Shutdown began.

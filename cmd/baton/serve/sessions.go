@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/session"
@@ -23,6 +24,7 @@ type sessions struct {
 	maxTTL time.Duration
 	reg    prometheus.Registerer
 	log    *zap.Logger
+	tp     trace.TracerProvider // nil: the library's default (the global one)
 
 	mu     sync.Mutex
 	byTTL  map[time.Duration]*session.Session
@@ -31,8 +33,8 @@ type sessions struct {
 
 var errClosing = errors.New("the server is shutting down")
 
-func newSessions(cli *clientv3.Client, maxTTL time.Duration, reg prometheus.Registerer, log *zap.Logger) *sessions {
-	return &sessions{cli: cli, maxTTL: maxTTL, reg: reg, log: log, byTTL: make(map[time.Duration]*session.Session)}
+func newSessions(cli *clientv3.Client, maxTTL time.Duration, reg prometheus.Registerer, log *zap.Logger, tp trace.TracerProvider) *sessions {
+	return &sessions{cli: cli, maxTTL: maxTTL, reg: reg, log: log, tp: tp, byTTL: make(map[time.Duration]*session.Session)}
 }
 
 // get returns the session of ttl, created on first use (it grants its
@@ -69,6 +71,9 @@ func (s *sessions) options(ttl time.Duration) []session.Option {
 	opts := []session.Option{session.WithTTL(ttl), session.WithMaxTTL(s.maxTTL), session.WithLogger(s.log)}
 	if s.reg != nil {
 		opts = append(opts, session.WithRegisterer(s.reg))
+	}
+	if s.tp != nil {
+		opts = append(opts, session.WithTracerProvider(s.tp))
 	}
 	return opts
 }

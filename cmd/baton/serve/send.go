@@ -1,0 +1,104 @@
+package serve
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// A caller that stops reading its stream (a frozen process, a full event
+// loop, a client that never reads) makes the stream's next message wait on
+// HTTP/2 flow control or a full socket: an unbounded Send would keep the
+// hold's loop from its deadlines, and the hold from its end. Every message
+// of a held stream is sent under a write deadline, sendTimeout; past it
+// net/http resets the stream (HTTP/2) or closes the connection (HTTP/1.1)
+// and the Send fails.
+//
+// Such a caller may still believe it holds, until the validity it was last
+// given: the hold ends at once (no heartbeat extends it from then on), but
+// its key is deleted only once that validity has run out, as at a
+// heartbeat timeout.
+
+// sendTimeout bounds one message's send on a stream of ttl: a twentieth of
+// the TTL. A hold's loop sends at most one message (release_requested,
+// end_requested) before it sees a deadline, then lost: two sends take at
+// most a tenth of the TTL, within the fifth that the library's margin
+// keeps between its deadline and the lease's expiry, so lost is still
+// sent, and the key deleted, before the lease could expire.
+func sendTimeout(ttl time.Duration) time.Duration { return ttl / 20 }
+
+// errCallerUnreachable ends a hold whose caller did not take a message
+// within sendTimeout. It is a stream's end (CAUSE_STREAM_CLOSED), not the
+// caller's: see awaitValidity.
+var errCallerUnreachable = fmt.Errorf("%w: the caller did not take a message within the send timeout", errStreamClosed)
+
+type writerKey struct{}
+
+// withWriter keeps each request's response controller in its context, for
+// the write deadline of a stream's sends.
+func withWriter(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), writerKey{}, http.NewResponseController(w))))
+	})
+}
+
+// sender sends a stream's messages, each under a write deadline.
+type sender struct {
+	rc      *http.ResponseController // nil outside Handler (no deadline)
+	timeout time.Duration
+	onLate  func() // counts a send past its deadline
+}
+
+func (s *Server) sender(ctx context.Context, ttl time.Duration) sender {
+	rc, _ := ctx.Value(writerKey{}).(*http.ResponseController)
+	return sender{rc: rc, timeout: sendTimeout(ttl), onLate: s.metrics.sendTimeouts.Inc}
+}
+
+// send runs send (a Stream's Send) under the write deadline. It returns
+// nil, errCallerUnreachable when the deadline passed, or errStreamClosed
+// (wrapping the Send's error) when the stream ended otherwise.
+func (s sender) send(send func() error) error {
+	if s.rc == nil {
+		if err := send(); err != nil {
+			return fmt.Errorf("%w: %w", errStreamClosed, err)
+		}
+		return nil
+	}
+	deadline := time.Now().Add(s.timeout)
+	_ = s.rc.SetWriteDeadline(deadline) // ErrNotSupported: no deadline to keep
+	err := send()
+	if err == nil {
+		// Send flushes through http.Flusher, which drops the error of a
+		// flush cut short by the deadline: ask again.
+		err = s.rc.Flush()
+	}
+	_ = s.rc.SetWriteDeadline(time.Time{})
+	switch {
+	case err == nil:
+		return nil
+	case !time.Now().Before(deadline):
+		s.onLate()
+		return errCallerUnreachable
+	}
+	return fmt.Errorf("%w: %w", errStreamClosed, err)
+}
+
+// awaitValidity waits, for a hold whose caller is unreachable, until the
+// validity the caller was last given has run out (the caller ends the
+// hold there by its own clock, if it lives), or the hold is lost anyway,
+// or the caller's Release says it does not hold, or the server shuts
+// down. The hold is already ended: no heartbeat extends it meanwhile.
+func (s *Server) awaitValidity(h *hold) {
+	h.mu.Lock()
+	until := h.validUntil()
+	h.mu.Unlock()
+	t := time.NewTimer(time.Until(until))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-h.lock.Done():
+	case <-h.release:
+	case <-s.stopCtx.Done():
+	}
+}

@@ -1,0 +1,132 @@
+package serve_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
+	"github.com/batonhq/baton/cmd/baton/gen/baton/v1/batonv1connect"
+	"github.com/batonhq/baton/cmd/baton/internal/clitest"
+	"github.com/batonhq/baton/cmd/baton/serve"
+)
+
+// holdWith is holdOn with the request's headers set by header.
+func holdWith(ctx context.Context, c batonv1connect.BatonServiceClient, req *batonv1.HoldRequest, header map[string]string) *stream {
+	ctx, cancel := context.WithCancel(ctx)
+	s := &stream{events: make(chan *batonv1.HoldResponse, 16), done: make(chan error, 1), cancel: cancel, sent: time.Now()}
+	go func() {
+		r := connect.NewRequest(req)
+		for k, v := range header {
+			r.Header().Set(k, v)
+		}
+		st, err := c.Hold(ctx, r)
+		if err != nil {
+			s.done <- err
+			return
+		}
+		defer func() { _ = st.Close() }()
+		for st.Receive() {
+			s.events <- st.Msg()
+		}
+		s.done <- st.Err()
+	}()
+	return s
+}
+
+func attrOf(s sdktrace.ReadOnlySpan, key attribute.Key) string {
+	for _, a := range s.Attributes() {
+		if a.Key == key {
+			return a.Value.Emit()
+		}
+	}
+	return ""
+}
+
+// The caller's W3C traceparent parents the stream's server span, whose
+// children are the library's wait and hold spans; the server span says
+// how the hold ended: released, or lost with the cause.
+func TestTraceparentParentsTheHoldSpan(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	e := start(t, func(c *serve.Config) { c.TracerProvider = tp })
+	ctx := ctxT(t)
+
+	for _, c := range []struct {
+		name, traceparent, outcome, reason string
+		end                                func(s *stream, h *batonv1.Held)
+	}{
+		{"released", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "released", "", func(s *stream, h *batonv1.Held) {
+			if _, err := e.client.Release(ctx, connect.NewRequest(&batonv1.ReleaseRequest{HoldId: h.HoldId})); err != nil {
+				t.Fatal(err)
+			}
+			if m := s.next(t); m.GetReleased() == nil {
+				t.Fatalf("%v, want released", m)
+			}
+		}},
+		{"heartbeat timeout", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "lost", "heartbeat_timeout", func(s *stream, _ *batonv1.Held) {
+			if m := s.next(t); m.GetLost().GetCause() != batonv1.Cause_CAUSE_HEARTBEAT_TIMEOUT {
+				t.Fatalf("%v, want lost HEARTBEAT_TIMEOUT", m)
+			}
+		}},
+	} {
+		rec.Reset()
+		s := holdWith(ctx, e.client, &batonv1.HoldRequest{Names: []string{"traced"}, Ttl: dur(2 * time.Second)}, map[string]string{"traceparent": c.traceparent})
+		h := s.held(t)
+		c.end(s, h)
+		if err := s.end(t); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		byName := map[string]sdktrace.ReadOnlySpan{}
+		clitest.WaitFor(t, func() bool {
+			for _, sp := range rec.Ended() {
+				byName[sp.Name()] = sp
+			}
+			return byName["baton.v1.BatonService/Hold"] != nil && byName["mutex hold"] != nil && byName["mutex wait"] != nil
+		})
+		srv := byName["baton.v1.BatonService/Hold"]
+		parent := srv.Parent()
+		if !parent.IsRemote() || parent.TraceID().String() != c.traceparent[3:35] || parent.SpanID().String() != c.traceparent[36:52] {
+			t.Fatalf("%s: server span's parent %v, want the traceparent %s", c.name, parent, c.traceparent)
+		}
+		if srv.SpanKind() != trace.SpanKindServer || attrOf(srv, "baton.hold.id") != h.HoldId || attrOf(srv, "baton.fencing.token") == "" {
+			t.Fatalf("%s: server span %s kind %v, attributes %v", c.name, srv.Name(), srv.SpanKind(), srv.Attributes())
+		}
+		if got := attrOf(srv, "baton.hold.outcome"); got != c.outcome || attrOf(srv, "baton.loss.reason") != c.reason {
+			t.Fatalf("%s: outcome %q, reason %q; want %q, %q", c.name, got, attrOf(srv, "baton.loss.reason"), c.outcome, c.reason)
+		}
+		for _, name := range []string{"mutex wait", "mutex hold"} {
+			sp := byName[name]
+			if sp.Parent().SpanID() != srv.SpanContext().SpanID() || sp.SpanContext().TraceID() != srv.SpanContext().TraceID() {
+				t.Fatalf("%s: %s's parent %v, want the server span %v", c.name, name, sp.Parent(), srv.SpanContext())
+			}
+		}
+		if tok := attrOf(byName["mutex hold"], "baton.fencing.token"); tok != attrOf(srv, "baton.fencing.token") {
+			t.Fatalf("%s: hold span's token %s, server span's %s", c.name, tok, attrOf(srv, "baton.fencing.token"))
+		}
+	}
+
+	// Without a traceparent the stream's span starts a trace of its own.
+	rec.Reset()
+	s := e.hold(ctx, &batonv1.HoldRequest{Names: []string{"untraced"}})
+	s.held(t)
+	s.cancel()
+	clitest.WaitFor(t, func() bool {
+		for _, sp := range rec.Ended() {
+			if sp.Name() == "baton.v1.BatonService/Hold" {
+				if sp.Parent().IsValid() {
+					t.Fatalf("parent %v without a traceparent", sp.Parent())
+				}
+				return attrOf(sp, "baton.loss.reason") == "stream_closed"
+			}
+		}
+		return false
+	})
+}
