@@ -3,6 +3,7 @@ package robustness
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -892,5 +893,34 @@ func TestFreeLockBoundCountsAStallOnce(t *testing.T) {
 	h.Probes = []Probe{{At: ms(90), RTT: time.Second}}
 	if deadline, _, _ := h.freeDeadline(ms(0), DefaultFreeBound); deadline != int64(freeRoundTrips*time.Second) {
 		t.Errorf("deadline %v, want %d round trips of 1s", time.Duration(deadline), freeRoundTrips)
+	}
+}
+
+// A baton serve caller counts itself told once its validity deadline has
+// passed, whether or not its stream's lost came: a deletion seen after
+// the deadline, or an acquisition returned after it, finds it told; one
+// before it does not.
+func TestKnowsFirstCountsAServeCallersValidityAsTold(t *testing.T) {
+	for _, tc := range []struct {
+		deadline int64
+		told     bool
+	}{{ms(4), true}, {ms(6), false}} {
+		h := cleanMutex()
+		valid := new(atomic.Int64)
+		valid.Store(tc.deadline)
+		a := &Hold{Prim: "mutex", Name: "m0", Client: "serve.s0-0", Key: ka, Token: 2, Acquired: ms(2), validTo: valid}
+		h.acquired(a, m0, make(chan struct{}))
+		h.deleteSeen(ka, 2, ms(5))
+		b := &Hold{Prim: "mutex", Name: "m0", Client: "w1", Key: kb, Token: 3, Acquired: ms(5) + 2}
+		h.acquired(b, m0, make(chan struct{}))
+		if a.Told != tc.told || (len(a.Untold) == 0) != tc.told {
+			t.Errorf("deadline %v: told %v, untold %d; want told %v", time.Duration(tc.deadline), a.Told, len(a.Untold), tc.told)
+		}
+		rep := run(h)
+		if tc.told {
+			wantClean(t, rep)
+		} else {
+			wantViolation(t, rep, "knows-first", "had not been told when its key's deletion (rev 5) was seen")
+		}
 	}
 }

@@ -23,7 +23,12 @@
 // locks of one name at once through one session than it sends alone
 // (twins), and on its own connection a request that applies after its
 // caller gave up, at the step each path for unheard writes is for
-// (unheard). A run in which a kind made no acquisition fails (coverage).
+// (unheard), and callers through a `baton serve` process with the
+// generated Connect client, over gRPC and HTTP/JSON, judged by their own
+// rule: told by the stream's lost or by the validity of their last
+// heartbeat, whichever comes first (serve; the server itself stopped
+// past its TTL now and then). A run in which a kind made no acquisition
+// fails (coverage).
 //
 // Faults, from a declared list dealt in shuffled rounds (every kind once a
 // round): member kill and restart, leader transfer, quorum loss, a member

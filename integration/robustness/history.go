@@ -5,6 +5,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/batonhq/baton/integration/harness"
@@ -94,6 +95,17 @@ type Hold struct {
 	Untold []*Hold `json:"-"`
 
 	done <-chan struct{}
+	// validTo, when set, is the caller's own validity deadline on the
+	// shared clock (a baton serve caller's: its heartbeat's send time plus
+	// the validity the reply gave): from that moment the caller counts
+	// itself told, whether or not its stream's lost has come.
+	validTo *atomic.Int64
+}
+
+// over reports whether the hold had ended by at: its Context had, or its
+// caller's validity deadline had passed.
+func (x *Hold) over(at int64) bool {
+	return closed(x.done) || (x.validTo != nil && at >= x.validTo.Load())
 }
 
 // ObsState is one state an Observe stream sent.
@@ -259,7 +271,7 @@ func (h *History) hold(x *Hold) {
 // told yet: the next holder is already acting.
 func (h *History) acquired(x *Hold, n NameInfo, done <-chan struct{}) {
 	x.done = done
-	x.DeadOnReturn = closed(done)
+	x.DeadOnReturn = x.over(x.Acquired)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.index == nil {
@@ -276,8 +288,10 @@ func (h *History) acquired(x *Hold, n NameInfo, done <-chan struct{}) {
 		if x.DeadOnReturn {
 			break // it never held
 		}
-		if closed(p.done) {
-			delete(h.live[k], p)
+		if p.over(x.Acquired) {
+			if closed(p.done) {
+				delete(h.live[k], p)
+			}
 			continue
 		}
 		if !mayShare(n, p.Key, x.Key) && !(n.Prim == "semaphore") {
@@ -302,7 +316,7 @@ func (h *History) deleteSeen(key string, create, at int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if x := h.index[incarnation{key, create}]; x != nil && x.DeleteSeen == 0 {
-		x.DeleteSeen, x.Told = at, closed(x.done)
+		x.DeleteSeen, x.Told = at, x.over(at)
 	}
 }
 

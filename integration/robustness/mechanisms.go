@@ -50,12 +50,12 @@ const (
 	TrafficUnheard  = "unheard"    // on its own connection, a request that applies after its caller gave up: a late enqueue, a release, a Set's release and a hand-over whose replies are lost
 )
 
-// TrafficKinds lists the kinds a run drives; cli-force needs the baton
-// CLI.
+// TrafficKinds lists the kinds a run drives; cli-force and serve need the
+// baton CLI.
 func TrafficKinds(baton bool) []string {
 	k := []string{TrafficBurst, TrafficCrowd, TrafficSet, TrafficDelay, TrafficRequest, TrafficTransfer, TrafficPrefer, TrafficEtcd, TrafficShard, TrafficGiveUp, TrafficTwins, TrafficStream, TrafficUnheard}
 	if baton {
-		k = append(k, TrafficCLIForce)
+		k = append(k, TrafficCLIForce, TrafficServe)
 	}
 	return k
 }
@@ -68,6 +68,9 @@ type mech struct {
 	part *cluster.Partition
 	kind string
 	runs int // of its kind so far
+	// srv is the serve kind's baton serve process, started on its first
+	// run and stopped when the traffic ends.
+	srv *serveProc
 }
 
 func (r *runner) newMech(i int, kind string) (*mech, error) {
@@ -84,6 +87,7 @@ func (m *mech) client() string { return m.kind }
 // run repeats its kind until the traffic ends.
 func (m *mech) run(ctx context.Context, rng *rand.Rand) {
 	defer m.cli.Close()
+	defer m.stopServe()
 	for ctx.Err() == nil {
 		kind := m.kind
 		step := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
@@ -127,6 +131,8 @@ func (m *mech) do(ctx context.Context, rng *rand.Rand, kind string) {
 		m.stream(ctx, rng)
 	case TrafficUnheard:
 		m.unheard(ctx, rng)
+	case TrafficServe:
+		m.serve(ctx, rng)
 	}
 }
 

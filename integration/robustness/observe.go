@@ -43,11 +43,17 @@ func (r *runner) proxiedClient(name string) (*clientv3.Client, *cluster.Partitio
 		part.Close()
 		return nil, nil, err
 	}
+	r.addPart(name, part)
+	return cli, part, nil
+}
+
+// addPart puts a client's partition among those the network faults
+// choose from, under the client's name.
+func (r *runner) addPart(name string, part *cluster.Partition) {
 	r.mu.Lock()
 	r.parts = append(r.parts, part)
 	r.partOf = append(r.partOf, name)
 	r.mu.Unlock()
-	return cli, part, nil
 }
 
 func (o *observer) client() string { return fmt.Sprintf("o%d", o.id) }

@@ -44,6 +44,11 @@
 //	p  a broken watch stream does not tell its waiters, who wait for
 //	   deletions that no stream will deliver (internal/watch): the
 //	   free-lock check's
+//	q  baton serve's validity: a hold's validity runs a whole TTL from
+//	   the caller's last heartbeat, not to the server's heartbeat deadline
+//	   (a fifth of a TTL sooner) or the lease's, whichever is earlier
+//	   (cmd/baton/serve): a caller cut off from the server counts itself
+//	   holding after the server deleted its key; the knows-first check's
 //	s  the stuck reassignment: a member never names the shards whose fn
 //	   outlived the drain in its member key (shard), so the assignment
 //	   gives one back to it, which cannot take it: the owned check's
@@ -69,4 +74,4 @@ package planted
 const Env = "BATON_PLANTED_BUG"
 
 // Names are the bugs On knows, a letter each.
-const Names = "abcdefghijklmnopsvwxyz"
+const Names = "abcdefghijklmnopqsvwxyz"

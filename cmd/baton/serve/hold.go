@@ -16,6 +16,7 @@ import (
 	"github.com/batonhq/baton/cmd/baton/cmdutil"
 	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
 	"github.com/batonhq/baton/cmd/baton/keyspace"
+	"github.com/batonhq/baton/internal/planted"
 	"github.com/batonhq/baton/internal/request"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/semaphore"
@@ -98,6 +99,11 @@ func (h *hold) live() liveness {
 // the heartbeat deadline and the library's (the lease's), so never later
 // than the library's. Called with h.mu held.
 func (h *hold) validUntil() time.Time {
+	if planted.On("q") && h.lock != nil {
+		// Planted bug q: a whole TTL from the last heartbeat, past both
+		// the heartbeat deadline (a fifth of a TTL less) and the lease's.
+		return h.beatBy.Add(h.lock.TTL() - h.budget)
+	}
 	if d := h.live().Deadline(); d.Before(h.beatBy) {
 		return d
 	}

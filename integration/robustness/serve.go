@@ -1,0 +1,558 @@
+package robustness
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
+	"github.com/batonhq/baton/cmd/baton/gen/baton/v1/batonv1connect"
+	"github.com/batonhq/baton/fencing"
+	"github.com/batonhq/baton/internal/embedetcd/cluster"
+)
+
+// TrafficServe: callers that contend through a `baton serve` process
+// (Config.Baton) on the lanes' names, with the generated Connect client,
+// over gRPC and Connect's HTTP/JSON: Hold streams kept by heartbeats,
+// fenced writes with the token of held, releases, dropped streams, callers
+// that stop heartbeating and callers cut off from the server. A caller
+// counts itself told when its stream says lost, or when the validity of
+// its last heartbeat's reply, counted from the heartbeat's send time on
+// its own clock, has passed (docs/serve.md): the checks judge it by that
+// rule, as they judge the library's holders by their Context.
+const TrafficServe = "serve"
+
+// serveProc is the serve kind's `baton serve` process: its etcd client
+// behind a partition of its own (the network faults' "serve.server"),
+// serving plaintext on a loopback port.
+type serveProc struct {
+	cmd    *exec.Cmd
+	addr   string // host:port
+	exited chan struct{}
+	stderr strings.Builder
+}
+
+// startServe starts `baton serve` on the run's cluster and namespace and
+// waits for the address it serves on.
+func (m *mech) startServe(ctx context.Context) (*serveProc, error) {
+	part, eps, err := cluster.NewPartition(m.r.cfg.Target.Endpoints())
+	if err != nil {
+		return nil, err
+	}
+	m.r.addPart(m.client()+".server", part) // closed with the others'
+	p := &serveProc{exited: make(chan struct{})}
+	p.cmd = exec.Command(m.r.cfg.Baton, "serve", "--listen", "127.0.0.1:0", "--endpoints", strings.Join(eps, ","),
+		"--namespace", m.r.cfg.Namespace, "--shutdown-timeout", "5s")
+	p.cmd.Env = os.Environ() // a planted bug's switch with it
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	p.cmd.Stderr = &limitedWriter{w: &p.stderr, n: 4096}
+	out, err := p.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := p.cmd.Start(); err != nil {
+		return nil, err
+	}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), "serving on http://"); ok {
+				select {
+				case addr <- a:
+				default:
+				}
+			}
+		}
+		_ = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t := time.NewTimer(20 * time.Second)
+	defer t.Stop()
+	select {
+	case p.addr = <-addr:
+		return p, nil
+	case <-p.exited:
+		return nil, fmt.Errorf("baton serve exited: %s", strings.TrimSpace(p.stderr.String()))
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+	return nil, errors.New("baton serve did not say where it serves")
+}
+
+// stopServe ends the serve process with SIGTERM (every hold's key is
+// deleted and its lease revoked before it exits), SIGKILL after 15 s.
+func (m *mech) stopServe() {
+	p := m.srv
+	if p == nil {
+		return
+	}
+	m.srv = nil
+	start := now()
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+	var err error
+	if st := p.cmd.ProcessState; st == nil || !st.Success() {
+		err = fmt.Errorf("baton serve: %v: %s", st, strings.TrimSpace(p.stderr.String()))
+	}
+	m.r.h.op(Op{Client: m.client() + ".server", Kind: "serve.Stop", Call: start, Return: now(), Err: errString(err)})
+}
+
+// serveTarget is what a serve caller holds: one name, or a Set's.
+type serveTarget struct {
+	names  []NameInfo
+	kind   batonv1.LockKind
+	limit  uint32
+	shared bool
+	op     string // the acquisition's Op.Kind
+	rel    string // the release's
+}
+
+func (m *mech) serveTargets() []serveTarget {
+	n := func(prim, name string) NameInfo { return m.r.name(prim, name) }
+	mu := batonv1.LockKind_LOCK_KIND_MUTEX
+	return []serveTarget{
+		{names: []NameInfo{n("mutex", "m0")}, kind: mu, op: "serve.mutex.Lock", rel: "serve.mutex.Release"},
+		{names: []NameInfo{n("mutex", "m1")}, kind: mu, op: "serve.mutex.Lock", rel: "serve.mutex.Release"},
+		{names: []NameInfo{n("mutex", "m0"), n("mutex", "m3")}, kind: mu, op: "serve.mutex.Set.Lock", rel: "serve.mutex.Set.Release"},
+		{names: []NameInfo{n("mutex", "m3"), n("mutex", "m4")}, kind: mu, op: "serve.mutex.Set.Lock", rel: "serve.mutex.Set.Release"},
+		{names: []NameInfo{n("semaphore", "s0")}, kind: batonv1.LockKind_LOCK_KIND_SEMAPHORE, limit: 2, shared: true, op: "serve.semaphore.Acquire", rel: "serve.semaphore.Release"},
+		{names: []NameInfo{n("rwmutex", "rw0")}, kind: batonv1.LockKind_LOCK_KIND_WRITE, op: "serve.rwmutex.Lock", rel: "serve.rwmutex.Release"},
+		{names: []NameInfo{n("rwmutex", "rw0")}, kind: batonv1.LockKind_LOCK_KIND_READ, shared: true, op: "serve.rwmutex.RLock", rel: "serve.rwmutex.Release"},
+	}
+}
+
+// How a serve caller ends its hold.
+const (
+	serveRelease = iota // Release, then the stream closes
+	serveDrop           // the stream dropped while it holds: the server deletes the key
+	serveSilent         // stops heartbeating, still reading: told by its validity, then lost
+	serveCutOff         // cut off from the server (neither heartbeats nor lost get through): told by its validity alone
+)
+
+var serveEnds = []string{"release", "drop", "silent", "cut-off"}
+
+// serve: 4 to 6 callers at once through the serve process, each holding a
+// random target a moment with fenced writes and ending as one of
+// serveEnds; one round in three, while the fault loop injects, the
+// server is stopped (SIGSTOP) past the TTL and resumed: its holders must
+// count themselves lost by their validity before the lease expires.
+func (m *mech) serve(ctx context.Context, rng *rand.Rand) {
+	if m.srv == nil {
+		start := now()
+		p, err := m.startServe(ctx)
+		m.r.h.op(Op{Client: m.client() + ".server", Kind: "serve.Start", Call: start, Return: now(), Err: errString(err)})
+		if err != nil {
+			pause(ctx, time.Second)
+			return
+		}
+		m.srv = p
+	}
+	select {
+	case <-m.srv.exited:
+		m.r.h.op(Op{Client: m.client() + ".server", Kind: "serve.Exited", Call: now(), Return: now(), Err: strings.TrimSpace(m.srv.stderr.String())})
+		m.srv = nil
+		return
+	default:
+	}
+	guard, err := fencing.NewEtcdGuard(m.cli, append(guardOpts(m.r.kindsReg, m.r.cfg.MetricLabelLimit), fencing.WithNamespace(m.r.cfg.Namespace))...)
+	if err != nil {
+		return
+	}
+	targets := m.serveTargets()
+	var wg sync.WaitGroup
+	k := 4 + rng.IntN(3)
+	for i := 0; i < k; i++ {
+		g := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+		c := &serveCaller{m: m, who: fmt.Sprintf("%s.s%d-%d", m.client(), i, m.runs), id: 3000 + 8*(m.runs%1000) + i,
+			t: targets[g.IntN(len(targets))], end: g.IntN(len(serveEnds)), grpc: g.IntN(2) == 0, guard: guard}
+		wg.Go(func() {
+			pause(ctx, time.Duration(g.IntN(200))*time.Millisecond)
+			c.run(ctx, g)
+		})
+	}
+	if m.runs%3 == 2 && m.r.quietFrom.Load() == 0 {
+		wg.Go(func() { m.freezeServe(ctx, rng) })
+	}
+	wg.Wait()
+}
+
+// freezeServe stops the serve process with SIGSTOP for a TTL and 0.5 to
+// 1.5 s, a moment into the round, recorded as a holder-freeze fault of
+// its client.
+func (m *mech) freezeServe(ctx context.Context, rng *rand.Rand) {
+	pause(ctx, time.Duration(500+rng.IntN(1500))*time.Millisecond)
+	p := m.srv
+	if ctx.Err() != nil || p == nil {
+		return
+	}
+	start := now()
+	err := p.cmd.Process.Signal(syscall.SIGSTOP)
+	if err == nil {
+		time.Sleep(m.r.cfg.TTL + time.Duration(500+rng.IntN(1000))*time.Millisecond)
+		err = p.cmd.Process.Signal(syscall.SIGCONT)
+	}
+	f := Fault{Kind: FaultFreeze, Detail: "baton serve", Start: start, End: now(), Clients: []string{m.client() + ".server"}}
+	if err != nil {
+		f.Detail += " (" + err.Error() + ")"
+	}
+	m.r.h.fault(f)
+}
+
+// serveCaller is one Hold stream's caller.
+type serveCaller struct {
+	m     *mech
+	who   string
+	id    int // its register writes'
+	t     serveTarget
+	end   int
+	grpc  bool // gRPC over h2c; else Connect's JSON over HTTP/1.1
+	guard *fencing.EtcdGuard
+}
+
+// client is a Connect client of the server, of the caller's protocol, on
+// connections of its own; through a partition of its own (cut) when the
+// caller is to be cut off.
+func (c *serveCaller) client() (batonv1connect.BatonServiceClient, func(), *cluster.Partition, error) {
+	addr := c.m.srv.addr
+	var part *cluster.Partition
+	if c.end == serveCutOff {
+		p, eps, err := cluster.NewPartition([]string{addr})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		part, addr = p, eps[0]
+		if i := strings.Index(addr, "://"); i >= 0 {
+			addr = addr[i+3:]
+		}
+	}
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	opts := []connect.ClientOption{connect.WithProtoJSON()}
+	if c.grpc {
+		tr.Protocols.SetUnencryptedHTTP2(true)
+		opts = []connect.ClientOption{connect.WithGRPC()}
+	} else {
+		tr.Protocols.SetHTTP1(true)
+	}
+	closeAll := func() {
+		tr.CloseIdleConnections()
+		if part != nil {
+			part.Close()
+		}
+	}
+	return batonv1connect.NewBatonServiceClient(&http.Client{Transport: tr}, "http://"+addr, opts...), closeAll, part, nil
+}
+
+// serveHold is a serve caller's hold as the checks see it: its token and
+// keys, a Context that ends when the caller counts itself told, and the
+// caller's validity deadline (Hold.validTo).
+type serveHold struct {
+	tokenHolder
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	valid  *atomic.Int64
+	holds  []*Hold
+	r      *runner
+
+	mu    sync.Mutex
+	over  bool
+	timer *time.Timer
+}
+
+func (h *serveHold) Context() context.Context { return h.ctx }
+
+// finish ends the hold once, at at, with cause.
+func (h *serveHold) finish(at int64, cause string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.finishLocked(at, cause)
+}
+
+func (h *serveHold) finishLocked(at int64, cause string) {
+	if h.over {
+		return
+	}
+	if v := h.valid.Load(); at >= v {
+		at, cause = v, "validity expired" // its own clock told it first
+	}
+	h.over = true
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	h.cancel(errors.New(cause))
+	for _, x := range h.holds {
+		h.r.h.ended(x, at, cause)
+	}
+}
+
+// extend sets the validity deadline from a reply to a heartbeat sent at
+// sent, unless the caller already counts itself told: a deadline passed
+// is final.
+func (h *serveHold) extend(sent int64, validity time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := now()
+	if h.over {
+		return
+	}
+	if old := h.valid.Load(); t >= old {
+		h.finishLocked(old, "validity expired")
+		return
+	}
+	d := sent + int64(validity)
+	h.valid.Store(d)
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	h.timer = time.AfterFunc(time.Duration(d-t), func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if v := h.valid.Load(); !h.over && now() >= v {
+			h.finishLocked(v, "validity expired")
+		}
+	})
+}
+
+// run is one caller: a Hold stream until held (or refused), a hold with
+// heartbeats and fenced writes, and its end.
+func (c *serveCaller) run(ctx context.Context, rng *rand.Rand) {
+	r := c.m.r
+	svc, closeClient, part, err := c.client()
+	if err != nil {
+		return
+	}
+	defer closeClient()
+	req := &batonv1.HoldRequest{Namespace: r.cfg.Namespace, Kind: c.t.kind, Limit: c.t.limit, Ttl: durationpb.New(r.cfg.TTL), Identity: c.who}
+	for _, n := range c.t.names {
+		req.Names = append(req.Names, n.Name)
+	}
+	// The lanes' names are busy (their holders sleep past the TTL now
+	// and then): a wait of 5 to 10 s.
+	if rng.IntN(6) == 0 {
+		req.Try = true
+	} else {
+		req.WaitTimeout = durationpb.New(time.Duration(5000+rng.IntN(5000)) * time.Millisecond)
+	}
+	sctx, drop := context.WithCancel(context.WithoutCancel(ctx))
+	defer drop()
+	name := c.t.names[0].Name
+	if len(c.t.names) > 1 {
+		var ns []string
+		for _, n := range c.t.names {
+			ns = append(ns, n.Name)
+		}
+		name = strings.Join(ns, "+")
+	}
+	start := now()
+	stream, err := svc.Hold(sctx, connect.NewRequest(req))
+	var held *batonv1.Held
+	if err == nil {
+		acquired := make(chan struct{})
+		go func() { // the client's own bound on the wait: it drops the stream
+			select {
+			case <-acquired:
+			case <-time.After(15 * time.Second):
+				drop()
+			case <-sctx.Done():
+			}
+		}()
+		switch {
+		case !stream.Receive():
+			err = stream.Err()
+			if err == nil {
+				err = errors.New("the stream ended before held")
+			}
+		case stream.Msg().GetHeld() == nil:
+			err = fmt.Errorf("first message not held: %v", stream.Msg())
+		default:
+			held = stream.Msg().GetHeld()
+		}
+		close(acquired)
+	}
+	ret := now()
+	op := Op{Client: c.who, Kind: c.t.op, Name: name, Call: start, Return: ret, Err: errString(err)}
+	if err != nil {
+		r.h.op(op)
+		return
+	}
+	keys := held.GetKeys()
+	if len(keys) == 0 {
+		op.Err = "held without keys"
+		r.h.op(op)
+		return
+	}
+	op.Key, op.Token = keys[0], held.GetToken()
+	r.h.op(op)
+	hctx, cancel := context.WithCancelCause(context.Background())
+	h := &serveHold{tokenHolder: tokenHolder{cli: c.m.cli, key: keys[0], token: fencing.Token(held.GetToken())}, ctx: hctx, cancel: cancel,
+		valid: new(atomic.Int64), r: r}
+	h.valid.Store(start + int64(held.GetValidity().AsDuration())) // counted from the Hold's send
+	var members []NameInfo
+	var mkeys []string
+	for _, n := range c.t.names {
+		for _, k := range keys {
+			if strings.HasPrefix(k, n.Prefix) {
+				x := &Hold{Prim: n.Prim, Name: n.Name, Client: c.who, Key: k, Token: held.GetToken(), Shared: c.t.shared, Acquired: ret, validTo: h.valid}
+				r.h.acquired(x, n, hctx.Done())
+				h.holds = append(h.holds, x)
+				members, mkeys = append(members, n), append(mkeys, k)
+			}
+		}
+	}
+	h.extend(start, held.GetValidity().AsDuration()) // arms the timer
+	// The stream: lost ends the hold.
+	streamDone := make(chan struct{})
+	go func() {
+		defer close(streamDone)
+		for stream.Receive() {
+			if l := stream.Msg().GetLost(); l != nil {
+				h.finish(now(), "lost: "+l.GetCause().String()+": "+l.GetMessage())
+				t := now()
+				r.h.op(Op{Client: c.who, Kind: "serve.Lost." + l.GetCause().String(), Name: name, Call: t, Return: t, Key: keys[0], Token: held.GetToken()})
+			}
+		}
+	}()
+	// Heartbeats, until stopped.
+	beatCtx, stopBeats := context.WithCancel(context.Background())
+	beating := make(chan struct{})
+	interval := held.GetHeartbeatInterval().AsDuration()
+	if interval <= 0 {
+		interval = r.cfg.TTL / 5
+	}
+	go func() {
+		defer close(beating)
+		for {
+			pause(beatCtx, interval)
+			if beatCtx.Err() != nil || hctx.Err() != nil {
+				return
+			}
+			bctx, bcancel := context.WithTimeout(beatCtx, 2*interval)
+			sent := now()
+			resp, err := svc.Heartbeat(bctx, connect.NewRequest(&batonv1.HeartbeatRequest{HoldId: held.GetHoldId()}))
+			bcancel()
+			if err == nil {
+				h.extend(sent, resp.Msg.GetValidity().AsDuration())
+			}
+			if beatCtx.Err() == nil {
+				r.h.op(Op{Client: c.who, Kind: "serve.Heartbeat", Name: name, Call: sent, Return: now(), Err: errString(err), Key: keys[0], Token: held.GetToken()})
+			}
+			if connect.CodeOf(err) == connect.CodeFailedPrecondition || connect.CodeOf(err) == connect.CodeNotFound {
+				return // ended: the stream says why
+			}
+		}
+	}()
+	defer func() {
+		stopBeats()
+		<-beating
+		drop()
+		<-streamDone
+		h.finish(now(), "stream closed")
+	}()
+
+	// The hold: fenced writes, checking nothing first.
+	writes := 1 + rng.IntN(3)
+	if c.end == serveSilent || c.end == serveCutOff {
+		writes = 1
+	}
+	for i := 0; i < writes; i++ {
+		c.write(members, mkeys, h, i)
+		pause(ctx, time.Duration(rng.IntN(400))*time.Millisecond)
+	}
+	switch c.end {
+	case serveRelease:
+		if hctx.Err() != nil {
+			return
+		}
+		stopBeats()
+		<-beating
+		h.finish(now(), "released") // it knows before it asks
+		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		start := now()
+		_, err := svc.Release(rctx, connect.NewRequest(&batonv1.ReleaseRequest{HoldId: held.GetHoldId()}))
+		rcancel()
+		r.h.op(r.leaseAfter(Op{Client: c.who, Kind: c.t.rel, Name: name, Call: start, Return: now(), Err: errString(err), Key: keys[0], Token: held.GetToken()}))
+		select { // released, then the stream ends
+		case <-streamDone:
+		case <-time.After(2 * time.Second):
+		}
+	case serveDrop:
+		if hctx.Err() != nil {
+			return
+		}
+		h.finish(now(), "stream dropped") // it knows before it drops
+	case serveSilent, serveCutOff:
+		stopBeats()
+		<-beating
+		if part != nil {
+			part.Blackhole()
+		}
+		// Told by its validity (or, still reading, by lost), it writes
+		// once more after: fenced, refused.
+		select {
+		case <-hctx.Done():
+		case <-time.After(2 * r.cfg.TTL):
+		}
+		c.write(members, mkeys, h, writes)
+		if c.end == serveSilent {
+			select { // lost comes when the server's deadline passes
+			case <-streamDone:
+			case <-time.After(r.cfg.TTL):
+			}
+		}
+	}
+}
+
+// write is a fenced write of the evidence of holding, with the hold's
+// token: one transaction guarded by every key, to each name's work key;
+// and for a mutex of the lanes, a write of its register through the etcd
+// guard.
+func (c *serveCaller) write(members []NameInfo, keys []string, h *serveHold, i int) {
+	r := c.m.r
+	if len(members) == 1 {
+		r.evidence(c.who, members[0], h)
+		if members[0].Prim == "mutex" && !members[0].Private {
+			r.guarded(c.id, c.who, c.guard, members[0], h, fmt.Sprintf("%s.%d", c.who, i))
+		}
+		return
+	}
+	var cmps []clientv3.Cmp
+	var ops []clientv3.Op
+	for j, n := range members {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(keys[j]), "=", int64(h.token)))
+		ops = append(ops, clientv3.OpPut(n.Work, keys[j]))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	start := now()
+	resp, err := c.m.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err == nil && !resp.Succeeded {
+		err = errors.New("not held")
+	}
+	var names []string
+	for _, n := range members {
+		names = append(names, n.Name)
+	}
+	r.h.op(Op{Client: c.who, Kind: "serve.mutex.Set.Txn", Name: strings.Join(names, "+"), Call: start, Return: now(), Err: errString(err), Token: int64(h.token)})
+}
