@@ -417,7 +417,7 @@ func (s *Server) end(ctx context.Context, h *hold, ev events, cause error) error
 	if errors.Is(cause, errCallerUnreachable) {
 		// The caller may still believe it holds: its key outlives the
 		// validity it was given.
-		s.awaitValidity(h)
+		s.awaitValidity(h, h.validity())
 	}
 	if s.cfg.hooks != nil && s.cfg.hooks.beforeUnlock != nil {
 		s.cfg.hooks.beforeUnlock(h.id, cause)

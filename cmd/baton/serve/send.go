@@ -11,14 +11,16 @@ import (
 // loop, a client that never reads) makes the stream's next message wait on
 // HTTP/2 flow control or a full socket: an unbounded Send would keep the
 // hold's loop from its deadlines, and the hold from its end. Every message
-// of a held stream is sent under a write deadline, sendTimeout; past it
+// of a held stream (Hold, Lead, Shards) is sent by its sender, under a
+// write deadline, sendTimeout; past it
 // net/http resets the stream (HTTP/2) or closes the connection (HTTP/1.1)
 // and the Send fails.
 //
 // Such a caller may still believe it holds, until the validity it was last
 // given: the hold ends at once (no heartbeat extends it from then on), but
 // its key is deleted only once that validity has run out, as at a
-// heartbeat timeout.
+// heartbeat timeout. A membership's shards are kept as long: it leaves its
+// group only then.
 
 // sendTimeout bounds one message's send on a stream of ttl: a twentieth of
 // the TTL. A hold's loop sends at most one message (release_requested,
@@ -84,20 +86,28 @@ func (s sender) send(send func() error) error {
 	return fmt.Errorf("%w: %w", errStreamClosed, err)
 }
 
-// awaitValidity waits, for a hold whose caller is unreachable, until the
-// validity the caller was last given has run out (the caller ends the
-// hold there by its own clock, if it lives), or the hold is lost anyway,
-// or the caller's Release says it does not hold, or the server shuts
-// down. The hold is already ended: no heartbeat extends it meanwhile.
-func (s *Server) awaitValidity(h *hold) {
+// validity is the hold's validity deadline now (validUntil): for a hold
+// that ended, never earlier than the last validity its caller was given,
+// since no heartbeat extended it since and the library's deadline only
+// moves on.
+func (h *hold) validity() time.Time {
 	h.mu.Lock()
-	until := h.validUntil()
-	h.mu.Unlock()
+	defer h.mu.Unlock()
+	return h.validUntil()
+}
+
+// awaitValidity waits, for a hold whose caller is unreachable, until the
+// validity the caller was last given has run out (until, from validity:
+// the caller ends the hold there by its own clock, if it lives), or the
+// hold is lost anyway, or the caller's Release says it does not hold, or
+// the server shuts down. The hold is already ended: no heartbeat extends
+// it meanwhile.
+func (s *Server) awaitValidity(h *hold, until time.Time) {
 	t := time.NewTimer(time.Until(until))
 	defer t.Stop()
 	select {
 	case <-t.C:
-	case <-h.lock.Done():
+	case <-h.live().Context().Done():
 	case <-h.release:
 	case <-s.stopCtx.Done():
 	}

@@ -39,10 +39,17 @@ import (
 //	member   heartbeat deadline passed / shutdown    send lost per shard, leave, send ended
 //	member   Release                                 send lost (RELEASED) per shard, leave, send ended
 //	member   stream closed                           leave
+//	any      a message not taken within sendTimeout  end, nothing more sent; leave once the
+//	                                                 caller's validity ran out
 //
 // Leaving is Run's: the member's key first, then every shard's key. A
 // lost is always sent before the shard's key is deleted; once the end
-// began nothing more is sent of shards.
+// began nothing more is sent of shards. Every message is sent by the
+// stream's sender (send.go), one at a time: a caller that does not take
+// one within sendTimeout ends the membership with CAUSE_STREAM_CLOSED, and
+// its shards are kept until the validity it was last given has run out
+// (a shard the group moves meanwhile is kept until then too, or until
+// the drain timeout, after which the library releases it anyway).
 
 // Shards joins a shard group as a member while the stream is open and
 // heartbeats arrive.
@@ -72,7 +79,7 @@ func (s *Server) Shards(ctx context.Context, req *connect.Request[batonv1.Shards
 	}
 	defer func() { _ = g.Close() }()
 
-	m := newMembership(stream, sp, s.recordShard)
+	m := newMembership(stream, s.sender(ctx, sp.ttl), sp, s.recordShard)
 	defer m.stop(errStreamClosed)
 	runCtx, cancelRun := context.WithCancelCause(context.Background())
 	defer cancelRun(nil)
@@ -121,7 +128,13 @@ func (s *Server) Shards(ctx context.Context, req *connect.Request[batonv1.Shards
 	end := func(cause error, ran bool, runErr error) error {
 		cause = h.markEnded(cause)
 		tell := !errors.Is(cause, errStreamClosed)
+		until := h.validity() // before finish forgets the shards
 		m.finish(cause, tell)
+		if errors.Is(cause, errCallerUnreachable) && !ran {
+			// The caller may still believe it owns its shards: the
+			// member leaves once the validity it was given ran out.
+			s.awaitValidity(h, until)
+		}
 		m.stop(cause)
 		if s.cfg.hooks != nil && s.cfg.hooks.beforeUnlock != nil {
 			s.cfg.hooks.beforeUnlock(h.id, cause)
@@ -136,7 +149,7 @@ func (s *Server) Shards(ctx context.Context, req *connect.Request[batonv1.Shards
 		h.endErr = runErr
 		close(h.ended)
 		if tell {
-			_ = stream.Send(&batonv1.ShardsResponse{Event: &batonv1.ShardsResponse_Ended{Ended: &batonv1.Lost{Cause: causeOf(cause), Message: cause.Error()}}})
+			m.ended(cause)
 		}
 		s.metrics.ended.WithLabelValues(causeLabel(causeOf(cause))).Inc()
 		s.log.Debug("membership ended", zap.String("hold_id", h.id), zap.String("group", sp.group), zap.String("member", sp.member),
@@ -145,7 +158,7 @@ func (s *Server) Shards(ctx context.Context, req *connect.Request[batonv1.Shards
 	}
 	if err := m.join(&batonv1.Joined{HoldId: h.id, HeartbeatInterval: durationpb.New(heartbeatInterval(sp.ttl)),
 		Validity: durationpb.New(until.Sub(arrival))}); err != nil {
-		return end(errStreamClosed, false, nil)
+		return end(err, false, nil)
 	}
 	timer := time.NewTimer(time.Until(until))
 	defer timer.Stop()
@@ -165,8 +178,10 @@ func (s *Server) Shards(ctx context.Context, req *connect.Request[batonv1.Shards
 			return end(errHeartbeatTimeout, false, nil)
 		case <-h.release:
 			return end(errReleasedByCaller, false, nil)
+		case <-m.cut:
+			return end(m.streamEnd(), false, nil)
 		case <-ctx.Done():
-			return end(errStreamClosed, false, nil)
+			return end(m.streamEnd(), false, nil)
 		case <-s.stopCtx.Done():
 			return end(errServerShutdown, false, nil)
 		}
@@ -307,10 +322,11 @@ func (s *Server) Drained(ctx context.Context, req *connect.Request[batonv1.Drain
 }
 
 // membership is a Shards stream's member: what it sent of each shard, and
-// the stream's sends, one at a time (each shard's work is a goroutine of
-// Run).
+// the stream's sends, one at a time under the write deadline (each
+// shard's work is a goroutine of Run).
 type membership struct {
 	stream *connect.ServerStream[batonv1.ShardsResponse]
+	sender sender
 	ns     string
 	group  string
 	count  int
@@ -319,10 +335,12 @@ type membership struct {
 	ctx    context.Context // ends when the membership ends
 	stop   context.CancelCauseFunc
 	joined chan struct{} // closed once joined is sent
+	cut    chan struct{} // closed once a send failed: the membership ends
 
-	mu    sync.Mutex
-	over  bool // the end began: nothing more is sent of shards
-	owned map[int]*ownedShard
+	mu      sync.Mutex
+	over    bool  // the end began: nothing more is sent of shards
+	sendErr error // the first failed send's (sender.send's); nothing is sent after it
+	owned   map[int]*ownedShard
 }
 
 type ownedShard struct {
@@ -331,9 +349,10 @@ type ownedShard struct {
 	once    sync.Once
 }
 
-func newMembership(stream *connect.ServerStream[batonv1.ShardsResponse], sp shardsSpec,
+func newMembership(stream *connect.ServerStream[batonv1.ShardsResponse], snd sender, sp shardsSpec,
 	record func(ctx context.Context, ns, group string, sh *shard.Shard)) *membership {
-	m := &membership{stream: stream, ns: sp.namespace, group: sp.group, count: sp.count, drain: sp.drain, record: record, joined: make(chan struct{}), owned: make(map[int]*ownedShard)}
+	m := &membership{stream: stream, sender: snd, ns: sp.namespace, group: sp.group, count: sp.count, drain: sp.drain, record: record,
+		joined: make(chan struct{}), cut: make(chan struct{}), owned: make(map[int]*ownedShard)}
 	m.ctx, m.stop = context.WithCancelCause(context.Background())
 	return m
 }
@@ -355,12 +374,46 @@ func (m *membership) Deadline() time.Time {
 // Context ends when the membership ends.
 func (m *membership) Context() context.Context { return m.ctx }
 
+// send sends msg through the stream's sender, unless a send failed
+// already; the first failure closes cut. Called with m.mu held: a send
+// holds up the membership's others for at most sendTimeout.
+func (m *membership) send(msg *batonv1.ShardsResponse) error {
+	if m.sendErr != nil {
+		return m.sendErr
+	}
+	if err := m.sender.send(func() error { return m.stream.Send(msg) }); err != nil {
+		m.sendErr = err
+		close(m.cut)
+		return err
+	}
+	return nil
+}
+
+// streamEnd is the cause of an end by the stream: the failed send's
+// (errCallerUnreachable past the write deadline, which also resets the
+// stream), else errStreamClosed. It waits for a send in progress.
+func (m *membership) streamEnd() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.sendErr != nil {
+		return m.sendErr
+	}
+	return errStreamClosed
+}
+
 // join sends joined, the first message; owned may follow.
 func (m *membership) join(j *batonv1.Joined) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	defer close(m.joined)
-	return m.stream.Send(&batonv1.ShardsResponse{Event: &batonv1.ShardsResponse_Joined{Joined: j}})
+	return m.send(&batonv1.ShardsResponse{Event: &batonv1.ShardsResponse_Joined{Joined: j}})
+}
+
+// ended sends ended, the last message.
+func (m *membership) ended(cause error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_ = m.send(&batonv1.ShardsResponse{Event: &batonv1.ShardsResponse_Ended{Ended: &batonv1.Lost{Cause: causeOf(cause), Message: cause.Error()}}})
 }
 
 // work is Run's fn for one shard: owned, then moved, lost or nothing
@@ -382,6 +435,12 @@ func (m *membership) work(ctx context.Context, sh *shard.Shard) error {
 			case <-t.C:
 			case <-m.ctx.Done():
 			}
+		} else {
+			// The caller was not told (the end began, or it did not take
+			// moved): it may still believe it owns the shard until the
+			// membership ends (see Shards' end); the drain timeout bounds
+			// the wait, as the library releases the shard then anyway.
+			<-m.ctx.Done()
 		}
 		m.drop(sh.ID())
 	case errors.Is(cause, shard.ErrReleased):
@@ -406,15 +465,15 @@ func (m *membership) own(ctx context.Context, sh *shard.Shard) bool {
 	if m.over {
 		return false
 	}
-	m.owned[sh.ID()] = &ownedShard{sh: sh}
-	_ = m.stream.Send(&batonv1.ShardsResponse{Event: &batonv1.ShardsResponse_Owned{Owned: &batonv1.ShardOwned{
+	m.owned[sh.ID()] = &ownedShard{sh: sh} // kept, sent or not: the caller may have read it
+	_ = m.send(&batonv1.ShardsResponse{Event: &batonv1.ShardsResponse_Owned{Owned: &batonv1.ShardOwned{
 		Shard: uint32(sh.ID()), Token: int64(sh.Token()), Key: sh.Key(),
 	}}})
 	return true
 }
 
 // moved sends moved, and returns the channel Drained closes and the
-// drain's deadline; nil once the end began.
+// drain's deadline; nil once the end began or when moved was not sent.
 func (m *membership) moved(sh *shard.Shard) (drained <-chan struct{}, deadline time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -423,10 +482,12 @@ func (m *membership) moved(sh *shard.Shard) (drained <-chan struct{}, deadline t
 		return nil, time.Time{}
 	}
 	deadline = time.Now().Add(m.drain)
-	o.drained = make(chan struct{})
-	_ = m.stream.Send(&batonv1.ShardsResponse{Event: &batonv1.ShardsResponse_Moved{Moved: &batonv1.ShardEnded{
+	if err := m.send(&batonv1.ShardsResponse{Event: &batonv1.ShardsResponse_Moved{Moved: &batonv1.ShardEnded{
 		Shard: uint32(sh.ID()), Token: int64(sh.Token()), Cause: batonv1.Cause_CAUSE_MOVED, DrainDeadline: timestamppb.New(deadline),
-	}}})
+	}}}); err != nil {
+		return nil, time.Time{}
+	}
+	o.drained = make(chan struct{})
 	return o.drained, deadline
 }
 
@@ -438,7 +499,7 @@ func (m *membership) lost(sh *shard.Shard, cause error) {
 		return
 	}
 	delete(m.owned, sh.ID())
-	_ = m.stream.Send(shardLost(sh, cause))
+	_ = m.send(shardLost(sh, cause))
 }
 
 func (m *membership) drop(id int) {
@@ -455,7 +516,7 @@ func (m *membership) finish(cause error, tell bool) {
 	m.over = true
 	if tell {
 		for _, id := range slices.Sorted(maps.Keys(m.owned)) {
-			_ = m.stream.Send(shardLost(m.owned[id].sh, cause))
+			_ = m.send(shardLost(m.owned[id].sh, cause))
 		}
 	}
 	clear(m.owned)

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
 	"github.com/batonhq/baton/cmd/baton/gen/baton/v1/batonv1connect"
@@ -30,7 +32,9 @@ type rawH2 struct {
 	closed chan struct{}
 	// acked is closed once the server's first SETTINGS is acknowledged:
 	// no frame may come between a HEADERS and its CONTINUATION.
-	acked chan struct{}
+	acked  chan struct{}
+	dataMu sync.Mutex
+	data   []byte // the payloads of the DATA frames the server sent
 }
 
 // HTTP/2 frame types and flags (RFC 9113).
@@ -91,7 +95,8 @@ func (c *rawH2) read() {
 		}
 		n := int(hdr[0])<<16 | int(hdr[1])<<8 | int(hdr[2])
 		typ, flags, id := hdr[3], hdr[4], binary.BigEndian.Uint32(hdr[5:])&0x7fffffff
-		if _, err := io.CopyN(io.Discard, r, int64(n)); err != nil {
+		payload := make([]byte, n)
+		if _, err := io.ReadFull(r, payload); err != nil {
 			return
 		}
 		switch {
@@ -101,6 +106,10 @@ func (c *rawH2) read() {
 				acked = true
 				close(c.acked)
 			}
+		case typ == frameData:
+			c.dataMu.Lock()
+			c.data = append(c.data, payload...)
+			c.dataMu.Unlock()
 		case typ == frameRSTStream:
 			select {
 			case c.rst <- id:
@@ -132,7 +141,7 @@ func hpackLiteral(name, value string) []byte {
 }
 
 // streamHeaders is the header block of a Connect (JSON) stream request
-// of method (Hold, Lead).
+// of method (Hold, Lead, Shards).
 func streamHeaders(authority, method string) []byte {
 	var b []byte
 	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", authority},
@@ -140,6 +149,28 @@ func streamHeaders(authority, method string) []byte {
 		b = append(b, hpackLiteral(f[0], f[1])...)
 	}
 	return b
+}
+
+// messages is what the server sent of a Connect (JSON) stream: each whole
+// message, without a last one cut short.
+func (c *rawH2) messages(t *testing.T) []*batonv1.ShardsResponse {
+	t.Helper()
+	c.dataMu.Lock()
+	b := slices.Clone(c.data)
+	c.dataMu.Unlock()
+	var out []*batonv1.ShardsResponse
+	for len(b) >= 5 {
+		n := int(binary.BigEndian.Uint32(b[1:5]))
+		if len(b) < 5+n {
+			break
+		}
+		m := new(batonv1.ShardsResponse)
+		if err := protojson.Unmarshal(b[5:5+n], m); err != nil {
+			t.Fatalf("%q: %v", b[5:5+n], err)
+		}
+		out, b = append(out, m), b[5+n:]
+	}
+	return out
 }
 
 // envelope is a Connect stream's message: flags, length, the JSON.
@@ -263,6 +294,90 @@ func TestLeaderThatNeverReadsItsStreamIsCutOff(t *testing.T) {
 	}
 	if _, err := e.client.Resign(ctx, connect.NewRequest(&batonv1.ResignRequest{HoldId: l.HoldId})); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A Shards member that stops reading its stream (its window takes joined
+// and a few owned, then never opens: a shard's work waits on the send)
+// is cut off the same way: the stream is reset, the membership ends with
+// CAUSE_STREAM_CLOSED, and the shards its caller was told it owns go to
+// the next member only once the validity the server gave the silent one
+// ran out, before the TTL; a bystander's hold heartbeats on meanwhile.
+func TestShardsMemberThatNeverReadsItsStreamIsCutOff(t *testing.T) {
+	e := start(t)
+	ctx := ctxT(t)
+	ttl := 2 * time.Second
+	addr := strings.TrimPrefix(e.url, "http://")
+
+	other := e.hold(ctx, &batonv1.HoldRequest{Names: []string{"bystander"}, Ttl: dur(ttl)})
+	ho := other.held(t)
+	e.beat(t, ho.HoldId, ho.HeartbeatInterval.AsDuration())
+
+	const count = 16
+	c := dialH2(t, addr, 400)
+	if err := c.frame(frameHeaders, flagEndHeaders, 1, streamHeaders(addr, "Shards")); err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	if err := c.frame(frameData, flagEndStream, 1, envelope(fmt.Sprintf(`{"group":"mute-group","count":%d,"member":"mute","ttl":"2s"}`, count))); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-c.rst:
+		if id != 1 {
+			t.Fatalf("RST_STREAM of stream %d", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the unread stream was not reset")
+	}
+	reset := time.Since(sent)
+	msgs := c.messages(t)
+	if len(msgs) < 2 || msgs[0].GetJoined() == nil {
+		t.Fatalf("the cut-off member was sent %v, want joined and owned", msgs)
+	}
+	told := make(map[uint32]bool)
+	for _, m := range msgs[1:] {
+		if m.GetOwned() == nil {
+			t.Fatalf("the cut-off member was sent %v, want owned", m)
+		}
+		told[m.GetOwned().Shard] = true
+	}
+
+	next := e.shards(ctx, &batonv1.ShardsRequest{Group: "mute-group", Count: count, Member: "next", Ttl: dur(ttl)})
+	jn := next.joined(t)
+	e.beat(t, jn.HoldId, jn.HeartbeatInterval.AsDuration())
+	least := serve.Budget(ttl) - ttl/3
+	var last time.Duration
+	for range count {
+		o := next.owned(t, 1)
+		for id := range o {
+			got := time.Since(sent)
+			if !told[id] {
+				continue
+			}
+			last = max(last, got)
+			if got < least {
+				t.Fatalf("the next member owned shard %d %v after the cut-off member's request, which was told it owns it: want after its validity (%v to %v)", id, got, least, serve.Budget(ttl))
+			}
+		}
+	}
+	t.Logf("stream reset %v after the request (send timeout %v; %d of %d shards told); the next member owned them all %v after it (validity at least %v, at most %v; TTL %v)",
+		reset.Round(time.Millisecond), serve.SendTimeout(ttl), len(told), count, last.Round(time.Millisecond), least, serve.Budget(ttl), ttl)
+	if last > ttl+time.Second {
+		t.Fatalf("the next member owned the cut-off member's shards %v after its request: want before the TTL", last)
+	}
+	if k := e.shardKeys(t, "mute-group"); k["/"+e.ns+"/v1/shard/mute-group/m/mute"] != "" {
+		t.Fatalf("the cut-off member is still in the group: %v", k)
+	}
+	if n := counter(t, e, "baton_serve_send_timeouts_total"); n != 1 {
+		t.Fatalf("baton_serve_send_timeouts_total %v, want 1", n)
+	}
+	waitCounter(t, e, "baton_serve_holds_ended_total", "stream_closed", 1)
+	if m := other.events; len(m) != 0 {
+		t.Fatalf("bystander: %v", <-m)
+	}
+	if _, err := e.client.Heartbeat(ctx, connect.NewRequest(&batonv1.HeartbeatRequest{HoldId: ho.HoldId})); err != nil {
+		t.Fatalf("bystander's heartbeat: %v", err)
 	}
 }
 
