@@ -119,8 +119,11 @@ func (p *plan) txn(resign bool, cmps []clientv3.Cmp, ops []clientv3.Op) func() (
 }
 
 // failed reads a failed condition's answer: an earlier attempt whose reply
-// was lost applied when the leader's key is gone and the successor's is
-// as the hand-over leaves it. The leader's own hand-over (self) goes again
+// was lost applied when the leader's key is gone (a later one on its lease
+// is not it) and, for an operator's, the successor's is as the hand-over
+// leaves it. The leader's own needs no more than its key gone, as a
+// release (core): the successor may have led and left since, and the
+// resign's own branch releases without one. The leader's own goes again
 // when its key was rewritten since the read by its own late write, a
 // Proclaim whose reply was lost: a takeover ended the term before its
 // hand-over began (its cause is not the hand-over's), and none can happen
@@ -129,10 +132,15 @@ func (p *plan) txn(resign bool, cmps []clientv3.Cmp, ops []clientv3.Op) func() (
 func (p *plan) failed(self bool) func(*clientv3.TxnResponse, bool) (bool, bool) {
 	return func(resp *clientv3.TxnResponse, unheard bool) (applied, again bool) {
 		mine, handed := p.handed(resp.Responses[0].GetResponseRange().Kvs)
+		if mine != nil && mine.CreateRevision != int64(p.from.Token) {
+			mine = nil
+		}
 		switch {
+		case mine == nil && self:
+			return unheard, false
 		case mine == nil:
 			return unheard && handed, false
-		case self && mine.CreateRevision == int64(p.from.Token) && mine.ModRevision != p.mod:
+		case self && mine.ModRevision != p.mod:
 			p.mod = mine.ModRevision
 			return false, true
 		}
@@ -172,7 +180,8 @@ func (p *plan) handed(kvs []*mvccpb.KeyValue) (mine *mvccpb.KeyValue, handed boo
 var errEnded = errors.New("the term ended before the hand-over")
 
 // handOver ends the term with cause, then commits p, the term's key and
-// record ended with it; it returns the successor's token. If the
+// record ended with it; it returns the successor's token (0 when an
+// attempt applied unheard and the successor's key shows it no more). If the
 // successor is no longer the one read, the same write resigned the term:
 // an error wrapping ErrNoCandidate (or ErrStrategy when, under Preferred,
 // keys without a record wait). errEnded when the term had ended otherwise.

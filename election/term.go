@@ -233,9 +233,10 @@ func (t *Term) release(ctx context.Context) error {
 			rec = &entry{key: t.rec.Key(), rev: int64(t.rec.Token())}
 		}
 		ops := t.e.releaseOps(t.Key(), int64(t.Token()), rec)
+		// Failed: the key is gone, so an attempt that may have applied unheard did (as core's release).
 		applied, _, _ := group.Commit(ctx, t.e.o.Client(), t.holds(), group.Change{
 			Txn:    func() ([]clientv3.Cmp, []clientv3.Op, []clientv3.Op) { return []clientv3.Cmp{t.IsOwner()}, ops, nil },
-			Failed: func(*clientv3.TxnResponse, bool) (bool, bool) { return false, false }})
+			Failed: func(_ *clientv3.TxnResponse, unheard bool) (bool, bool) { return unheard, false }})
 		if applied {
 			return nil
 		}
