@@ -924,3 +924,32 @@ func TestKnowsFirstCountsAServeCallersValidityAsTold(t *testing.T) {
 		}
 	}
 }
+
+// A waiter with a lock-delay that turns a lost holder's record into a
+// marker after its grant waits for that marker: when the marker outlives
+// its key (the run stopped it first), it never returned while its key
+// lasted, rightly, and is not a waiter that missed a free lock.
+func TestFreeLockWaitsForAMarkerPutAfterTheGrant(t *testing.T) {
+	n := m0
+	n.Delay, n.DelayPrefix = 2*time.Second, "/robust/v1/delay/lock/m0/"
+	marker := n.DelayPrefix + "until/x/1"
+	sec := func(s float64) int64 { return int64(s * float64(time.Second)) }
+	events := []history.Event{
+		put(2, ka, 2, ""), put(3, kb, 3, ""), del(5, ka, 2), put(6, marker, 6, ""), del(8, kb, 3),
+	}
+	h := &History{Names: []NameInfo{n}, Events: events,
+		Seen: []Observed{{Rev: 2, At: sec(0.1)}, {Rev: 3, At: sec(0.2)}, {Rev: 5, At: sec(1)}, {Rev: 6, At: sec(1.01)}, {Rev: 8, At: sec(3)}},
+		End:  9,
+		Holds: []*Hold{{Prim: "mutex", Name: "m0", Client: "w0", Key: ka, Token: 2, Acquired: sec(0.1), Ended: sec(0.9), Cause: "baton: released"}},
+	}
+	rep := check(h, Config{TTL: 3 * time.Second})
+	for _, v := range rep.Violations {
+		if v.Check == "free-lock" {
+			t.Fatalf("a waiter held back by a marker that outlived its key judged: %s", v.Msg)
+		}
+	}
+	// Without the marker the same waiter missed a free lock.
+	h.Events = []history.Event{put(2, ka, 2, ""), put(3, kb, 3, ""), del(5, ka, 2), del(8, kb, 3)}
+	h.Seen = []Observed{{Rev: 2, At: sec(0.1)}, {Rev: 3, At: sec(0.2)}, {Rev: 5, At: sec(1)}, {Rev: 8, At: sec(3)}}
+	wantViolation(t, check(h, Config{TTL: 3 * time.Second}), "free-lock", "first in line on a free lock")
+}

@@ -145,8 +145,10 @@ func checkFreeLock(h *History, cfg Config, rep *Report) {
 				// A marker alive at the grant, or put before the
 				// incarnation's end, holds the acquisition back.
 				if d := deleted[inc]; m.del >= g.rev && (d == 0 || m.put < d) {
-					if d, ok := h.seenAt(m.del); ok && d > at {
-						at = d
+					if d, ok := h.seenAt(m.del); ok {
+						at = max(at, d)
+					} else {
+						at = max(at, end) // it outlived the history: held back throughout
 					}
 				}
 			}
