@@ -938,8 +938,8 @@ func TestFreeLockWaitsForAMarkerPutAfterTheGrant(t *testing.T) {
 		put(2, ka, 2, ""), put(3, kb, 3, ""), del(5, ka, 2), put(6, marker, 6, ""), del(8, kb, 3),
 	}
 	h := &History{Names: []NameInfo{n}, Events: events,
-		Seen: []Observed{{Rev: 2, At: sec(0.1)}, {Rev: 3, At: sec(0.2)}, {Rev: 5, At: sec(1)}, {Rev: 6, At: sec(1.01)}, {Rev: 8, At: sec(3)}},
-		End:  9,
+		Seen:  []Observed{{Rev: 2, At: sec(0.1)}, {Rev: 3, At: sec(0.2)}, {Rev: 5, At: sec(1)}, {Rev: 6, At: sec(1.01)}, {Rev: 8, At: sec(3)}},
+		End:   9,
 		Holds: []*Hold{{Prim: "mutex", Name: "m0", Client: "w0", Key: ka, Token: 2, Acquired: sec(0.1), Ended: sec(0.9), Cause: "baton: released"}},
 	}
 	rep := check(h, Config{TTL: 3 * time.Second})
