@@ -19,48 +19,12 @@ import (
 )
 
 // leadStream is one open Lead, read by a goroutine into events.
-type leadStream struct {
-	events chan *batonv1.LeadResponse
-	done   chan error
-	cancel context.CancelFunc
-	sent   time.Time
-}
+type leadStream struct{ *recv[batonv1.LeadResponse] }
 
 func (e *env) lead(ctx context.Context, req *batonv1.LeadRequest) *leadStream {
-	ctx, cancel := context.WithCancel(ctx)
-	s := &leadStream{events: make(chan *batonv1.LeadResponse, 16), done: make(chan error, 1), cancel: cancel, sent: time.Now()}
-	go func() {
-		st, err := e.client.Lead(ctx, connect.NewRequest(req))
-		if err != nil {
-			s.done <- err
-			return
-		}
-		defer func() { _ = st.Close() }()
-		for st.Receive() {
-			s.events <- st.Msg()
-		}
-		s.done <- st.Err()
-	}()
-	return s
-}
-
-func (s *leadStream) next(t *testing.T) *batonv1.LeadResponse {
-	t.Helper()
-	select {
-	case m := <-s.events:
-		return m
-	case err := <-s.done:
-		select {
-		case m := <-s.events:
-			s.done <- err
-			return m
-		default:
-		}
-		t.Fatalf("stream ended before a message: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("no message in 30 s")
-	}
-	return nil
+	return &leadStream{open(ctx, 16, func(ctx context.Context) (*connect.ServerStreamForClient[batonv1.LeadResponse], error) {
+		return e.client.Lead(ctx, connect.NewRequest(req))
+	})}
 }
 
 func (s *leadStream) leading(t *testing.T) *batonv1.Leading {
@@ -70,24 +34,6 @@ func (s *leadStream) leading(t *testing.T) *batonv1.Leading {
 		t.Fatalf("first message %v, want leading", m)
 	}
 	return m.GetLeading()
-}
-
-func (s *leadStream) end(t *testing.T) error {
-	t.Helper()
-	select {
-	case m := <-s.events:
-		t.Fatalf("unexpected message %v", m)
-	case err := <-s.done:
-		select {
-		case m := <-s.events:
-			t.Fatalf("unexpected message %v", m)
-		default:
-		}
-		return err
-	case <-time.After(30 * time.Second):
-		t.Fatal("stream did not end in 30 s")
-	}
-	return nil
 }
 
 // quiet fails if the stream has a message now.

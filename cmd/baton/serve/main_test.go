@@ -105,24 +105,22 @@ func ctxT(t *testing.T) context.Context {
 }
 
 // stream is one open Hold, read by a goroutine into events.
-type stream struct {
-	events chan *batonv1.HoldResponse
-	done   chan error // the stream's end: nil, or its error
+// recv reads a server stream in a goroutine of its own: every message
+// into events, then the stream's end (nil, or its error) into done.
+type recv[T any] struct {
+	events chan *T
+	done   chan error
 	cancel context.CancelFunc
-	sent   time.Time // when the Hold request was sent
+	sent   time.Time // when the request was sent
 }
 
-func (e *env) hold(ctx context.Context, req *batonv1.HoldRequest) *stream {
-	return holdOn(ctx, e.client, req)
-}
-
-func holdOn(ctx context.Context, c batonv1connect.BatonServiceClient, req *batonv1.HoldRequest) *stream {
+// open makes the call in the reading goroutine (it returns once the first
+// message's headers arrive) and reads what it streams.
+func open[T any](ctx context.Context, buf int, call func(context.Context) (*connect.ServerStreamForClient[T], error)) *recv[T] {
 	ctx, cancel := context.WithCancel(ctx)
-	s := &stream{events: make(chan *batonv1.HoldResponse, 16), done: make(chan error, 1), cancel: cancel, sent: time.Now()}
-	// The call returns once the first message's headers arrive: it is
-	// made by the reading goroutine.
+	s := &recv[T]{events: make(chan *T, buf), done: make(chan error, 1), cancel: cancel, sent: time.Now()}
 	go func() {
-		st, err := c.Hold(ctx, connect.NewRequest(req))
+		st, err := call(ctx)
 		if err != nil {
 			s.done <- err
 			return
@@ -136,9 +134,22 @@ func holdOn(ctx context.Context, c batonv1connect.BatonServiceClient, req *baton
 	return s
 }
 
+// stream is a Hold's.
+type stream struct{ *recv[batonv1.HoldResponse] }
+
+func (e *env) hold(ctx context.Context, req *batonv1.HoldRequest) *stream {
+	return holdOn(ctx, e.client, req)
+}
+
+func holdOn(ctx context.Context, c batonv1connect.BatonServiceClient, req *batonv1.HoldRequest) *stream {
+	return &stream{open(ctx, 16, func(ctx context.Context) (*connect.ServerStreamForClient[batonv1.HoldResponse], error) {
+		return c.Hold(ctx, connect.NewRequest(req))
+	})}
+}
+
 // next is the stream's next message; it fails the test when the stream
 // ends first.
-func (s *stream) next(t *testing.T) *batonv1.HoldResponse {
+func (s *recv[T]) next(t *testing.T) *T {
 	t.Helper()
 	select {
 	case m := <-s.events:
@@ -168,7 +179,7 @@ func (s *stream) held(t *testing.T) *batonv1.Held {
 
 // end waits for the stream's end and returns its error (nil for a clean
 // end), failing on any message still unread.
-func (s *stream) end(t *testing.T) error {
+func (s *recv[T]) end(t *testing.T) error {
 	t.Helper()
 	select {
 	case m := <-s.events:

@@ -19,47 +19,12 @@ import (
 )
 
 // shardsStream is one open Shards, read by a goroutine into events.
-type shardsStream struct {
-	events chan *batonv1.ShardsResponse
-	done   chan error
-	cancel context.CancelFunc
-}
+type shardsStream struct{ *recv[batonv1.ShardsResponse] }
 
 func (e *env) shards(ctx context.Context, req *batonv1.ShardsRequest) *shardsStream {
-	ctx, cancel := context.WithCancel(ctx)
-	s := &shardsStream{events: make(chan *batonv1.ShardsResponse, 64), done: make(chan error, 1), cancel: cancel}
-	go func() {
-		st, err := e.client.Shards(ctx, connect.NewRequest(req))
-		if err != nil {
-			s.done <- err
-			return
-		}
-		defer func() { _ = st.Close() }()
-		for st.Receive() {
-			s.events <- st.Msg()
-		}
-		s.done <- st.Err()
-	}()
-	return s
-}
-
-func (s *shardsStream) next(t *testing.T) *batonv1.ShardsResponse {
-	t.Helper()
-	select {
-	case m := <-s.events:
-		return m
-	case err := <-s.done:
-		select {
-		case m := <-s.events:
-			s.done <- err
-			return m
-		default:
-		}
-		t.Fatalf("stream ended before a message: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("no message in 30 s")
-	}
-	return nil
+	return &shardsStream{open(ctx, 64, func(ctx context.Context) (*connect.ServerStreamForClient[batonv1.ShardsResponse], error) {
+		return e.client.Shards(ctx, connect.NewRequest(req))
+	})}
 }
 
 func (s *shardsStream) joined(t *testing.T) *batonv1.Joined {
@@ -84,24 +49,6 @@ func (s *shardsStream) owned(t *testing.T, n int) map[uint32]*batonv1.ShardOwned
 		out[o.Shard] = o
 	}
 	return out
-}
-
-func (s *shardsStream) end(t *testing.T) error {
-	t.Helper()
-	select {
-	case m := <-s.events:
-		t.Fatalf("unexpected message %v", m)
-	case err := <-s.done:
-		select {
-		case m := <-s.events:
-			t.Fatalf("unexpected message %v", m)
-		default:
-		}
-		return err
-	case <-time.After(30 * time.Second):
-		t.Fatal("stream did not end in 30 s")
-	}
-	return nil
 }
 
 // beat sends a heartbeat for id every interval until the test ends or a

@@ -19,25 +19,13 @@ import (
 
 // holdWith is holdOn with the request's headers set by header.
 func holdWith(ctx context.Context, c batonv1connect.BatonServiceClient, req *batonv1.HoldRequest, header map[string]string) *stream {
-	ctx, cancel := context.WithCancel(ctx)
-	s := &stream{events: make(chan *batonv1.HoldResponse, 16), done: make(chan error, 1), cancel: cancel, sent: time.Now()}
-	go func() {
+	return &stream{open(ctx, 16, func(ctx context.Context) (*connect.ServerStreamForClient[batonv1.HoldResponse], error) {
 		r := connect.NewRequest(req)
 		for k, v := range header {
 			r.Header().Set(k, v)
 		}
-		st, err := c.Hold(ctx, r)
-		if err != nil {
-			s.done <- err
-			return
-		}
-		defer func() { _ = st.Close() }()
-		for st.Receive() {
-			s.events <- st.Msg()
-		}
-		s.done <- st.Err()
-	}()
-	return s
+		return c.Hold(ctx, r)
+	})}
 }
 
 func attrOf(s sdktrace.ReadOnlySpan, key attribute.Key) string {
