@@ -570,17 +570,14 @@ func (m *mech) lockDelay(ctx context.Context, rng *rand.Rand) {
 	wg.Wait()
 }
 
-// request: a holder of m1 that lets go when asked; a requester asks it
-// with RequestRelease.
-func (m *mech) request(ctx context.Context, rng *rand.Rand) {
-	n := m.r.name("mutex", "m1")
-	who := m.client() + ".r"
+// lockOnce: who's Mutex of n locks it once within wait, the acquisition
+// recorded; the Lock is nil (the Mutex closed) if it did not.
+func (m *mech) lockOnce(ctx context.Context, n NameInfo, who string, wait time.Duration) (*mutex.Mutex, *mutex.Lock) {
 	mu, err := mutex.New(m.cli, n.Name, m.r.opts(n, nil, who)...)
 	if err != nil {
-		return
+		return nil, nil
 	}
-	defer mu.Close()
-	actx, cancel := context.WithTimeout(ctx, 8*time.Second)
+	actx, cancel := context.WithTimeout(ctx, wait)
 	start := now()
 	l, err := mu.Lock(actx)
 	cancel()
@@ -589,8 +586,23 @@ func (m *mech) request(ctx context.Context, rng *rand.Rand) {
 		h = l
 	}
 	if m.r.took(who, "mutex.Lock", n, start, h, err, false) == nil {
+		_ = mu.Close()
+		return nil, nil
+	}
+	return mu, l
+}
+
+// request: a holder of m1 that lets go when asked; a requester asks it
+// with RequestRelease.
+func (m *mech) request(ctx context.Context, rng *rand.Rand) {
+	n := m.r.name("mutex", "m1")
+	who := m.client() + ".r"
+	mu, l := m.lockOnce(ctx, n, who, 8*time.Second)
+	if l == nil {
 		return
 	}
+	defer mu.Close()
+	start := now() // held: the wait for the request begins
 	reqs := l.ReleaseRequested()
 	m.r.evidence(who, n, l)
 	go func() {
@@ -1021,22 +1033,11 @@ func (m *mech) cliForce(ctx context.Context, rng *rand.Rand) {
 	if m.runs%2 == 0 {
 		n := m.r.name("mutex", "m3")
 		who := m.client() + ".f"
-		mu, err := mutex.New(m.cli, n.Name, m.r.opts(n, nil, who)...)
-		if err != nil {
+		mu, l := m.lockOnce(ctx, n, who, 8*time.Second)
+		if l == nil {
 			return
 		}
 		defer mu.Close()
-		actx, cancel := context.WithTimeout(ctx, 8*time.Second)
-		start := now()
-		l, err := mu.Lock(actx)
-		cancel()
-		var h handle
-		if err == nil {
-			h = l
-		}
-		if m.r.took(who, "mutex.Lock", n, start, h, err, false) == nil {
-			return
-		}
 		m.r.evidence(who, n, l)
 		m.r.operatorCLI(ctx, "unlock", []string{n.Name}, l.Key(), int64(l.Token()))
 		select {
@@ -1044,7 +1045,7 @@ func (m *mech) cliForce(ctx context.Context, rng *rand.Rand) {
 		case <-time.After(3 * time.Second):
 		}
 		m.r.evidence(who, n, l) // refused once the key is gone
-		start = now()
+		start := now()
 		m.r.released(who, n, l, start, l.Unlock(context.Background()))
 		return
 	}

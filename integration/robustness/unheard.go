@@ -136,25 +136,14 @@ func (m *mech) lateEnqueue(ctx context.Context) {
 func (m *mech) lostRelease(ctx context.Context, rng *rand.Rand) {
 	n := m.r.name("mutex", "v0")
 	who := m.client() + ".rel"
-	mu, err := mutex.New(m.cli, n.Name, m.r.opts(n, nil, who)...)
-	if err != nil {
+	mu, l := m.lockOnce(ctx, n, who, 5*time.Second)
+	if l == nil {
 		return
 	}
 	defer mu.Close()
-	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	start := now()
-	l, err := mu.Lock(actx)
-	cancel()
-	var h handle
-	if err == nil {
-		h = l
-	}
-	if m.r.took(who, "mutex.Lock", n, start, h, err, false) == nil {
-		return
-	}
 	m.r.holdBriefly(ctx, rng, who, n, l, 50*time.Millisecond)
-	start = now()
-	err = m.unanswered([]string{l.Key()}, true, func(ctx context.Context) error { return l.Unlock(ctx) })
+	start := now()
+	err := m.unanswered([]string{l.Key()}, true, func(ctx context.Context) error { return l.Unlock(ctx) })
 	m.r.released(who, n, l, start, err)
 	m.severed(FaultReplyLost, "v0's release", start, n)
 }
