@@ -19,8 +19,9 @@
 import { Code, ConnectError, createClient, type Client as RpcClient, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { durationFromMs, durationMs } from "@bufbuild/protobuf/wkt";
-import { BatonService, Cause, LockKind, Strategy } from "./gen/baton/v1/baton_pb.js";
-import type { Duration } from "@bufbuild/protobuf/wkt";
+import { BatonService, Cause, FenceResponseSchema, LockKind, Strategy } from "./gen/baton/v1/baton_pb.js";
+import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
 
 export { Code, ConnectError };
 
@@ -40,6 +41,23 @@ export class LockLost extends Error {
   constructor(readonly why: string, message = "") {
     super(`lock lost: ${why}${message ? ": " + message : ""}`);
     this.name = "LockLost";
+  }
+}
+
+/** A shard may be gone: moved to another member, lost, or its membership ended. */
+export class ShardLost extends LockLost {
+  constructor(readonly shard: number, why: string, message = "") {
+    super(why, message);
+    this.message = `shard ${shard} lost: ${why}${message ? ": " + message : ""}`;
+    this.name = "ShardLost";
+  }
+}
+
+/** A resource's mark is above the token (Code.FailedPrecondition): nothing was admitted or written. */
+export class StaleToken extends Error {
+  constructor(readonly highest: bigint, message: string) {
+    super(message);
+    this.name = "StaleToken";
   }
 }
 
@@ -91,6 +109,40 @@ export interface LeadOptions {
   onEvent?: (event: string, fields: Record<string, unknown>) => void;
 }
 
+export interface ShardsOptions {
+  /** The group's number of shards (the first member fixes it). */
+  count: number;
+  /** This member's name, unique in the group. */
+  member: string;
+  /** Whole seconds, 2 to the server's cap; default 15. */
+  ttlSeconds?: number;
+  /** How long a moved shard waits for drained() before the server releases it; default 10. */
+  drainTimeoutSeconds?: number;
+  /** Default the member's name. */
+  identity?: string;
+  namespace?: string;
+  /** Called with each shard this member comes to own. */
+  onShard?: (s: Shard) => void;
+  /**
+   * Called with each event ("joined", "heartbeat", "owned", "moved",
+   * "shard_lost", "drained", "lost", "released"), `t` on now(); a shard's
+   * carry `shard` and `token`.
+   */
+  onEvent?: (event: string, fields: Record<string, unknown>) => void;
+}
+
+export interface FenceOptions {
+  namespace?: string;
+  /** Who checks a token; a write is its hold's identity's. */
+  identity?: string;
+}
+
+/** A fenced write's puts (key to value, in order) and deletes, every key under the namespace's data prefix. */
+export interface FencedOps {
+  puts?: Record<string, string | Uint8Array> | [string, string | Uint8Array][];
+  deletes?: string[];
+}
+
 export interface ClientOptions {
   /** "connect" (HTTP/1.1 or HTTP/2, JSON or binary) or "grpc" (HTTP/2). */
   protocol?: "connect" | "grpc";
@@ -129,6 +181,52 @@ export class Client {
     return t;
   }
 
+  /**
+   * Joins shard group `group` as opts.member and resolves once joined:
+   * the Membership, whose shards come as they are owned (opts.onShard,
+   * m.shards).
+   */
+  async shards(group: string, opts: ShardsOptions): Promise<Membership> {
+    const m = new Membership(this, group, opts);
+    await m.acquire();
+    return m;
+  }
+
+  /**
+   * Admits token for resource: resolves to the resource's mark after it,
+   * or rejects with StaleToken (and the mark) when a higher token was
+   * admitted before.
+   */
+  async checkToken(resource: string, token: bigint | number, opts: FenceOptions = {}): Promise<bigint> {
+    return fenced(this.rpc.fence(
+      { resource, namespace: opts.namespace ?? "", identity: opts.identity ?? "", op: { case: "checkToken", value: BigInt(token) } },
+      { timeoutMs: this.timeoutMs },
+    ));
+  }
+
+  /**
+   * Writes ops in etcd under `under`'s token (a Hold's, a Term's, or a
+   * Shard's), guarded by its ownership and resource's mark, in one
+   * transaction: resolves to the mark, or rejects with StaleToken when a
+   * higher token was admitted (nothing written), or a ConnectError
+   * (Code.FailedPrecondition once the hold is lost, Code.PermissionDenied
+   * for a key outside the data prefix).
+   */
+  async fencedWrite(resource: string, under: Hold | Shard, ops: FencedOps, opts: FenceOptions = {}): Promise<bigint> {
+    const enc = new TextEncoder();
+    const puts = Array.isArray(ops.puts) ? ops.puts : Object.entries(ops.puts ?? {});
+    const write = {
+      holdId: under instanceof Shard ? under.membership.holdId : under.holdId,
+      shard: under instanceof Shard ? under.id : undefined,
+      puts: puts.map(([key, v]) => ({ key, value: typeof v === "string" ? enc.encode(v) : v })),
+      deletes: ops.deletes ?? [],
+    };
+    return fenced(this.rpc.fence(
+      { resource, namespace: opts.namespace ?? "", identity: opts.identity ?? "", op: { case: "write", value: write } },
+      { timeoutMs: this.timeoutMs },
+    ));
+  }
+
   /** Runs fn while holding name, then releases it. */
   async withLock<T>(name: string | string[], fn: (h: Hold) => Promise<T>, opts: HoldOptions = {}): Promise<T> {
     const h = await this.lock(name, opts);
@@ -147,6 +245,9 @@ type Event =
   | { case: "releaseRequested"; reason: string; by: string }
   | { case: "endRequested"; reason: string; by: string }
   | { case: "released" }
+  | { case: "owned"; shard: number; token: bigint; key: string }
+  | { case: "moved"; shard: number; token: bigint; drainDeadline?: Timestamp }
+  | { case: "shardLost"; shard: number; token: bigint; cause: Cause }
   | { case: undefined };
 
 /** One hold of a lock. */
@@ -173,7 +274,8 @@ export class Hold {
   protected readonly first: string = "held";
 
   constructor(
-    protected readonly client: Client,
+    /** The endpoint it is held through. */
+    readonly client: Client,
     private readonly names: string[],
     protected readonly opts: HoldOptions | LeadOptions,
   ) {}
@@ -264,7 +366,7 @@ export class Hold {
     this.intervalMs = held.heartbeatInterval ? durationMs(held.heartbeatInterval) : 1000;
     // From the Hold request's send time: before its arrival.
     this.until = sent + (held.validity ? durationMs(held.validity) : 0);
-    this.emit(this.first, { token: this.token.toString(), deadline: this.until });
+    this.emit(this.first, this.firstFields());
     this.reading = this.read(it);
     this.arm();
     this.beatTimer = setTimeout(() => void this.beat(), 0); // at once: re-bases the deadline
@@ -295,7 +397,19 @@ export class Hold {
     if (this.cause === undefined) {
       this.cause = "RELEASED";
       this.emit("released", {});
+      this.ended("RELEASED", "", now());
     }
+  }
+
+  /** A message of the stream's other kinds (a membership's shards). */
+  protected other(_ev: Event): void {}
+
+  /** The hold ended, with its cause, at `at` on now(). */
+  protected ended(_why: string, _message: string, _at: number): void {}
+
+  /** The first message's fields for onEvent. */
+  protected firstFields(): Record<string, unknown> {
+    return { token: this.token.toString(), deadline: this.until };
   }
 
   protected emit(event: string, fields: Record<string, unknown>): void {
@@ -310,6 +424,7 @@ export class Hold {
     clearTimeout(this.beatTimer);
     clearTimeout(this.watchTimer);
     this.emit("lost", { cause: why, message, t: at });
+    this.ended(why, message, at);
     this.lost.abort(new LockLost(why, message));
     if (why === CLIENT_DEADLINE) {
       this.stream.abort(); // the server then releases it
@@ -353,6 +468,8 @@ export class Hold {
             break;
           case "released":
             return;
+          default:
+            this.other(ev);
         }
       }
     } catch (e) {
@@ -461,5 +578,200 @@ export class Term extends Hold {
     clearTimeout(this.beatTimer);
     await this.close();
     return r.token;
+  }
+}
+
+/** A Fence call's mark, or StaleToken with the mark the refusal carries. */
+async function fenced(call: Promise<{ highest: bigint }>): Promise<bigint> {
+  try {
+    return (await call).highest;
+  } catch (e) {
+    const err = ConnectError.from(e);
+    const mark = err.code === Code.FailedPrecondition ? err.findDetails(FenceResponseSchema)[0] : undefined;
+    if (mark) throw new StaleToken(mark.highest, err.rawMessage);
+    throw err;
+  }
+}
+
+/**
+ * One shard a member owns: its token (strictly greater than every
+ * earlier owner's of the shard) and key. Its signal aborts, with a
+ * ShardLost as its reason, the moment the shard may be gone: moved to
+ * another member (cause "MOVED": stop, then acknowledge with drained()),
+ * lost (a Cause's name), or its membership ended (the membership's cause,
+ * CLIENT_DEADLINE at the membership's deadline on this clock, RELEASED
+ * after leave()). check() throws it.
+ */
+export class Shard {
+  cause?: string;
+  /** Set on a move: when the server releases the shard without drained(). */
+  drainDeadline?: Date;
+  private readonly over = new AbortController();
+  readonly signal: AbortSignal = this.over.signal;
+  private acked = false;
+
+  constructor(readonly membership: Membership, readonly id: number, readonly token: bigint, readonly key: string) {}
+
+  /** The membership's deadline on now(): the shards end there. */
+  deadline(): number {
+    return this.membership.deadline();
+  }
+
+  /** Throws ShardLost unless the shard is still owned, on this clock too. */
+  check(): void {
+    if (this.cause === undefined) {
+      try {
+        this.membership.check();
+      } catch {
+        // the membership ended: end() set the cause
+      }
+    }
+    if (this.cause !== undefined) {
+      throw this.signal.reason as ShardLost;
+    }
+  }
+
+  /**
+   * Acknowledges a move once the work on the shard stopped: the server
+   * releases the shard (the next owner takes it, with a greater token)
+   * and the call resolves once its key is gone. Nothing to do, and
+   * nothing done, unless the shard moved.
+   */
+  async drained(): Promise<void> {
+    if (this.cause !== "MOVED" || this.acked) {
+      return;
+    }
+    this.acked = true;
+    const c = this.membership.client;
+    await c.rpc.drained({ holdId: this.membership.holdId, shard: this.id }, { timeoutMs: c.timeoutMs });
+    this.membership.note("drained", { shard: this.id, token: this.token.toString() });
+  }
+
+  /** @internal */
+  end(why: string, message: string): boolean {
+    if (this.cause !== undefined) {
+      return false;
+    }
+    this.cause = why;
+    this.over.abort(new ShardLost(this.id, why, message));
+    return true;
+  }
+}
+
+/**
+ * A member of a shard group: a Hold whose stream says which shards it
+ * owns. Heartbeats and the deadline on this clock are Hold's: at the
+ * deadline every shard ends (CLIENT_DEADLINE) whether or not the server
+ * answers. signal, cause and check() are the membership's; each Shard has
+ * its own. leave() ends the membership: its shards go to the others.
+ */
+export class Membership extends Hold {
+  protected override readonly first = "joined";
+  /** The shards owned now, by id (a moved or lost one leaves it). */
+  readonly shards = new Map<number, Shard>();
+
+  constructor(client: Client, readonly group: string, opts: ShardsOptions) {
+    super(client, [], opts);
+  }
+
+  protected override async *open(signal: AbortSignal): AsyncGenerator<Event> {
+    const o = this.opts as ShardsOptions;
+    const responses = this.client.rpc.shards(
+      {
+        group: this.group,
+        count: o.count,
+        member: o.member,
+        identity: o.identity ?? "",
+        namespace: o.namespace ?? "",
+        ttl: o.ttlSeconds ? durationFromMs(o.ttlSeconds * 1000) : undefined,
+        drainTimeout: o.drainTimeoutSeconds ? durationFromMs(o.drainTimeoutSeconds * 1000) : undefined,
+      },
+      { signal },
+    );
+    for await (const r of responses) {
+      const ev = r.event;
+      switch (ev.case) {
+        case "joined":
+          yield { case: "first", holdId: ev.value.holdId, token: 0n, keys: [], heartbeatInterval: ev.value.heartbeatInterval, validity: ev.value.validity };
+          break;
+        case "owned":
+          yield { case: "owned", shard: ev.value.shard, token: ev.value.token, key: ev.value.key };
+          break;
+        case "moved":
+          yield { case: "moved", shard: ev.value.shard, token: ev.value.token, drainDeadline: ev.value.drainDeadline };
+          break;
+        case "lost":
+          yield { case: "shardLost", shard: ev.value.shard, token: ev.value.token, cause: ev.value.cause };
+          break;
+        case "ended":
+          if (ev.value.cause === Cause.RELEASED) {
+            yield { case: "released" }; // after leave()
+          } else {
+            yield { case: "lost", cause: ev.value.cause, message: ev.value.message };
+          }
+          break;
+        default:
+          yield { case: undefined };
+      }
+    }
+  }
+
+  protected override firstFields(): Record<string, unknown> {
+    return { hold_id: this.holdId, deadline: this.deadline() };
+  }
+
+  protected override other(ev: Event): void {
+    if (this.cause !== undefined) {
+      return;
+    }
+    switch (ev.case) {
+      case "owned": {
+        const s = new Shard(this, ev.shard, ev.token, ev.key);
+        this.shards.get(ev.shard)?.end("MOVED", "owned again");
+        this.shards.set(ev.shard, s);
+        this.emit("owned", { shard: s.id, token: s.token.toString(), key: s.key });
+        (this.opts as ShardsOptions).onShard?.(s);
+        break;
+      }
+      case "moved": {
+        const s = this.shards.get(ev.shard);
+        if (!s || s.token !== ev.token) break;
+        this.shards.delete(ev.shard);
+        s.drainDeadline = ev.drainDeadline ? timestampDate(ev.drainDeadline) : undefined;
+        s.end("MOVED", "the shard moves to another member: stop, then drained()");
+        this.emit("moved", { shard: s.id, token: s.token.toString(), drain_deadline: s.drainDeadline?.toISOString() });
+        break;
+      }
+      case "shardLost": {
+        const s = this.shards.get(ev.shard);
+        if (!s || s.token !== ev.token) break;
+        this.shards.delete(ev.shard);
+        this.endShard(s, Cause[ev.cause], "", now());
+        break;
+      }
+    }
+  }
+
+  protected override ended(why: string, message: string, at: number): void {
+    for (const s of [...this.shards.values()].sort((a, b) => a.id - b.id)) {
+      this.endShard(s, why, message, at);
+    }
+    this.shards.clear();
+  }
+
+  private endShard(s: Shard, why: string, message: string, at: number): void {
+    if (s.end(why, message)) {
+      this.emit("shard_lost", { shard: s.id, token: s.token.toString(), cause: why, t: at });
+    }
+  }
+
+  /** @internal */
+  note(event: string, fields: Record<string, unknown>): void {
+    this.emit(event, fields);
+  }
+
+  /** Leaves the group: Release; every shard ends (RELEASED) and goes to the other members. */
+  async leave(): Promise<void> {
+    await this.release();
   }
 }

@@ -1,10 +1,10 @@
 // The TypeScript client against real `baton serve --dev` child processes.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { Client, Code, ConnectError, LockLost, NotAcquired, CLIENT_DEADLINE } from "../src/index.js";
+import { Client, Code, ConnectError, LockLost, NotAcquired, ShardLost, StaleToken, CLIENT_DEADLINE, now, type Shard } from "../src/index.js";
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
-import { Holder, Server, batonBin, sleep, waitFor } from "./support.js";
+import { Etcd, Events, Holder, Proxy, Server, batonBin, etcdGet, etcdKeys, sleep, waitFor, type Rec } from "./support.js";
 
 const execFileP = promisify(execFile);
 
@@ -107,6 +107,187 @@ describe("client", () => {
     assert.equal(l.cause, "KEY_GONE");
     assert.throws(() => l.check(), LockLost);
     await l.release();
+  });
+});
+
+
+/** Whether a ConnectError of code whose message names field first. */
+const refused = (code: Code, field: string) => (e: unknown) =>
+  e instanceof ConnectError && e.code === code && e.rawMessage.startsWith(field + ":");
+
+/** The shards an Events' member owns now: owned and not since moved or lost (by token). */
+function owning(ev: Events): Map<number, bigint> {
+  const m = new Map<number, bigint>();
+  for (const r of ev.list) {
+    if (r.event === "owned") m.set(r.shard!, BigInt(r.token!));
+    if ((r.event === "moved" || r.event === "shard_lost") && m.get(r.shard!) === BigInt(r.token!)) m.delete(r.shard!);
+  }
+  return m;
+}
+
+describe("shards and fencing", () => {
+  let server: Server;
+  before(async () => {
+    server = await Server.start();
+  });
+  after(async () => {
+    await server.stop();
+  });
+
+  test("two members split the shards: a join moves two, drained; a leave hands the rest over; tokens grow", async () => {
+    const c = new Client(server.url);
+    const ea = new Events();
+    const eb = new Events();
+    const byA: Shard[] = [];
+    const a = await c.shards("ts-ingest", { count: 4, member: "a", ttlSeconds: 10, drainTimeoutSeconds: 60, onEvent: ea.on, onShard: (s) => byA.push(s) });
+    assert.equal(a.holdId.length, 32);
+    assert.ok(a.deadline() > now());
+    await ea.until(() => owning(ea).size === 4, "a to own 4 shards");
+    assert.deepEqual([...a.shards.keys()].sort(), [0, 1, 2, 3]);
+    const first = new Map([...a.shards].map(([id, s]) => [id, s]));
+    for (const s of first.values()) {
+      assert.ok(s.token > 0n);
+      assert.match(s.key, /\/v1\/shard\/ts-ingest\//);
+      s.check();
+    }
+    assert.equal(byA.length, 4);
+
+    const b = await c.shards("ts-ingest", { count: 4, member: "b", ttlSeconds: 10, drainTimeoutSeconds: 60, onEvent: eb.on });
+    await ea.until(() => ea.of("moved").length === 2, "two shards to move from a");
+    const moved = ea.of("moved").map((r) => r.shard!).sort();
+    assert.deepEqual(moved, [2, 3]);
+    for (const id of moved) {
+      const s = first.get(id)!;
+      assert.equal(s.cause, "MOVED");
+      assert.ok(s.signal.aborted && s.signal.reason instanceof ShardLost && s.signal.reason.shard === id);
+      assert.throws(() => s.check(), ShardLost);
+      assert.ok(s.drainDeadline!.getTime() > Date.now() + 30000, "the drain deadline is the drain timeout's");
+      assert.equal(a.shards.has(id), false);
+    }
+    // Until the drains are acknowledged, a's keys stay and b owns nothing of them.
+    const g = await c.rpc.inspect({ target: { case: "shardGroup", value: "ts-ingest" } });
+    for (const id of moved) {
+      assert.equal(g.shardGroup!.owners.find((o) => o.shard === id)?.token, first.get(id)!.token);
+    }
+    assert.equal(owning(eb).size, 0);
+    for (const id of moved) {
+      await first.get(id)!.drained();
+      const after = await c.rpc.inspect({ target: { case: "shardGroup", value: "ts-ingest" } });
+      assert.notEqual(after.shardGroup!.owners.find((o) => o.shard === id)?.token, first.get(id)!.token, `shard ${id}'s key stayed after drained()`);
+    }
+    assert.equal(ea.of("drained").length, 2);
+    await first.get(2)!.drained(); // acknowledged already: nothing sent
+    await assert.rejects(c.rpc.drained({ holdId: a.holdId, shard: 2 }), refused(Code.FailedPrecondition, "shard"));
+    await assert.rejects(c.rpc.drained({ holdId: a.holdId, shard: 4 }), refused(Code.InvalidArgument, "shard"));
+    await eb.until(() => owning(eb).size === 2, "b to own the moved shards");
+    for (const id of moved) {
+      assert.ok(b.shards.get(id)!.token > first.get(id)!.token, `shard ${id}'s token grew`);
+    }
+    const both = await c.rpc.inspect({ target: { case: "shardGroup", value: "ts-ingest" } });
+    assert.deepEqual(both.shardGroup!.members, ["a", "b"]);
+    assert.equal(both.shardGroup!.owners.length, 4);
+    for (const o of both.shardGroup!.owners) {
+      const s = (o.shard < 2 ? a : b).shards.get(o.shard)!;
+      assert.equal(o.member, o.shard < 2 ? "a" : "b");
+      assert.equal(o.token, s.token);
+    }
+
+    // a leaves: its shards end (RELEASED) and go to b, with greater tokens.
+    const kept = [first.get(0)!, first.get(1)!];
+    await a.leave();
+    assert.equal(a.cause, "RELEASED");
+    assert.equal(a.signal.aborted, false);
+    for (const s of kept) {
+      assert.equal(s.cause, "RELEASED");
+      assert.ok(s.signal.aborted);
+      assert.throws(() => s.check(), ShardLost);
+    }
+    assert.equal(a.shards.size, 0);
+    await eb.until(() => owning(eb).size === 4, "b to own every shard");
+    for (const s of kept) {
+      assert.ok(b.shards.get(s.id)!.token > s.token, `shard ${s.id}'s token grew`);
+    }
+    await b.leave();
+    assert.equal(b.cause, "RELEASED");
+    assert.deepEqual(eb.of("shard_lost").map((r) => r.cause), ["RELEASED", "RELEASED", "RELEASED", "RELEASED"]);
+    const none = await c.rpc.inspect({ target: { case: "shardGroup", value: "ts-ingest" } });
+    assert.equal(none.shardGroup!.owners.length, 0);
+    assert.equal(none.shardGroup!.members.length, 0);
+    assert.deepEqual(await etcdKeys(server.etcd, "/baton/v1/shard/ts-ingest/"), []);
+  });
+
+  test("heartbeats keep a membership past its TTL", async () => {
+    const c = new Client(server.url);
+    const ev = new Events();
+    const m = await c.shards("ts-long", { count: 2, member: "a", ttlSeconds: 2, onEvent: ev.on });
+    await ev.until(() => owning(ev).size === 2, "a to own 2 shards");
+    const shards = [...m.shards.values()];
+    const end = Date.now() + 4000;
+    while (Date.now() < end) {
+      for (const s of shards) s.check();
+      await sleep(50);
+    }
+    assert.ok(ev.of("heartbeat").length > 5, `${ev.of("heartbeat").length} heartbeats`);
+    await m.leave();
+  });
+
+  test("invalid fields are refused naming the field", async () => {
+    const c = new Client(server.url);
+    const ok = { count: 2, member: "m" };
+    await assert.rejects(c.shards("", ok), refused(Code.InvalidArgument, "group"));
+    await assert.rejects(c.shards("ts-bad", { ...ok, count: 0 }), refused(Code.InvalidArgument, "count"));
+    await assert.rejects(c.shards("ts-bad", { ...ok, member: "" }), refused(Code.InvalidArgument, "member"));
+    await assert.rejects(c.shards("ts-bad", { ...ok, ttlSeconds: 1 }), refused(Code.InvalidArgument, "ttl"));
+    await assert.rejects(c.shards("ts-bad", { ...ok, drainTimeoutSeconds: 7200 }), refused(Code.InvalidArgument, "drain_timeout"));
+    await assert.rejects(c.shards("ts-bad", { ...ok, identity: "a\x1b" }), refused(Code.InvalidArgument, "identity"));
+    const ev = new Events();
+    const m = await c.shards("ts-bad", { ...ok, onEvent: ev.on });
+    await assert.rejects(c.shards("ts-bad", { ...ok, count: 3, member: "n" }), refused(Code.FailedPrecondition, "count"));
+    await assert.rejects(c.shards("ts-bad", ok), refused(Code.AlreadyExists, "member"));
+    await ev.until(() => owning(ev).size === 2, "m to own 2 shards");
+    // A membership's write names its shard; a key outside the data prefix is refused.
+    await assert.rejects(c.fencedWrite("ts-r", m, { puts: { "/baton/v1/data/x": "v" } }), refused(Code.InvalidArgument, "write.shard"));
+    await assert.rejects(c.fencedWrite("ts-r", m.shards.get(0)!, { puts: [["/baton/v1/data/ok", "v"], ["/baton/v1/lock/x", "v"]] }), refused(Code.PermissionDenied, "write.puts[1].key"));
+    await assert.rejects(c.fencedWrite("ts-r", m.shards.get(0)!, {}), refused(Code.InvalidArgument, "write"));
+    await assert.rejects(c.checkToken("ts-r", 0), refused(Code.InvalidArgument, "check_token"));
+    await assert.rejects(c.checkToken("", 1), refused(Code.InvalidArgument, "resource"));
+    assert.equal(await etcdGet(server.etcd, "/baton/v1/data/ok"), undefined);
+    await m.leave();
+  });
+
+  test("a stale token is refused with the mark", async () => {
+    const c = new Client(server.url);
+    assert.equal(await c.checkToken("ts-db", 5n), 5n);
+    assert.equal(await c.checkToken("ts-db", 5), 5n);
+    await assert.rejects(c.checkToken("ts-db", 3), (e: unknown) => e instanceof StaleToken && e.highest === 5n);
+    assert.equal(await c.checkToken("ts-db", 7), 7n);
+    assert.equal(await etcdGet(server.etcd, "/baton/v1/fence/ts-db"), "7");
+  });
+
+  test("a write under a hold in the data prefix; stale once a higher token is admitted; none once released", async () => {
+    const c = new Client(server.url);
+    const data = "/baton/v1/data/";
+    const l = await c.lock("ts-invoice");
+    assert.equal(await c.fencedWrite("ts-invoices", l, { puts: { [data + "invoice/42"]: "paid" } }), l.token);
+    assert.equal(await etcdGet(server.etcd, data + "invoice/42"), "paid");
+    assert.equal(await c.fencedWrite("ts-invoices", l, { puts: { [data + "invoice/43"]: new TextEncoder().encode("due") }, deletes: [data + "invoice/42"] }), l.token);
+    assert.equal(await etcdGet(server.etcd, data + "invoice/42"), undefined);
+    assert.equal(await etcdGet(server.etcd, data + "invoice/43"), "due");
+    await c.checkToken("ts-invoices", l.token + 100n);
+    await assert.rejects(c.fencedWrite("ts-invoices", l, { puts: { [data + "late"]: "v" } }), (e: unknown) => e instanceof StaleToken && e.highest === l.token + 100n);
+    assert.equal(await etcdGet(server.etcd, data + "late"), undefined);
+    await l.release();
+    await assert.rejects(c.fencedWrite("ts-other", l, { puts: { [data + "after"]: "v" } }), refused(Code.NotFound, "write.hold_id"));
+    assert.equal(await etcdGet(server.etcd, data + "after"), undefined);
+
+    // A shard's write is guarded by its own token.
+    const ev = new Events();
+    const m = await c.shards("ts-fenced", { count: 1, member: "w", onEvent: ev.on });
+    await ev.until(() => owning(ev).size === 1, "w to own its shard");
+    const s = m.shards.get(0)!;
+    assert.equal(await c.fencedWrite("ts-shard-res", s, { puts: { [data + "shard/0"]: "x" } }), s.token);
+    assert.equal(await etcdGet(server.etcd, data + "shard/0"), "x");
+    await m.leave();
   });
 });
 

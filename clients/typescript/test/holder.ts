@@ -10,7 +10,7 @@ import { Client, LockLost, now } from "../src/index.js";
 
 const [url, name, ttl, out, seconds] = process.argv.slice(2);
 const record = (event: string, fields: Record<string, unknown> = {}) =>
-  appendFileSync(out, JSON.stringify({ event, t: now(), ...fields, pid: process.pid }) + "\n");
+  appendFileSync(out, JSON.stringify({ event, t: now(), ...fields, written: now(), pid: process.pid }) + "\n");
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

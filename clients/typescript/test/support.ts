@@ -1,10 +1,12 @@
 // A real `baton serve --dev` child process for the tests, and holder
 // processes whose records the tests judge.
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { createServer, connect, type Server as NetServer, type Socket } from "node:net";
 import { mkdtempSync, readFileSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { now } from "../src/index.js";
 
 const here = dirname(fileURLToPath(import.meta.url)); // dist/test
 export const root = join(here, "..", "..");
@@ -35,25 +37,83 @@ export async function waitFor(cond: () => boolean | Promise<boolean>, what: stri
   }
 }
 
+/** A free port on 127.0.0.1 (for baton dev, which takes no port 0). */
+async function freeAddr(): Promise<string> {
+  const srv = createServer();
+  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+  const port = (srv.address() as { port: number }).port;
+  await new Promise((r) => srv.close(r));
+  return `127.0.0.1:${port}`;
+}
+
+/** baton dev: an etcd in a process of its own, for a server to be frozen or killed without it. */
+export class Etcd {
+  url = "";
+  private out = "";
+  private constructor(readonly proc: ChildProcess) {
+    this.proc.stdout!.on("data", (b) => (this.out += b));
+    this.proc.stderr!.on("data", (b) => (this.out += b));
+  }
+
+  static async start(): Promise<Etcd> {
+    const e = new Etcd(spawn(batonBin(), ["dev", "--listen", await freeAddr(), "--listen-peer", await freeAddr()], { stdio: ["ignore", "pipe", "pipe"] }));
+    await waitFor(() => /etcd serving at (http:\/\/\S+)/.test(e.out) || e.proc.exitCode !== null, "baton dev to start", 60000);
+    const m = /etcd serving at (http:\/\/\S+)/.exec(e.out);
+    if (!m) throw new Error(`baton dev did not start: ${e.out}`);
+    e.url = m[1];
+    return e;
+  }
+
+  async stop(): Promise<void> {
+    if (this.proc.exitCode !== null) return;
+    const done = new Promise((r) => this.proc.once("exit", r));
+    this.proc.kill("SIGTERM");
+    await done;
+  }
+}
+
+/** The keys under prefix in the etcd at url, read through etcd's own JSON gateway (/v3/kv/range). */
+export async function etcdKeys(url: string, prefix: string): Promise<string[]> {
+  const b64 = (s: Buffer) => s.toString("base64");
+  const key = Buffer.from(prefix);
+  const end = Buffer.from(key);
+  end[end.length - 1]++;
+  const r = await fetch(url + "/v3/kv/range", { method: "POST", body: JSON.stringify({ key: b64(key), range_end: b64(end), keys_only: true }), signal: AbortSignal.timeout(5000) });
+  if (!r.ok) throw new Error(`etcd range: ${r.status} ${await r.text()}`);
+  const body = (await r.json()) as { kvs?: { key: string }[] };
+  return (body.kvs ?? []).map((kv) => Buffer.from(kv.key, "base64").toString());
+}
+
+/** The value of key in the etcd at url, undefined when absent. */
+export async function etcdGet(url: string, key: string): Promise<string | undefined> {
+  const r = await fetch(url + "/v3/kv/range", { method: "POST", body: JSON.stringify({ key: Buffer.from(key).toString("base64") }), signal: AbortSignal.timeout(5000) });
+  if (!r.ok) throw new Error(`etcd range: ${r.status} ${await r.text()}`);
+  const body = (await r.json()) as { kvs?: { value?: string }[] };
+  return body.kvs?.length ? Buffer.from(body.kvs[0].value ?? "", "base64").toString() : undefined;
+}
+
 export class Server {
   proc: ChildProcess;
   url = "";
   etcd = "";
   private out = "";
 
-  private constructor() {
-    this.proc = spawn(batonBin(), ["serve", "--dev", "--listen", "127.0.0.1:0"], { stdio: ["ignore", "pipe", "pipe"] });
+  private constructor(endpoints?: string) {
+    const argv = endpoints ? ["--endpoints", endpoints, "serve"] : ["serve", "--dev"];
+    this.proc = spawn(batonBin(), [...argv, "--listen", "127.0.0.1:0"], { stdio: ["ignore", "pipe", "pipe"] });
+    this.etcd = endpoints ?? "";
     this.proc.stdout!.on("data", (b) => (this.out += b));
     this.proc.stderr!.on("data", (b) => (this.out += b));
   }
 
-  static async start(): Promise<Server> {
-    const s = new Server();
+  /** baton serve --dev (an embedded etcd), or on the etcd at endpoints. */
+  static async start(endpoints?: string): Promise<Server> {
+    const s = new Server(endpoints);
     await waitFor(() => /serving on (http:\/\/\S+)/.test(s.out) || s.proc.exitCode !== null, "baton serve to start", 60000);
     const m = /serving on (http:\/\/\S+)/.exec(s.out);
     if (!m) throw new Error(`baton serve did not start: ${s.out}`);
     s.url = m[1];
-    s.etcd = /etcd .* at (http:\/\/\S+)/.exec(s.out)![1];
+    if (!endpoints) s.etcd = /etcd .* at (http:\/\/\S+)/.exec(s.out)![1];
     return s;
   }
 
@@ -63,7 +123,7 @@ export class Server {
   }
 
   async stop(): Promise<void> {
-    if (this.proc.exitCode !== null) return;
+    if (this.proc.exitCode !== null || this.proc.signalCode !== null) return;
     const done = new Promise((r) => this.proc.once("exit", r));
     this.proc.kill("SIGCONT");
     this.proc.kill("SIGTERM");
@@ -74,6 +134,9 @@ export class Server {
 export interface Rec {
   event: string;
   t: number;
+  /** When the record was written, on now(); t is the event's own time (a loss's: its deadline). */
+  written?: number;
+  shard?: number;
   token?: string;
   deadline?: number;
   cause?: string;
@@ -110,5 +173,86 @@ export class Holder {
     this.proc.kill("SIGCONT");
     this.proc.kill("SIGKILL");
     await this.exited;
+  }
+}
+
+/**
+ * A client's events (an onEvent), in order, that a test waits on:
+ * until(cond) resolves at the first event after which cond holds.
+ */
+export class Events {
+  readonly list: Rec[] = [];
+  private readonly waiters = new Set<() => void>();
+
+  readonly on = (event: string, fields: Record<string, unknown>): void => {
+    this.list.push({ event, ...fields } as Rec);
+    for (const w of [...this.waiters]) w();
+  };
+
+  of(event: string): Rec[] {
+    return this.list.filter((r) => r.event === event);
+  }
+
+  async until(cond: (list: Rec[]) => boolean, what: string, ms = 30000): Promise<void> {
+    if (cond(this.list)) return;
+    await new Promise<void>((resolve, reject) => {
+      const check = () => {
+        if (!cond(this.list)) return;
+        clearTimeout(timer);
+        this.waiters.delete(check);
+        resolve();
+      };
+      const timer = setTimeout(() => {
+        this.waiters.delete(check);
+        reject(new Error(`timed out waiting for ${what}`));
+      }, ms);
+      this.waiters.add(check);
+    });
+  }
+}
+
+/**
+ * A TCP proxy on 127.0.0.1 to the server at target (host:port): cut()
+ * stops forwarding both ways, on every connection and every new one,
+ * without closing a socket, so that the client on this side sees
+ * silence; close() ends it all.
+ */
+export class Proxy {
+  url = "";
+  cutAt?: number;
+  private readonly sockets = new Set<Socket>();
+  private readonly srv: NetServer;
+
+  private constructor(private readonly target: URL) {
+    this.srv = createServer((down) => {
+      const up = connect(Number(this.target.port), this.target.hostname);
+      for (const [from, to] of [[down, up], [up, down]] as const) {
+        this.sockets.add(from);
+        from.on("data", (b) => {
+          if (this.cutAt === undefined) to.write(b);
+        });
+        from.on("end", () => {
+          if (this.cutAt === undefined) to.end();
+        });
+        from.on("error", () => to.destroy());
+        from.on("close", () => this.sockets.delete(from));
+      }
+    });
+  }
+
+  static async start(target: string): Promise<Proxy> {
+    const p = new Proxy(new URL(target));
+    await new Promise<void>((r) => p.srv.listen(0, "127.0.0.1", r));
+    p.url = `http://127.0.0.1:${(p.srv.address() as { port: number }).port}`;
+    return p;
+  }
+
+  cut(): void {
+    this.cutAt = now();
+  }
+
+  async close(): Promise<void> {
+    for (const s of this.sockets) s.destroy();
+    await new Promise((r) => this.srv.close(r));
   }
 }
