@@ -291,6 +291,111 @@ describe("shards and fencing", () => {
   });
 });
 
+/** The last deadline an Events' hold or membership was given (its first message's and each heartbeat's). */
+const lastDeadline = (ev: Events) => Math.max(...ev.list.filter((r) => ["held", "joined", "heartbeat"].includes(r.event)).map((r) => r.deadline!));
+
+describe("an unreachable server", () => {
+  // Each test runs baton serve on an etcd of its own process: the server
+  // is frozen or killed, etcd goes on.
+  test("frozen (SIGSTOP) with a hold and a membership open: both end at their own deadline, within a TTL of the freeze, and etcd lets the keys go", async () => {
+    const etcd = await Etcd.start();
+    const server = await Server.start(etcd.url);
+    try {
+      const ttl = 3;
+      const c = new Client(server.url, { timeoutMs: 1000 });
+      const el = new Events();
+      const em = new Events();
+      const l = await c.lock("ts-frozen-server", { ttlSeconds: ttl, onEvent: el.on });
+      const m = await c.shards("ts-frozen-group", { count: 2, member: "a", ttlSeconds: ttl, onEvent: em.on });
+      await em.until(() => owning(em).size === 2, "a to own 2 shards");
+      const shards = [...m.shards.values()];
+      await el.until(() => el.of("heartbeat").length > 0, "the hold's heartbeat");
+      await em.until(() => em.of("heartbeat").length > 0, "the membership's heartbeat");
+      server.proc.kill("SIGSTOP");
+      const frozen = now();
+      await el.until(() => el.of("lost").length > 0, "the hold's loss while the server is frozen", (ttl + 2) * 1000);
+      await em.until(() => em.of("lost").length > 0, "the membership's loss while the server is frozen", (ttl + 2) * 1000);
+      for (const [ev, h] of [[el, l], [em, m]] as const) {
+        const lost = ev.of("lost")[0];
+        assert.equal(h.cause, CLIENT_DEADLINE);
+        assert.equal(lost.cause, CLIENT_DEADLINE);
+        // At its own deadline, which lies within a TTL of the freeze: the
+        // server's lease cannot have expired before it.
+        assert.equal(lost.t, lastDeadline(ev));
+        assert.ok(lost.t < frozen + ttl * 1000, `lost ${lost.t - frozen} ms after the freeze`);
+        assert.ok(h.signal.aborted);
+        assert.throws(() => h.check(), LockLost);
+      }
+      // Every shard ended with its membership, at the same deadline.
+      const lostM = em.of("lost")[0];
+      assert.deepEqual(em.of("shard_lost").map((r) => [r.shard, r.cause, r.t]), [[0, CLIENT_DEADLINE, lostM.t], [1, CLIENT_DEADLINE, lostM.t]]);
+      for (const s of shards) {
+        assert.equal(s.cause, CLIENT_DEADLINE);
+        assert.throws(() => s.check(), ShardLost);
+      }
+      assert.equal(m.shards.size, 0);
+      // The frozen server renews nothing: its lease expires in etcd, and the keys go with it.
+      await waitFor(async () => (await etcdKeys(etcd.url, "/baton/v1/")).length === 0, "etcd to let the keys go", (ttl + 5) * 1000);
+      assert.ok(now() - frozen < (ttl + 3) * 1000, `keys left ${now() - frozen} ms after the freeze`);
+      server.proc.kill("SIGCONT");
+      await l.release();
+      await m.leave();
+    } finally {
+      await server.stop();
+      await etcd.stop();
+    }
+  });
+
+  test("killed (SIGKILL) with a hold and a membership open: both learn at once, etcd lets the keys go, the next server's tokens are greater", async () => {
+    const etcd = await Etcd.start();
+    const server = await Server.start(etcd.url);
+    let second: Server | undefined;
+    try {
+      const ttl = 2;
+      const c = new Client(server.url);
+      const el = new Events();
+      const em = new Events();
+      const l = await c.lock("ts-orphan", { ttlSeconds: ttl, onEvent: el.on });
+      const m = await c.shards("ts-orphan-group", { count: 2, member: "a", ttlSeconds: ttl, onEvent: em.on });
+      await em.until(() => owning(em).size === 2, "a to own 2 shards");
+      const shards = [...m.shards.values()];
+      const exited = new Promise((r) => server.proc.once("exit", r));
+      server.proc.kill("SIGKILL");
+      await exited;
+      const killed = now();
+      await el.until(() => el.of("lost").length > 0, "the hold's loss after the server died", ttl * 1000);
+      await em.until(() => em.of("lost").length > 0, "the membership's loss after the server died", ttl * 1000);
+      for (const [ev, h] of [[el, l], [em, m]] as const) {
+        const lost = ev.of("lost")[0];
+        // At once: the stream broke, before the deadline.
+        assert.equal(h.cause, "STREAM_ENDED");
+        assert.ok(lost.t < lastDeadline(ev), "learned at the deadline, not at once");
+        assert.ok(lost.t - killed < 1000, `learned ${lost.t - killed} ms after the kill`);
+      }
+      for (const s of shards) assert.equal(s.cause, "STREAM_ENDED");
+      await l.release();
+      await m.leave();
+      // The dead server's keys go with its lease, within a TTL.
+      await waitFor(async () => (await etcdKeys(etcd.url, "/baton/v1/")).length === 0, "etcd to let the keys go", (ttl + 5) * 1000);
+      assert.ok(now() - killed < (ttl + 3) * 1000, `keys left ${now() - killed} ms after the kill`);
+      second = await Server.start(etcd.url);
+      const c2 = new Client(second.url);
+      const n = await c2.lock("ts-orphan", { try: true });
+      assert.ok(n.token > l.token);
+      await n.release();
+      const e2 = new Events();
+      const m2 = await c2.shards("ts-orphan-group", { count: 2, member: "b", onEvent: e2.on });
+      await e2.until(() => owning(e2).size === 2, "b to own 2 shards");
+      for (const s of shards) assert.ok(m2.shards.get(s.id)!.token > s.token);
+      await m2.leave();
+    } finally {
+      await second?.stop();
+      await server.stop();
+      await etcd.stop();
+    }
+  });
+});
+
 describe("processes", () => {
   let server: Server;
   const holders: Holder[] = [];
@@ -341,5 +446,39 @@ describe("processes", () => {
     const checks = a.records().filter((r) => r.event === "check_ok").map((r) => r.t);
     assert.ok(Math.max(...checks) < hb.t);
     assert.ok(hb.t - ha.t < 10000, "the stream's end released it, not the TTL");
+  });
+  test("a holder cut off by a proxy: it ends the hold by its own clock before the next holder holds, with a greater token", async (t) => {
+    const ttl = 3;
+    const proxy = await Proxy.start(server.url);
+    try {
+      const a = new Holder(proxy.url, "ts-cutoff", ttl);
+      holders.push(a);
+      const ha = await a.waitFor("heartbeat"); // held, and a heartbeat through the proxy
+      const b = holder("ts-cutoff", ttl);
+      await server.waitWaiting(1);
+      proxy.cut();
+      const hb = await b.waitFor("held");
+      await a.waitFor("lost_seen");
+      assert.equal(await a.exited, 3);
+      const recs = a.records();
+      const held = recs.find((r) => r.event === "held")!;
+      assert.ok(BigInt(hb.token!) > BigInt(held.token!), "the next token is greater");
+      assert.ok(ha.t < proxy.cutAt!);
+      const lost = recs.find((r) => r.event === "lost")!;
+      assert.equal(lost.cause, CLIENT_DEADLINE, "the cut-off holder ended the hold by its own clock");
+      assert.ok(lost.t > proxy.cutAt!);
+      assert.ok(lost.t < hb.t, `the cut-off holder's deadline was ${lost.t - hb.t} ms after the next one held`);
+      // It saw the loss (its watchdog fired: the event written, the signal aborted) before the next one held.
+      assert.ok(lost.written! < hb.t, `the cut-off holder saw its loss ${lost.written! - hb.t} ms after the next one held`);
+      const deadlines = recs.filter((r) => r.event === "held" || r.event === "heartbeat").map((r) => r.deadline!);
+      assert.equal(Math.max(...deadlines), lost.t);
+      const checks = recs.filter((r) => r.event === "check_ok").map((r) => r.t);
+      assert.ok(checks.length > 0 && Math.max(...checks) < lost.t, "a check passed after the deadline");
+      const seen = recs.find((r) => r.event === "lost_seen")!;
+      assert.equal(seen.cause, CLIENT_DEADLINE);
+      t.diagnostic(`cut at 0 ms; the cut-off holder's deadline at ${(lost.t - proxy.cutAt!).toFixed(1)} ms, its lost event written at ${(lost.written! - proxy.cutAt!).toFixed(1)} ms, its check failed at ${(seen.t - proxy.cutAt!).toFixed(1)} ms; the next held at ${(hb.t - proxy.cutAt!).toFixed(1)} ms`);
+    } finally {
+      await proxy.close();
+    }
   });
 });
