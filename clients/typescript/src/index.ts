@@ -15,6 +15,11 @@
  * (CLIENT_DEADLINE) whether or not the server answers: before the server
  * could let anyone else in. `l.signal` aborts on any loss, with a LockLost
  * as its reason; `l.check()` throws it.
+ *
+ * `baton.lead(name)` campaigns in an election (a Term); `baton.shards(group,
+ * { count, member })` joins a shard group (a Membership, whose Shards each
+ * carry a token and a signal), on the same heartbeats and deadline;
+ * `baton.checkToken` and `baton.fencedWrite` call Fence.
  */
 import { Code, ConnectError, createClient, type Client as RpcClient, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
