@@ -213,9 +213,9 @@ export class Events {
 
 /**
  * A TCP proxy on 127.0.0.1 to the server at target (host:port): cut()
- * stops forwarding both ways, on every connection and every new one,
- * without closing a socket, so that the client on this side sees
- * silence; close() ends it all.
+ * stops forwarding both ways, on every connection and every new one:
+ * no byte, no end and no reset passes, and no socket is closed, so that
+ * each side sees silence; close() ends it all.
  */
 export class Proxy {
   url = "";
@@ -234,7 +234,9 @@ export class Proxy {
         from.on("end", () => {
           if (this.cutAt === undefined) to.end();
         });
-        from.on("error", () => to.destroy());
+        from.on("error", () => {
+          if (this.cutAt === undefined) to.destroy();
+        });
         from.on("close", () => this.sockets.delete(from));
       }
     });
