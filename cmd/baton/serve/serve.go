@@ -71,8 +71,9 @@ message of a Hold or Lead stream that its caller does not take within a
 twentieth of the TTL ends the hold; its key is deleted once the validity
 the caller was given has run out.
 
-With OTEL_EXPORTER_OTLP_ENDPOINT set, each Hold and Lead stream's span is
-exported over OTLP/gRPC, a child of the caller's traceparent header.`,
+With OTEL_EXPORTER_OTLP_ENDPOINT set, each call's span (a Hold or Lead
+stream's, a unary call's, an Observe stream's) is exported over OTLP/gRPC,
+a child of the caller's traceparent header.`,
 		Example: `  baton serve --dev
   baton serve --listen 127.0.0.1:9379 --listen unix:///run/baton/baton.sock
   curl -s localhost:9379/baton.v1.BatonService/Inspect -H 'Content-Type: application/json' -d '{"locksPrefix":""}'`,
