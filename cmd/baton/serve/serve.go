@@ -278,8 +278,9 @@ type timeouts struct {
 	// readHeader bounds the reading of a request's headers (HTTP/1.1, and
 	// the h2c preface): a caller that trickles them (slowloris) is cut off.
 	readHeader time.Duration
-	// read bounds the reading of a whole request, its headers and its
-	// body, from its first byte (http.Server.ReadTimeout): a caller that
+	// read bounds the reading of a request (http.Server.ReadTimeout):
+	// over HTTP/1.1 its headers and body, from its first byte; over
+	// HTTP/2 its body, from its headers' end. A caller that
 	// sends its headers and then trickles its body is cut off, over
 	// HTTP/1.1 by the connection's read deadline (the connection closed),
 	// over HTTP/2 by the stream's (the stream reset). Once a request's
