@@ -37,6 +37,13 @@ func TestServeExportsTheStreamSpanUnderTheCallersTraceparent(t *testing.T) {
 		t.Fatalf("first message %v (%v), want held", st.Msg(), st.Err())
 	}
 	held := st.Msg().GetHeld()
+	// A unary call's span: the child of its own traceparent.
+	const beatSpan = "b7ad6b7169203331"
+	beat := connect.NewRequest(&batonv1.HeartbeatRequest{HoldId: held.HoldId})
+	beat.Header().Set("traceparent", "00-"+upstreamTrace+"-"+beatSpan+"-01")
+	if _, err := c.Heartbeat(ctx, beat); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := c.Release(ctx, connect.NewRequest(&batonv1.ReleaseRequest{HoldId: held.HoldId})); err != nil {
 		t.Fatal(err)
 	}
@@ -53,10 +60,14 @@ func TestServeExportsTheStreamSpanUnderTheCallersTraceparent(t *testing.T) {
 
 	spans := col.byName(t) // flushed before the exit
 	t.Logf("spans: %v", keys(spans))
-	stream, wait, hold := spans["baton.v1.BatonService/Hold"], spans["mutex wait"], spans["mutex hold"]
-	if stream == nil || wait == nil || hold == nil {
-		t.Fatalf("spans received: %v, want the stream's, the wait and the hold", keys(spans))
+	stream, wait, hold, hb := spans["baton.v1.BatonService/Hold"], spans["mutex wait"], spans["mutex hold"], spans["baton.v1.BatonService/Heartbeat"]
+	if stream == nil || wait == nil || hold == nil || hb == nil {
+		t.Fatalf("spans received: %v, want the stream's, the wait, the hold and the heartbeat's", keys(spans))
 	}
+	if got := hex.EncodeToString(hb.GetParentSpanId()); got != beatSpan || attr(hb, "baton.hold.id") != held.HoldId {
+		t.Errorf("the heartbeat's span: parent %s (want %s), attributes %v", got, beatSpan, hb.GetAttributes())
+	}
+	delete(spans, "baton.v1.BatonService/Release") // no traceparent: a trace of its own
 	for name, s := range spans {
 		if got := hex.EncodeToString(s.GetTraceId()); got != upstreamTrace {
 			t.Errorf("span %q in trace %s, want the caller's %s", name, got, upstreamTrace)

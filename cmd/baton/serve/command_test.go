@@ -80,6 +80,8 @@ func TestServeFlagsAreCheckedBeforeAnything(t *testing.T) {
 		{"serve", "--tls-cert", "x.pem"},
 		{"serve", "--max-holds", "0"},
 		{"serve", "--max-ttl", "1s"},
+		{"serve", "--read-timeout", "0s"},
+		{"serve", "--shutdown-timeout", "0s"},
 		{"serve", "--listen", "nonsense"},
 		{"serve", "--policy", "/nonexistent/policy.yaml"},
 	} {

@@ -20,7 +20,7 @@ func WithHooks(cfg *Config, h Hooks) {
 // HTTPServer is the http.Server `baton serve` runs on one listener, with
 // the default timeouts.
 func HTTPServer(h http.Handler, useTLS bool, cfg *tls.Config) *http.Server {
-	return httpServer(h, useTLS, cfg, timeouts{readHeader: DefaultReadHeaderTimeout, idle: DefaultIdleTimeout})
+	return httpServer(h, useTLS, cfg, timeouts{readHeader: DefaultReadHeaderTimeout, read: DefaultReadTimeout, idle: DefaultIdleTimeout})
 }
 
 // HTTPServerWithTimeouts is HTTPServer over plaintext with the

@@ -74,6 +74,8 @@ func TestOverloadMaxHoldsStreamsOnOneServer(t *testing.T) {
 		wg       sync.WaitGroup
 		heldIDs  = make(chan string, n)
 		lost     atomic.Int64 // held streams ended by lost SERVER_SHUTDOWN
+		lostMu   sync.Mutex
+		lastLost time.Time    // when the last lost arrived
 		refused  atomic.Int64 // waiting streams ended by UNAVAILABLE (shutdown)
 		unwanted = make(chan string, n)
 	)
@@ -104,6 +106,9 @@ func TestOverloadMaxHoldsStreamsOnOneServer(t *testing.T) {
 					heldIDs <- m.GetHeld().HoldId
 				case m.GetLost().GetCause() == batonv1.Cause_CAUSE_SERVER_SHUTDOWN:
 					lost.Add(1)
+					lostMu.Lock()
+					lastLost = time.Now()
+					lostMu.Unlock()
 				default:
 					unwanted <- fmt.Sprintf("message %v", m)
 				}
@@ -177,7 +182,16 @@ func TestOverloadMaxHoldsStreamsOnOneServer(t *testing.T) {
 	ended := time.Since(t0)
 	e.stop() // and the HTTP server
 	wg.Wait()
-	t.Logf("shutdown ended %d streams in %v, the HTTP server's in %v more", n, ended.Round(time.Millisecond), (time.Since(t0) - ended).Round(time.Millisecond))
+	lostMu.Lock()
+	allLost := lastLost.Sub(t0)
+	lostMu.Unlock()
+	t.Logf("shutdown: every held stream's lost arrived in %v; every stream ended (its key deleted) in %v; the HTTP server's shutdown took %v more",
+		allLost.Round(time.Millisecond), ended.Round(time.Millisecond), (time.Since(t0) - ended).Round(time.Millisecond))
+	// The guarantee: every lost is sent before the leases are revoked,
+	// which Shutdown does at --shutdown-timeout at the latest.
+	if ended > serve.DefaultShutdownTimeout || allLost > ended+time.Second {
+		t.Errorf("shutdown took %v (lost all sent in %v): more than the default --shutdown-timeout %v", ended, allLost, serve.DefaultShutdownTimeout)
+	}
 	close(unwanted)
 	for u := range unwanted {
 		t.Error(u)

@@ -41,10 +41,10 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Logger logs each hold's end (default: none).
 	Logger *zap.Logger
-	// TracerProvider records a span for each Hold and Lead stream, a child
-	// of the caller's traceparent, with the library's wait and hold spans
-	// under it (default: the global provider, a no-op until one is
-	// installed).
+	// TracerProvider records a span for each call (a Hold or Lead stream,
+	// with the library's wait and hold spans under it, a unary call, an
+	// Observe stream), a child of the caller's traceparent (default: the
+	// global provider, a no-op until one is installed).
 	TracerProvider trace.TracerProvider
 
 	hooks *hooks
@@ -134,7 +134,7 @@ func New(cfg Config) (*Server, error) {
 // write deadline of a stream's messages).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle(batonv1connect.NewBatonServiceHandler(s, connect.WithReadMaxBytes(MaxRequestBytes)))
+	mux.Handle(batonv1connect.NewBatonServiceHandler(s, connect.WithReadMaxBytes(MaxRequestBytes), connect.WithInterceptors(spans{s})))
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(batonv1connect.BatonServiceName)))
 	return withCaller(withWriter(mux))
 }

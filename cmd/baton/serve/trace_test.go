@@ -2,11 +2,14 @@ package serve_test
 
 import (
 	"context"
+	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -117,4 +120,133 @@ func TestTraceparentParentsTheHoldSpan(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// Every unary call and every Observe stream has a server span named as
+// the streams' are, the child of the caller's traceparent, with the
+// hold_id its request names and the error code of a failed call.
+func TestTraceparentParentsTheUnaryAndObserveSpans(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	e := start(t, func(c *serve.Config) { c.TracerProvider = tp })
+	ctx := ctxT(t)
+	s := e.hold(ctx, &batonv1.HoldRequest{Names: []string{"unary-traced"}})
+	h := s.held(t)
+	const unknown = "0123456789abcdef0123456789abcdef"
+
+	// with sets the traceparent of the i-th call on r.
+	with := func(i int, r interface{ Header() http.Header }) string {
+		tp := fmt.Sprintf("00-4bf92f3577b34da6a3ce929d0e0e%04x-00f067aa0ba9%04x-01", i, i)
+		r.Header().Set("traceparent", tp)
+		return tp
+	}
+	type call struct {
+		method, holdID string
+		call           func(tp int) (traceparent string, err error)
+	}
+	unary := func(method, holdID string, f func(tp int) (string, error)) call { return call{method, holdID, f} }
+	for i, c := range []call{
+		unary("Heartbeat", h.HoldId, func(i int) (string, error) {
+			r := connect.NewRequest(&batonv1.HeartbeatRequest{HoldId: h.HoldId})
+			tp := with(i, r)
+			_, err := e.client.Heartbeat(ctx, r)
+			return tp, err
+		}),
+		unary("Heartbeat", unknown, func(i int) (string, error) {
+			r := connect.NewRequest(&batonv1.HeartbeatRequest{HoldId: unknown})
+			tp := with(i, r)
+			_, err := e.client.Heartbeat(ctx, r)
+			return tp, err
+		}),
+		unary("Resign", h.HoldId, func(i int) (string, error) {
+			r := connect.NewRequest(&batonv1.ResignRequest{HoldId: h.HoldId})
+			tp := with(i, r)
+			_, err := e.client.Resign(ctx, r)
+			return tp, err
+		}),
+		unary("Transfer", unknown, func(i int) (string, error) {
+			r := connect.NewRequest(&batonv1.TransferRequest{HoldId: unknown, To: "someone"})
+			tp := with(i, r)
+			_, err := e.client.Transfer(ctx, r)
+			return tp, err
+		}),
+		unary("Drained", unknown, func(i int) (string, error) {
+			r := connect.NewRequest(&batonv1.DrainedRequest{HoldId: unknown, Shard: 1})
+			tp := with(i, r)
+			_, err := e.client.Drained(ctx, r)
+			return tp, err
+		}),
+		unary("Inspect", "", func(i int) (string, error) {
+			r := connect.NewRequest(&batonv1.InspectRequest{Target: &batonv1.InspectRequest_LocksPrefix{LocksPrefix: ""}})
+			tp := with(i, r)
+			_, err := e.client.Inspect(ctx, r)
+			return tp, err
+		}),
+		unary("Fence", "", func(i int) (string, error) {
+			r := connect.NewRequest(&batonv1.FenceRequest{Resource: "traced", Op: &batonv1.FenceRequest_CheckToken{CheckToken: 1}})
+			tp := with(i, r)
+			_, err := e.client.Fence(ctx, r)
+			return tp, err
+		}),
+		unary("Fence", unknown, func(i int) (string, error) {
+			r := connect.NewRequest(&batonv1.FenceRequest{Resource: "traced", Op: &batonv1.FenceRequest_Write{Write: &batonv1.FencedWrite{
+				HoldId: unknown, Puts: []*batonv1.KeyValue{{Key: "k", Value: []byte("v")}}}}})
+			tp := with(i, r)
+			_, err := e.client.Fence(ctx, r)
+			return tp, err
+		}),
+		unary("Observe", "", func(i int) (string, error) {
+			r := connect.NewRequest(&batonv1.ObserveRequest{Kind: batonv1.ObjectKind_OBJECT_KIND_LOCK, Name: "unary-traced"})
+			tp := with(i, r)
+			o := open(ctx, 4, func(ctx context.Context) (*connect.ServerStreamForClient[batonv1.ObserveResponse], error) {
+				return e.client.Observe(ctx, r)
+			})
+			if m := o.next(t); m.GetHolder().GetToken() != h.Token {
+				t.Fatalf("observe: %v, want the holder of token %d", m, h.Token)
+			}
+			o.cancel()
+			return tp, nil
+		}),
+		unary("Release", h.HoldId, func(i int) (string, error) {
+			r := connect.NewRequest(&batonv1.ReleaseRequest{HoldId: h.HoldId})
+			tp := with(i, r)
+			_, err := e.client.Release(ctx, r)
+			return tp, err
+		}),
+	} {
+		rec.Reset()
+		traceparent, err := c.call(i)
+		name := "baton.v1.BatonService/" + c.method
+		var srv sdktrace.ReadOnlySpan
+		clitest.WaitFor(t, func() bool {
+			for _, sp := range rec.Ended() {
+				if sp.Name() == name {
+					srv = sp
+				}
+			}
+			return srv != nil
+		})
+		parent := srv.Parent()
+		if !parent.IsRemote() || parent.TraceID().String() != traceparent[3:35] || parent.SpanID().String() != traceparent[36:52] {
+			t.Fatalf("%d %s: parent %v, want the traceparent %s", i, c.method, parent, traceparent)
+		}
+		if srv.SpanKind() != trace.SpanKindServer || attrOf(srv, "rpc.method") != c.method || attrOf(srv, "baton.hold.id") != c.holdID {
+			t.Fatalf("%d %s: kind %v, attributes %v; want hold_id %q", i, c.method, srv.SpanKind(), srv.Attributes(), c.holdID)
+		}
+		wantCode := ""
+		if err != nil {
+			wantCode = connect.CodeOf(err).String()
+		}
+		if c.method == "Observe" {
+			wantCode = attrOf(srv, "rpc.connect_rpc.error_code") // the caller's cancel, as the server saw it
+		}
+		if got := attrOf(srv, "rpc.connect_rpc.error_code"); got != wantCode || (wantCode != "") != (srv.Status().Code == codes.Error) {
+			t.Fatalf("%d %s: error code %q, status %v; the call's error %v", i, c.method, got, srv.Status(), err)
+		}
+		t.Logf("%s: %v (code %q)", name, err, wantCode)
+	}
+	if m := s.next(t); m.GetReleased() == nil {
+		t.Fatalf("%v, want released", m)
+	}
 }

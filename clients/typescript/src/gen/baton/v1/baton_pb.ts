@@ -1630,7 +1630,9 @@ export const BatonService: GenService<{
    * a read or write lock) and holds it while the stream is open and
    * heartbeats arrive. The first message is `held`; `lost` or `released`
    * is the last. A `try` that finds the lock held ends with ABORTED; a
-   * wait past `wait_timeout` with DEADLINE_EXCEEDED.
+   * wait past `wait_timeout` with DEADLINE_EXCEEDED; a semaphore `limit`
+   * other than the one its holders keep with FAILED_PRECONDITION; a wait
+   * the server's shutdown ends, or etcd failing, with UNAVAILABLE.
    *
    * @generated from rpc baton.v1.BatonService.Hold
    */
@@ -1642,7 +1644,9 @@ export const BatonService: GenService<{
   /**
    * Heartbeat keeps a hold (a lock, a term, a shard membership) alive and
    * returns its validity from this request's arrival. NOT_FOUND for an
-   * unknown hold_id; FAILED_PRECONDITION for a hold already lost.
+   * unknown hold_id; PERMISSION_DENIED for another caller's (the one its
+   * transport proves, mTLS or a Unix socket's peer); FAILED_PRECONDITION
+   * for a hold already lost.
    *
    * @generated from rpc baton.v1.BatonService.Heartbeat
    */
@@ -1653,7 +1657,11 @@ export const BatonService: GenService<{
   },
   /**
    * Release ends a hold: its key is deleted in a transaction guarded by
-   * its token, and its stream ends with `released`.
+   * its token, and its stream ends with `released`. It returns once the
+   * delete is done. NOT_FOUND and PERMISSION_DENIED as Heartbeat;
+   * FAILED_PRECONDITION when the hold was lost before (its stream says
+   * why); UNAVAILABLE when etcd did not answer the delete (the key is
+   * deleted in the background, or by its lease's end).
    *
    * @generated from rpc baton.v1.BatonService.Release
    */
@@ -1666,7 +1674,9 @@ export const BatonService: GenService<{
    * Lead campaigns in an election and leads while the stream is open and
    * heartbeats arrive: `leading` with the token, `ended` with the cause,
    * `end_requested` when a better candidate (the preferred strategy) or
-   * an operator asks the leader to step down.
+   * an operator asks the leader to step down. FAILED_PRECONDITION when
+   * the election is run by candidates of another strategy; UNAVAILABLE
+   * when the server's shutdown ends the campaign, or etcd fails.
    *
    * @generated from rpc baton.v1.BatonService.Lead
    */
@@ -1676,7 +1686,9 @@ export const BatonService: GenService<{
     output: typeof LeadResponseSchema;
   },
   /**
-   * Resign ends a term: the next candidate leads at once.
+   * Resign ends a term: the next candidate leads at once. NOT_FOUND and
+   * PERMISSION_DENIED as Heartbeat; FAILED_PRECONDITION for a lock's
+   * hold_id, or a term that ended before; UNAVAILABLE as Release.
    *
    * @generated from rpc baton.v1.BatonService.Resign
    */
@@ -1686,7 +1698,16 @@ export const BatonService: GenService<{
     output: typeof ResignResponseSchema;
   },
   /**
-   * Transfer hands leadership to a named candidate.
+   * Transfer hands leadership to a named candidate and returns once the
+   * term ended (its stream's last message `resigned`), with the token of
+   * the new term. A refusal leaves the term as it was. NOT_FOUND for an
+   * unknown hold_id, or a `to` that names no live candidate;
+   * PERMISSION_DENIED as Heartbeat; FAILED_PRECONDITION for a lock's
+   * hold_id, a `to` that names several candidates (name one by its key),
+   * a hand-over that would skip a waiting candidate that is not baton's
+   * (a foreign candidate) or, under the preferred strategy, a key without
+   * a record, and a term that ended before the hand-over; UNAVAILABLE
+   * when etcd fails.
    *
    * @generated from rpc baton.v1.BatonService.Transfer
    */
@@ -1698,6 +1719,8 @@ export const BatonService: GenService<{
   /**
    * Observe streams the holder of a lock or the leader of an election:
    * the current state first, then every change, "none" included.
+   * UNAVAILABLE when the server shuts down or etcd fails;
+   * PERMISSION_DENIED when etcd refuses the server's read.
    *
    * @generated from rpc baton.v1.BatonService.Observe
    */
@@ -1710,7 +1733,10 @@ export const BatonService: GenService<{
    * Shards joins a shard group and streams what this member owns:
    * `joined` first, then `owned`, `moved` and `lost` per shard, each with
    * its token. A moved shard is released once the caller acknowledges its
-   * drain with Drained, or at the drain timeout.
+   * drain with Drained, or at the drain timeout. FAILED_PRECONDITION for
+   * a `count` other than the group's; ALREADY_EXISTS for a `member` name
+   * a live member has; UNAVAILABLE when the server's shutdown ends the
+   * join, or etcd fails.
    *
    * @generated from rpc baton.v1.BatonService.Shards
    */
@@ -1720,7 +1746,13 @@ export const BatonService: GenService<{
     output: typeof ShardsResponseSchema;
   },
   /**
-   * Drained acknowledges that the caller stopped working on a shard.
+   * Drained acknowledges that the caller stopped working on a shard; the
+   * shard is released, and the call returns once its key is gone.
+   * NOT_FOUND and PERMISSION_DENIED as Heartbeat; INVALID_ARGUMENT for a
+   * shard beyond the group's count; FAILED_PRECONDITION for a hold_id
+   * that is not a membership's, or a shard not moving away from this
+   * member (never moved, or released at its drain deadline); UNAVAILABLE
+   * when etcd fails.
    *
    * @generated from rpc baton.v1.BatonService.Drained
    */
@@ -1732,7 +1764,8 @@ export const BatonService: GenService<{
   /**
    * Inspect says who holds what: the locks of a namespace (as `baton
    * locks`), an election's leader and candidates (`baton leader`), a
-   * shard group (`baton shards`).
+   * shard group (`baton shards`). UNAVAILABLE when etcd fails;
+   * PERMISSION_DENIED when it refuses the server's read.
    *
    * @generated from rpc baton.v1.BatonService.Inspect
    */
@@ -1743,7 +1776,13 @@ export const BatonService: GenService<{
   },
   /**
    * Fence checks a token against, or writes under, a resource's
-   * high-water mark kept in etcd (fencing.EtcdGuard).
+   * high-water mark kept in etcd (fencing.EtcdGuard). FAILED_PRECONDITION
+   * for a stale token (the mark in the error's details, a FenceResponse),
+   * a write's hold that was lost, or a shard its membership does not own;
+   * ABORTED when contention for the mark outlasted the guard's attempts;
+   * PERMISSION_DENIED for a write's key outside the namespace's data
+   * prefix; NOT_FOUND and PERMISSION_DENIED for a write's hold_id as
+   * Heartbeat; UNAVAILABLE when etcd fails.
    *
    * @generated from rpc baton.v1.BatonService.Fence
    */

@@ -89,40 +89,79 @@ type BatonServiceClient interface {
 	// a read or write lock) and holds it while the stream is open and
 	// heartbeats arrive. The first message is `held`; `lost` or `released`
 	// is the last. A `try` that finds the lock held ends with ABORTED; a
-	// wait past `wait_timeout` with DEADLINE_EXCEEDED.
+	// wait past `wait_timeout` with DEADLINE_EXCEEDED; a semaphore `limit`
+	// other than the one its holders keep with FAILED_PRECONDITION; a wait
+	// the server's shutdown ends, or etcd failing, with UNAVAILABLE.
 	Hold(context.Context, *connect.Request[v1.HoldRequest]) (*connect.ServerStreamForClient[v1.HoldResponse], error)
 	// Heartbeat keeps a hold (a lock, a term, a shard membership) alive and
 	// returns its validity from this request's arrival. NOT_FOUND for an
-	// unknown hold_id; FAILED_PRECONDITION for a hold already lost.
+	// unknown hold_id; PERMISSION_DENIED for another caller's (the one its
+	// transport proves, mTLS or a Unix socket's peer); FAILED_PRECONDITION
+	// for a hold already lost.
 	Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error)
 	// Release ends a hold: its key is deleted in a transaction guarded by
-	// its token, and its stream ends with `released`.
+	// its token, and its stream ends with `released`. It returns once the
+	// delete is done. NOT_FOUND and PERMISSION_DENIED as Heartbeat;
+	// FAILED_PRECONDITION when the hold was lost before (its stream says
+	// why); UNAVAILABLE when etcd did not answer the delete (the key is
+	// deleted in the background, or by its lease's end).
 	Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error)
 	// Lead campaigns in an election and leads while the stream is open and
 	// heartbeats arrive: `leading` with the token, `ended` with the cause,
 	// `end_requested` when a better candidate (the preferred strategy) or
-	// an operator asks the leader to step down.
+	// an operator asks the leader to step down. FAILED_PRECONDITION when
+	// the election is run by candidates of another strategy; UNAVAILABLE
+	// when the server's shutdown ends the campaign, or etcd fails.
 	Lead(context.Context, *connect.Request[v1.LeadRequest]) (*connect.ServerStreamForClient[v1.LeadResponse], error)
-	// Resign ends a term: the next candidate leads at once.
+	// Resign ends a term: the next candidate leads at once. NOT_FOUND and
+	// PERMISSION_DENIED as Heartbeat; FAILED_PRECONDITION for a lock's
+	// hold_id, or a term that ended before; UNAVAILABLE as Release.
 	Resign(context.Context, *connect.Request[v1.ResignRequest]) (*connect.Response[v1.ResignResponse], error)
-	// Transfer hands leadership to a named candidate.
+	// Transfer hands leadership to a named candidate and returns once the
+	// term ended (its stream's last message `resigned`), with the token of
+	// the new term. A refusal leaves the term as it was. NOT_FOUND for an
+	// unknown hold_id, or a `to` that names no live candidate;
+	// PERMISSION_DENIED as Heartbeat; FAILED_PRECONDITION for a lock's
+	// hold_id, a `to` that names several candidates (name one by its key),
+	// a hand-over that would skip a waiting candidate that is not baton's
+	// (a foreign candidate) or, under the preferred strategy, a key without
+	// a record, and a term that ended before the hand-over; UNAVAILABLE
+	// when etcd fails.
 	Transfer(context.Context, *connect.Request[v1.TransferRequest]) (*connect.Response[v1.TransferResponse], error)
 	// Observe streams the holder of a lock or the leader of an election:
 	// the current state first, then every change, "none" included.
+	// UNAVAILABLE when the server shuts down or etcd fails;
+	// PERMISSION_DENIED when etcd refuses the server's read.
 	Observe(context.Context, *connect.Request[v1.ObserveRequest]) (*connect.ServerStreamForClient[v1.ObserveResponse], error)
 	// Shards joins a shard group and streams what this member owns:
 	// `joined` first, then `owned`, `moved` and `lost` per shard, each with
 	// its token. A moved shard is released once the caller acknowledges its
-	// drain with Drained, or at the drain timeout.
+	// drain with Drained, or at the drain timeout. FAILED_PRECONDITION for
+	// a `count` other than the group's; ALREADY_EXISTS for a `member` name
+	// a live member has; UNAVAILABLE when the server's shutdown ends the
+	// join, or etcd fails.
 	Shards(context.Context, *connect.Request[v1.ShardsRequest]) (*connect.ServerStreamForClient[v1.ShardsResponse], error)
-	// Drained acknowledges that the caller stopped working on a shard.
+	// Drained acknowledges that the caller stopped working on a shard; the
+	// shard is released, and the call returns once its key is gone.
+	// NOT_FOUND and PERMISSION_DENIED as Heartbeat; INVALID_ARGUMENT for a
+	// shard beyond the group's count; FAILED_PRECONDITION for a hold_id
+	// that is not a membership's, or a shard not moving away from this
+	// member (never moved, or released at its drain deadline); UNAVAILABLE
+	// when etcd fails.
 	Drained(context.Context, *connect.Request[v1.DrainedRequest]) (*connect.Response[v1.DrainedResponse], error)
 	// Inspect says who holds what: the locks of a namespace (as `baton
 	// locks`), an election's leader and candidates (`baton leader`), a
-	// shard group (`baton shards`).
+	// shard group (`baton shards`). UNAVAILABLE when etcd fails;
+	// PERMISSION_DENIED when it refuses the server's read.
 	Inspect(context.Context, *connect.Request[v1.InspectRequest]) (*connect.Response[v1.InspectResponse], error)
 	// Fence checks a token against, or writes under, a resource's
-	// high-water mark kept in etcd (fencing.EtcdGuard).
+	// high-water mark kept in etcd (fencing.EtcdGuard). FAILED_PRECONDITION
+	// for a stale token (the mark in the error's details, a FenceResponse),
+	// a write's hold that was lost, or a shard its membership does not own;
+	// ABORTED when contention for the mark outlasted the guard's attempts;
+	// PERMISSION_DENIED for a write's key outside the namespace's data
+	// prefix; NOT_FOUND and PERMISSION_DENIED for a write's hold_id as
+	// Heartbeat; UNAVAILABLE when etcd fails.
 	Fence(context.Context, *connect.Request[v1.FenceRequest]) (*connect.Response[v1.FenceResponse], error)
 }
 
@@ -282,40 +321,79 @@ type BatonServiceHandler interface {
 	// a read or write lock) and holds it while the stream is open and
 	// heartbeats arrive. The first message is `held`; `lost` or `released`
 	// is the last. A `try` that finds the lock held ends with ABORTED; a
-	// wait past `wait_timeout` with DEADLINE_EXCEEDED.
+	// wait past `wait_timeout` with DEADLINE_EXCEEDED; a semaphore `limit`
+	// other than the one its holders keep with FAILED_PRECONDITION; a wait
+	// the server's shutdown ends, or etcd failing, with UNAVAILABLE.
 	Hold(context.Context, *connect.Request[v1.HoldRequest], *connect.ServerStream[v1.HoldResponse]) error
 	// Heartbeat keeps a hold (a lock, a term, a shard membership) alive and
 	// returns its validity from this request's arrival. NOT_FOUND for an
-	// unknown hold_id; FAILED_PRECONDITION for a hold already lost.
+	// unknown hold_id; PERMISSION_DENIED for another caller's (the one its
+	// transport proves, mTLS or a Unix socket's peer); FAILED_PRECONDITION
+	// for a hold already lost.
 	Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error)
 	// Release ends a hold: its key is deleted in a transaction guarded by
-	// its token, and its stream ends with `released`.
+	// its token, and its stream ends with `released`. It returns once the
+	// delete is done. NOT_FOUND and PERMISSION_DENIED as Heartbeat;
+	// FAILED_PRECONDITION when the hold was lost before (its stream says
+	// why); UNAVAILABLE when etcd did not answer the delete (the key is
+	// deleted in the background, or by its lease's end).
 	Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error)
 	// Lead campaigns in an election and leads while the stream is open and
 	// heartbeats arrive: `leading` with the token, `ended` with the cause,
 	// `end_requested` when a better candidate (the preferred strategy) or
-	// an operator asks the leader to step down.
+	// an operator asks the leader to step down. FAILED_PRECONDITION when
+	// the election is run by candidates of another strategy; UNAVAILABLE
+	// when the server's shutdown ends the campaign, or etcd fails.
 	Lead(context.Context, *connect.Request[v1.LeadRequest], *connect.ServerStream[v1.LeadResponse]) error
-	// Resign ends a term: the next candidate leads at once.
+	// Resign ends a term: the next candidate leads at once. NOT_FOUND and
+	// PERMISSION_DENIED as Heartbeat; FAILED_PRECONDITION for a lock's
+	// hold_id, or a term that ended before; UNAVAILABLE as Release.
 	Resign(context.Context, *connect.Request[v1.ResignRequest]) (*connect.Response[v1.ResignResponse], error)
-	// Transfer hands leadership to a named candidate.
+	// Transfer hands leadership to a named candidate and returns once the
+	// term ended (its stream's last message `resigned`), with the token of
+	// the new term. A refusal leaves the term as it was. NOT_FOUND for an
+	// unknown hold_id, or a `to` that names no live candidate;
+	// PERMISSION_DENIED as Heartbeat; FAILED_PRECONDITION for a lock's
+	// hold_id, a `to` that names several candidates (name one by its key),
+	// a hand-over that would skip a waiting candidate that is not baton's
+	// (a foreign candidate) or, under the preferred strategy, a key without
+	// a record, and a term that ended before the hand-over; UNAVAILABLE
+	// when etcd fails.
 	Transfer(context.Context, *connect.Request[v1.TransferRequest]) (*connect.Response[v1.TransferResponse], error)
 	// Observe streams the holder of a lock or the leader of an election:
 	// the current state first, then every change, "none" included.
+	// UNAVAILABLE when the server shuts down or etcd fails;
+	// PERMISSION_DENIED when etcd refuses the server's read.
 	Observe(context.Context, *connect.Request[v1.ObserveRequest], *connect.ServerStream[v1.ObserveResponse]) error
 	// Shards joins a shard group and streams what this member owns:
 	// `joined` first, then `owned`, `moved` and `lost` per shard, each with
 	// its token. A moved shard is released once the caller acknowledges its
-	// drain with Drained, or at the drain timeout.
+	// drain with Drained, or at the drain timeout. FAILED_PRECONDITION for
+	// a `count` other than the group's; ALREADY_EXISTS for a `member` name
+	// a live member has; UNAVAILABLE when the server's shutdown ends the
+	// join, or etcd fails.
 	Shards(context.Context, *connect.Request[v1.ShardsRequest], *connect.ServerStream[v1.ShardsResponse]) error
-	// Drained acknowledges that the caller stopped working on a shard.
+	// Drained acknowledges that the caller stopped working on a shard; the
+	// shard is released, and the call returns once its key is gone.
+	// NOT_FOUND and PERMISSION_DENIED as Heartbeat; INVALID_ARGUMENT for a
+	// shard beyond the group's count; FAILED_PRECONDITION for a hold_id
+	// that is not a membership's, or a shard not moving away from this
+	// member (never moved, or released at its drain deadline); UNAVAILABLE
+	// when etcd fails.
 	Drained(context.Context, *connect.Request[v1.DrainedRequest]) (*connect.Response[v1.DrainedResponse], error)
 	// Inspect says who holds what: the locks of a namespace (as `baton
 	// locks`), an election's leader and candidates (`baton leader`), a
-	// shard group (`baton shards`).
+	// shard group (`baton shards`). UNAVAILABLE when etcd fails;
+	// PERMISSION_DENIED when it refuses the server's read.
 	Inspect(context.Context, *connect.Request[v1.InspectRequest]) (*connect.Response[v1.InspectResponse], error)
 	// Fence checks a token against, or writes under, a resource's
-	// high-water mark kept in etcd (fencing.EtcdGuard).
+	// high-water mark kept in etcd (fencing.EtcdGuard). FAILED_PRECONDITION
+	// for a stale token (the mark in the error's details, a FenceResponse),
+	// a write's hold that was lost, or a shard its membership does not own;
+	// ABORTED when contention for the mark outlasted the guard's attempts;
+	// PERMISSION_DENIED for a write's key outside the namespace's data
+	// prefix; NOT_FOUND and PERMISSION_DENIED for a write's hold_id as
+	// Heartbeat; UNAVAILABLE when etcd fails.
 	Fence(context.Context, *connect.Request[v1.FenceRequest]) (*connect.Response[v1.FenceResponse], error)
 }
 
