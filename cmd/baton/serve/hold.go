@@ -355,8 +355,13 @@ func (s *Server) run(ctx context.Context, h *hold, ev events) error {
 	recorded := s.recordHeld(h)
 	defer recorded()
 	var requests <-chan request.Request
-	if h.lock.requests != nil {
-		requests = h.lock.requests()
+	if h.lock.reqKeys != nil {
+		if s.cfg.hooks != nil && s.cfg.hooks.beforeFollow != nil {
+			s.cfg.hooks.beforeFollow(h.id)
+		}
+		var stop func()
+		requests, stop = s.requests.follow(h.lock.Context(), h.ns, h.lock.reqKeys)
+		defer stop()
 	}
 	ends := h.lock.ends // closed once, then not selected again
 	h.mu.Lock()
@@ -474,15 +479,21 @@ func lost(cause error) *batonv1.HoldResponse {
 	return &batonv1.HoldResponse{Event: &batonv1.HoldResponse_Lost{Lost: &batonv1.Lost{Cause: causeOf(cause), Message: cause.Error()}}}
 }
 
-// recordHeld writes, in the background, the acquisition records `baton
-// locks` shows as HELD FOR (on the lease, in a transaction guarded by the
-// hold); the returned func waits for it and deletes them, guarded by the
-// revision that wrote them: a later holder's record on the same lease is
-// never touched.
+// recordAfter is how long a hold is held before its acquisition record
+// is written: a short hold (a request's critical section) costs the
+// library's two etcd requests and no more, and `baton locks` shows HELD
+// FOR from then on.
+const recordAfter = time.Second
+
+// recordHeld writes, once the hold is recordAfter old, the acquisition
+// records `baton locks` shows as HELD FOR (on the lease, in a transaction
+// guarded by the hold); the returned func cancels the write, or waits for
+// it and deletes the records, guarded by the revision that wrote them: a
+// later holder's record on the same lease is never touched.
 func (s *Server) recordHeld(h *hold) (done func()) {
 	var rev int64
 	wrote := make(chan struct{})
-	go func() {
+	write := time.AfterFunc(recordAfter, func() {
 		defer close(wrote)
 		ctx, cancel := context.WithTimeout(h.lock.Context(), 2*time.Second)
 		defer cancel()
@@ -493,8 +504,11 @@ func (s *Server) recordHeld(h *hold) (done func()) {
 		if resp, err := h.lock.Txn(ctx).Then(ops...).Commit(); err == nil && resp.Succeeded {
 			rev = resp.Header.Revision
 		}
-	}()
+	})
 	return func() {
+		if write.Stop() {
+			return // never written
+		}
 		<-wrote
 		if rev == 0 {
 			return

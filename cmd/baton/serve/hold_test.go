@@ -3,6 +3,8 @@ package serve_test
 import (
 	"context"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -261,6 +263,69 @@ func TestReleaseRequestArrivesOnTheStream(t *testing.T) {
 		t.Fatalf("got %v, want release_requested", m)
 	}
 	a.cancel()
+	e.waitNoLockKeys(t)
+}
+
+// A release request put after a hold's acquisition but applied by the
+// namespace's watch of requests before the hold follows them (forced: the
+// hold paused between held and following) still arrives; and one hold's
+// request never reaches another.
+func TestReleaseRequestMadeBeforeTheHoldFollowsArrives(t *testing.T) {
+	var follows atomic.Int32
+	paused, resume := make(chan struct{}), make(chan struct{})
+	var seenMu sync.Mutex
+	seenRev := int64(0)
+	e := start(t, func(c *serve.Config) {
+		serve.WithHooks(c, serve.Hooks{
+			BeforeFollow: func(string) {
+				if follows.Add(1) == 2 {
+					close(paused)
+					<-resume
+				}
+			},
+			RequestsSeen: func(_ string, rev int64) {
+				seenMu.Lock()
+				seenRev = max(seenRev, rev)
+				seenMu.Unlock()
+			},
+		})
+	})
+	ctx := ctxT(t)
+	a := e.hold(ctx, &batonv1.HoldRequest{Names: []string{"other"}}) // starts the namespace's watch
+	a.held(t)
+	b := e.hold(ctx, &batonv1.HoldRequest{Names: []string{"asked"}})
+	b.held(t)
+	<-paused
+	if err := mutex.RequestRelease(ctx, e.etcd, "asked", "before follow", mutex.WithNamespace(e.ns), mutex.WithIdentity("oncall")); err != nil {
+		t.Fatal(err)
+	}
+	g, err := e.etcd.Get(ctx, "/"+e.ns+"/v1/release/", clientv3.WithPrefix())
+	if err != nil || len(g.Kvs) != 1 {
+		t.Fatalf("request keys: %v %v", g, err)
+	}
+	for i := 0; ; i++ {
+		seenMu.Lock()
+		done := seenRev >= g.Kvs[0].ModRevision
+		seenMu.Unlock()
+		if done {
+			break
+		}
+		if i > 500 {
+			t.Fatal("the namespace's watch never applied the request")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(resume)
+	if m := b.next(t).GetReleaseRequested(); m == nil || m.Reason != "before follow" {
+		t.Fatalf("got %v, want release_requested", m)
+	}
+	select {
+	case m := <-a.events:
+		t.Fatalf("the other hold got %v", m)
+	case <-time.After(200 * time.Millisecond):
+	}
+	a.cancel()
+	b.cancel()
 	e.waitNoLockKeys(t)
 }
 
