@@ -95,20 +95,29 @@ func (h *hold) live() liveness {
 	return h.lock
 }
 
-// validUntil is the hold's validity deadline on the server: the earlier of
-// the heartbeat deadline and the library's (the lease's), so never later
-// than the library's. Called with h.mu held.
+// validUntil is the hold's validity deadline, the one its caller is
+// given: the earlier of the heartbeat deadline and the library's (the
+// lease's), less driftMargin, so never later than the library's. The
+// server ends the hold at the heartbeat deadline itself: the margin is
+// the caller's time to notice its deadline passed (a timer's lateness,
+// the rates of two clocks) before the key can go. Called with h.mu held.
 func (h *hold) validUntil() time.Time {
 	if planted.On("q") && h.lock != nil {
 		// Planted bug q: a whole TTL from the last heartbeat, past both
 		// the heartbeat deadline (a fifth of a TTL less) and the lease's.
 		return h.beatBy.Add(h.lock.TTL() - h.budget)
 	}
-	if d := h.live().Deadline(); d.Before(h.beatBy) {
-		return d
+	until := h.beatBy
+	if d := h.live().Deadline(); d.Before(until) {
+		until = d
 	}
-	return h.beatBy
+	return until.Add(-driftMargin(h.budget))
 }
+
+// driftMargin is how much earlier than the server's deadline a caller's
+// validity ends: a sixteenth of the budget (a twentieth of the TTL, 100 ms
+// at the shortest TTL, 750 ms at the default).
+func driftMargin(budget time.Duration) time.Duration { return budget / 16 }
 
 // beat extends the hold from a heartbeat that arrived at now, and returns
 // its validity from then.
