@@ -20,6 +20,7 @@ import (
 	"github.com/batonhq/baton/internal/request"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/semaphore"
+	"github.com/batonhq/baton/session"
 )
 
 // A Hold stream, from its request to its last message:
@@ -297,11 +298,14 @@ func (s *Server) acquire(ctx context.Context, sp holdSpec, identity string) (clo
 	// With a lock-delay, a lost holder is told from a clean release by its
 	// own key and record; holds of one name on a shared lease would share
 	// both, so such a hold gets a lease of its own.
-	get := s.sessions.get
+	var sess *session.Session
+	done := func() {}
 	if sp.lockDelay > 0 {
-		get = s.sessions.own
+		sess, err = s.sessions.own(sp.ttl)
+		done = func() { _ = sess.Close() }
+	} else {
+		sess, done, err = s.sessions.take(sp.ttl, sessionNames(sp))
 	}
-	sess, err := get(sp.ttl)
 	if err != nil {
 		return nil, nil, connect.NewError(connect.CodeUnavailable, err)
 	}
@@ -312,14 +316,12 @@ func (s *Server) acquire(ctx context.Context, sp holdSpec, identity string) (clo
 	}
 	a, err := newAcquirer(s.cli, sp, opts)
 	if err != nil {
-		if sp.lockDelay > 0 {
-			_ = sess.Close()
-		}
+		done()
 		return nil, nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	closeFn = a.close
-	if sp.lockDelay > 0 {
-		closeFn = func() error { return errors.Join(a.close(), sess.Close()) }
+	closeFn = func() error {
+		defer done()
+		return a.close()
 	}
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -356,6 +358,24 @@ func (s *Server) acquire(ctx context.Context, sp holdSpec, identity string) (clo
 	}
 	s.metrics.requests.WithLabelValues(result).Inc()
 	return closeFn, nil, connect.NewError(code, err)
+}
+
+// sessionNames are what a hold of sp uses on a shared session, each
+// "namespace kind name": a mutex's (or a set's), a semaphore's or a
+// read/write lock's names.
+func sessionNames(sp holdSpec) []string {
+	kind := "m"
+	switch sp.kind {
+	case batonv1.LockKind_LOCK_KIND_SEMAPHORE:
+		kind = "s"
+	case batonv1.LockKind_LOCK_KIND_READ, batonv1.LockKind_LOCK_KIND_WRITE:
+		kind = "rw"
+	}
+	out := make([]string, len(sp.names))
+	for i, n := range sp.names {
+		out[i] = sp.namespace + "\x00" + kind + "\x00" + n
+	}
+	return out
 }
 
 // run is a held stream's loop: it owns the hold's end, and chooses its
