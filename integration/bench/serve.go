@@ -22,6 +22,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
 	"github.com/batonhq/baton/cmd/baton/gen/baton/v1/batonv1connect"
@@ -360,7 +361,27 @@ func serveHeld(ctx context.Context, env *env, impl harness.Impl, name string) ([
 			{Metric: "hold all s", V: r.LockSeconds},
 		}, nil
 	}
-	srv, err := startServe(ctx, env)
+	vs, err := heldStreams(ctx, env, name, false)
+	if err != nil {
+		return nil, err
+	}
+	floor, err := heldStreams(ctx, env, name, true)
+	if err != nil {
+		return nil, fmt.Errorf("floor: %w", err)
+	}
+	for _, v := range floor {
+		if v.Metric != "hold all s" {
+			vs = append(vs, Value{Metric: "floor " + v.Metric, V: v.V})
+		}
+	}
+	return vs, nil
+}
+
+// heldStreams opens n Hold streams on the service (or, with floor, on
+// floorHold's server) and measures the server's process.
+func heldStreams(ctx context.Context, env *env, name string, floor bool) ([]Value, error) {
+	n := env.cfg.ServeHolds
+	srv, err := startServer(ctx, env, floor)
 	if err != nil {
 		return nil, err
 	}
@@ -370,7 +391,10 @@ func serveHeld(ctx context.Context, env *env, impl harness.Impl, name string) ([
 	// One hold and release first: the connection and the session of the
 	// TTL, which every hold of it shares, are not the holds' cost.
 	h, err := holdRemote(ctx, c, name+"-warm")
-	if err == nil {
+	switch {
+	case err == nil && floor:
+		h.drop()
+	case err == nil:
 		if err = h.release(ctx, c); err != nil {
 			h.drop()
 		} else {
@@ -502,11 +526,26 @@ func serveHere(endpoint string) (*servedHere, error) {
 		_ = cli.Close()
 		return nil, err
 	}
+	stopHTTP := serveOn(ln, srv.Handler(), func() int64 { return harness.RequestsExcept(counter.Snapshot(), harness.MethodKeepAlive) })
+	stop := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		err := srv.Shutdown(ctx)
+		stopHTTP(ctx)
+		return errors.Join(err, cli.Close())
+	}
+	return &servedHere{url: "http://" + ln.Addr().String(), stop: stop}, nil
+}
+
+// serveOn serves h on ln as `baton serve` does (HTTP/1.1 and h2c on one
+// listener), with the process's ServeStats at statsPath; the returned
+// func stops it.
+func serveOn(ln net.Listener, h http.Handler, requests func() int64) (stop func(context.Context)) {
 	mux := http.NewServeMux()
-	mux.Handle("/", srv.Handler())
+	mux.Handle("/", h)
 	mux.HandleFunc(statsPath, func(w http.ResponseWriter, _ *http.Request) {
 		st := readStats()
-		st.EtcdRequests = harness.RequestsExcept(counter.Snapshot(), harness.MethodKeepAlive)
+		st.EtcdRequests = requests()
 		_ = json.NewEncoder(w).Encode(st)
 	})
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
@@ -514,17 +553,49 @@ func serveHere(endpoint string) (*servedHere, error) {
 	hs.Protocols.SetUnencryptedHTTP2(true)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = hs.Serve(ln) }()
-	stop := func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		err := srv.Shutdown(ctx)
+	return func(ctx context.Context) {
 		if hs.Shutdown(ctx) != nil {
 			_ = hs.Close()
 		}
 		<-done
-		return errors.Join(err, cli.Close())
 	}
-	return &servedHere{url: "http://" + ln.Addr().String(), stop: stop}, nil
+}
+
+// floorHold is the floor of a Hold stream: the same generated handler on
+// the same HTTP/2 server, sending a held message of the service's size
+// and then waiting for the stream's end, with no etcd, lock or hold
+// state. What a held stream costs beyond it is the service's own.
+type floorHold struct {
+	batonv1connect.UnimplementedBatonServiceHandler
+}
+
+func (floorHold) Hold(ctx context.Context, _ *connect.Request[batonv1.HoldRequest], st *connect.ServerStream[batonv1.HoldResponse]) error {
+	err := st.Send(&batonv1.HoldResponse{Event: &batonv1.HoldResponse_Held{Held: &batonv1.Held{
+		HoldId: strings.Repeat("f", 32), Token: 1 << 20, Keys: []string{harness.Namespace + "/v1/lock/floor/694d8a1f2b3c4d5e"}, Lease: 1 << 62,
+		Ttl: durationpb.New(serveTTL), Validity: durationpb.New(serveTTL), Deadline: timestamppb.Now(), HeartbeatInterval: durationpb.New(serveTTL / 5),
+	}}})
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// serveFloor serves floorHold on 127.0.0.1.
+func serveFloor() (*servedHere, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle(batonv1connect.NewBatonServiceHandler(floorHold{}, connect.WithReadMaxBytes(serve.MaxRequestBytes)))
+	stop := serveOn(ln, mux, func() int64 { return 0 })
+	return &servedHere{url: "http://" + ln.Addr().String(), stop: func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		stop(ctx)
+		return nil
+	}}, nil
 }
 
 // ServeServer is the child process of the serve-* workloads (baton-bench
@@ -536,10 +607,15 @@ func ServeServer(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fs := flag.NewFlagSet("serve-server", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	endpoint := fs.String("endpoint", "", "etcd client URL")
+	floor := fs.Bool("floor", false, "serve the floor of a Hold stream (floorHold) instead of the service")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	s, err := serveHere(*endpoint)
+	serveFn := serveHere
+	if *floor {
+		serveFn = func(string) (*servedHere, error) { return serveFloor() }
+	}
+	s, err := serveFn(*endpoint)
 	if err != nil {
 		fmt.Fprintf(stderr, "serve-server: %v\n", err)
 		return 1
@@ -582,16 +658,28 @@ func (s *served) stats(ctx context.Context) (ServeStats, error) {
 
 // startServe starts the server of a workload run: in a child process
 // (Config.ServeCommand with "serve-server" appended), or in this one.
-func startServe(ctx context.Context, env *env) (*served, error) {
+func startServe(ctx context.Context, env *env) (*served, error) { return startServer(ctx, env, false) }
+
+// startServer starts the service, or with floor the floor of its Hold
+// streams (floorHold).
+func startServer(ctx context.Context, env *env, floor bool) (*served, error) {
 	if len(env.cfg.ServeCommand) == 0 {
-		s, err := serveHere(env.endpoint)
+		serveFn := serveHere
+		if floor {
+			serveFn = func(string) (*servedHere, error) { return serveFloor() }
+		}
+		s, err := serveFn(env.endpoint)
 		if err != nil {
 			return nil, err
 		}
 		return &served{url: s.url, stop: func() { _ = s.stop() }}, nil
 	}
 	c := env.cfg.ServeCommand
-	cmd := exec.Command(c[0], append(slices.Clone(c[1:]), "serve-server", "-endpoint", env.endpoint)...)
+	args := append(slices.Clone(c[1:]), "serve-server", "-endpoint", env.endpoint)
+	if floor {
+		args = append(args, "-floor")
+	}
+	cmd := exec.Command(c[0], args...)
 	stderr := &harness.Tail{}
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()

@@ -95,6 +95,11 @@ func judge(rep *Report, m *Measure) {
 		}
 		target = fmt.Sprintf("service ≤ 8 KiB per open Hold stream in every run (%s, %d streams over gRPC); raw column: the library's per held lock", heap, cfg.ServeHolds)
 		ok = b.Max <= 8192
+		// The floor: the same HTTP/2 server stream and generated handler
+		// with no hold behind it (floorHold), in the same run.
+		if f := find(rep, m.Workload, "floor heap bytes/hold"); f != nil {
+			target += fmt.Sprintf(" (the floor, a Hold stream of connect and net/http with nothing behind it: %.0f B; the service's own: %.0f B)", f.Baton.Median, b.Median-f.Baton.Median)
+		}
 	default:
 		return
 	}

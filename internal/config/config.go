@@ -6,6 +6,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"time"
 
@@ -387,14 +388,34 @@ func (c *Config) NewSession(cli *clientv3.Client) (s *core.Session, own bool, er
 	return core.NewSession(cli, c.Session), true, nil
 }
 
-// Metrics builds and registers the metrics on the configured Registerer.
-func (c Config) Metrics() (*metrics.Metrics, error) {
-	m, err := metrics.New(c.Session.Registerer)
-	if err != nil {
-		return nil, fmt.Errorf("%w: WithRegisterer: %w", errs.ErrInvalid, err)
+// Metrics builds and registers the metrics on the configured Registerer,
+// once per session for each Registerer: registering a dozen collectors
+// again (to find them registered) costs a primitive opened per request
+// more than its lock.
+func (c Config) Metrics(sess *core.Session) (*metrics.Metrics, error) {
+	build := func() (any, error) {
+		m, err := metrics.New(c.Session.Registerer)
+		if err != nil {
+			return nil, fmt.Errorf("%w: WithRegisterer: %w", errs.ErrInvalid, err)
+		}
+		return m, nil
 	}
-	return m, nil
+	reg := c.Session.Registerer
+	var v any
+	var err error
+	if reg == nil || !reflect.TypeOf(reg).Comparable() {
+		v, err = build()
+	} else {
+		v, err = sess.Cached(metricsOf{reg}, build)
+	}
+	if err != nil || v == nil {
+		return nil, err
+	}
+	return v.(*metrics.Metrics), nil
 }
+
+// metricsOf keys a session's metrics of one Registerer.
+type metricsOf struct{ reg any }
 
 // Primitive describes one kind of primitive to Open.
 type Primitive struct {
@@ -432,7 +453,7 @@ func OpenSession[T any](cli *clientv3.Client, p Primitive, name string, opts []O
 	if err != nil {
 		return nil, cfg, "", nil, err
 	}
-	met, err := cfg.Metrics()
+	met, err := cfg.Metrics(sess)
 	if err != nil {
 		if own {
 			_ = closeOwn(sess)
@@ -460,7 +481,7 @@ func OpenAll[T any](cli *clientv3.Client, p Primitive, names []string, opts []Op
 	if err != nil {
 		return nil, nil, false, cfg, "", err
 	}
-	met, err := cfg.Metrics()
+	met, err := cfg.Metrics(sess)
 	if err != nil {
 		if own {
 			_ = closeOwn(sess)
@@ -492,7 +513,7 @@ func OpenGroup(cli *clientv3.Client, opts []Option) (_ Config, _ *core.Session, 
 	if err != nil {
 		return cfg, nil, false, nil, "", err
 	}
-	met, err := cfg.Metrics()
+	met, err := cfg.Metrics(sess)
 	if err != nil {
 		if own {
 			_ = closeOwn(sess)

@@ -10,11 +10,13 @@ import (
 type Hooks struct {
 	BeforeUnlock   func(id string, cause error)
 	ReleaseWaiting func(id string)
+	BeforeFollow   func(id string)
+	RequestsSeen   func(ns string, rev int64)
 }
 
 // WithHooks sets cfg's pause points.
 func WithHooks(cfg *Config, h Hooks) {
-	cfg.hooks = &hooks{beforeUnlock: h.BeforeUnlock, releaseWaiting: h.ReleaseWaiting}
+	cfg.hooks = &hooks{beforeUnlock: h.BeforeUnlock, releaseWaiting: h.ReleaseWaiting, beforeFollow: h.BeforeFollow, requestsSeen: h.RequestsSeen}
 }
 
 // HTTPServer is the http.Server `baton serve` runs on one listener, with

@@ -20,6 +20,7 @@ import (
 	"github.com/batonhq/baton/internal/request"
 	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/semaphore"
+	"github.com/batonhq/baton/session"
 )
 
 // A Hold stream, from its request to its last message:
@@ -95,20 +96,29 @@ func (h *hold) live() liveness {
 	return h.lock
 }
 
-// validUntil is the hold's validity deadline on the server: the earlier of
-// the heartbeat deadline and the library's (the lease's), so never later
-// than the library's. Called with h.mu held.
+// validUntil is the hold's validity deadline, the one its caller is
+// given: the earlier of the heartbeat deadline and the library's (the
+// lease's), less driftMargin, so never later than the library's. The
+// server ends the hold at the heartbeat deadline itself: the margin is
+// the caller's time to notice its deadline passed (a timer's lateness,
+// the rates of two clocks) before the key can go. Called with h.mu held.
 func (h *hold) validUntil() time.Time {
 	if planted.On("q") && h.lock != nil {
 		// Planted bug q: a whole TTL from the last heartbeat, past both
 		// the heartbeat deadline (a fifth of a TTL less) and the lease's.
 		return h.beatBy.Add(h.lock.TTL() - h.budget)
 	}
-	if d := h.live().Deadline(); d.Before(h.beatBy) {
-		return d
+	until := h.beatBy
+	if d := h.live().Deadline(); d.Before(until) {
+		until = d
 	}
-	return h.beatBy
+	return until.Add(-driftMargin(h.budget))
 }
+
+// driftMargin is how much earlier than the server's deadline a caller's
+// validity ends: a sixteenth of the budget (a twentieth of the TTL, 100 ms
+// at the shortest TTL, 750 ms at the default).
+func driftMargin(budget time.Duration) time.Duration { return budget / 16 }
 
 // beat extends the hold from a heartbeat that arrived at now, and returns
 // its validity from then.
@@ -288,11 +298,14 @@ func (s *Server) acquire(ctx context.Context, sp holdSpec, identity string) (clo
 	// With a lock-delay, a lost holder is told from a clean release by its
 	// own key and record; holds of one name on a shared lease would share
 	// both, so such a hold gets a lease of its own.
-	get := s.sessions.get
+	var sess *session.Session
+	done := func() {}
 	if sp.lockDelay > 0 {
-		get = s.sessions.own
+		sess, err = s.sessions.own(sp.ttl)
+		done = func() { _ = sess.Close() }
+	} else {
+		sess, done, err = s.sessions.take(sp.ttl, sessionNames(sp))
 	}
-	sess, err := get(sp.ttl)
 	if err != nil {
 		return nil, nil, connect.NewError(connect.CodeUnavailable, err)
 	}
@@ -303,14 +316,12 @@ func (s *Server) acquire(ctx context.Context, sp holdSpec, identity string) (clo
 	}
 	a, err := newAcquirer(s.cli, sp, opts)
 	if err != nil {
-		if sp.lockDelay > 0 {
-			_ = sess.Close()
-		}
+		done()
 		return nil, nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	closeFn = a.close
-	if sp.lockDelay > 0 {
-		closeFn = func() error { return errors.Join(a.close(), sess.Close()) }
+	closeFn = func() error {
+		defer done()
+		return a.close()
 	}
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -349,14 +360,37 @@ func (s *Server) acquire(ctx context.Context, sp holdSpec, identity string) (clo
 	return closeFn, nil, connect.NewError(code, err)
 }
 
+// sessionNames are what a hold of sp uses on a shared session, each
+// "namespace kind name": a mutex's (or a set's), a semaphore's or a
+// read/write lock's names.
+func sessionNames(sp holdSpec) []string {
+	kind := "m"
+	switch sp.kind {
+	case batonv1.LockKind_LOCK_KIND_SEMAPHORE:
+		kind = "s"
+	case batonv1.LockKind_LOCK_KIND_READ, batonv1.LockKind_LOCK_KIND_WRITE:
+		kind = "rw"
+	}
+	out := make([]string, len(sp.names))
+	for i, n := range sp.names {
+		out[i] = sp.namespace + "\x00" + kind + "\x00" + n
+	}
+	return out
+}
+
 // run is a held stream's loop: it owns the hold's end, and chooses its
 // cause (see the table above).
 func (s *Server) run(ctx context.Context, h *hold, ev events) error {
 	recorded := s.recordHeld(h)
 	defer recorded()
 	var requests <-chan request.Request
-	if h.lock.requests != nil {
-		requests = h.lock.requests()
+	if h.lock.reqKeys != nil {
+		if s.cfg.hooks != nil && s.cfg.hooks.beforeFollow != nil {
+			s.cfg.hooks.beforeFollow(h.id)
+		}
+		var stop func()
+		requests, stop = s.requests.follow(h.lock.Context(), h.ns, h.lock.reqKeys)
+		defer stop()
 	}
 	ends := h.lock.ends // closed once, then not selected again
 	h.mu.Lock()
@@ -474,15 +508,21 @@ func lost(cause error) *batonv1.HoldResponse {
 	return &batonv1.HoldResponse{Event: &batonv1.HoldResponse_Lost{Lost: &batonv1.Lost{Cause: causeOf(cause), Message: cause.Error()}}}
 }
 
-// recordHeld writes, in the background, the acquisition records `baton
-// locks` shows as HELD FOR (on the lease, in a transaction guarded by the
-// hold); the returned func waits for it and deletes them, guarded by the
-// revision that wrote them: a later holder's record on the same lease is
-// never touched.
+// recordAfter is how long a hold is held before its acquisition record
+// is written: a short hold (a request's critical section) costs the
+// library's two etcd requests and no more, and `baton locks` shows HELD
+// FOR from then on.
+const recordAfter = time.Second
+
+// recordHeld writes, once the hold is recordAfter old, the acquisition
+// records `baton locks` shows as HELD FOR (on the lease, in a transaction
+// guarded by the hold); the returned func cancels the write, or waits for
+// it and deletes the records, guarded by the revision that wrote them: a
+// later holder's record on the same lease is never touched.
 func (s *Server) recordHeld(h *hold) (done func()) {
 	var rev int64
 	wrote := make(chan struct{})
-	go func() {
+	write := time.AfterFunc(recordAfter, func() {
 		defer close(wrote)
 		ctx, cancel := context.WithTimeout(h.lock.Context(), 2*time.Second)
 		defer cancel()
@@ -493,8 +533,11 @@ func (s *Server) recordHeld(h *hold) (done func()) {
 		if resp, err := h.lock.Txn(ctx).Then(ops...).Commit(); err == nil && resp.Succeeded {
 			rev = resp.Header.Revision
 		}
-	}()
+	})
 	return func() {
+		if write.Stop() {
+			return // never written
+		}
 		<-wrote
 		if rev == 0 {
 			return

@@ -3,6 +3,8 @@ package serve_test
 import (
 	"context"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -151,10 +153,11 @@ func TestTryOnAHeldLockIsAbortedAndWaitTimeoutIsDeadlineExceeded(t *testing.T) {
 // a greater token.
 func TestSilentCallerIsToldLostBeforeItsKeyIsDeleted(t *testing.T) {
 	keyAtLost := make(chan int64, 1)
+	var holderKey atomic.Pointer[string]
 	var e *env
 	e = start(t, func(c *serve.Config) {
 		serve.WithHooks(c, serve.Hooks{BeforeUnlock: func(id string, cause error) {
-			resp, err := e.etcd.Get(context.Background(), "/"+e.ns+"/v1/lock/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			resp, err := e.etcd.Get(context.Background(), *holderKey.Load(), clientv3.WithCountOnly())
 			if err == nil {
 				keyAtLost <- resp.Count
 			}
@@ -163,6 +166,7 @@ func TestSilentCallerIsToldLostBeforeItsKeyIsDeleted(t *testing.T) {
 	ctx := ctxT(t)
 	a := e.hold(ctx, &batonv1.HoldRequest{Names: []string{"silent"}, Ttl: dur(2 * time.Second)})
 	ha := a.held(t)
+	holderKey.Store(&ha.Keys[0])
 	clientDeadline := a.sent.Add(ha.Validity.AsDuration())
 	next := e.hold(ctx, &batonv1.HoldRequest{Names: []string{"silent"}, Ttl: dur(2 * time.Second)})
 	m := a.next(t)
@@ -171,7 +175,7 @@ func TestSilentCallerIsToldLostBeforeItsKeyIsDeleted(t *testing.T) {
 		t.Fatalf("got %v, want lost HEARTBEAT_TIMEOUT", m)
 	}
 	if n := <-keyAtLost; n != 1 {
-		t.Fatalf("%d lock keys when lost was sent, want the holder's", n)
+		t.Fatal("the holder's key was gone when lost was sent")
 	}
 	if lostAt.Before(clientDeadline) {
 		t.Fatalf("lost at %v, before the caller's own deadline %v: the server ended a hold the caller still believed in", lostAt, clientDeadline)
@@ -261,6 +265,69 @@ func TestReleaseRequestArrivesOnTheStream(t *testing.T) {
 		t.Fatalf("got %v, want release_requested", m)
 	}
 	a.cancel()
+	e.waitNoLockKeys(t)
+}
+
+// A release request put after a hold's acquisition but applied by the
+// namespace's watch of requests before the hold follows them (forced: the
+// hold paused between held and following) still arrives; and one hold's
+// request never reaches another.
+func TestReleaseRequestMadeBeforeTheHoldFollowsArrives(t *testing.T) {
+	var follows atomic.Int32
+	paused, resume := make(chan struct{}), make(chan struct{})
+	var seenMu sync.Mutex
+	seenRev := int64(0)
+	e := start(t, func(c *serve.Config) {
+		serve.WithHooks(c, serve.Hooks{
+			BeforeFollow: func(string) {
+				if follows.Add(1) == 2 {
+					close(paused)
+					<-resume
+				}
+			},
+			RequestsSeen: func(_ string, rev int64) {
+				seenMu.Lock()
+				seenRev = max(seenRev, rev)
+				seenMu.Unlock()
+			},
+		})
+	})
+	ctx := ctxT(t)
+	a := e.hold(ctx, &batonv1.HoldRequest{Names: []string{"other"}}) // starts the namespace's watch
+	a.held(t)
+	b := e.hold(ctx, &batonv1.HoldRequest{Names: []string{"asked"}})
+	b.held(t)
+	<-paused
+	if err := mutex.RequestRelease(ctx, e.etcd, "asked", "before follow", mutex.WithNamespace(e.ns), mutex.WithIdentity("oncall")); err != nil {
+		t.Fatal(err)
+	}
+	g, err := e.etcd.Get(ctx, "/"+e.ns+"/v1/release/", clientv3.WithPrefix())
+	if err != nil || len(g.Kvs) != 1 {
+		t.Fatalf("request keys: %v %v", g, err)
+	}
+	for i := 0; ; i++ {
+		seenMu.Lock()
+		done := seenRev >= g.Kvs[0].ModRevision
+		seenMu.Unlock()
+		if done {
+			break
+		}
+		if i > 500 {
+			t.Fatal("the namespace's watch never applied the request")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(resume)
+	if m := b.next(t).GetReleaseRequested(); m == nil || m.Reason != "before follow" {
+		t.Fatalf("got %v, want release_requested", m)
+	}
+	select {
+	case m := <-a.events:
+		t.Fatalf("the other hold got %v", m)
+	case <-time.After(200 * time.Millisecond):
+	}
+	a.cancel()
+	b.cancel()
 	e.waitNoLockKeys(t)
 }
 
@@ -425,4 +492,49 @@ func TestLockDelayFollowsAHeartbeatTimeout(t *testing.T) {
 	if waited := time.Since(released); waited > time.Second {
 		t.Fatalf("%v after a clean release", waited)
 	}
+}
+
+// Holds of different names share one session (one lease); a hold of a
+// name already held or waited for takes another session of the TTL, so
+// it is queued in etcd by a key of its own and holds once the holder's
+// key is deleted, with no write after it.
+func TestAWaiterIsQueuedInEtcdOnASessionOfItsOwn(t *testing.T) {
+	e := start(t)
+	ctx := ctxT(t)
+	a := e.hold(ctx, &batonv1.HoldRequest{Names: []string{"queued"}})
+	ha := a.held(t)
+	o := e.hold(ctx, &batonv1.HoldRequest{Names: []string{"other"}})
+	if ho := o.held(t); ho.Lease != ha.Lease {
+		t.Fatalf("holds of two names on leases %x and %x, want one", ho.Lease, ha.Lease)
+	}
+	w := e.hold(ctx, &batonv1.HoldRequest{Names: []string{"queued"}})
+	var waiter int64 // the waiter's key's CreateRevision
+	for i := 0; waiter == 0; i++ {
+		resp, err := e.etcd.Get(ctx, "/"+e.ns+"/v1/lock/queued/", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kv := range resp.Kvs {
+			if kv.CreateRevision != ha.Token {
+				if kv.Lease == ha.Lease {
+					t.Fatalf("the waiter's key is on the holder's lease %x", kv.Lease)
+				}
+				waiter = kv.CreateRevision
+			}
+		}
+		if i > 500 {
+			t.Fatal("the waiter's key never appeared in etcd")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := e.client.Release(ctx, connect.NewRequest(&batonv1.ReleaseRequest{HoldId: ha.HoldId})); err != nil {
+		t.Fatal(err)
+	}
+	if hw := w.held(t); hw.Token != waiter || hw.Lease == ha.Lease {
+		t.Fatalf("the waiter holds with token %d on lease %x, want its queued key's %d on a lease other than %x", hw.Token, hw.Lease, waiter, ha.Lease)
+	}
+	a.cancel()
+	o.cancel()
+	w.cancel()
+	e.waitNoLockKeys(t)
 }

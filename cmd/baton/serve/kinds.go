@@ -38,9 +38,9 @@ type acquired struct {
 	keys     []string
 	compares []clientv3.Cmp
 	release  func(context.Context) error
-	// requests carries an operator's release requests (mutexes, sets and
-	// terms); nil for the kinds that take none.
-	requests func() <-chan request.Request
+	// reqKeys are where an operator's release requests to it are put
+	// (mutexes, sets and terms); nil for the kinds that take none.
+	reqKeys []string
 	// ends closes when a term is asked to hand over; transfer hands it
 	// over and returns the successor's token. Both nil for a lock.
 	ends     <-chan struct{}
@@ -48,7 +48,16 @@ type acquired struct {
 }
 
 func fromMutex(l *mutex.Lock) *acquired {
-	return &acquired{handle: l, kind: keys.Lock, keys: l.Keys(), compares: l.Compares(), release: l.Unlock, requests: l.ReleaseRequested}
+	return &acquired{handle: l, kind: keys.Lock, keys: l.Keys(), compares: l.Compares(), release: l.Unlock, reqKeys: requestKeys(l.Keys(), l.Token())}
+}
+
+// requestKeys are the release-request keys of a holder of ks with token.
+func requestKeys(ks []string, token fencing.Token) []string {
+	out := make([]string, len(ks))
+	for i, k := range ks {
+		out[i] = request.KeyOf(k, int64(token))
+	}
+	return out
 }
 
 func fromPermit(p *semaphore.Permit) *acquired {

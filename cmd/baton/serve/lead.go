@@ -151,7 +151,7 @@ func (s *Server) campaign(ctx context.Context, sp leadSpec) (closeFn func(), t t
 func fromTerm(el *election.Election, t *election.Term) term {
 	return term{term: t, acquired: &acquired{
 		handle: t, kind: keys.Election, keys: []string{t.Key()}, compares: []clientv3.Cmp{t.IsOwner()},
-		release: t.Resign, requests: t.ReleaseRequested, ends: t.EndRequested(),
+		release: t.Resign, reqKeys: requestKeys([]string{t.Key()}, t.Token()), ends: t.EndRequested(),
 		transfer: func(ctx context.Context, to string) (int64, error) { return transfer(ctx, el, t, to) },
 	}}
 }

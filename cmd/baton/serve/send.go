@@ -60,6 +60,11 @@ func (s *Server) sender(ctx context.Context, ttl time.Duration) sender {
 // send runs send (a Stream's Send) under the write deadline. It returns
 // nil, errCallerUnreachable when the deadline passed, or errStreamClosed
 // (wrapping the Send's error) when the stream ended otherwise.
+//
+// The deadline is set only once the send is late: a timer sets it to the
+// past, which resets the stream (HTTP/2) or fails the connection's write
+// (HTTP/1.1) under the blocked Send. A send in time costs the timer, not
+// two deadline changes and a flush through the connection's goroutine.
 func (s sender) send(send func() error) error {
 	if s.rc == nil {
 		if err := send(); err != nil {
@@ -67,23 +72,20 @@ func (s sender) send(send func() error) error {
 		}
 		return nil
 	}
-	deadline := time.Now().Add(s.timeout)
-	_ = s.rc.SetWriteDeadline(deadline) // ErrNotSupported: no deadline to keep
+	late := time.AfterFunc(s.timeout, func() {
+		_ = s.rc.SetWriteDeadline(time.Now()) // ErrNotSupported: no deadline to keep
+	})
 	err := send()
-	if err == nil {
-		// Send flushes through http.Flusher, which drops the error of a
-		// flush cut short by the deadline: ask again.
-		err = s.rc.Flush()
-	}
-	_ = s.rc.SetWriteDeadline(time.Time{})
-	switch {
-	case err == nil:
-		return nil
-	case !time.Now().Before(deadline):
+	if !late.Stop() {
+		// The deadline passed, during the send or just after it: the
+		// stream is reset, whether or not the message went out.
 		s.onLate()
 		return errCallerUnreachable
 	}
-	return fmt.Errorf("%w: %w", errStreamClosed, err)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errStreamClosed, err)
+	}
+	return nil
 }
 
 // validity is the hold's validity deadline now (validUntil): for a hold

@@ -57,6 +57,12 @@ type hooks struct {
 	beforeUnlock func(id string, cause error)
 	// releaseWaiting: a Release asked the hold's loop and waits for the delete.
 	releaseWaiting func(id string)
+	// beforeFollow: a hold was sent held and does not yet follow its
+	// release requests.
+	beforeFollow func(id string)
+	// requestsSeen: a namespace's watch of release requests applied those
+	// up to rev.
+	requestsSeen func(ns string, rev int64)
 }
 
 // Server serves the BatonService: every call of the API (the embedded
@@ -68,6 +74,7 @@ type Server struct {
 	cli      *clientv3.Client
 	policy   *policy
 	sessions *sessions
+	requests *requestWatch
 	limits   *limits
 	metrics  *metrics
 	holds    holdTable
@@ -125,6 +132,10 @@ func New(cfg Config) (*Server, error) {
 		s.policy = &policy{file: cfg.PolicyFile, p: cfg.Policy}
 	}
 	s.stopCtx, s.stop = context.WithCancelCause(context.Background())
+	s.requests = newRequestWatch(cfg.Client, cfg.Logger, s.stopCtx)
+	if cfg.hooks != nil {
+		s.requests.seen = cfg.hooks.requestsSeen
+	}
 	return s, nil
 }
 
@@ -168,7 +179,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("holds still ending at the shutdown deadline: %w", ctx.Err())
 	}
-	return errors.Join(err, s.sessions.close())
+	err = errors.Join(err, s.sessions.close())
+	s.requests.wait()
+	return err
 }
 
 // holdIDLen is the length of a hold_id: 128 random bits in hex.

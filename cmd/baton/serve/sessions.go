@@ -2,6 +2,7 @@ package serve
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,12 +14,18 @@ import (
 	"github.com/batonhq/baton/session"
 )
 
-// sessions is one baton session (one etcd lease) per TTL, shared by every
-// hold of that TTL: a hold costs its keys and no lease of its own, and one
-// renewal per TTL/3 keeps them all. TTLs are whole seconds up to
-// --max-ttl, so there are at most that many sessions; each lives until
-// the server stops. A caller's liveness is its heartbeats, not the lease:
-// the lease only outlives a server that died.
+// sessions are the baton sessions (etcd leases) that holds share, a few
+// per TTL: a hold costs its keys and no lease of its own, and one renewal
+// per TTL/3 keeps every hold of a session. Holds of one name on one
+// session would share its key and queue in this process, so that a
+// release hands over only once the next holder put its key (one more etcd
+// write): a hold takes the first session of its TTL where none of its
+// names is held or waited for, up to maxSharedPerTTL sessions, and only
+// then queues on the least used one. A waiter on a session of its own is
+// queued in etcd, and holds once the holder's key is deleted, as the
+// library's contenders do. Sessions beyond a TTL's first are closed once
+// unused for idleSession. A caller's liveness is its heartbeats, not the
+// lease: the lease only outlives a server that died.
 type sessions struct {
 	cli    *clientv3.Client
 	maxTTL time.Duration
@@ -27,33 +34,114 @@ type sessions struct {
 	tp     trace.TracerProvider // nil: the library's default (the global one)
 
 	mu     sync.Mutex
-	byTTL  map[time.Duration]*session.Session
+	byTTL  map[time.Duration][]*shared
 	closed bool
+}
+
+// maxSharedPerTTL bounds the sessions holds of one TTL share.
+const maxSharedPerTTL = 8
+
+// idleSession is how long a TTL's extra session lives unused.
+const idleSession = time.Minute
+
+// shared is one session and the names its holds use.
+type shared struct {
+	sess  *session.Session
+	names map[string]int // kind/name → holds (held or waiting)
+	holds int
+	idle  *time.Timer // closes an extra session unused since it was set
 }
 
 var errClosing = errors.New("the server is shutting down")
 
 func newSessions(cli *clientv3.Client, maxTTL time.Duration, reg prometheus.Registerer, log *zap.Logger, tp trace.TracerProvider) *sessions {
-	return &sessions{cli: cli, maxTTL: maxTTL, reg: reg, log: log, tp: tp, byTTL: make(map[time.Duration]*session.Session)}
+	return &sessions{cli: cli, maxTTL: maxTTL, reg: reg, log: log, tp: tp, byTTL: make(map[time.Duration][]*shared)}
 }
 
-// get returns the session of ttl, created on first use (it grants its
-// lease on the first Lock).
-func (s *sessions) get(ttl time.Duration) (*session.Session, error) {
+// take returns a session of ttl for a hold of names (each "kind/name"),
+// and the func the hold calls once it ended (its keys deleted).
+func (s *sessions) take(ttl time.Duration, names []string) (*session.Session, func(), error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, errClosing
+		return nil, nil, errClosing
 	}
-	if ss, ok := s.byTTL[ttl]; ok {
-		return ss, nil
+	pool := s.byTTL[ttl]
+	var pick *shared
+	for _, sh := range pool {
+		if sh.free(names) {
+			pick = sh
+			break
+		}
 	}
-	ss, err := session.New(s.cli, s.options(ttl)...)
-	if err != nil {
-		return nil, err
+	if pick == nil && len(pool) < maxSharedPerTTL {
+		ss, err := session.New(s.cli, s.options(ttl)...)
+		if err != nil {
+			return nil, nil, err
+		}
+		pick = &shared{sess: ss, names: make(map[string]int)}
+		s.byTTL[ttl] = append(pool, pick)
 	}
-	s.byTTL[ttl] = ss
-	return ss, nil
+	if pick == nil {
+		pick = pool[0]
+		for _, sh := range pool[1:] {
+			if sh.holds < pick.holds {
+				pick = sh
+			}
+		}
+	}
+	if pick.idle != nil {
+		pick.idle.Stop()
+		pick.idle = nil
+	}
+	pick.holds++
+	for _, n := range names {
+		pick.names[n]++
+	}
+	var once sync.Once
+	return pick.sess, func() { once.Do(func() { s.done(ttl, pick, names) }) }, nil
+}
+
+func (sh *shared) free(names []string) bool {
+	for _, n := range names {
+		if sh.names[n] > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// done counts a hold of sh out.
+func (s *sessions) done(ttl time.Duration, sh *shared, names []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range names {
+		if sh.names[n]--; sh.names[n] == 0 {
+			delete(sh.names, n)
+		}
+	}
+	if sh.holds--; sh.holds > 0 || s.closed || s.byTTL[ttl][0] == sh {
+		return
+	}
+	sh.idle = time.AfterFunc(idleSession, func() { s.retire(ttl, sh) })
+}
+
+// retire closes an extra session still unused.
+func (s *sessions) retire(ttl time.Duration, sh *shared) {
+	s.mu.Lock()
+	if sh.holds > 0 || s.closed {
+		s.mu.Unlock()
+		return
+	}
+	pool := s.byTTL[ttl]
+	i := slices.Index(pool, sh)
+	if i < 0 {
+		s.mu.Unlock()
+		return
+	}
+	s.byTTL[ttl] = slices.Delete(pool, i, i+1)
+	s.mu.Unlock()
+	_ = sh.sess.Close()
 }
 
 // own returns a new session of ttl for one hold, which closes it.
@@ -82,9 +170,14 @@ func (s *sessions) options(ttl time.Duration) []session.Option {
 func (s *sessions) close() error {
 	s.mu.Lock()
 	s.closed = true
-	all := make([]*session.Session, 0, len(s.byTTL))
-	for _, ss := range s.byTTL {
-		all = append(all, ss)
+	var all []*session.Session
+	for _, pool := range s.byTTL {
+		for _, sh := range pool {
+			if sh.idle != nil {
+				sh.idle.Stop()
+			}
+			all = append(all, sh.sess)
+		}
 	}
 	s.mu.Unlock()
 	var errs []error
