@@ -17,7 +17,10 @@ import (
 // included), then every change, one message per etcd revision. It reads
 // only, so any level of the namespace policy may; it holds nothing, so it
 // is not counted in --max-holds. It ends with the stream, or with
-// UNAVAILABLE when the server shuts down.
+// UNAVAILABLE when the server shuts down. Each message is sent under the
+// write deadline of a hold of the default TTL (send.go): a caller that
+// does not take one within it is cut off (its stream reset), and the
+// observation ends.
 func (s *Server) Observe(ctx context.Context, req *connect.Request[batonv1.ObserveRequest], stream *connect.ServerStream[batonv1.ObserveResponse]) error {
 	ns, name, kind := req.Msg.GetNamespace(), req.Msg.GetName(), req.Msg.GetKind()
 	if err := checkNamespace(&ns, s.cfg.Namespace); err != nil {
@@ -48,6 +51,8 @@ func (s *Server) Observe(ctx context.Context, req *connect.Request[batonv1.Obser
 	defer cancel()
 	defer context.AfterFunc(s.stopCtx, cancel)()
 
+	snd := s.sender(ctx, mutex.DefaultTTL)
+	send := func(m *batonv1.ObserveResponse) error { return snd.send(func() error { return stream.Send(m) }) }
 	var rerr error // the relay's end
 	if kind == batonv1.ObjectKind_OBJECT_KIND_LOCK {
 		m, err := mutex.New(s.cli, name, mutex.WithNamespace(ns))
@@ -55,14 +60,14 @@ func (s *Server) Observe(ctx context.Context, req *connect.Request[batonv1.Obser
 			return connect.NewError(connect.CodeInvalidArgument, err)
 		}
 		defer func() { _ = m.Close() }()
-		rerr = relay(m.Observe(octx), lockState, stream)
+		rerr = relay(m.Observe(octx), lockState, send)
 	} else {
 		el, err := election.New(s.cli, name, election.WithNamespace(ns))
 		if err != nil {
 			return connect.NewError(connect.CodeInvalidArgument, err)
 		}
 		defer func() { _ = el.Close() }()
-		rerr = relay(el.Observe(octx), leaderState, stream)
+		rerr = relay(el.Observe(octx), leaderState, send)
 	}
 	if rerr == nil && s.stopCtx.Err() != nil && ctx.Err() == nil {
 		return connect.NewError(connect.CodeUnavailable, errServerShutdown)
@@ -71,8 +76,9 @@ func (s *Server) Observe(ctx context.Context, req *connect.Request[batonv1.Obser
 }
 
 // relay sends every state of a library's observation until its channel
-// closes or the caller leaves; a refusal by etcd ends it with its code.
-func relay[T any](in <-chan T, f func(T) state, stream *connect.ServerStream[batonv1.ObserveResponse]) error {
+// closes or the caller leaves (or does not take a message within the
+// write deadline); a refusal by etcd ends it with its code.
+func relay[T any](in <-chan T, f func(T) state, send func(*batonv1.ObserveResponse) error) error {
 	for v := range in {
 		st := f(v)
 		if st.err != nil {
@@ -82,8 +88,8 @@ func relay[T any](in <-chan T, f func(T) state, stream *connect.ServerStream[bat
 			}
 			return connect.NewError(code, st.err)
 		}
-		if err := stream.Send(st.msg); err != nil {
-			return nil // the caller left
+		if err := send(st.msg); err != nil {
+			return nil // the caller left, or was cut off
 		}
 	}
 	return nil

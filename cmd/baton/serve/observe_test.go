@@ -2,6 +2,7 @@ package serve_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
 	"github.com/batonhq/baton/cmd/baton/serve"
+	"github.com/batonhq/baton/mutex"
 	"github.com/batonhq/baton/rbac"
 )
 
@@ -116,4 +118,50 @@ func TestObserveChecksItsFieldsAndTheReadRight(t *testing.T) {
 	// does not list: no read.
 	o := e.observe(ctx, &batonv1.ObserveRequest{Kind: batonv1.ObjectKind_OBJECT_KIND_ELECTION, Name: "x"})
 	wantCode(t, <-o.done, connect.CodePermissionDenied, "")
+}
+
+// An observer that never reads its stream (its streams' flow-control
+// window is 0, so the first state cannot leave the server) is cut off at
+// the send timeout, as a holder is: the stream is reset, the send
+// counted, and the observation ends (the leak check at the end finds no
+// goroutine of it). Another observer of the same lock follows it
+// meanwhile.
+func TestObserverThatNeverReadsItsStreamIsCutOff(t *testing.T) {
+	e := start(t)
+	ctx := ctxT(t)
+	addr := strings.TrimPrefix(e.url, "http://")
+	other := e.observe(ctx, &batonv1.ObserveRequest{Kind: batonv1.ObjectKind_OBJECT_KIND_LOCK, Name: "watched"})
+	if m := other.next(t); m.Holder != nil {
+		t.Fatalf("first state %v, want none", m)
+	}
+
+	c := dialH2(t, addr, 0)
+	if err := c.frame(frameHeaders, flagEndHeaders, 1, streamHeaders(addr, "Observe")); err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	if err := c.frame(frameData, flagEndStream, 1, envelope(`{"kind":"OBJECT_KIND_LOCK","name":"watched"}`)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-c.rst:
+		if id != 1 {
+			t.Fatalf("RST_STREAM of stream %d", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the unread stream was not reset")
+	}
+	timeout := serve.SendTimeout(mutex.DefaultTTL)
+	if got := time.Since(sent); got < timeout {
+		t.Fatalf("reset %v after the request, before the send timeout %v", got, timeout)
+	}
+	if n := counter(t, e, "baton_serve_send_timeouts_total"); n != 1 {
+		t.Fatalf("baton_serve_send_timeouts_total %v, want 1", n)
+	}
+
+	h := e.hold(ctx, &batonv1.HoldRequest{Names: []string{"watched"}, Ttl: dur(10 * time.Second)})
+	held := h.held(t)
+	if m := other.next(t); m.Holder == nil || m.Holder.Token != held.Token {
+		t.Fatalf("state %v, want the holder with token %d", m, held.Token)
+	}
 }

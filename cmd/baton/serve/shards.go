@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -33,8 +34,10 @@ import (
 //	joining  another count / the name runs already   FAILED_PRECONDITION / ALREADY_EXISTS, end
 //	joining  stream closed / server shutting down    CANCELED / UNAVAILABLE, end (no key left)
 //	member   a shard is taken                        send owned (token, key)
-//	member   a shard must move (ErrMoved)            send moved (drain_deadline); release it at
-//	                                                 Drained, or at the deadline
+//	member   a shard must move (ErrMoved)            send moved (drain_deadline), draining
+//	draining Drained                                 release it
+//	draining drain_deadline passed                   send lost (MOVED), release it once the
+//	                                                 validity the caller had then ran out
 //	member   a shard's lease may be lost (ErrLost)   send lost (before the lease can expire)
 //	member   heartbeat deadline passed / shutdown    send lost per shard, leave, send ended
 //	member   Release                                 send lost (RELEASED) per shard, leave, send ended
@@ -48,14 +51,29 @@ import (
 // stream's sender (send.go), one at a time: a caller that does not take
 // one within sendTimeout ends the membership with CAUSE_STREAM_CLOSED, and
 // its shards are kept until the validity it was last given has run out
-// (a shard the group moves meanwhile is kept until then too, or until
-// the drain timeout, after which the library releases it anyway).
+// (a shard the group moves meanwhile is kept until then too).
+//
+// The caller believes it owns a shard from owned until it reads moved's
+// end (lost) or the validity it was last given runs out by its own
+// clock, whichever is first. So a moved shard's key is deleted only
+//   - once the caller acknowledged its drain (Drained), or
+//   - once lost was sent for it and the validity the caller had been
+//     given then has run out (a caller cut off learns by its own clock), or
+//   - when the membership ends: as its other shards (after the validity
+//     ran out, for a heartbeat timeout or a caller that stopped reading).
+// The library's drain timeout would release it at its own deadline: the
+// member runs with libraryDrain, long enough that one of these comes
+// first, and the serve keeps the caller's drain_timeout itself.
 
 // Shards joins a shard group as a member while the stream is open and
 // heartbeats arrive.
 func (s *Server) Shards(ctx context.Context, req *connect.Request[batonv1.ShardsRequest], stream *connect.ServerStream[batonv1.ShardsResponse]) error {
 	arrival := time.Now()
 	sp, err := checkShards(req.Msg, s.cfg.Namespace, s.cfg.MaxTTL)
+	if err == nil && sp.ttl > shard.MaxDrainTimeout/2 {
+		// libraryDrain could not cover a moved shard's wait for the validity.
+		err = invalid("ttl", "%v: at most %v for a shard membership", sp.ttl, shard.MaxDrainTimeout/2)
+	}
 	if err != nil {
 		s.metrics.requests.WithLabelValues("refused").Inc()
 		return err
@@ -73,7 +91,7 @@ func (s *Server) Shards(ctx context.Context, req *connect.Request[batonv1.Shards
 	closeSess := sync.OnceValue(sess.Close)
 	defer func() { _ = closeSess() }()
 	g, err := shard.New(s.cli, sp.group, sp.count, shard.WithSession(sess), shard.WithNamespace(sp.namespace),
-		shard.WithIdentity(identity), shard.WithDrainTimeout(sp.drain), shard.WithMetricLabel("serve"))
+		shard.WithIdentity(identity), shard.WithDrainTimeout(libraryDrain(sp.drain, sp.ttl)), shard.WithMetricLabel("serve"))
 	if err != nil {
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	}
@@ -128,7 +146,7 @@ func (s *Server) Shards(ctx context.Context, req *connect.Request[batonv1.Shards
 	end := func(cause error, ran bool, runErr error) error {
 		cause = h.markEnded(cause)
 		tell := !errors.Is(cause, errStreamClosed)
-		until := h.validity() // before finish forgets the shards
+		until := m.given() // before finish forgets the shards
 		m.finish(cause, tell)
 		if errors.Is(cause, errCallerUnreachable) && !ran {
 			// The caller may still believe it owns its shards: the
@@ -156,6 +174,7 @@ func (s *Server) Shards(ctx context.Context, req *connect.Request[batonv1.Shards
 			zap.String("cause", causeLabel(causeOf(cause))), zap.Error(runErr))
 		return nil
 	}
+	m.validity = h.validity // before join: a shard moves only once owned, after joined
 	if err := m.join(&batonv1.Joined{HoldId: h.id, HeartbeatInterval: durationpb.New(heartbeatInterval(sp.ttl)),
 		Validity: durationpb.New(until.Sub(arrival))}); err != nil {
 		return end(err, false, nil)
@@ -193,6 +212,26 @@ func (s *Server) Shards(ctx context.Context, req *connect.Request[batonv1.Shards
 // membership's lease (as `baton shard` does): it goes with the lease.
 func (s *Server) recordShard(ctx context.Context, ns, group string, sh *shard.Shard) {
 	keyspace.RecordHeld(ctx, sh.Txn, keyspace.HeldPut(ns, keys.Shard, keyspace.ShardHeldName(group, sh.ID()), sh.Lease(), sh.Acquired()))
+}
+
+// libraryDrain is the drain timeout a membership gives the library, which
+// releases a moved shard at it whatever the caller did: the caller's
+// drain_timeout (drain, enforced by the membership) and the TTL's twice
+// over, which covers what may follow the moved message before the
+// release: its send and lost's (a twentieth of the TTL each, and as much
+// again waiting for another send), then the validity the caller had been
+// given when lost was sent (at most the budget, four fifths of the TTL),
+// or the membership's end and its validity. A drain_timeout within
+// 2×TTL of shard.MaxDrainTimeout is cut to leave that room (drainOf).
+func libraryDrain(drain, ttl time.Duration) time.Duration {
+	return min(drainOf(drain, ttl)+2*ttl, shard.MaxDrainTimeout)
+}
+
+// drainOf is how long a membership waits for Drained after moved: the
+// caller's drain_timeout, less what libraryDrain needs past it under
+// shard.MaxDrainTimeout.
+func drainOf(drain, ttl time.Duration) time.Duration {
+	return max(0, min(drain, shard.MaxDrainTimeout-2*ttl))
 }
 
 // memberIdentity is the identity a membership asks for: the request's;
@@ -299,7 +338,7 @@ func (s *Server) awaitKey(ctx context.Context, key string, ok func(*mvccpb.KeyVa
 // Drained acknowledges that the caller stopped working on a moved shard:
 // the shard is released, and the call returns once its key is gone.
 // FAILED_PRECONDITION when the shard is not moving away from this member
-// (never moved, or released already at its drain deadline).
+// (never moved, or sent lost already at its drain deadline).
 func (s *Server) Drained(ctx context.Context, req *connect.Request[batonv1.DrainedRequest]) (*connect.Response[batonv1.DrainedResponse], error) {
 	h, err := s.holdOf(ctx, req.Msg.GetHoldId())
 	if err != nil {
@@ -330,16 +369,20 @@ type membership struct {
 	ns     string
 	group  string
 	count  int
-	drain  time.Duration
+	drain  time.Duration // drainOf the caller's drain_timeout
+	budget time.Duration // how long a heartbeat keeps the membership
 	record func(ctx context.Context, ns, group string, sh *shard.Shard)
-	ctx    context.Context // ends when the membership ends
-	stop   context.CancelCauseFunc
-	joined chan struct{} // closed once joined is sent
-	cut    chan struct{} // closed once a send failed: the membership ends
+	// validity is the hold's (hold.validity): set before joined is sent.
+	validity func() time.Time
+	ctx      context.Context // ends when the membership ends
+	stop     context.CancelCauseFunc
+	joined   chan struct{} // closed once joined is sent
+	cut      chan struct{} // closed once a send failed: the membership ends
 
 	mu      sync.Mutex
-	over    bool  // the end began: nothing more is sent of shards
-	sendErr error // the first failed send's (sender.send's); nothing is sent after it
+	free    time.Time // the latest validity a heartbeat may have given with no shard owned
+	over    bool      // the end began: nothing more is sent of shards
+	sendErr error     // the first failed send's (sender.send's); nothing is sent after it
 	owned   map[int]*ownedShard
 }
 
@@ -351,7 +394,7 @@ type ownedShard struct {
 
 func newMembership(stream *connect.ServerStream[batonv1.ShardsResponse], snd sender, sp shardsSpec,
 	record func(ctx context.Context, ns, group string, sh *shard.Shard)) *membership {
-	m := &membership{stream: stream, sender: snd, ns: sp.namespace, group: sp.group, count: sp.count, drain: sp.drain, record: record,
+	m := &membership{stream: stream, sender: snd, ns: sp.namespace, group: sp.group, count: sp.count, drain: drainOf(sp.drain, sp.ttl), budget: budgetOf(sp.ttl), record: record,
 		joined: make(chan struct{}), cut: make(chan struct{}), owned: make(map[int]*ownedShard)}
 	m.ctx, m.stop = context.WithCancelCause(context.Background())
 	return m
@@ -359,7 +402,8 @@ func newMembership(stream *connect.ServerStream[batonv1.ShardsResponse], snd sen
 
 // Deadline is the library's deadline of the shards' lease while the
 // member owns one; without a shard nothing is at stake and the heartbeats
-// alone keep the membership.
+// alone keep the membership (and free records how far they may have
+// carried the caller's validity: see given).
 func (m *membership) Deadline() time.Time {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -368,7 +412,24 @@ func (m *membership) Deadline() time.Time {
 			return o.sh.Deadline() // one lease for all
 		}
 	}
-	return time.Now().Add(24 * time.Hour)
+	now := time.Now()
+	m.free = now.Add(m.budget)
+	return now.Add(24 * time.Hour)
+}
+
+// given is the latest validity the caller may have been given: the hold's
+// validity now (the heartbeat deadline and the lease's both move only
+// on), or one given while the member owned no shard, which the lease did
+// not bound (joined, a heartbeat before the first owned): the caller
+// keeps believing it owns a shard taken since until then.
+func (m *membership) given() time.Time {
+	m.mu.Lock()
+	free := m.free
+	m.mu.Unlock()
+	if v := m.validity(); v.After(free) {
+		return v
+	}
+	return free
 }
 
 // Context ends when the membership ends.
@@ -427,21 +488,7 @@ func (m *membership) work(ctx context.Context, sh *shard.Shard) error {
 	<-ctx.Done()
 	switch cause := context.Cause(ctx); {
 	case errors.Is(cause, shard.ErrMoved):
-		if drained, deadline := m.moved(sh); drained != nil {
-			t := time.NewTimer(time.Until(deadline))
-			defer t.Stop()
-			select {
-			case <-drained:
-			case <-t.C:
-			case <-m.ctx.Done():
-			}
-		} else {
-			// The caller was not told (the end began, or it did not take
-			// moved): it may still believe it owns the shard until the
-			// membership ends (see Shards' end); the drain timeout bounds
-			// the wait, as the library releases the shard then anyway.
-			<-m.ctx.Done()
-		}
+		m.drainMoved(sh)
 		m.drop(sh.ID())
 	case errors.Is(cause, shard.ErrReleased):
 		m.drop(sh.ID())
@@ -491,6 +538,88 @@ func (m *membership) moved(sh *shard.Shard) (drained <-chan struct{}, deadline t
 	return o.drained, deadline
 }
 
+// drainMoved returns once shard sh, moved away, may be released (the table at
+// the top): the caller acknowledged its drain; or it was sent lost at the
+// drain deadline and the validity it had been given then ran out; or the
+// membership ended (Shards' end waits for the validity when the caller
+// may not know). The library's drain timeout (libraryDrain) is longer
+// than any of these waits.
+func (m *membership) drainMoved(sh *shard.Shard) {
+	drained, deadline := m.moved(sh)
+	if drained == nil {
+		// The caller was not told (the end began, or it did not take
+		// moved): it may still believe it owns the shard until the
+		// membership ends.
+		<-m.ctx.Done()
+		return
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-drained:
+		return
+	case <-m.ctx.Done():
+		return
+	case <-t.C:
+	}
+	switch until, out := m.drainTimedOut(sh); out {
+	case drainAcked:
+	case drainNotTold:
+		<-m.ctx.Done() // the end began, or lost's send failed: the membership ends
+	case drainTold:
+		t.Reset(time.Until(until))
+		select {
+		case <-t.C:
+		case <-m.ctx.Done():
+		}
+	}
+}
+
+// What drainTimedOut did.
+const (
+	drainTold    = iota // sent lost
+	drainAcked          // nothing: Drained came first
+	drainNotTold        // nothing, or a send that failed: the end began
+)
+
+// drainTimedOut sends lost (MOVED) for a moved shard whose drain deadline
+// passed unacknowledged, and forgets it (no Drained, no write under it
+// from then on); until is the validity the caller has been given by then.
+func (m *membership) drainTimedOut(sh *shard.Shard) (until time.Time, out int) {
+	if f := drainTimedOutHook.Load(); f != nil {
+		(*f)(sh.ID())
+	}
+	if out = m.tellDrainTimedOut(sh); out != drainTold {
+		return time.Time{}, out
+	}
+	// After the send: a heartbeat answered before it counts. Not under
+	// m.mu, which the validity's Deadline takes.
+	return m.given(), drainTold
+}
+
+func (m *membership) tellDrainTimedOut(sh *shard.Shard) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o := m.owned[sh.ID()]
+	if m.over || o == nil {
+		return drainNotTold
+	}
+	select {
+	case <-o.drained:
+		return drainAcked
+	default:
+	}
+	delete(m.owned, sh.ID())
+	if m.send(shardLost(sh, shard.ErrMoved)) != nil {
+		return drainNotTold
+	}
+	return drainTold
+}
+
+// drainTimedOutHook, when set (tests), is called as a moved shard's drain
+// deadline passed, before its lost is sent.
+var drainTimedOutHook atomic.Pointer[func(shard int)]
+
 // lost sends lost for one shard, unless the end began (which sent it).
 func (m *membership) lost(sh *shard.Shard, cause error) {
 	m.mu.Lock()
@@ -532,7 +661,7 @@ func (m *membership) drained(id uint32) (string, error) {
 	o := m.owned[int(id)]
 	if o == nil || o.drained == nil {
 		return "", connect.NewError(connect.CodeFailedPrecondition,
-			fmt.Errorf("shard: %d is not moving away from this member (never moved, or released at its drain deadline)", id))
+			fmt.Errorf("shard: %d is not moving away from this member (never moved, or lost at its drain deadline)", id))
 	}
 	o.once.Do(func() { close(o.drained) })
 	return o.sh.Key(), nil

@@ -223,35 +223,206 @@ func TestShardsJoinedOwnedAcrossTwoMembersAndMovedWithDrained(t *testing.T) {
 	}
 }
 
-// A moved shard the caller never acknowledges is released at its drain
-// deadline, then owned by the other member.
-func TestShardsMovedShardIsReleasedAtTheDrainTimeout(t *testing.T) {
-	e := start(t)
-	ctx := ctxT(t)
-	req := func(member string) *batonv1.ShardsRequest {
-		return &batonv1.ShardsRequest{Group: "g", Count: 2, Member: member, Ttl: dur(10 * time.Second), DrainTimeout: dur(2 * time.Second)}
+// stampedMsg is a stream's message with the time the test's reader took it.
+type stampedMsg struct {
+	m  *batonv1.ShardsResponse
+	at time.Time
+}
+
+// stamped reads s's messages until the test ends, each with its arrival
+// time, calling each (if set) on it first.
+func (s *shardsStream) stamped(t *testing.T, each func(*batonv1.ShardsResponse)) <-chan stampedMsg {
+	out := make(chan stampedMsg, 64)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case m := <-s.events:
+				at := time.Now()
+				if each != nil {
+					each(m)
+				}
+				out <- stampedMsg{m, at}
+			case <-stop:
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); wg.Wait() })
+	return out
+}
+
+func nextStamped(t *testing.T, ch <-chan stampedMsg, what string) stampedMsg {
+	t.Helper()
+	select {
+	case m := <-ch:
+		return m
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no %s in 30 s", what)
 	}
-	a := e.shards(ctx, req("a"))
-	ja := a.joined(t)
-	e.beat(t, ja.HoldId, time.Second)
-	ownedA := a.owned(t, 2)
-	b := e.shards(ctx, req("b"))
-	jb := b.joined(t)
-	e.beat(t, jb.HoldId, time.Second)
-	m := a.next(t)
-	mv := m.GetMoved()
-	if mv == nil || mv.Shard != 1 {
-		t.Fatalf("%v, want moved 1", m)
+	return stampedMsg{}
+}
+
+// beater sends heartbeats for a hold and keeps what the caller believes:
+// the latest validity deadline it was given, measured from each
+// heartbeat's send, as a caller's clock does. A heartbeat round trip
+// holds sem: whoever takes it holds heartbeats back.
+type beater struct {
+	sem     chan struct{}
+	mu      sync.Mutex
+	replies []beatReply
+}
+
+type beatReply struct{ until, received time.Time }
+
+func (e *env) beater(t *testing.T, id string, given time.Time, every time.Duration) *beater {
+	b := &beater{sem: make(chan struct{}, 1), replies: []beatReply{{until: given}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tk := time.NewTicker(every)
+		defer tk.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tk.C:
+			}
+			select {
+			case b.sem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			sent := time.Now()
+			resp, err := e.client.Heartbeat(ctx, connect.NewRequest(&batonv1.HeartbeatRequest{HoldId: id}))
+			if err == nil {
+				b.mu.Lock()
+				b.replies = append(b.replies, beatReply{until: sent.Add(resp.Msg.Validity.AsDuration()), received: time.Now()})
+				b.mu.Unlock()
+			}
+			<-b.sem
+			if err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return b
+}
+
+// believed is the validity deadline the caller held at `at`: the latest
+// of the replies it had received by then.
+func (b *beater) believed(at time.Time) time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var until time.Time
+	for _, r := range b.replies {
+		if r.received.Before(at) && r.until.After(until) {
+			until = r.until
+		}
 	}
-	o := b.owned(t, 1)[1]
-	if o == nil || o.Token <= ownedA[1].Token {
-		t.Fatalf("b owns %v", o)
+	return until
+}
+
+// A moved shard the caller never acknowledges is sent lost at its drain
+// deadline, and released only once the validity the caller had been given
+// then has run out: another member owns it only after the caller, by its
+// own clock, stopped believing it owns it. So too when the caller's
+// heartbeats stop as the shard moves (its membership ends on their
+// timeout, after that validity). The pause point at the drain deadline
+// holds the caller's heartbeats back until it read lost, so no
+// heartbeat's reply can cross it.
+func TestShardsMovedShardIsTakenOnlyAfterTheCallersValidity(t *testing.T) {
+	for _, stopBeats := range []bool{false, true} {
+		t.Run(map[bool]string{false: "no ack", true: "heartbeats stop"}[stopBeats], func(t *testing.T) {
+			e := start(t)
+			ctx := ctxT(t)
+			req := func(member string) *batonv1.ShardsRequest {
+				return &batonv1.ShardsRequest{Group: "g", Count: 2, Member: member, Ttl: dur(2 * time.Second), DrainTimeout: dur(200 * time.Millisecond)}
+			}
+			a := e.shards(ctx, req("a"))
+			ja := a.joined(t)
+			ba := e.beater(t, ja.HoldId, a.sent.Add(ja.Validity.AsDuration()), ja.HeartbeatInterval.AsDuration()/2)
+			ownedA := a.owned(t, 2)
+
+			paused := make(chan struct{}, 1) // the pause point holds ba.sem
+			if !stopBeats {
+				serve.OnDrainTimedOut(t, func(shard int) {
+					select {
+					case ba.sem <- struct{}{}:
+						paused <- struct{}{}
+					case <-time.After(10 * time.Second):
+					}
+				})
+			}
+			var heardLost sync.Once
+			msgsA := a.stamped(t, func(m *batonv1.ShardsResponse) {
+				if m.GetLost() != nil && !stopBeats {
+					heardLost.Do(func() {
+						select {
+						case <-paused:
+							<-ba.sem // the caller read lost: heartbeats go on
+						default:
+						}
+					})
+				}
+			})
+
+			b := e.shards(ctx, req("b"))
+			jb := b.joined(t)
+			e.beat(t, jb.HoldId, jb.HeartbeatInterval.AsDuration())
+			msgsB := b.stamped(t, nil)
+
+			mv := nextStamped(t, msgsA, "moved")
+			if mv.m.GetMoved() == nil || mv.m.GetMoved().Shard != 1 {
+				t.Fatalf("%v, want moved 1", mv.m)
+			}
+			if stopBeats {
+				ba.sem <- struct{}{} // no heartbeat from now on
+			}
+
+			var ob stampedMsg
+			for range 2 { // shard 0 too, once a's heartbeats stopped
+				ob = nextStamped(t, msgsB, "owned")
+				if o := ob.m.GetOwned(); o == nil || o.Shard == 1 {
+					break
+				}
+			}
+			if o := ob.m.GetOwned(); o == nil || o.Shard != 1 || o.Token <= ownedA[1].Token {
+				t.Fatalf("b: %v, want owned 1 with a token above %d", ob.m, ownedA[1].Token)
+			}
+			// What a read by then: lost for shard 1 must be among it.
+			var lost *stampedMsg
+			for lost == nil {
+				select {
+				case m := <-msgsA:
+					if !m.at.Before(ob.at) {
+						t.Fatalf("b owned shard 1 at %v, before a was sent lost for it (a read %v at %v)", ob.at, m.m, m.at)
+					}
+					if l := m.m.GetLost(); l != nil && l.Shard == 1 {
+						lost = &m
+					}
+				default:
+					t.Fatalf("b owned shard 1 at %v, a not told it lost it (validity believed until %v)", ob.at, ba.believed(ob.at))
+				}
+			}
+			if l := lost.m.GetLost(); l.Token != ownedA[1].Token || (l.Cause != batonv1.Cause_CAUSE_MOVED && l.Cause != batonv1.Cause_CAUSE_HEARTBEAT_TIMEOUT) {
+				t.Fatalf("a: %v, want lost 1 (moved or heartbeat timeout)", lost.m)
+			}
+			if believed := ba.believed(lost.at); !ob.at.After(believed) {
+				t.Fatalf("b owned shard 1 at %v, while a, told lost at %v, believed it owned it until %v", ob.at, lost.at, believed)
+			}
+			if !stopBeats {
+				err := e.drained(ctx, ja.HoldId, 1)
+				wantCode(t, err, connect.CodeFailedPrecondition, "shard")
+			}
+		})
 	}
-	if now := time.Now(); now.Before(mv.DrainDeadline.AsTime().Add(-500 * time.Millisecond)) {
-		t.Fatalf("b owned shard 1 at %v, before the drain deadline %v", now, mv.DrainDeadline.AsTime())
-	}
-	err := e.drained(ctx, ja.HoldId, 1)
-	wantCode(t, err, connect.CodeFailedPrecondition, "shard")
 }
 
 // A member whose heartbeats stop is sent lost for every shard, then its
