@@ -178,7 +178,9 @@ class Hold:
     NotAcquired) when it is held. wait_timeout: seconds to wait at most.
     on_event: called from the client's threads with (event, fields) for
     "held", "heartbeat", "release_requested", "lost" and "released", each
-    with "t", the time.monotonic() it happened at.
+    with "t", the time.monotonic() it happened at ("held" and "heartbeat"
+    with the deadline they set, "heartbeat" with its send time "sent" and
+    the reply's "validity").
     """
 
     # The stream's call and messages; a Term's differ.
@@ -375,12 +377,13 @@ class Hold:
                 continue  # unreachable: the deadline decides
             except OSError:
                 continue
+            v = _seconds(r.get("validity"))
             with self._mu:
-                d = sent + _seconds(r.get("validity"))
+                d = sent + v
                 if self._deadline is None or d > self._deadline:
                     self._deadline = d
                 self._mu.notify_all()
-            self._emit("heartbeat", deadline=d)
+            self._emit("heartbeat", deadline=d, sent=sent, validity=v)
 
     def _watch(self):
         """Ends the hold at its deadline on this clock."""
