@@ -14,18 +14,34 @@ could have let anyone else in. `l.lost` (a threading.Event) is set on any
 loss, `l.cause` says why, and `l.check()` raises LockLost. Leaving the
 block releases the lock (a delete guarded by its token).
 
+A shard group's membership is held the same way, each shard with its
+own token:
+
+    with client.shards("ingest", count=16, member="worker-a") as m:
+        for ev in iter(lambda: m.next_event(1.0), None):   # owned, moved, lost, ended
+            ...
+            if ev.kind == "moved":
+                stop(ev.shard); m.drained(ev.shard)
+
+A fenced write puts and deletes keys in etcd under a hold's token:
+client.fenced_write("invoices", l, puts={l.data_prefix + "42": "paid"}).
+
 The server is $BATON_SERVE_URL, else http://127.0.0.1:9379; unix:///path
 reaches a sidecar's socket. docs/serve.md describes the API.
 """
 
+import base64
+import collections
 import os
+import queue
 import threading
 import time
 
 from . import _connect
 from ._connect import Error
 
-__all__ = ["Client", "Hold", "Term", "Error", "LockLost", "NotAcquired", "lock", "lead", "DEFAULT_URL"]
+__all__ = ["Client", "Hold", "Term", "Membership", "ShardEvent", "Error", "LockLost", "ShardLost", "NotAcquired", "Stale",
+           "lock", "lead", "shards", "DEFAULT_URL", "CLIENT_DEADLINE"]
 
 DEFAULT_URL = "http://127.0.0.1:9379"
 
@@ -40,6 +56,27 @@ class LockLost(Exception):
         super().__init__("lock lost: %s%s" % (cause, ": " + message if message else ""))
         self.cause = cause
         self.message = message
+
+
+class ShardLost(LockLost):
+    """This member does not own the shard (any more): raised by
+    Membership.check(shard). cause is the membership's end, "MOVED" for a
+    shard moving away, "NOT_OWNED" for one it does not own."""
+
+    def __init__(self, cause, shard=None, message=""):
+        super().__init__(cause, message)
+        self.shard = shard
+        if shard is not None:
+            self.args = ("shard %d lost: %s%s" % (shard, cause, ": " + message if message else ""),)
+
+
+class Stale(Error):
+    """A Fence call refused a token below the resource's mark (code
+    "failed_precondition"); highest is the mark."""
+
+    def __init__(self, code, message, details, highest):
+        super().__init__(code, message, details)
+        self.highest = highest
 
 
 class NotAcquired(Error):
@@ -78,6 +115,49 @@ class Client:
         """A Term of election name: campaign, lead while it lasts; see Term."""
         return Term(self, name, **kw)
 
+    def shards(self, group, count, member, **kw):
+        """A Membership of shard group: join, own shards while it lasts; see Membership."""
+        return Membership(self, group, count, member, **kw)
+
+    def fence_check(self, resource, token, namespace="", identity=""):
+        """Admits token for resource (fencing.EtcdGuard's Admit): returns
+        the mark, the token, when it is at least the highest admitted so
+        far; raises Stale, with the mark as highest, for a lower one."""
+        return self._fence({"namespace": namespace, "resource": resource, "identity": identity, "checkToken": int(token)})
+
+    def fenced_write(self, resource, hold, puts=None, deletes=(), shard=None, namespace=None, identity=""):
+        """Puts and deletes keys in etcd in one transaction that admits the
+        hold's token for resource and compares the hold's ownership: all
+        or nothing. Returns the mark (the hold's token); raises Stale with
+        the mark when it is above the token, Error "failed_precondition"
+        once the hold is lost.
+
+        hold: a Hold, a Term or a Membership (then shard names the shard
+        whose token guards the write), or a hold_id. puts: {key: value}
+        (str or bytes) or (key, value) pairs; every key under the
+        namespace's data prefix, /<namespace>/v1/data/ (hold.data_prefix).
+        namespace: the hold's by default."""
+        hold_id = hold if isinstance(hold, str) else hold.hold_id
+        if namespace is None:
+            namespace = "" if isinstance(hold, str) else hold._req.get("namespace", "")
+        items = puts.items() if isinstance(puts, dict) else (puts or ())
+        w = {"holdId": hold_id, "deletes": list(deletes),
+             "puts": [{"key": k, "value": base64.b64encode(v.encode() if isinstance(v, str) else bytes(v)).decode()}
+                      for k, v in items]}
+        if shard is not None:
+            w["shard"] = int(shard)
+        return self._fence({"namespace": namespace, "resource": resource, "identity": identity, "write": w})
+
+    def _fence(self, msg):
+        try:
+            r = self.call("Fence", msg)
+        except Error as e:
+            mark = _connect.detail(e, "baton.v1.FenceResponse") if e.code == "failed_precondition" else None
+            if mark is not None:
+                raise Stale(e.code, e.message, e.details, _connect.varint_field(mark, 1)) from None
+            raise
+        return int(r.get("highest", 0))
+
     def inspect(self, prefix="", namespace=""):
         """Who holds the locks whose names start with prefix, as `baton locks`."""
         return _connect.unary(self.url, "Inspect", {"namespace": namespace, "locksPrefix": prefix}, self.timeout).get("locks", [])
@@ -98,7 +178,9 @@ class Hold:
     NotAcquired) when it is held. wait_timeout: seconds to wait at most.
     on_event: called from the client's threads with (event, fields) for
     "held", "heartbeat", "release_requested", "lost" and "released", each
-    with "t", the time.monotonic() it happened at.
+    with "t", the time.monotonic() it happened at ("held" and "heartbeat"
+    with the deadline they set, "heartbeat" with its send time "sent" and
+    the reply's "validity").
     """
 
     # The stream's call and messages; a Term's differ.
@@ -141,6 +223,16 @@ class Hold:
     @property
     def key(self):
         return self.keys[0] if self.keys else None
+
+    @property
+    def data_prefix(self):
+        """The hold's namespace's data prefix, /<namespace>/v1/data/: where
+        a fenced write may put and delete keys."""
+        return _data_prefix(self.key)
+
+    def fenced_write(self, resource, puts=None, deletes=()):
+        """Client.fenced_write under this hold."""
+        return self._client.fenced_write(resource, self, puts, deletes)
 
     def deadline(self):
         """The hold's deadline on time.monotonic(): it ends by then here
@@ -285,12 +377,13 @@ class Hold:
                 continue  # unreachable: the deadline decides
             except OSError:
                 continue
+            v = _seconds(r.get("validity"))
             with self._mu:
-                d = sent + _seconds(r.get("validity"))
+                d = sent + v
                 if self._deadline is None or d > self._deadline:
                     self._deadline = d
                 self._mu.notify_all()
-            self._emit("heartbeat", deadline=d)
+            self._emit("heartbeat", deadline=d, sent=sent, validity=v)
 
     def _watch(self):
         """Ends the hold at its deadline on this clock."""
@@ -355,6 +448,272 @@ class Term(Hold):
         return int(r.get("token", 0))
 
 
+def _data_prefix(key):
+    if not key or "/v1/" not in key:
+        return None
+    return key[:key.index("/v1/") + 4] + "data/"
+
+
+def _cause(m):
+    return m.get("cause", "CAUSE_UNSPECIFIED").replace("CAUSE_", "")
+
+
+ShardEvent = collections.namedtuple("ShardEvent", "kind shard token key cause drain_deadline message t")
+ShardEvent.__doc__ = """One event of a membership, as Membership.next_event returns it.
+
+kind: "owned" (shard, token, key), "moved" (cause "MOVED" and
+drain_deadline, the server's RFC 3339 time after which it releases the
+shard without Drained), "lost" (cause) or "ended" (the membership's end:
+shard None, cause). t: its time.monotonic(); for a loss at the client's
+own deadline, that deadline."""
+
+
+class Membership(Hold):
+    """One member of a shard group; a context manager like Hold. join()
+    (or entering the with-block) joins once the member's key is in etcd;
+    leave() (or leaving the block) leaves: every shard it owns is lost
+    with cause RELEASED and its keys are deleted, and the others take them.
+
+    Each shard's events come in order from next_event() (a ShardEvent, or
+    None after timeout) and to on_event(event, fields) from the client's
+    threads: "owned", "moved", "lost", "ended", and "joined", "heartbeat"
+    (with its deadline) and "drained". owned() is what it owns now, with
+    each shard's token; check(shard) raises ShardLost once it may not own
+    it. On "moved", stop the shard's work and call drained(shard): the
+    shard is released then, not at its drain deadline.
+
+    Heartbeats are Hold's: each reply's validity, added to the heartbeat's
+    send time on time.monotonic(), is the membership's deadline here. At
+    that deadline every shard is lost (CLIENT_DEADLINE) and the membership
+    ends on this side, whether or not the server answers. lost (a
+    threading.Event) is set on an end other than leave(), cause says why.
+
+    count: the group's number of shards (the same for every member).
+    ttl: whole seconds, as Hold's. drain_timeout: seconds a moved shard
+    waits for drained() (default the server's, 10 s). identity and
+    namespace as Hold's.
+    """
+
+    _call, _first, _lost, _released, _release_call = "Shards", "joined", "ended", None, "Release"
+
+    def __init__(self, client, group, count, member, ttl=None, drain_timeout=None, identity="", namespace="", on_event=None):
+        self._init(client, on_event)
+        self.group, self.member = group, member
+        self._req = {"group": group, "count": int(count), "member": member, "identity": identity, "namespace": namespace}
+        if ttl is not None:
+            self._req["ttl"] = _duration(ttl)
+        if drain_timeout is not None:
+            self._req["drainTimeout"] = _duration(drain_timeout)
+        self._shards = {}  # shard: its ShardEvent "owned", or "moved" while it drains
+        self.events = queue.Queue()
+
+    # -- the handle
+
+    def owned(self):
+        """{shard: token} of the shards this member owns now: not those
+        moving away, lost, or past the membership's deadline."""
+        with self._mu:
+            self._expire()
+            return {s: e.token for s, e in self._shards.items() if e.kind == "owned"}
+
+    def moving(self):
+        """{shard: ShardEvent} of the shards moving away, not drained yet."""
+        with self._mu:
+            self._expire()
+            return {s: e for s, e in self._shards.items() if e.kind == "moved"}
+
+    def check(self, shard=None):
+        """Returns shard's token while this member owns it; raises
+        ShardLost once it may not. With no shard, checks the membership
+        alone (raises ShardLost too once it ended)."""
+        with self._mu:
+            self._expire()
+            if self.cause is not None:
+                raise ShardLost(self.cause, shard)
+            if shard is None:
+                return None
+            e = self._shards.get(shard)
+            if e is None:
+                raise ShardLost("NOT_OWNED", shard)
+            if e.kind == "moved":
+                raise ShardLost("MOVED", shard)
+            return e.token
+
+    def next_event(self, timeout=None):
+        """The next ShardEvent, waiting up to timeout seconds (None: as
+        long as it takes); None when none came. "ended" is the last."""
+        try:
+            return self.events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def wait(self, predicate, timeout):
+        """Waits until predicate(owned()) is true or the membership ended;
+        returns the predicate's last value."""
+        end = time.monotonic() + timeout
+        with self._mu:
+            while True:
+                self._expire()
+                ok = predicate({s: e.token for s, e in self._shards.items() if e.kind == "owned"})
+                left = end - time.monotonic()
+                if ok or self.cause is not None or left <= 0:
+                    return ok
+                self._mu.wait(min(left, 0.5))
+
+    def drained(self, shard):
+        """Acknowledges that this member stopped working on moved shard:
+        the server releases it and returns once its key is gone. Error
+        "failed_precondition" when the shard is not moving away from this
+        member (never moved, or released at its drain deadline)."""
+        self._client.call("Drained", {"holdId": self.hold_id, "shard": int(shard)})
+        with self._mu:
+            e = self._shards.get(shard)
+            if e is not None and e.kind == "moved":
+                del self._shards[shard]
+            self._emit("drained", shard=shard, token=e.token if e else None)
+
+    @property
+    def data_prefix(self):
+        """The namespace's data prefix, from a shard's key (None before the first owned)."""
+        with self._mu:
+            for e in self._shards.values():
+                return _data_prefix(e.key)
+        return None
+
+    def fenced_write(self, shard, resource, puts=None, deletes=()):
+        """Client.fenced_write under shard's ownership and token."""
+        return self._client.fenced_write(resource, self, puts, deletes, shard=shard)
+
+    # -- join and leave
+
+    def acquire(self):
+        sent = time.monotonic()
+        try:
+            self._stream = _connect.Stream(self._client.url, self._call, self._req, self._client.timeout)
+            first = self._stream.receive()
+        except Error:
+            if self._stream is not None:
+                self._stream.close()
+            raise
+        joined = (first or {}).get("joined")
+        if joined is None:
+            self._stream.close()
+            raise Error("internal", "the first message is not joined: %r" % (first,))
+        self.hold_id = joined["holdId"]
+        self._interval = _seconds(joined.get("heartbeatInterval")) or 1.0
+        with self._mu:
+            # From the Shards request's send time: before its arrival.
+            self._deadline = sent + _seconds(joined.get("validity"))
+            self._emit("joined", deadline=self._deadline)
+        for fn in (self._read, self._beat, self._watch):
+            th = threading.Thread(target=fn, daemon=True, name="baton-shards-" + fn.__name__.strip("_"))
+            th.start()
+            self._threads.append(th)
+        return self
+
+    join = acquire
+
+    def release(self):
+        """Leaves the group (Release): lost (RELEASED) for every shard it
+        owns, its keys deleted; returns once the stream ended, or after
+        the client's timeout. Ends the threads."""
+        if self.hold_id is None:
+            return
+        with self._mu:
+            self._closing = True
+            ended = self.cause is not None
+            self._mu.notify_all()
+        if not ended:
+            try:
+                self._client.call(self._release_call, {"holdId": self.hold_id})
+            except (Error, OSError):
+                pass  # ended meanwhile, or unreachable: closing the stream leaves
+            self._threads[0].join(self._client.timeout)  # the stream's last messages
+        self._close()
+
+    leave = release
+
+    def _close(self):
+        self._stream.close()
+        for th in self._threads:
+            if th is not threading.current_thread():
+                th.join(self._client.timeout + self._interval)
+        with self._mu:
+            self._lose("RELEASED", "left")
+
+    # -- the threads
+
+    def _expire(self):
+        """Ends the membership if its deadline passed; with self._mu held."""
+        if self.cause is None and self._deadline is not None and time.monotonic() >= self._deadline:
+            self._lose(CLIENT_DEADLINE, "the validity ran out on this clock", self._deadline)
+
+    def _event(self, kind, shard, token=None, key="", cause=None, drain_deadline=None, message="", t=None):
+        """Queues and emits one event; with self._mu held."""
+        ev = ShardEvent(kind, shard, token, key, cause, drain_deadline, message, t if t is not None else time.monotonic())
+        self.events.put(ev)
+        if self._on_event is not None:
+            self._on_event(kind, {k: v for k, v in ev._asdict().items() if k != "kind" and v not in (None, "")})
+        return ev
+
+    def _lose(self, cause, message="", at=None):
+        """Ends the membership here, once: lost for every shard it owns or
+        drains, then ended; with self._mu held."""
+        if self.cause is not None:
+            return
+        t = at if at is not None else time.monotonic()
+        self.cause = cause
+        for s in sorted(self._shards):
+            e = self._shards[s]
+            self._event("lost", s, e.token, e.key, cause, message=message, t=t)
+        self._shards.clear()
+        if not (self._closing and cause == "RELEASED"):
+            self.lost.set()
+        self._mu.notify_all()
+        self._event("ended", None, cause=cause, message=message, t=t)
+
+    def _read(self):
+        """Reads the stream: owned, moved, lost per shard; ended; its end."""
+        while True:
+            try:
+                m = self._stream.receive()
+            except (Error, OSError, ValueError) as e:
+                with self._mu:
+                    if not self._closing:
+                        self._lose("STREAM_ENDED", str(e))
+                return
+            with self._mu:
+                if m is None:
+                    if not self._closing:
+                        self._lose("STREAM_ENDED", "the server ended the stream")
+                    return
+                if self.cause is not None:
+                    return  # ended here already: nothing more of shards
+                if "ended" in m:
+                    self._lose(_cause(m["ended"]), m["ended"].get("message", ""))
+                    return
+                if "owned" in m:
+                    f = m["owned"]
+                    s = int(f.get("shard", 0))
+                    self._shards[s] = self._event("owned", s, int(f.get("token", 0)), f.get("key", ""))
+                elif "moved" in m:
+                    f = m["moved"]
+                    s = int(f.get("shard", 0))
+                    prev = self._shards.get(s)
+                    ev = self._event("moved", s, int(f.get("token", 0)), prev.key if prev else "", _cause(f),
+                                     drain_deadline=f.get("drainDeadline"))
+                    if prev is not None and prev.token == ev.token:
+                        self._shards[s] = ev
+                elif "lost" in m:
+                    f = m["lost"]
+                    s, token = int(f.get("shard", 0)), int(f.get("token", 0))
+                    prev = self._shards.get(s)
+                    if prev is not None and prev.token == token:
+                        del self._shards[s]
+                    self._event("lost", s, token, prev.key if prev else "", _cause(f))
+                self._mu.notify_all()
+
+
 _default = None
 
 
@@ -372,3 +731,11 @@ def lead(name, **kw):
     if _default is None:
         _default = Client()
     return _default.lead(name, **kw)
+
+
+def shards(group, count, member, **kw):
+    """A Membership on the default Client ($BATON_SERVE_URL): `with baton.shards("g", 16, "me") as m:`."""
+    global _default
+    if _default is None:
+        _default = Client()
+    return _default.shards(group, count, member, **kw)

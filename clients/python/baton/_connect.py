@@ -7,6 +7,7 @@ big-endian length and the JSON; the last has flag 0x02 and carries
 {"error": ..., "metadata": ...}.
 """
 
+import base64
 import http.client
 import json
 import socket
@@ -24,10 +25,58 @@ MAX_MESSAGE = 4 << 20
 class Error(Exception):
     """A call's failure, with Connect's code ("invalid_argument", ...)."""
 
-    def __init__(self, code, message):
+    def __init__(self, code, message, details=None):
         super().__init__("%s: %s" % (code, message))
         self.code = code
         self.message = message
+        # The error's details as sent: [{"type", "value" (base64 of the
+        # protobuf message), "debug"?}, ...].
+        self.details = details or []
+
+
+def detail(err, type_name):
+    """The protobuf bytes of err's first detail of type_name, or None."""
+    for d in err.details:
+        if isinstance(d, dict) and d.get("type") == type_name:
+            v = d.get("value", "")
+            return base64.b64decode(v + "=" * (-len(v) % 4))
+    return None
+
+
+def varint_field(data, number):
+    """The value of a varint field of a protobuf message, or 0 when absent."""
+    i, value = 0, 0
+    while i < len(data):
+        key, i = _varint(data, i)
+        wire = key & 7
+        if wire == 0:
+            v, i = _varint(data, i)
+            if key >> 3 == number:
+                value = v
+        elif wire == 2:
+            n, i = _varint(data, i)
+            i += n
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        else:
+            raise ValueError("wire type %d" % wire)
+    if value >= 1 << 63:
+        value -= 1 << 64
+    return value
+
+
+def _varint(data, i):
+    shift, v = 0, 0
+    for _ in range(10):
+        b = data[i]
+        i += 1
+        v |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return v, i
+        shift += 7
+    raise ValueError("a varint of more than 10 bytes")
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -69,7 +118,7 @@ def unary(base, method, msg, timeout):
         if resp.status != 200:
             try:
                 e = json.loads(data)
-                raise Error(e.get("code", "unknown"), e.get("message", ""))
+                raise Error(e.get("code", "unknown"), e.get("message", ""), e.get("details"))
             except (ValueError, AttributeError):
                 raise Error("unknown", "HTTP %d: %r" % (resp.status, data[:200]))
         return json.loads(data or b"{}")
@@ -96,7 +145,7 @@ class Stream:
             self.close()
             try:
                 e = json.loads(data)
-                raise Error(e.get("code", "unknown"), e.get("message", ""))
+                raise Error(e.get("code", "unknown"), e.get("message", ""), e.get("details"))
             except (ValueError, AttributeError):
                 raise Error("unknown", "HTTP %d: %r" % (self._resp.status, data[:200]))
 
@@ -127,7 +176,7 @@ class Stream:
         if flags & _END_STREAM:
             err = payload.get("error")
             if err:
-                raise Error(err.get("code", "unknown"), err.get("message", ""))
+                raise Error(err.get("code", "unknown"), err.get("message", ""), err.get("details"))
             return None
         return payload
 

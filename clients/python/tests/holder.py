@@ -2,8 +2,8 @@
 it holds, checks the lock every 20 ms, recording each check that passed
 (JSON lines in OUT, with time.monotonic(), which every process of the
 machine shares). It records the client's events too: held, heartbeat (with
-its deadline), lost. It releases after SECONDS, or exits 3 once a check
-says the lock is lost.
+its deadline), lost, released. It releases after SECONDS (recording
+releasing first), or exits 3 once a check says the lock is lost.
 
     holder.py URL NAME TTL OUT SECONDS
 """
@@ -39,6 +39,7 @@ def main():
                 return 3
             record("check_ok", t=t, token=l.token)
             time.sleep(0.02)
+        record("releasing")
     record("done")
     return 0
 

@@ -1,9 +1,12 @@
 """A real `baton serve --dev` child process for the tests, and helpers to
 read the holder processes' records."""
 
+import base64
+import collections
 import json
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -11,6 +14,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -113,6 +117,13 @@ class Server:
             time.sleep(0.02)
         raise AssertionError("never %d waiting" % n)
 
+    def etcd_get(self, key):
+        """The value of key in the server's etcd (its JSON gateway), None when absent."""
+        body = json.dumps({"key": base64.b64encode(key.encode()).decode()}).encode()
+        with urllib.request.urlopen(urllib.request.Request(self.etcd + "/v3/kv/range", data=body), timeout=5) as r:
+            kvs = json.loads(r.read()).get("kvs", [])
+        return base64.b64decode(kvs[0].get("value", "")) if kvs else None
+
     def baton(self, *args):
         """Runs a baton command against the server's etcd."""
         return subprocess.run([baton_bin(), "--endpoints", self.etcd, *args], capture_output=True, text=True, timeout=30)
@@ -128,6 +139,135 @@ class Server:
                 self.proc.wait()
         self._drain.join(5) if hasattr(self, "_drain") else None
         self.proc.stdout.close()
+
+
+class Proxy:
+    """A TCP proxy on 127.0.0.1 in front of upstream (an http:// URL): url
+    is its own. Each connection accepted is forwarded to a new connection
+    to upstream by two threads, one per direction; delay holds back what
+    upstream sends by that many seconds (a slow path back, order kept).
+
+    cut() stops forwarding both ways at once and forever, without closing
+    a connection: what is in flight is dropped, what comes next is not
+    read, and a connection accepted later is kept open and never
+    answered. A client behind it sees silence, not a reset. stop()
+    closes everything. Every thread ends at stop(), or after lifetime
+    seconds."""
+
+    def __init__(self, upstream, delay=0.0, lifetime=300):
+        u = urllib.parse.urlsplit(upstream)
+        self._upstream = (u.hostname, u.port)
+        self.delay = delay
+        self._end = time.monotonic() + lifetime
+        self._cut = threading.Event()
+        self._stopped = threading.Event()
+        self._mu = threading.Lock()
+        self._socks = set()
+        self._threads = []
+        self.accepted = 0
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self._listener.settimeout(0.05)
+        self.url = "http://127.0.0.1:%d" % self._listener.getsockname()[1]
+        self._start(self._accept)
+
+    def _start(self, fn, *args):
+        th = threading.Thread(target=fn, args=args, daemon=True, name="proxy-" + fn.__name__.strip("_"))
+        with self._mu:
+            self._threads = [t for t in self._threads if t.is_alive()] + [th]
+        th.start()
+
+    def _live(self):
+        return not self._stopped.is_set() and time.monotonic() < self._end
+
+    def _accept(self):
+        while self._live():
+            try:
+                c, _ = self._listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            with self._mu:
+                self.accepted += 1
+                self._socks.add(c)
+            if self._cut.is_set():
+                continue  # kept open, never answered
+            try:
+                u = socket.create_connection(self._upstream, timeout=5)
+            except OSError:
+                self._close(c)
+                continue
+            with self._mu:
+                self._socks.add(u)
+            pair = {"done": 0}
+            self._start(self._pump, c, u, 0.0, pair)
+            self._start(self._pump, u, c, self.delay, pair)
+
+    def _pump(self, src, dst, delay, pair):
+        """Forwards src to dst, each chunk delay seconds after it was read,
+        until src's end (then dst's write side is shut), the cut or stop."""
+        pending = collections.deque()  # (due, data)
+        eof = False
+        while self._live():
+            if self._cut.is_set():
+                return  # silence both ways; the sockets stay open until stop()
+            now = time.monotonic()
+            try:
+                while pending and pending[0][0] <= now:
+                    dst.sendall(pending.popleft()[1])
+                if eof and not pending:
+                    dst.shutdown(socket.SHUT_WR)
+                    break
+            except OSError:
+                break
+            wait = min(0.05, pending[0][0] - now) if pending else 0.05
+            if eof:
+                self._stopped.wait(max(wait, 0))
+                continue
+            try:
+                r, _, _ = select.select([src], [], [], max(wait, 0))
+                if r:
+                    data = src.recv(65536)
+                    if data:
+                        pending.append((time.monotonic() + delay, data))
+                    else:
+                        eof = True
+            except (OSError, ValueError):
+                break
+        if self._cut.is_set():
+            return
+        with self._mu:
+            pair["done"] += 1
+            last = pair["done"] == 2
+        if last or not self._live():
+            self._close(src)
+            self._close(dst)
+
+    def _close(self, s):
+        with self._mu:
+            self._socks.discard(s)
+        try:
+            s.close()
+        except OSError:
+            pass
+
+    def cut(self):
+        """Stops forwarding, both ways, without closing a connection."""
+        self._cut.set()
+
+    def stop(self):
+        self._stopped.set()
+        self._listener.close()
+        with self._mu:
+            threads = list(self._threads)
+        for th in threads:
+            th.join(5)
+        with self._mu:
+            socks = list(self._socks)
+        for s in socks:
+            self._close(s)
 
 
 class Holder:
