@@ -83,7 +83,10 @@ func judge(rep *Report, m *Measure) {
 		if f := find(rep, m.Workload, "round trip p50 ms ("+proto+")"); f != nil && f.Baton.Median > 0 {
 			added := (b.Median - r.Median) / f.Baton.Median
 			ok = added <= 1
-			target += fmt.Sprintf(" (a round trip, a unary call answered without etcd: %.3g ms): the service adds %.2f round trips", f.Baton.Median, added)
+			target += fmt.Sprintf(" (a round trip, a unary call answered without etcd: %.3g ms): the service adds %.2f round trips, of which its two calls (Hold, Release) are 2", f.Baton.Median, added)
+			if c := find(rep, m.Workload, "closing cycle p50 ms ("+proto+")"); c != nil {
+				target += fmt.Sprintf("; released by closing the stream (one call): %.2f", (c.Baton.Median-r.Median)/f.Baton.Median)
+			}
 		}
 	case "serve-handoff/handoff p99 ms (gRPC)", "serve-handoff/handoff p99 ms (HTTP/JSON)":
 		target = "service ≤ 2 × library; raw column: two library contenders, each on a client and session of its own"

@@ -10,8 +10,9 @@
 // own (lead.go): leading first, end_requested while it leads, ended with
 // its cause (before the key is deleted) or resigned last. A Shards stream
 // is a member of a shard group (package shard's Run, on a lease of its
-// own, shards.go): joined first, then owned, moved (released at Drained or
-// the drain deadline) and lost per shard, and ended last. Fence is
+// own, shards.go): joined first, then owned, moved (released at Drained,
+// or lost at the drain deadline and released once the caller's validity
+// ran out) and lost per shard, and ended last. Fence is
 // fencing.EtcdGuard: a token's admission, or a write under a hold in the
 // namespace's data prefix (fence.go).
 //

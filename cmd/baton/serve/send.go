@@ -11,7 +11,7 @@ import (
 // loop, a client that never reads) makes the stream's next message wait on
 // HTTP/2 flow control or a full socket: an unbounded Send would keep the
 // hold's loop from its deadlines, and the hold from its end. Every message
-// of a held stream (Hold, Lead, Shards) is sent by its sender, under a
+// of a stream (Hold, Lead, Shards, Observe) is sent by its sender, under a
 // write deadline, sendTimeout; past it
 // net/http resets the stream (HTTP/2) or closes the connection (HTTP/1.1)
 // and the Send fails.
