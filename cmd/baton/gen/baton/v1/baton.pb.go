@@ -1765,7 +1765,8 @@ type ShardsRequest struct {
 	// This member's name.
 	Member string               `protobuf:"bytes,4,opt,name=member,proto3" json:"member,omitempty"`
 	Ttl    *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
-	// How long a moved shard waits for Drained before it is released.
+	// How long a moved shard waits for Drained before the caller is sent
+	// `lost` for it (it is released once the caller's validity then ran out).
 	DrainTimeout *durationpb.Duration `protobuf:"bytes,6,opt,name=drain_timeout,json=drainTimeout,proto3" json:"drain_timeout,omitempty"`
 	// The member's identity, written in its key next to the count and
 	// checked against the policy (default: the member's name). With mTLS it
@@ -2118,7 +2119,8 @@ type ShardEnded struct {
 	Shard uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
 	Token int64                  `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
 	Cause Cause                  `protobuf:"varint,3,opt,name=cause,proto3,enum=baton.v1.Cause" json:"cause,omitempty"`
-	// When it will be released without an acknowledgement.
+	// When, without an acknowledgement, the caller is told it lost the
+	// shard.
 	DrainDeadline *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=drain_deadline,json=drainDeadline,proto3" json:"drain_deadline,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

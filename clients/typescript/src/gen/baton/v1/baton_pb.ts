@@ -813,7 +813,8 @@ export type ShardsRequest = Message<"baton.v1.ShardsRequest"> & {
   ttl?: Duration | undefined;
 
   /**
-   * How long a moved shard waits for Drained before it is released.
+   * How long a moved shard waits for Drained before the caller is sent
+   * `lost` for it (it is released once the caller's validity then ran out).
    *
    * @generated from field: google.protobuf.Duration drain_timeout = 6;
    */
@@ -975,7 +976,8 @@ export type ShardEnded = Message<"baton.v1.ShardEnded"> & {
   cause: Cause;
 
   /**
-   * When it will be released without an acknowledgement.
+   * When, without an acknowledgement, the caller is told it lost the
+   * shard.
    *
    * @generated from field: google.protobuf.Timestamp drain_deadline = 4;
    */
@@ -1733,7 +1735,9 @@ export const BatonService: GenService<{
    * Shards joins a shard group and streams what this member owns:
    * `joined` first, then `owned`, `moved` and `lost` per shard, each with
    * its token. A moved shard is released once the caller acknowledges its
-   * drain with Drained, or at the drain timeout. FAILED_PRECONDITION for
+   * drain with Drained; at the drain timeout without it, the caller is
+   * sent `lost` (MOVED) for the shard, which is released once the
+   * validity the caller was given by then has run out. FAILED_PRECONDITION for
    * a `count` other than the group's; ALREADY_EXISTS for a `member` name
    * a live member has; UNAVAILABLE when the server's shutdown ends the
    * join, or etcd fails.
@@ -1751,7 +1755,7 @@ export const BatonService: GenService<{
    * NOT_FOUND and PERMISSION_DENIED as Heartbeat; INVALID_ARGUMENT for a
    * shard beyond the group's count; FAILED_PRECONDITION for a hold_id
    * that is not a membership's, or a shard not moving away from this
-   * member (never moved, or released at its drain deadline); UNAVAILABLE
+   * member (never moved, or lost at its drain deadline); UNAVAILABLE
    * when etcd fails.
    *
    * @generated from rpc baton.v1.BatonService.Drained

@@ -136,7 +136,9 @@ type BatonServiceClient interface {
 	// Shards joins a shard group and streams what this member owns:
 	// `joined` first, then `owned`, `moved` and `lost` per shard, each with
 	// its token. A moved shard is released once the caller acknowledges its
-	// drain with Drained, or at the drain timeout. FAILED_PRECONDITION for
+	// drain with Drained; at the drain timeout without it, the caller is
+	// sent `lost` (MOVED) for the shard, which is released once the
+	// validity the caller was given by then has run out. FAILED_PRECONDITION for
 	// a `count` other than the group's; ALREADY_EXISTS for a `member` name
 	// a live member has; UNAVAILABLE when the server's shutdown ends the
 	// join, or etcd fails.
@@ -146,7 +148,7 @@ type BatonServiceClient interface {
 	// NOT_FOUND and PERMISSION_DENIED as Heartbeat; INVALID_ARGUMENT for a
 	// shard beyond the group's count; FAILED_PRECONDITION for a hold_id
 	// that is not a membership's, or a shard not moving away from this
-	// member (never moved, or released at its drain deadline); UNAVAILABLE
+	// member (never moved, or lost at its drain deadline); UNAVAILABLE
 	// when etcd fails.
 	Drained(context.Context, *connect.Request[v1.DrainedRequest]) (*connect.Response[v1.DrainedResponse], error)
 	// Inspect says who holds what: the locks of a namespace (as `baton
@@ -368,7 +370,9 @@ type BatonServiceHandler interface {
 	// Shards joins a shard group and streams what this member owns:
 	// `joined` first, then `owned`, `moved` and `lost` per shard, each with
 	// its token. A moved shard is released once the caller acknowledges its
-	// drain with Drained, or at the drain timeout. FAILED_PRECONDITION for
+	// drain with Drained; at the drain timeout without it, the caller is
+	// sent `lost` (MOVED) for the shard, which is released once the
+	// validity the caller was given by then has run out. FAILED_PRECONDITION for
 	// a `count` other than the group's; ALREADY_EXISTS for a `member` name
 	// a live member has; UNAVAILABLE when the server's shutdown ends the
 	// join, or etcd fails.
@@ -378,7 +382,7 @@ type BatonServiceHandler interface {
 	// NOT_FOUND and PERMISSION_DENIED as Heartbeat; INVALID_ARGUMENT for a
 	// shard beyond the group's count; FAILED_PRECONDITION for a hold_id
 	// that is not a membership's, or a shard not moving away from this
-	// member (never moved, or released at its drain deadline); UNAVAILABLE
+	// member (never moved, or lost at its drain deadline); UNAVAILABLE
 	// when etcd fails.
 	Drained(context.Context, *connect.Request[v1.DrainedRequest]) (*connect.Response[v1.DrainedResponse], error)
 	// Inspect says who holds what: the locks of a namespace (as `baton
