@@ -18,6 +18,7 @@ import (
 
 	"github.com/batonhq/baton/internal/errs"
 	"github.com/batonhq/baton/internal/lease"
+	"github.com/batonhq/baton/internal/memo"
 	"github.com/batonhq/baton/internal/planted"
 	"github.com/batonhq/baton/internal/queue"
 	"github.com/batonhq/baton/internal/retry"
@@ -81,27 +82,7 @@ type Session struct {
 	reserved  map[string]*reservation
 	stream    *watch.Stream[*Hold] // every key held or waited for
 	listeners map[*func()]struct{} // told of every failed renewal
-	cached    map[any]any          // Cached's
-}
-
-// Cached returns the value built for key on this session, building it on
-// first use (and again after an error): what every primitive opened on
-// the session would otherwise build alike. key must be comparable.
-func (s *Session) Cached(key any, build func() (any, error)) (any, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if v, ok := s.cached[key]; ok {
-		return v, nil
-	}
-	v, err := build()
-	if err != nil {
-		return nil, err
-	}
-	if s.cached == nil {
-		s.cached = make(map[any]any)
-	}
-	s.cached[key] = v
-	return v, nil
+	memo.Memo                      // what every primitive on it builds alike
 }
 
 type grantCall struct {
