@@ -359,10 +359,13 @@ class Hold:
 
     def _beat(self):
         """Sends a heartbeat every interval; each reply moves the deadline to
-        its send time plus its validity."""
+        its send time plus its validity. The first goes at once: it re-bases
+        the deadline on a request sent after held."""
+        wait = 0.0
         while True:
             with self._mu:
-                self._mu.wait_for(lambda: self._closing or self.cause is not None, timeout=self._interval)
+                self._mu.wait_for(lambda: self._closing or self.cause is not None, timeout=wait)
+                wait = self._interval
                 if self._closing or self.cause is not None:
                     return
             sent = time.monotonic()
