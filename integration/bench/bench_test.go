@@ -294,9 +294,11 @@ func TestRunSmall(t *testing.T) {
 		seen[m.Workload] = true
 		// The held workload measures baton once more per way its session
 		// can be made; raw has one way. The service's round trip and
-		// resident set have no library figure.
+		// resident set, its closing cycle and its floors have no library
+		// figure.
 		batonOnly := m.Workload == "held" && strings.Contains(m.Metric, "(") ||
 			m.Workload == "serve-cycle" && strings.HasPrefix(m.Metric, "round trip") ||
+			strings.HasPrefix(m.Workload, "serve-") && (strings.HasPrefix(m.Metric, "floor ") || strings.HasPrefix(m.Metric, "closing ")) ||
 			m.Workload == "serve-held" && (m.Metric == "RSS bytes/hold" || m.Metric == "stack bytes/hold")
 		if len(m.Baton.Runs) != 1 || (len(m.Raw.Runs) != 1) != batonOnly {
 			t.Errorf("%s %s: runs baton %v raw %v, want one each (baton's alone for a way of making baton's session)", m.Workload, m.Metric, m.Baton.Runs, m.Raw.Runs)

@@ -22,7 +22,6 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
 	"github.com/batonhq/baton/cmd/baton/gen/baton/v1/batonv1connect"
@@ -225,6 +224,39 @@ func serveCycle(ctx context.Context, env *env, impl harness.Impl, name string) (
 			Value{Metric: "round trip p50 ms (" + p + ")", V: harness.Percentile(f, 50)},
 		)
 	}
+	floor, err := floorCycles(ctx, env, name)
+	return append(out, floor...), err
+}
+
+// floorCycles runs serveCycle's cycle against floorHold (in a child
+// process as the service's server): the protocol's floor of a Hold and its
+// Release, with a lock in memory.
+func floorCycles(ctx context.Context, env *env, name string) ([]Value, error) {
+	srv, err := startServer(ctx, env, true)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.stop()
+	var out []Value
+	for _, p := range serveProtocols {
+		c, closeIdle := serveClient(srv.url, p)
+		lat, _, err := loopFor(ctx, env.cfg.Duration/2, func() error {
+			h, err := holdRemote(ctx, c, name)
+			if err != nil {
+				return err
+			}
+			if err := h.release(ctx, c); err != nil {
+				h.drop()
+				return err
+			}
+			return h.finish()
+		})
+		closeIdle()
+		if err != nil {
+			return nil, fmt.Errorf("floor %s: %w", p, err)
+		}
+		out = append(out, Value{Metric: "floor cycle p50 ms (" + p + ")", V: harness.Percentile(harness.MsAll(lat), 50)})
+	}
 	return out, nil
 }
 
@@ -275,7 +307,26 @@ func serveHandoff(ctx context.Context, env *env, impl harness.Impl, name string)
 		}
 		return perProtocol(vs, "acquisitions/s", "handoff p50 ms", "handoff p99 ms", "handoffs"), nil
 	}
-	srv, err := startServe(ctx, env)
+	out, err := remoteHandoffs(ctx, env, name, false)
+	if err != nil {
+		return nil, err
+	}
+	floor, err := remoteHandoffs(ctx, env, name, true)
+	if err != nil {
+		return nil, fmt.Errorf("floor: %w", err)
+	}
+	for _, v := range floor {
+		if strings.HasPrefix(v.Metric, "handoff p") {
+			out = append(out, Value{Metric: "floor " + v.Metric, V: v.V})
+		}
+	}
+	return out, nil
+}
+
+// remoteHandoffs measures serveHandoff's handoffs on the service, or with
+// floor on floorHold.
+func remoteHandoffs(ctx context.Context, env *env, name string, floor bool) ([]Value, error) {
+	srv, err := startServer(ctx, env, floor)
 	if err != nil {
 		return nil, err
 	}
@@ -580,26 +631,6 @@ func serveOn(ln net.Listener, h http.Handler, requests func() int64) (stop func(
 	}
 }
 
-// floorHold is the floor of a Hold stream: the same generated handler on
-// the same HTTP/2 server, sending a held message of the service's size
-// and then waiting for the stream's end, with no etcd, lock or hold
-// state. What a held stream costs beyond it is the service's own.
-type floorHold struct {
-	batonv1connect.UnimplementedBatonServiceHandler
-}
-
-func (floorHold) Hold(ctx context.Context, _ *connect.Request[batonv1.HoldRequest], st *connect.ServerStream[batonv1.HoldResponse]) error {
-	err := st.Send(&batonv1.HoldResponse{Event: &batonv1.HoldResponse_Held{Held: &batonv1.Held{
-		HoldId: strings.Repeat("f", 32), Token: 1 << 20, Keys: []string{harness.Namespace + "/v1/lock/floor/694d8a1f2b3c4d5e"}, Lease: 1 << 62,
-		Ttl: durationpb.New(serveTTL), Validity: durationpb.New(serveTTL), Deadline: timestamppb.Now(), HeartbeatInterval: durationpb.New(serveTTL / 5),
-	}}})
-	if err != nil {
-		return err
-	}
-	<-ctx.Done()
-	return nil
-}
-
 // serveFloor serves floorHold on 127.0.0.1.
 func serveFloor() (*servedHere, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -607,7 +638,7 @@ func serveFloor() (*servedHere, error) {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle(batonv1connect.NewBatonServiceHandler(floorHold{}, connect.WithReadMaxBytes(serve.MaxRequestBytes)))
+	mux.Handle(batonv1connect.NewBatonServiceHandler(newFloorHold(), connect.WithReadMaxBytes(serve.MaxRequestBytes)))
 	stop := serveOn(ln, mux, func() int64 { return 0 })
 	return &servedHere{url: "http://" + ln.Addr().String(), stop: func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)

@@ -87,10 +87,16 @@ func judge(rep *Report, m *Measure) {
 			if c := find(rep, m.Workload, "closing cycle p50 ms ("+proto+")"); c != nil {
 				target += fmt.Sprintf("; released by closing the stream (one call): %.2f", (c.Baton.Median-r.Median)/f.Baton.Median)
 			}
+			if fl := find(rep, m.Workload, "floor cycle p50 ms ("+proto+")"); fl != nil {
+				target += fmt.Sprintf("; the protocol's floor (the same two calls on a lock in memory, floorHold): %.3g ms, %.2f round trips, so the service's own work is %.2f", fl.Baton.Median, fl.Baton.Median/f.Baton.Median, (b.Median-r.Median-fl.Baton.Median)/f.Baton.Median)
+			}
 		}
 	case "serve-handoff/handoff p99 ms (gRPC)", "serve-handoff/handoff p99 ms (HTTP/JSON)":
 		target = "service ≤ 2 × library; raw column: two library contenders, each on a client and session of its own"
 		ok = b.Median <= 2*r.Median
+		if fl := find(rep, m.Workload, "floor "+m.Metric); fl != nil {
+			target += fmt.Sprintf(" (the protocol's floor, floorHold's lock in memory: %.3g ms)", fl.Baton.Median)
+		}
 	case "serve-held/heap bytes/hold":
 		heap := "the server's child process's live heap after GC"
 		if len(cfg.ServeCommand) == 0 {
