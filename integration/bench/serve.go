@@ -160,17 +160,7 @@ func serveCycle(ctx context.Context, env *env, impl harness.Impl, name string) (
 	var out []Value
 	for _, p := range serveProtocols {
 		c, closeIdle := serveClient(srv.url, p)
-		cycle := func() error {
-			h, err := holdRemote(ctx, c, name)
-			if err != nil {
-				return err
-			}
-			if err := h.release(ctx, c); err != nil {
-				h.drop()
-				return err
-			}
-			return h.finish()
-		}
+		cycle := releaseCycle(ctx, c, name)
 		// The first cycle opens the connections and the server's session.
 		if err := cycle(); err != nil {
 			closeIdle()
@@ -228,6 +218,22 @@ func serveCycle(ctx context.Context, env *env, impl harness.Impl, name string) (
 	return append(out, floor...), err
 }
 
+// releaseCycle is one cycle of serveCycle: a Hold of name, its Release,
+// the stream read to its end.
+func releaseCycle(ctx context.Context, c batonv1connect.BatonServiceClient, name string) func() error {
+	return func() error {
+		h, err := holdRemote(ctx, c, name)
+		if err != nil {
+			return err
+		}
+		if err := h.release(ctx, c); err != nil {
+			h.drop()
+			return err
+		}
+		return h.finish()
+	}
+}
+
 // floorCycles runs serveCycle's cycle against floorHold (in a child
 // process as the service's server): the protocol's floor of a Hold and its
 // Release, with a lock in memory.
@@ -240,17 +246,7 @@ func floorCycles(ctx context.Context, env *env, name string) ([]Value, error) {
 	var out []Value
 	for _, p := range serveProtocols {
 		c, closeIdle := serveClient(srv.url, p)
-		lat, _, err := loopFor(ctx, env.cfg.Duration/2, func() error {
-			h, err := holdRemote(ctx, c, name)
-			if err != nil {
-				return err
-			}
-			if err := h.release(ctx, c); err != nil {
-				h.drop()
-				return err
-			}
-			return h.finish()
-		})
+		lat, _, err := loopFor(ctx, env.cfg.Duration/2, releaseCycle(ctx, c, name))
 		closeIdle()
 		if err != nil {
 			return nil, fmt.Errorf("floor %s: %w", p, err)

@@ -332,7 +332,7 @@ class Hold:
         self._emit("lost", cause=cause, message=message, t=at if at is not None else time.monotonic())
 
     def _read(self):
-        """Reads the stream: lost, release_requested, released, its end."""
+        """Reads the stream to its end, each message to _message."""
         while True:
             try:
                 m = self._stream.receive()
@@ -346,16 +346,21 @@ class Hold:
                     if not self._closing:
                         self._lose("STREAM_ENDED", "the server ended the stream")
                     return
-                if self._lost in m:
-                    self._lose(m[self._lost].get("cause", "CAUSE_UNSPECIFIED").replace("CAUSE_", ""), m[self._lost].get("message", ""))
-                elif "releaseRequested" in m:
-                    self.release_requested = m["releaseRequested"]
-                    self._emit("release_requested", **m["releaseRequested"])
-                elif "endRequested" in m:
-                    self.end_requested = m["endRequested"]
-                    self._emit("end_requested", **m["endRequested"])
-                elif self._released in m:
+                if self._message(m):
                     return
+
+    def _message(self, m):
+        """Takes one message (lost, release_requested, end_requested,
+        released), with _mu held; True for the last."""
+        if self._lost in m:
+            self._lose(m[self._lost].get("cause", "CAUSE_UNSPECIFIED").replace("CAUSE_", ""), m[self._lost].get("message", ""))
+        elif "releaseRequested" in m:
+            self.release_requested = m["releaseRequested"]
+            self._emit("release_requested", **m["releaseRequested"])
+        elif "endRequested" in m:
+            self.end_requested = m["endRequested"]
+            self._emit("end_requested", **m["endRequested"])
+        return self._released in m
 
     def _beat(self):
         """Sends a heartbeat every interval; each reply moves the deadline to
@@ -675,46 +680,35 @@ class Membership(Hold):
         self._mu.notify_all()
         self._event("ended", None, cause=cause, message=message, t=t)
 
-    def _read(self):
-        """Reads the stream: owned, moved, lost per shard; ended; its end."""
-        while True:
-            try:
-                m = self._stream.receive()
-            except (Error, OSError, ValueError) as e:
-                with self._mu:
-                    if not self._closing:
-                        self._lose("STREAM_ENDED", str(e))
-                return
-            with self._mu:
-                if m is None:
-                    if not self._closing:
-                        self._lose("STREAM_ENDED", "the server ended the stream")
-                    return
-                if self.cause is not None:
-                    return  # ended here already: nothing more of shards
-                if "ended" in m:
-                    self._lose(_cause(m["ended"]), m["ended"].get("message", ""))
-                    return
-                if "owned" in m:
-                    f = m["owned"]
-                    s = int(f.get("shard", 0))
-                    self._shards[s] = self._event("owned", s, int(f.get("token", 0)), f.get("key", ""))
-                elif "moved" in m:
-                    f = m["moved"]
-                    s = int(f.get("shard", 0))
-                    prev = self._shards.get(s)
-                    ev = self._event("moved", s, int(f.get("token", 0)), prev.key if prev else "", _cause(f),
-                                     drain_deadline=f.get("drainDeadline"))
-                    if prev is not None and prev.token == ev.token:
-                        self._shards[s] = ev
-                elif "lost" in m:
-                    f = m["lost"]
-                    s, token = int(f.get("shard", 0)), int(f.get("token", 0))
-                    prev = self._shards.get(s)
-                    if prev is not None and prev.token == token:
-                        del self._shards[s]
-                    self._event("lost", s, token, prev.key if prev else "", _cause(f))
-                self._mu.notify_all()
+    def _message(self, m):
+        """Takes one message (owned, moved, lost per shard; ended), with _mu
+        held; True for the last."""
+        if self.cause is not None:
+            return True  # ended here already: nothing more of shards
+        if "ended" in m:
+            self._lose(_cause(m["ended"]), m["ended"].get("message", ""))
+            return True
+        if "owned" in m:
+            f = m["owned"]
+            s = int(f.get("shard", 0))
+            self._shards[s] = self._event("owned", s, int(f.get("token", 0)), f.get("key", ""))
+        elif "moved" in m:
+            f = m["moved"]
+            s = int(f.get("shard", 0))
+            prev = self._shards.get(s)
+            ev = self._event("moved", s, int(f.get("token", 0)), prev.key if prev else "", _cause(f),
+                             drain_deadline=f.get("drainDeadline"))
+            if prev is not None and prev.token == ev.token:
+                self._shards[s] = ev
+        elif "lost" in m:
+            f = m["lost"]
+            s, token = int(f.get("shard", 0)), int(f.get("token", 0))
+            prev = self._shards.get(s)
+            if prev is not None and prev.token == token:
+                del self._shards[s]
+            self._event("lost", s, token, prev.key if prev else "", _cause(f))
+        self._mu.notify_all()
+        return False
 
 
 _default = None
