@@ -403,7 +403,9 @@ func (c Config) Metrics(sess *core.Session) (*metrics.Metrics, error) {
 	reg := c.Session.Registerer
 	var v any
 	var err error
-	if reg == nil || !reflect.TypeOf(reg).Comparable() {
+	// Only a pointer is sure to be a usable key: a struct may hold a
+	// value (a slice's) whose comparison panics.
+	if reg == nil || reflect.TypeOf(reg).Kind() != reflect.Pointer {
 		v, err = build()
 	} else {
 		v, err = sess.Cached(metricsOf{reg}, build)

@@ -12,11 +12,14 @@ type Hooks struct {
 	ReleaseWaiting func(id string)
 	BeforeFollow   func(id string)
 	RequestsSeen   func(ns string, rev int64)
+	LateSend       func()
+	DrainTimedOut  func(shard int)
 }
 
 // WithHooks sets cfg's pause points.
 func WithHooks(cfg *Config, h Hooks) {
-	cfg.hooks = &hooks{beforeUnlock: h.BeforeUnlock, releaseWaiting: h.ReleaseWaiting, beforeFollow: h.BeforeFollow, requestsSeen: h.RequestsSeen}
+	cfg.hooks = &hooks{beforeUnlock: h.BeforeUnlock, releaseWaiting: h.ReleaseWaiting, beforeFollow: h.BeforeFollow, requestsSeen: h.RequestsSeen,
+		lateSend: h.LateSend, drainTimedOut: h.DrainTimedOut}
 }
 
 // HTTPServer is the http.Server `baton serve` runs on one listener, with

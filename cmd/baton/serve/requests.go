@@ -32,7 +32,7 @@ type requestWatch struct {
 	// namespace held in turns keeps one watch.
 	linger time.Duration
 	// seen, when set (tests), is called once a namespace's watch applied
-	// the requests up to revision rev.
+	// the requests up to revision rev, and with -1 once it ended refused.
 	seen func(ns string, rev int64)
 
 	mu   sync.Mutex
@@ -160,7 +160,20 @@ func (w *requestWatch) run(ctx context.Context, ns string, n *nsRequests) {
 		})
 		if err != nil {
 			if retry.Permanent(err) {
+				// As the library's read of a hold's own requests: the holds
+				// that follow now get none; the next hold of the namespace
+				// starts a watch of its own, with its own first read.
 				w.log.Warn("release requests are not delivered: their keys cannot be read", zap.String("namespace", ns), zap.Error(err))
+				w.mu.Lock()
+				if w.byNS[ns] == n {
+					delete(w.byNS, ns)
+					if n.idle != nil {
+						n.idle.Stop()
+					}
+				}
+				w.mu.Unlock()
+				n.cancel()
+				w.applied(ns, -1)
 				return
 			}
 			continue

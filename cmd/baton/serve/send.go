@@ -50,11 +50,18 @@ type sender struct {
 	rc      *http.ResponseController // nil outside Handler (no deadline)
 	timeout time.Duration
 	onLate  func() // counts a send past its deadline
+	// beforeLate (tests) runs in a late send's timer before the deadline
+	// is set: the timer goroutine's scheduling delay.
+	beforeLate func()
 }
 
 func (s *Server) sender(ctx context.Context, ttl time.Duration) sender {
 	rc, _ := ctx.Value(writerKey{}).(*http.ResponseController)
-	return sender{rc: rc, timeout: sendTimeout(ttl), onLate: s.metrics.sendTimeouts.Inc}
+	snd := sender{rc: rc, timeout: sendTimeout(ttl), onLate: s.metrics.sendTimeouts.Inc}
+	if s.cfg.hooks != nil {
+		snd.beforeLate = s.cfg.hooks.lateSend
+	}
+	return snd
 }
 
 // send runs send (a Stream's Send) under the write deadline. It returns
@@ -72,13 +79,21 @@ func (s sender) send(send func() error) error {
 		}
 		return nil
 	}
+	fired := make(chan struct{})
 	late := time.AfterFunc(s.timeout, func() {
+		defer close(fired)
+		if s.beforeLate != nil {
+			s.beforeLate()
+		}
 		_ = s.rc.SetWriteDeadline(time.Now()) // ErrNotSupported: no deadline to keep
 	})
 	err := send()
 	if !late.Stop() {
 		// The deadline passed, during the send or just after it: the
-		// stream is reset, whether or not the message went out.
+		// stream is reset, whether or not the message went out. Its
+		// setting must be done before the handler may return: net/http
+		// forgets (and pools) a stream's writer then.
+		<-fired
 		s.onLate()
 		return errCallerUnreachable
 	}
@@ -99,12 +114,13 @@ func (h *hold) validity() time.Time {
 }
 
 // awaitValidity waits, for a hold whose caller is unreachable, until the
-// validity the caller was last given has run out (until, from validity:
-// the caller ends the hold there by its own clock, if it lives), or the
-// hold is lost anyway, or the caller's Release says it does not hold, or
-// the server shuts down. The hold is already ended: no heartbeat extends
-// it meanwhile.
+// validity the caller was last given (until, from validity: the caller
+// ends the hold there by its own clock, if it lives) and the drift margin
+// after it have run out, or the hold is lost anyway, or the caller's
+// Release says it does not hold, or the server shuts down. The hold is
+// already ended: no heartbeat extends it meanwhile.
 func (s *Server) awaitValidity(h *hold, until time.Time) {
+	until = until.Add(driftMargin(h.budget))
 	t := time.NewTimer(time.Until(until))
 	defer t.Stop()
 	select {

@@ -61,8 +61,13 @@ type hooks struct {
 	// release requests.
 	beforeFollow func(id string)
 	// requestsSeen: a namespace's watch of release requests applied those
-	// up to rev.
+	// up to rev; -1: it ended, refused.
 	requestsSeen func(ns string, rev int64)
+	// lateSend: a send's write deadline passed; its timer is about to set
+	// it.
+	lateSend func()
+	// drainTimedOut: a moved shard's drain deadline passed unacknowledged.
+	drainTimedOut func(shard int)
 }
 
 // Server serves the BatonService: every call of the API (the embedded

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -98,6 +97,7 @@ func (s *Server) Shards(ctx context.Context, req *connect.Request[batonv1.Shards
 	defer func() { _ = g.Close() }()
 
 	m := newMembership(stream, s.sender(ctx, sp.ttl), sp, s.recordShard)
+	m.hooks = s.cfg.hooks
 	defer m.stop(errStreamClosed)
 	runCtx, cancelRun := context.WithCancelCause(context.Background())
 	defer cancelRun(nil)
@@ -372,6 +372,7 @@ type membership struct {
 	drain  time.Duration // drainOf the caller's drain_timeout
 	budget time.Duration // how long a heartbeat keeps the membership
 	record func(ctx context.Context, ns, group string, sh *shard.Shard)
+	hooks  *hooks // the server's pause points (tests); nil
 	// validity is the hold's (hold.validity): set before joined is sent.
 	validity func() time.Time
 	ctx      context.Context // ends when the membership ends
@@ -586,15 +587,15 @@ const (
 // passed unacknowledged, and forgets it (no Drained, no write under it
 // from then on); until is the validity the caller has been given by then.
 func (m *membership) drainTimedOut(sh *shard.Shard) (until time.Time, out int) {
-	if f := drainTimedOutHook.Load(); f != nil {
-		(*f)(sh.ID())
+	if m.hooks != nil && m.hooks.drainTimedOut != nil {
+		m.hooks.drainTimedOut(sh.ID())
 	}
 	if out = m.tellDrainTimedOut(sh); out != drainTold {
 		return time.Time{}, out
 	}
 	// After the send: a heartbeat answered before it counts. Not under
 	// m.mu, which the validity's Deadline takes.
-	return m.given(), drainTold
+	return m.given().Add(driftMargin(m.budget)), drainTold
 }
 
 func (m *membership) tellDrainTimedOut(sh *shard.Shard) int {
@@ -615,10 +616,6 @@ func (m *membership) tellDrainTimedOut(sh *shard.Shard) int {
 	}
 	return drainTold
 }
-
-// drainTimedOutHook, when set (tests), is called as a moved shard's drain
-// deadline passed, before its lost is sent.
-var drainTimedOutHook atomic.Pointer[func(shard int)]
 
 // lost sends lost for one shard, unless the end began (which sent it).
 func (m *membership) lost(sh *shard.Shard, cause error) {

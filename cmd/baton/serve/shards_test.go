@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -340,7 +341,14 @@ func (b *beater) believed(at time.Time) time.Time {
 func TestShardsMovedShardIsTakenOnlyAfterTheCallersValidity(t *testing.T) {
 	for _, stopBeats := range []bool{false, true} {
 		t.Run(map[bool]string{false: "no ack", true: "heartbeats stop"}[stopBeats], func(t *testing.T) {
-			e := start(t)
+			var onDrain atomic.Pointer[func(shard int)]
+			e := start(t, func(c *serve.Config) {
+				serve.WithHooks(c, serve.Hooks{DrainTimedOut: func(shard int) {
+					if f := onDrain.Load(); f != nil {
+						(*f)(shard)
+					}
+				}})
+			})
 			ctx := ctxT(t)
 			req := func(member string) *batonv1.ShardsRequest {
 				return &batonv1.ShardsRequest{Group: "g", Count: 2, Member: member, Ttl: dur(2 * time.Second), DrainTimeout: dur(200 * time.Millisecond)}
@@ -352,13 +360,14 @@ func TestShardsMovedShardIsTakenOnlyAfterTheCallersValidity(t *testing.T) {
 
 			paused := make(chan struct{}, 1) // the pause point holds ba.sem
 			if !stopBeats {
-				serve.OnDrainTimedOut(t, func(shard int) {
+				f := func(shard int) {
 					select {
 					case ba.sem <- struct{}{}:
 						paused <- struct{}{}
 					case <-time.After(10 * time.Second):
 					}
-				})
+				}
+				onDrain.Store(&f)
 			}
 			var heardLost sync.Once
 			msgsA := a.stamped(t, func(m *batonv1.ShardsResponse) {
