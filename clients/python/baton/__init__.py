@@ -380,7 +380,8 @@ class Hold:
             except Error as e:
                 if e.code in ("not_found", "failed_precondition", "permission_denied"):
                     with self._mu:
-                        self._lose("HEARTBEAT_REFUSED", e.message)
+                        if not self._closing:  # not our own release ending it first
+                            self._lose("HEARTBEAT_REFUSED", e.message)
                     return
                 continue  # unreachable: the deadline decides
             except OSError:

@@ -502,7 +502,7 @@ export class Hold {
     } catch (e) {
       const err = ConnectError.from(e);
       if ([Code.NotFound, Code.FailedPrecondition, Code.PermissionDenied].includes(err.code)) {
-        this.lose("HEARTBEAT_REFUSED", err.rawMessage);
+        if (!this.closing) this.lose("HEARTBEAT_REFUSED", err.rawMessage); // not our own release ending it first
         return;
       }
       // unreachable: the deadline decides
