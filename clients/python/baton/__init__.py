@@ -388,11 +388,16 @@ class Hold:
                 continue
             v = _seconds(r.get("validity"))
             with self._mu:
+                self._beat_reply(r)
                 d = sent + v
                 if self._deadline is None or d > self._deadline:
                     self._deadline = d
                 self._mu.notify_all()
             self._emit("heartbeat", deadline=d, sent=sent, validity=v)
+
+    def _beat_reply(self, r):
+        """Takes what a heartbeat's reply says besides its validity, with _mu
+        held, before the validity is taken."""
 
     def _watch(self):
         """Ends the hold at its deadline on this clock."""
@@ -514,6 +519,7 @@ class Membership(Hold):
         if drain_timeout is not None:
             self._req["drainTimeout"] = _duration(drain_timeout)
         self._shards = {}  # shard: its ShardEvent "owned", or "moved" while it drains
+        self._lost_by_beat = set()  # (shard, token) a heartbeat's reply said lost
         self.events = queue.Queue()
 
     # -- the handle
@@ -703,13 +709,30 @@ class Membership(Hold):
                 self._shards[s] = ev
         elif "lost" in m:
             f = m["lost"]
+            if (int(f.get("shard", 0)), int(f.get("token", 0))) not in self._lost_by_beat:
+                self._shard_lost(f)
+        self._mu.notify_all()
+        return False
+
+    def _beat_reply(self, r):
+        """A reply names the shards lost at their drain deadline: each one
+        still owned with that token ends before the reply's validity is
+        taken (a stream read late says so only later)."""
+        for f in r.get("lost", ()):
             s, token = int(f.get("shard", 0)), int(f.get("token", 0))
             prev = self._shards.get(s)
             if prev is not None and prev.token == token:
-                del self._shards[s]
-            self._event("lost", s, token, prev.key if prev else "", _cause(f))
-        self._mu.notify_all()
-        return False
+                self._lost_by_beat.add((s, token))  # its lost on the stream, read later, is not news
+                self._shard_lost(f)
+                self._mu.notify_all()
+
+    def _shard_lost(self, f):
+        """Ends one shard (a lost message's fields); with _mu held."""
+        s, token = int(f.get("shard", 0)), int(f.get("token", 0))
+        prev = self._shards.get(s)
+        if prev is not None and prev.token == token:
+            del self._shards[s]
+        self._event("lost", s, token, prev.key if prev else "", _cause(f))
 
 
 _default = None

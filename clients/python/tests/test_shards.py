@@ -116,6 +116,42 @@ class ShardsTest(unittest.TestCase):
         self.assertEqual(len(ra.of("drained")), 2)
         self.assertEqual(self.client.call("Inspect", {"shardGroup": "ingest"}).get("shardGroup", {}).get("owners", []), [])
 
+    def test_a_slow_reader_learns_from_its_heartbeats_that_a_moved_shard_is_lost(self):
+        # a's stream reader stalls once a shard moves (it takes neither
+        # moved nor lost); its heartbeats go on. The server sends lost at
+        # the drain deadline and names the shard in every heartbeat's reply
+        # from then: a ends it from a reply, before b owns it.
+        stall = threading.Event()
+
+        class SlowReader(baton.Membership):
+            def _message(self, m):
+                if "moved" in m:
+                    stall.set()
+                if stall.is_set():
+                    self._mu.release()  # the reader thread holds it
+                    try:
+                        stall_until.wait(30)
+                    finally:
+                        self._mu.acquire()
+                return super()._message(m)
+
+        stall_until = threading.Event()
+        self.addCleanup(stall_until.set)
+        ra = Recorder()
+        a = SlowReader(self.client, "slow", 2, "a", ttl=3, drain_timeout=0.2, on_event=ra).acquire()
+        self.addCleanup(a.release)
+        self.assertTrue(a.wait(lambda o: len(o) == 2, 20))
+        token1 = a.owned()[1]
+        rb = Recorder()
+        with self.client.shards("slow", 2, "b", ttl=3, on_event=rb) as b:
+            self.assertTrue(b.wait(lambda o: 1 in o, 20), "b never owned shard 1")
+            owned_b = [f for e, f in rb.of("owned") if f.get("shard") == 1][0]
+            lost_a = [f for e, f in ra.of("lost") if f.get("shard") == 1 and f.get("token") == token1]
+            self.assertTrue(lost_a, "a never learned it lost shard 1 (its reader is stalled)")
+            self.assertLess(lost_a[0]["t"], owned_b["t"], "a learned it lost shard 1 after b owned it")
+            self.assertNotIn(1, a.owned())
+        stall_until.set()
+
     def test_tokens_grow_across_memberships(self):
         tokens = []
         for _ in range(3):

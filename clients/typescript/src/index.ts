@@ -25,6 +25,7 @@ import { Code, ConnectError, createClient, type Client as RpcClient, type Transp
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { durationFromMs, durationMs } from "@bufbuild/protobuf/wkt";
 import { BatonService, Cause, FenceResponseSchema, LockKind, Strategy } from "./gen/baton/v1/baton_pb.js";
+import type { HeartbeatResponse } from "./gen/baton/v1/baton_pb.js";
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 
@@ -408,6 +409,8 @@ export class Hold {
 
   /** A message of the stream's other kinds (a membership's shards). */
   protected other(_ev: Event): void {}
+  /** Takes what a heartbeat's reply says besides its validity, before the validity is taken. */
+  protected beatReply(_r: HeartbeatResponse): void {}
 
   /** The hold ended, with its cause, at `at` on now(). */
   protected ended(_why: string, _message: string, _at: number): void {}
@@ -493,6 +496,7 @@ export class Hold {
         { holdId: this.holdId },
         { timeoutMs: Math.min(this.client.timeoutMs, Math.max(this.intervalMs, 200)) },
       );
+      this.beatReply(r);
       const d = sent + (r.validity ? durationMs(r.validity) : 0);
       if (d > this.until) {
         this.until = d;
@@ -754,6 +758,19 @@ export class Membership extends Hold {
         this.endShard(s, Cause[ev.cause], "", now());
         break;
       }
+    }
+  }
+
+  /** A reply names the shards lost at their drain deadline: each still owned with that token ends first. */
+  protected override beatReply(r: HeartbeatResponse): void {
+    if (this.cause !== undefined) {
+      return;
+    }
+    for (const l of r.lost) {
+      const s = this.shards.get(l.shard);
+      if (!s || s.token !== l.token) continue;
+      this.shards.delete(l.shard);
+      this.endShard(s, Cause[l.cause], "", now());
     }
   }
 

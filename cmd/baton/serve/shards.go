@@ -385,6 +385,9 @@ type membership struct {
 	over    bool      // the end began: nothing more is sent of shards
 	sendErr error     // the first failed send's (sender.send's); nothing is sent after it
 	owned   map[int]*ownedShard
+	// toldLost are the shards sent lost at their drain deadline, until
+	// owned again: every heartbeat's reply names them.
+	toldLost map[int]*batonv1.ShardEnded
 }
 
 type ownedShard struct {
@@ -396,7 +399,8 @@ type ownedShard struct {
 func newMembership(stream *connect.ServerStream[batonv1.ShardsResponse], snd sender, sp shardsSpec,
 	record func(ctx context.Context, ns, group string, sh *shard.Shard)) *membership {
 	m := &membership{stream: stream, sender: snd, ns: sp.namespace, group: sp.group, count: sp.count, drain: drainOf(sp.drain, sp.ttl), budget: budgetOf(sp.ttl), record: record,
-		joined: make(chan struct{}), cut: make(chan struct{}), owned: make(map[int]*ownedShard)}
+		joined: make(chan struct{}), cut: make(chan struct{}), owned: make(map[int]*ownedShard),
+		toldLost: make(map[int]*batonv1.ShardEnded)}
 	m.ctx, m.stop = context.WithCancelCause(context.Background())
 	return m
 }
@@ -514,6 +518,7 @@ func (m *membership) own(ctx context.Context, sh *shard.Shard) bool {
 		return false
 	}
 	m.owned[sh.ID()] = &ownedShard{sh: sh} // kept, sent or not: the caller may have read it
+	delete(m.toldLost, sh.ID())
 	_ = m.send(&batonv1.ShardsResponse{Event: &batonv1.ShardsResponse_Owned{Owned: &batonv1.ShardOwned{
 		Shard: uint32(sh.ID()), Token: int64(sh.Token()), Key: sh.Key(),
 	}}})
@@ -611,10 +616,29 @@ func (m *membership) tellDrainTimedOut(sh *shard.Shard) int {
 	default:
 	}
 	delete(m.owned, sh.ID())
-	if m.send(shardLost(sh, shard.ErrMoved)) != nil {
+	msg := shardLost(sh, shard.ErrMoved)
+	// Told in every heartbeat's reply from now on too (before the send: a
+	// reply of a heartbeat that extended the validity after it was
+	// counted must name it), so a caller slow to read its stream stops
+	// before the shard is released.
+	m.toldLost[sh.ID()] = msg.GetLost()
+	if m.send(msg) != nil {
 		return drainNotTold
 	}
 	return drainTold
+}
+
+// toldLostShards are the shards sent lost at their drain deadline, for a
+// heartbeat's reply.
+func (m *membership) toldLostShards() []*batonv1.ShardEnded {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*batonv1.ShardEnded, 0, len(m.toldLost))
+	for _, l := range m.toldLost {
+		out = append(out, l)
+	}
+	slices.SortFunc(out, func(a, b *batonv1.ShardEnded) int { return int(a.Shard) - int(b.Shard) })
+	return out
 }
 
 // lost sends lost for one shard, unless the end began (which sent it).

@@ -277,7 +277,10 @@ type beater struct {
 	replies []beatReply
 }
 
-type beatReply struct{ until, received time.Time }
+type beatReply struct {
+	until, received time.Time
+	lost            []*batonv1.ShardEnded // the shards the reply says were lost
+}
 
 func (e *env) beater(t *testing.T, id string, given time.Time, every time.Duration) *beater {
 	b := &beater{sem: make(chan struct{}, 1), replies: []beatReply{{until: given}}}
@@ -303,7 +306,7 @@ func (e *env) beater(t *testing.T, id string, given time.Time, every time.Durati
 			resp, err := e.client.Heartbeat(ctx, connect.NewRequest(&batonv1.HeartbeatRequest{HoldId: id}))
 			if err == nil {
 				b.mu.Lock()
-				b.replies = append(b.replies, beatReply{until: sent.Add(resp.Msg.Validity.AsDuration()), received: time.Now()})
+				b.replies = append(b.replies, beatReply{until: sent.Add(resp.Msg.Validity.AsDuration()), received: time.Now(), lost: resp.Msg.Lost})
 				b.mu.Unlock()
 			}
 			<-b.sem
@@ -328,6 +331,59 @@ func (b *beater) believed(at time.Time) time.Time {
 		}
 	}
 	return until
+}
+
+// believesShard is whether the caller, reading heartbeat replies only (a
+// slow reader of its stream), still believed at `at` that it owned shard
+// with token: no reply received by then named it lost, and the validity
+// it held then (believed) lies after at.
+func (b *beater) believesShard(at time.Time, shard uint32, token int64) (bool, time.Time) {
+	b.mu.Lock()
+	for _, r := range b.replies {
+		for _, l := range r.lost {
+			if r.received.Before(at) && l.Shard == shard && l.Token == token {
+				b.mu.Unlock()
+				return false, r.received
+			}
+		}
+	}
+	b.mu.Unlock()
+	until := b.believed(at)
+	return until.After(at), until
+}
+
+// A member whose stream reader is slow (it has read neither moved nor
+// lost; its heartbeats go on, as a client's heartbeat thread does) is told
+// by its heartbeats' replies that it lost a moved shard at the drain
+// deadline: by the time another member owns the shard, a reply had named
+// it lost, or the validity it held had run out.
+func TestShardsSlowReaderIsToldByItsHeartbeatsThatAMovedShardIsLost(t *testing.T) {
+	e := start(t)
+	ctx := ctxT(t)
+	req := func(member string) *batonv1.ShardsRequest {
+		return &batonv1.ShardsRequest{Group: "g", Count: 2, Member: member, Ttl: dur(2 * time.Second), DrainTimeout: dur(200 * time.Millisecond)}
+	}
+	a := e.shards(ctx, req("a"))
+	ja := a.joined(t)
+	ba := e.beater(t, ja.HoldId, a.sent.Add(ja.Validity.AsDuration()), ja.HeartbeatInterval.AsDuration()/2)
+	ownedA := a.owned(t, 2)
+	// From here a's application reads nothing more of its stream.
+	b := e.shards(ctx, req("b"))
+	jb := b.joined(t)
+	e.beat(t, jb.HoldId, jb.HeartbeatInterval.AsDuration())
+	msgsB := b.stamped(t, nil)
+	var ob stampedMsg
+	for {
+		ob = nextStamped(t, msgsB, "owned")
+		if o := ob.m.GetOwned(); o != nil && o.Shard == 1 {
+			break
+		}
+	}
+	believes, until := ba.believesShard(ob.at, 1, ownedA[1].Token)
+	if believes {
+		t.Fatalf("b owned shard 1 while a (a slow reader, heartbeating) still believed it owned it until %v later", until.Sub(ob.at).Round(time.Millisecond))
+	}
+	t.Logf("a stopped believing it owned shard 1 %v before b owned it", ob.at.Sub(until).Round(time.Millisecond))
 }
 
 // A moved shard the caller never acknowledges is sent lost at its drain

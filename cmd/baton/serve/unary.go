@@ -32,7 +32,11 @@ func (s *Server) Heartbeat(ctx context.Context, req *connect.Request[batonv1.Hea
 		return nil, err
 	}
 	s.metrics.heartbeats.WithLabelValues("ok").Inc()
-	return connect.NewResponse(&batonv1.HeartbeatResponse{Validity: durationpb.New(validity)}), nil
+	resp := &batonv1.HeartbeatResponse{Validity: durationpb.New(validity)}
+	if h.members != nil { // after beat: see tellDrainTimedOut
+		resp.Lost = h.members.toldLostShards()
+	}
+	return connect.NewResponse(resp), nil
 }
 
 // Release ends a hold: the key is deleted in a transaction guarded by its

@@ -859,7 +859,14 @@ type HeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Valid until this heartbeat's arrival plus this, on the server's clock:
 	// the caller adds it to the time it sent the heartbeat.
-	Validity      *durationpb.Duration `protobuf:"bytes,1,opt,name=validity,proto3" json:"validity,omitempty"`
+	Validity *durationpb.Duration `protobuf:"bytes,1,opt,name=validity,proto3" json:"validity,omitempty"`
+	// A Shards membership's: the shards it was sent `lost` for at their
+	// drain deadline (cause MOVED), each with its token. The caller ends
+	// each one it still owns with that token before it takes this reply's
+	// validity: a caller slow to read its stream is told here too, since
+	// the server keeps such a shard only until the validity given when
+	// `lost` was sent has run out.
+	Lost          []*ShardEnded `protobuf:"bytes,2,rep,name=lost,proto3" json:"lost,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -897,6 +904,13 @@ func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
 func (x *HeartbeatResponse) GetValidity() *durationpb.Duration {
 	if x != nil {
 		return x.Validity
+	}
+	return nil
+}
+
+func (x *HeartbeatResponse) GetLost() []*ShardEnded {
+	if x != nil {
+		return x.Lost
 	}
 	return nil
 }
@@ -3085,9 +3099,10 @@ const file_baton_v1_baton_proto_rawDesc = "" +
 	"\n" +
 	"\bReleased\"+\n" +
 	"\x10HeartbeatRequest\x12\x17\n" +
-	"\ahold_id\x18\x01 \x01(\tR\x06holdId\"J\n" +
+	"\ahold_id\x18\x01 \x01(\tR\x06holdId\"t\n" +
 	"\x11HeartbeatResponse\x125\n" +
-	"\bvalidity\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\bvalidity\")\n" +
+	"\bvalidity\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\bvalidity\x12(\n" +
+	"\x04lost\x18\x02 \x03(\v2\x14.baton.v1.ShardEndedR\x04lost\")\n" +
 	"\x0eReleaseRequest\x12\x17\n" +
 	"\ahold_id\x18\x01 \x01(\tR\x06holdId\"\x11\n" +
 	"\x0fReleaseResponse\"\x84\x02\n" +
@@ -3351,70 +3366,71 @@ var file_baton_v1_baton_proto_depIdxs = []int32{
 	1,  // 12: baton.v1.Lost.cause:type_name -> baton.v1.Cause
 	43, // 13: baton.v1.ReleaseRequested.at:type_name -> google.protobuf.Timestamp
 	42, // 14: baton.v1.HeartbeatResponse.validity:type_name -> google.protobuf.Duration
-	42, // 15: baton.v1.LeadRequest.ttl:type_name -> google.protobuf.Duration
-	2,  // 16: baton.v1.LeadRequest.strategy:type_name -> baton.v1.Strategy
-	16, // 17: baton.v1.LeadResponse.leading:type_name -> baton.v1.Leading
-	7,  // 18: baton.v1.LeadResponse.ended:type_name -> baton.v1.Lost
-	17, // 19: baton.v1.LeadResponse.end_requested:type_name -> baton.v1.EndRequested
-	9,  // 20: baton.v1.LeadResponse.resigned:type_name -> baton.v1.Released
-	42, // 21: baton.v1.Leading.ttl:type_name -> google.protobuf.Duration
-	42, // 22: baton.v1.Leading.validity:type_name -> google.protobuf.Duration
-	43, // 23: baton.v1.Leading.deadline:type_name -> google.protobuf.Timestamp
-	42, // 24: baton.v1.Leading.heartbeat_interval:type_name -> google.protobuf.Duration
-	43, // 25: baton.v1.EndRequested.deadline:type_name -> google.protobuf.Timestamp
-	3,  // 26: baton.v1.ObserveRequest.kind:type_name -> baton.v1.ObjectKind
-	24, // 27: baton.v1.ObserveResponse.holder:type_name -> baton.v1.Contender
-	42, // 28: baton.v1.Contender.ttl:type_name -> google.protobuf.Duration
-	42, // 29: baton.v1.ShardsRequest.ttl:type_name -> google.protobuf.Duration
-	42, // 30: baton.v1.ShardsRequest.drain_timeout:type_name -> google.protobuf.Duration
-	27, // 31: baton.v1.ShardsResponse.joined:type_name -> baton.v1.Joined
-	28, // 32: baton.v1.ShardsResponse.owned:type_name -> baton.v1.ShardOwned
-	29, // 33: baton.v1.ShardsResponse.moved:type_name -> baton.v1.ShardEnded
-	29, // 34: baton.v1.ShardsResponse.lost:type_name -> baton.v1.ShardEnded
-	7,  // 35: baton.v1.ShardsResponse.ended:type_name -> baton.v1.Lost
-	42, // 36: baton.v1.Joined.heartbeat_interval:type_name -> google.protobuf.Duration
-	42, // 37: baton.v1.Joined.validity:type_name -> google.protobuf.Duration
-	1,  // 38: baton.v1.ShardEnded.cause:type_name -> baton.v1.Cause
-	43, // 39: baton.v1.ShardEnded.drain_deadline:type_name -> google.protobuf.Timestamp
-	34, // 40: baton.v1.InspectResponse.locks:type_name -> baton.v1.LockInfo
-	35, // 41: baton.v1.InspectResponse.election:type_name -> baton.v1.ElectionInfo
-	36, // 42: baton.v1.InspectResponse.shard_group:type_name -> baton.v1.ShardGroupInfo
-	0,  // 43: baton.v1.LockInfo.kind:type_name -> baton.v1.LockKind
-	24, // 44: baton.v1.LockInfo.holder:type_name -> baton.v1.Contender
-	43, // 45: baton.v1.LockInfo.since:type_name -> google.protobuf.Timestamp
-	8,  // 46: baton.v1.LockInfo.release_requested:type_name -> baton.v1.ReleaseRequested
-	24, // 47: baton.v1.ElectionInfo.leader:type_name -> baton.v1.Contender
-	24, // 48: baton.v1.ElectionInfo.candidates:type_name -> baton.v1.Contender
-	37, // 49: baton.v1.ShardGroupInfo.owners:type_name -> baton.v1.ShardOwner
-	39, // 50: baton.v1.FenceRequest.write:type_name -> baton.v1.FencedWrite
-	40, // 51: baton.v1.FencedWrite.puts:type_name -> baton.v1.KeyValue
-	4,  // 52: baton.v1.BatonService.Hold:input_type -> baton.v1.HoldRequest
-	10, // 53: baton.v1.BatonService.Heartbeat:input_type -> baton.v1.HeartbeatRequest
-	12, // 54: baton.v1.BatonService.Release:input_type -> baton.v1.ReleaseRequest
-	14, // 55: baton.v1.BatonService.Lead:input_type -> baton.v1.LeadRequest
-	18, // 56: baton.v1.BatonService.Resign:input_type -> baton.v1.ResignRequest
-	20, // 57: baton.v1.BatonService.Transfer:input_type -> baton.v1.TransferRequest
-	22, // 58: baton.v1.BatonService.Observe:input_type -> baton.v1.ObserveRequest
-	25, // 59: baton.v1.BatonService.Shards:input_type -> baton.v1.ShardsRequest
-	30, // 60: baton.v1.BatonService.Drained:input_type -> baton.v1.DrainedRequest
-	32, // 61: baton.v1.BatonService.Inspect:input_type -> baton.v1.InspectRequest
-	38, // 62: baton.v1.BatonService.Fence:input_type -> baton.v1.FenceRequest
-	5,  // 63: baton.v1.BatonService.Hold:output_type -> baton.v1.HoldResponse
-	11, // 64: baton.v1.BatonService.Heartbeat:output_type -> baton.v1.HeartbeatResponse
-	13, // 65: baton.v1.BatonService.Release:output_type -> baton.v1.ReleaseResponse
-	15, // 66: baton.v1.BatonService.Lead:output_type -> baton.v1.LeadResponse
-	19, // 67: baton.v1.BatonService.Resign:output_type -> baton.v1.ResignResponse
-	21, // 68: baton.v1.BatonService.Transfer:output_type -> baton.v1.TransferResponse
-	23, // 69: baton.v1.BatonService.Observe:output_type -> baton.v1.ObserveResponse
-	26, // 70: baton.v1.BatonService.Shards:output_type -> baton.v1.ShardsResponse
-	31, // 71: baton.v1.BatonService.Drained:output_type -> baton.v1.DrainedResponse
-	33, // 72: baton.v1.BatonService.Inspect:output_type -> baton.v1.InspectResponse
-	41, // 73: baton.v1.BatonService.Fence:output_type -> baton.v1.FenceResponse
-	63, // [63:74] is the sub-list for method output_type
-	52, // [52:63] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	29, // 15: baton.v1.HeartbeatResponse.lost:type_name -> baton.v1.ShardEnded
+	42, // 16: baton.v1.LeadRequest.ttl:type_name -> google.protobuf.Duration
+	2,  // 17: baton.v1.LeadRequest.strategy:type_name -> baton.v1.Strategy
+	16, // 18: baton.v1.LeadResponse.leading:type_name -> baton.v1.Leading
+	7,  // 19: baton.v1.LeadResponse.ended:type_name -> baton.v1.Lost
+	17, // 20: baton.v1.LeadResponse.end_requested:type_name -> baton.v1.EndRequested
+	9,  // 21: baton.v1.LeadResponse.resigned:type_name -> baton.v1.Released
+	42, // 22: baton.v1.Leading.ttl:type_name -> google.protobuf.Duration
+	42, // 23: baton.v1.Leading.validity:type_name -> google.protobuf.Duration
+	43, // 24: baton.v1.Leading.deadline:type_name -> google.protobuf.Timestamp
+	42, // 25: baton.v1.Leading.heartbeat_interval:type_name -> google.protobuf.Duration
+	43, // 26: baton.v1.EndRequested.deadline:type_name -> google.protobuf.Timestamp
+	3,  // 27: baton.v1.ObserveRequest.kind:type_name -> baton.v1.ObjectKind
+	24, // 28: baton.v1.ObserveResponse.holder:type_name -> baton.v1.Contender
+	42, // 29: baton.v1.Contender.ttl:type_name -> google.protobuf.Duration
+	42, // 30: baton.v1.ShardsRequest.ttl:type_name -> google.protobuf.Duration
+	42, // 31: baton.v1.ShardsRequest.drain_timeout:type_name -> google.protobuf.Duration
+	27, // 32: baton.v1.ShardsResponse.joined:type_name -> baton.v1.Joined
+	28, // 33: baton.v1.ShardsResponse.owned:type_name -> baton.v1.ShardOwned
+	29, // 34: baton.v1.ShardsResponse.moved:type_name -> baton.v1.ShardEnded
+	29, // 35: baton.v1.ShardsResponse.lost:type_name -> baton.v1.ShardEnded
+	7,  // 36: baton.v1.ShardsResponse.ended:type_name -> baton.v1.Lost
+	42, // 37: baton.v1.Joined.heartbeat_interval:type_name -> google.protobuf.Duration
+	42, // 38: baton.v1.Joined.validity:type_name -> google.protobuf.Duration
+	1,  // 39: baton.v1.ShardEnded.cause:type_name -> baton.v1.Cause
+	43, // 40: baton.v1.ShardEnded.drain_deadline:type_name -> google.protobuf.Timestamp
+	34, // 41: baton.v1.InspectResponse.locks:type_name -> baton.v1.LockInfo
+	35, // 42: baton.v1.InspectResponse.election:type_name -> baton.v1.ElectionInfo
+	36, // 43: baton.v1.InspectResponse.shard_group:type_name -> baton.v1.ShardGroupInfo
+	0,  // 44: baton.v1.LockInfo.kind:type_name -> baton.v1.LockKind
+	24, // 45: baton.v1.LockInfo.holder:type_name -> baton.v1.Contender
+	43, // 46: baton.v1.LockInfo.since:type_name -> google.protobuf.Timestamp
+	8,  // 47: baton.v1.LockInfo.release_requested:type_name -> baton.v1.ReleaseRequested
+	24, // 48: baton.v1.ElectionInfo.leader:type_name -> baton.v1.Contender
+	24, // 49: baton.v1.ElectionInfo.candidates:type_name -> baton.v1.Contender
+	37, // 50: baton.v1.ShardGroupInfo.owners:type_name -> baton.v1.ShardOwner
+	39, // 51: baton.v1.FenceRequest.write:type_name -> baton.v1.FencedWrite
+	40, // 52: baton.v1.FencedWrite.puts:type_name -> baton.v1.KeyValue
+	4,  // 53: baton.v1.BatonService.Hold:input_type -> baton.v1.HoldRequest
+	10, // 54: baton.v1.BatonService.Heartbeat:input_type -> baton.v1.HeartbeatRequest
+	12, // 55: baton.v1.BatonService.Release:input_type -> baton.v1.ReleaseRequest
+	14, // 56: baton.v1.BatonService.Lead:input_type -> baton.v1.LeadRequest
+	18, // 57: baton.v1.BatonService.Resign:input_type -> baton.v1.ResignRequest
+	20, // 58: baton.v1.BatonService.Transfer:input_type -> baton.v1.TransferRequest
+	22, // 59: baton.v1.BatonService.Observe:input_type -> baton.v1.ObserveRequest
+	25, // 60: baton.v1.BatonService.Shards:input_type -> baton.v1.ShardsRequest
+	30, // 61: baton.v1.BatonService.Drained:input_type -> baton.v1.DrainedRequest
+	32, // 62: baton.v1.BatonService.Inspect:input_type -> baton.v1.InspectRequest
+	38, // 63: baton.v1.BatonService.Fence:input_type -> baton.v1.FenceRequest
+	5,  // 64: baton.v1.BatonService.Hold:output_type -> baton.v1.HoldResponse
+	11, // 65: baton.v1.BatonService.Heartbeat:output_type -> baton.v1.HeartbeatResponse
+	13, // 66: baton.v1.BatonService.Release:output_type -> baton.v1.ReleaseResponse
+	15, // 67: baton.v1.BatonService.Lead:output_type -> baton.v1.LeadResponse
+	19, // 68: baton.v1.BatonService.Resign:output_type -> baton.v1.ResignResponse
+	21, // 69: baton.v1.BatonService.Transfer:output_type -> baton.v1.TransferResponse
+	23, // 70: baton.v1.BatonService.Observe:output_type -> baton.v1.ObserveResponse
+	26, // 71: baton.v1.BatonService.Shards:output_type -> baton.v1.ShardsResponse
+	31, // 72: baton.v1.BatonService.Drained:output_type -> baton.v1.DrainedResponse
+	33, // 73: baton.v1.BatonService.Inspect:output_type -> baton.v1.InspectResponse
+	41, // 74: baton.v1.BatonService.Fence:output_type -> baton.v1.FenceResponse
+	64, // [64:75] is the sub-list for method output_type
+	53, // [53:64] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_baton_v1_baton_proto_init() }
