@@ -24,10 +24,12 @@
 // (twins), and on its own connection a request that applies after its
 // caller gave up, at the step each path for unheard writes is for
 // (unheard), and callers through a `baton serve` process with the
-// generated Connect client, over gRPC and HTTP/JSON, judged by their own
-// rule: told by the stream's lost or by the validity of their last
-// heartbeat, whichever comes first (serve; the server itself stopped
-// past its TTL now and then). A run in which a kind made no acquisition
+// generated Connect client, over gRPC and HTTP/JSON, Hold streams and
+// Shards members (which acknowledge moved shards' drains promptly, late
+// or never, and leave or go silent), judged by their own rule: told by
+// the stream's lost (or a shard's own Drained) or by the validity of
+// their last heartbeat, whichever comes first (serve; the server itself
+// stopped past its TTL now and then). A run in which a kind made no acquisition
 // fails (coverage).
 //
 // Faults, from a declared list dealt in shuffled rounds (every kind once a

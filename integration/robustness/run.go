@@ -330,7 +330,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // kind's) (a lock-delay of 2 s on every contender), v0 and v1 and an
 // election ev0 (the unheard kind's), a Preferred election e2 (the
 // preferred kind's), a semaphore of limit 2, a read/write lock rw0 and
-// rw1 (the twins kind's).
+// rw1 (the twins kind's), and the shards of the shard kind's group g0 and
+// of the serve kind's sv0.
 func describeNames(cli *clientv3.Client, ns string) ([]NameInfo, error) {
 	var out []NameInfo
 	add := func(prim, name string, limit int, observed bool, prefix string) *NameInfo {
@@ -364,6 +365,10 @@ func describeNames(cli *clientv3.Client, ns string) ([]NameInfo, error) {
 	}
 	for id := 0; id < shardCount; id++ {
 		n := add("shard", fmt.Sprintf("g0/%05d", id), 1, false, fmt.Sprintf("%ss/%05d/", shard.GroupPrefix(ns, "g0"), id))
+		n.Private = true
+	}
+	for id := 0; id < serveShardCount; id++ { // after g0's: checkOwned judges the first group
+		n := add("shard", fmt.Sprintf("%s/%05d", serveShardGroup, id), 1, false, fmt.Sprintf("%ss/%05d/", shard.GroupPrefix(ns, serveShardGroup), id))
 		n.Private = true
 	}
 	s, err := semaphore.New(cli, "s0", 2, semaphore.WithNamespace(ns))

@@ -29,7 +29,10 @@ import (
 // (Config.Baton) on the lanes' names, with the generated Connect client,
 // over gRPC and Connect's HTTP/JSON: Hold streams kept by heartbeats,
 // fenced writes with the token of held, releases, dropped streams, callers
-// that stop heartbeating and callers cut off from the server. A caller
+// that stop heartbeating and callers cut off from the server; and members
+// of a shard group on Shards streams (serveshards.go), owning shards,
+// acknowledging moved shards' drains promptly, late or never, leaving or
+// going silent, with fenced writes under each shard's token. A caller
 // counts itself told when its stream says lost, or when the validity of
 // its last heartbeat's reply, counted from the heartbeat's send time on
 // its own clock, has passed (docs/serve.md): the checks judge it by that
@@ -156,9 +159,11 @@ var serveEnds = []string{"release", "drop", "silent", "cut-off"}
 
 // serve: 4 to 6 callers at once through the serve process, each holding a
 // random target a moment with fenced writes and ending as one of
-// serveEnds; one round in three, while the fault loop injects, the
-// server is stopped (SIGSTOP) past the TTL and resumed: its holders must
-// count themselves lost by their validity before the lease expires.
+// serveEnds, beside 3 or 4 members of the shard group sv0 on Shards
+// streams (serveShards); one round in three, while the fault loop
+// injects, the server is stopped (SIGSTOP) past the TTL and resumed: its
+// holders and members must count themselves lost by their validity
+// before the lease expires.
 func (m *mech) serve(ctx context.Context, rng *rand.Rand) {
 	if m.srv == nil {
 		start := now()
@@ -193,6 +198,8 @@ func (m *mech) serve(ctx context.Context, rng *rand.Rand) {
 			c.run(ctx, g)
 		})
 	}
+	sg := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+	wg.Go(func() { m.serveShards(ctx, sg) })
 	if m.runs%3 == 2 && m.r.quietFrom.Load() == 0 {
 		wg.Go(func() { m.freezeServe(ctx, rng) })
 	}

@@ -52,6 +52,11 @@
 //	s  the stuck reassignment: a member never names the shards whose fn
 //	   outlived the drain in its member key (shard), so the assignment
 //	   gives one back to it, which cannot take it: the owned check's
+//	t  baton serve's drain deadline: a moved shard no Drained acknowledged
+//	   is released at its drain deadline at once, its caller neither sent
+//	   lost (MOVED) for it nor out of the validity it was given
+//	   (cmd/baton/serve, Shards): the caller still counts the shard its
+//	   own when its key goes; the knows-first check's
 //	v  a slow path: a mutex's or an election's waiter that heard the
 //	   deletion that frees the lock ignores it for 6 s (internal/queue):
 //	   the free-lock check's, on a loaded machine too
@@ -74,4 +79,4 @@ package planted
 const Env = "BATON_PLANTED_BUG"
 
 // Names are the bugs On knows, a letter each.
-const Names = "abcdefghijklmnopqsvwxyz"
+const Names = "abcdefghijklmnopqstvwxyz"
