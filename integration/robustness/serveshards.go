@@ -269,6 +269,14 @@ func (mb *serveMember) run(ctx context.Context, rng *rand.Rand) {
 			resp, err := svc.Heartbeat(bctx, connect.NewRequest(&batonv1.HeartbeatRequest{HoldId: mb.holdID}))
 			bcancel()
 			if err == nil {
+				// As the clients do: a shard the reply names lost (at its
+				// drain deadline) ends before the reply's validity is taken.
+				for _, l := range resp.Msg.GetLost() {
+					t := now()
+					if key := mb.endShard(l.GetShard(), l.GetToken(), t, "lost (a heartbeat's reply): "+l.GetCause().String()); key != "" {
+						r.h.op(Op{Client: mb.who, Kind: "serve.shard.Lost." + l.GetCause().String(), Name: mb.shardName(l.GetShard()), Call: t, Return: t, Key: key, Token: l.GetToken()})
+					}
+				}
 				mb.extend(sent, resp.Msg.GetValidity().AsDuration())
 			}
 			if beatCtx.Err() == nil {
