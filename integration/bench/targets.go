@@ -107,7 +107,7 @@ func judge(rep *Report, m *Measure) {
 		// The floor: the same HTTP/2 server stream and generated handler
 		// with no hold behind it (floorHold), in the same run.
 		if f := find(rep, m.Workload, "floor heap bytes/hold"); f != nil {
-			target += fmt.Sprintf(" (the floor, a Hold stream of connect and net/http with nothing behind it: %.0f B; the service's own: %.0f B)", f.Baton.Median, b.Median-f.Baton.Median)
+			target += fmt.Sprintf(" (the floor, the same stream of connect and net/http on floorHold, a lock in memory: %.0f B; the service's own: %.0f B)", f.Baton.Median, b.Median-f.Baton.Median)
 		}
 	default:
 		return
