@@ -300,9 +300,13 @@ class Hold:
         if not lost:
             try:
                 self._client.call(self._release_call, {"holdId": self.hold_id})
-            except Error:
+            except (Error, OSError):
                 pass  # lost meanwhile, or unreachable: closing the stream releases it
+            self._after_release()
         self._close()
+
+    def _after_release(self):
+        """Runs once Release returned (or failed), before the stream closes."""
 
     def _close(self):
         """Ends the stream and the threads, once the hold ended or as it ends."""
@@ -632,19 +636,10 @@ class Membership(Hold):
         """Leaves the group (Release): lost (RELEASED) for every shard it
         owns, its keys deleted; returns once the stream ended, or after
         the client's timeout. Ends the threads."""
-        if self.hold_id is None:
-            return
-        with self._mu:
-            self._closing = True
-            ended = self.cause is not None
-            self._mu.notify_all()
-        if not ended:
-            try:
-                self._client.call(self._release_call, {"holdId": self.hold_id})
-            except (Error, OSError):
-                pass  # ended meanwhile, or unreachable: closing the stream leaves
-            self._threads[0].join(self._client.timeout)  # the stream's last messages
-        self._close()
+        super().release()
+
+    def _after_release(self):
+        self._threads[0].join(self._client.timeout)  # the stream's last messages
 
     leave = release
 
