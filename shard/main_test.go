@@ -2,6 +2,8 @@ package shard_test
 
 import (
 	"context"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -141,8 +143,35 @@ func settled(t *testing.T, g *shard.Group, members ...string) shard.State {
 			return st
 		}
 	}
+	dumpGroup(t, g)
 	t.Fatalf("group never settled over %v; last state: members %v, owners %v", members, last.Members, counts(last))
 	return last
+}
+
+// dumpGroup logs what etcd holds under g's prefix and the stacks of the
+// goroutines in baton's code, for a test that never saw the group settle:
+// a stuck acquisition or loop shows where it waits.
+func dumpGroup(t *testing.T, g *shard.Group) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := srv.Client(t).Get(ctx, g.Prefix(), clientv3.WithPrefix())
+	if err != nil {
+		t.Logf("dump: read: %v", err)
+	} else {
+		t.Logf("dump: etcd at revision %d under %s:", resp.Header.Revision, g.Prefix())
+		for _, kv := range resp.Kvs {
+			t.Logf("  %s = %q create %d mod %d lease %x", kv.Key, kv.Value, kv.CreateRevision, kv.ModRevision, kv.Lease)
+		}
+	}
+	buf := make([]byte, 64<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		ours := strings.Contains(g, "batonhq/baton/internal/") || strings.Contains(g, "batonhq/baton/shard.(")
+		if ours && !strings.Contains(g, "baton/internal/etcdtest") {
+			t.Logf("dump: goroutine:\n%s", g)
+		}
+	}
 }
 
 func counts(st shard.State) map[string]int {

@@ -414,3 +414,88 @@ func TestFenceRaisesAtOnceSharePuts(t *testing.T) {
 		t.Errorf("the fence key after the raises: %v, %v; want version 2", r, err)
 	}
 }
+
+// A raise asked for just as the one in flight returned, before the
+// callers waiting for the next looked again, sends that next one, theirs:
+// it sent one of its own, which the waiters found in flight and took for
+// theirs, then waited for their own, which nobody would send, as long as
+// their ctx lived. (A shard member's cleanups of acquisitions it dropped
+// wait there with the lease's ctx: each keeps its key reserved, and the
+// member never takes that shard again.)
+func TestFenceRaiseAskedAsTheNextWaitsSendsIt(t *testing.T) {
+	ctx := etcdtest.Context(t, 30*time.Second)
+	var mu sync.Mutex
+	txns := 0
+	gates := map[int]chan struct{}{1: make(chan struct{}), 2: make(chan struct{})}
+	t.Cleanup(func() {
+		for _, g := range gates {
+			select {
+			case <-g:
+			default:
+				close(g)
+			}
+		}
+	})
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
+			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				if method == "/etcdserverpb.KV/Txn" {
+					mu.Lock()
+					txns++
+					g := gates[txns]
+					mu.Unlock()
+					if g != nil {
+						<-g
+					}
+				}
+				return invoker(ctx, method, req, reply, cc, opts...)
+			})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	sent := func() int { mu.Lock(); defer mu.Unlock(); return txns }
+	g, err := cli.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fkey := queue.FenceKey(fmt.Sprintf("/fence-next-%d/v1/mutex/a/", time.Now().UnixNano()), g.ID)
+	var f queue.Fence
+	first, waiter, late := make(chan error, 1), make(chan error, 1), make(chan error, 1)
+	var once sync.Once
+	queue.SetWoke(&f, func() {
+		// The waiter saw the first raise return: a third caller asks now,
+		// and its put is in flight when the waiter looks again.
+		once.Do(func() {
+			go func() { late <- f.Raise(ctx, cli, g.ID, fkey) }()
+			for deadline := time.Now().Add(5 * time.Second); sent() < 2 && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond) // the test fails below if it never goes
+			}
+		})
+	})
+	go func() { first <- f.Raise(ctx, cli, g.ID, fkey) }()
+	waitUntil(t, func() bool { return sent() == 1 }, "the first raise in flight")
+	go func() { waiter <- f.Raise(ctx, cli, g.ID, fkey) }()
+	waitUntil(t, func() bool { return queue.Joined(&f, fkey) == 1 }, "the second caller to wait for the next raise")
+	close(gates[1])
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return sent() == 2 }, "the next raise in flight")
+	close(gates[2])
+	for name, ch := range map[string]chan error{"the waiting caller": waiter, "the third caller": late} {
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Fatalf("%s's raise: %v", name, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s's raise never returned: it waits for a raise nobody sends", name)
+		}
+	}
+	if got := sent(); got != 2 {
+		t.Errorf("%d transactions for three raises, want 2: the first, and one for the two asked while it was in flight or as it returned", got)
+	}
+}

@@ -20,3 +20,7 @@ func Joined(f *Fence, key string) int {
 	}
 	return 0
 }
+
+// SetWoke sets f's hook called when a caller waiting for the next raise
+// saw the one in flight return, before it looks which is next; before use.
+func SetWoke(f *Fence, fn func()) { f.woke = fn }

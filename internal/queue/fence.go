@@ -26,6 +26,7 @@ type Fence struct {
 	}
 	last   *enqueued          // the newest plain enqueue's ops, for the next of the same key
 	raises map[string]*raiser // per fence key: the raise in flight, and the next
+	woke   func()             // test hook: a caller waiting for the next raise saw the one before return, before it looks again
 }
 
 // raiser shares raises of one fence key: a caller that asks while one is
@@ -135,8 +136,14 @@ func (f *Fence) Raise(ctx context.Context, cli *clientv3.Client, lease clientv3.
 		f.raises[key] = r
 	}
 	if r.cur == nil {
-		c := &raiseCall{done: make(chan struct{})}
-		r.cur = c
+		// The next raise, if its callers have not sent it yet (the one before
+		// just returned), goes now for them and this caller: a raise of this
+		// caller's own would leave theirs unsent, and they wait for it.
+		c := r.next
+		if c == nil {
+			c = &raiseCall{done: make(chan struct{})}
+		}
+		r.cur, r.next = c, nil
 		f.mu.Unlock()
 		return f.raise(ctx, cli, lease, key, r, c)
 	}
@@ -153,13 +160,20 @@ func (f *Fence) Raise(ctx context.Context, cli *clientv3.Client, lease clientv3.
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-cur.done:
+			if f.woke != nil {
+				f.woke()
+			}
 			f.mu.Lock()
-			if r.cur == nil && r.next == c { // this caller sends the next
+			switch {
+			case r.cur == nil && r.next == c: // this caller sends the next
 				r.cur, r.next = c, nil
 				f.mu.Unlock()
 				return f.raise(ctx, cli, lease, key, r, c)
+			case r.cur != nil && r.cur != c && r.next == c:
+				cur = r.cur // not c, which is still to send: wait for that one, then look again
+			default:
+				cur = c // sent by another caller
 			}
-			cur = c // another of its callers sent it
 			f.mu.Unlock()
 		}
 	}
