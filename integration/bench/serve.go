@@ -303,16 +303,23 @@ func serveHandoff(ctx context.Context, env *env, impl harness.Impl, name string)
 		}
 		return perProtocol(vs, "acquisitions/s", "handoff p50 ms", "handoff p99 ms", "handoffs"), nil
 	}
-	out, err := remoteHandoffs(ctx, env, name, false)
+	return withFloor(ctx, env, name, remoteHandoffs, func(m string) bool { return strings.HasPrefix(m, "handoff p") })
+}
+
+// withFloor measures the service with measure, then floorHold with it,
+// and adds the floor's metrics that keep says to the service's, named
+// "floor ...".
+func withFloor(ctx context.Context, env *env, name string, measure func(context.Context, *env, string, bool) ([]Value, error), keep func(metric string) bool) ([]Value, error) {
+	out, err := measure(ctx, env, name, false)
 	if err != nil {
 		return nil, err
 	}
-	floor, err := remoteHandoffs(ctx, env, name, true)
+	floor, err := measure(ctx, env, name, true)
 	if err != nil {
 		return nil, fmt.Errorf("floor: %w", err)
 	}
 	for _, v := range floor {
-		if strings.HasPrefix(v.Metric, "handoff p") {
+		if keep(v.Metric) {
 			out = append(out, Value{Metric: "floor " + v.Metric, V: v.V})
 		}
 	}
@@ -427,20 +434,7 @@ func serveHeld(ctx context.Context, env *env, impl harness.Impl, name string) ([
 			{Metric: "hold all s", V: r.LockSeconds},
 		}, nil
 	}
-	vs, err := heldStreams(ctx, env, name, false)
-	if err != nil {
-		return nil, err
-	}
-	floor, err := heldStreams(ctx, env, name, true)
-	if err != nil {
-		return nil, fmt.Errorf("floor: %w", err)
-	}
-	for _, v := range floor {
-		if v.Metric != "hold all s" {
-			vs = append(vs, Value{Metric: "floor " + v.Metric, V: v.V})
-		}
-	}
-	return vs, nil
+	return withFloor(ctx, env, name, heldStreams, func(m string) bool { return m != "hold all s" })
 }
 
 // heldStreams opens n Hold streams on the service (or, with floor, on

@@ -14,8 +14,11 @@ import sys
 import tempfile
 import threading
 import time
+import unittest
 import urllib.parse
 import urllib.request
+
+import baton
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYROOT = os.path.dirname(HERE)
@@ -67,6 +70,20 @@ class Etcd:
         self.proc.terminate()
         self.proc.wait(20)
         self.proc.stdout.close()
+
+
+class ServerTest(unittest.TestCase):
+    """A test case with one `baton serve --dev` for its class: cls.server,
+    and cls.client on it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server()
+        cls.client = baton.Client(cls.server.url)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
 
 
 class Server:

@@ -6,19 +6,10 @@ import time
 import unittest
 
 import baton
-from support import Etcd, Server
+from support import Etcd, Server, ServerTest
 
 
-class ClientTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.server = Server()
-        cls.client = baton.Client(cls.server.url)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
-
+class ClientTest(ServerTest):
     def test_lock_gives_a_token_and_releases_on_exit(self):
         with self.client.lock("invoice-42", ttl=5, identity="py-1") as l:
             self.assertGreater(l.token, 0)

@@ -3,19 +3,10 @@
 import unittest
 
 import baton
-from support import Server
+from support import ServerTest
 
 
-class FenceTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.server = Server()
-        cls.client = baton.Client(cls.server.url)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
-
+class FenceTest(ServerTest):
     def test_check_admits_tokens_and_refuses_a_stale_one_with_the_mark(self):
         self.assertEqual(self.client.fence_check("db", 5), 5)
         self.assertEqual(self.client.fence_check("db", 5), 5)

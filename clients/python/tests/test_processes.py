@@ -6,18 +6,10 @@ import signal
 import time
 import unittest
 
-from support import Holder, Proxy, Server
+from support import Holder, Proxy, ServerTest
 
 
-class ProcessTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.server = Server()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
-
+class ProcessTest(ServerTest):
     def setUp(self):
         self.holders = []
 

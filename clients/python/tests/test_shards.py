@@ -5,7 +5,7 @@ import time
 import unittest
 
 import baton
-from support import Proxy, Server
+from support import Proxy, ServerTest
 
 
 class Recorder:
@@ -32,16 +32,7 @@ def next_of(m, kind, timeout=20):
     return ev
 
 
-class ShardsTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.server = Server()
-        cls.client = baton.Client(cls.server.url)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
-
+class ShardsTest(ServerTest):
     def test_two_members_split_the_shards_drain_and_hand_over_on_leave(self):
         ra = Recorder()
         with self.client.shards("ingest", 4, "a", ttl=5, drain_timeout=60, on_event=ra) as a:
@@ -196,17 +187,9 @@ class ShardsTest(unittest.TestCase):
             m.check()
 
 
-class CutOffMemberTest(unittest.TestCase):
+class CutOffMemberTest(ServerTest):
     """A member cut off from the server (a proxy that stops forwarding)
     ends every shard by its own clock, before another member owns it."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.server = Server()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
 
     def test_cut_off_member_loses_its_shards_at_its_deadline_before_the_next_owns_them(self):
         ttl = 2

@@ -67,12 +67,7 @@ func TestACutOffCallersKeyOutlivesItsValidityByTheDriftMargin(t *testing.T) {
 	ctx := ctxT(t)
 	addr := strings.TrimPrefix(e.url, "http://")
 	c := dialH2(t, addr, 65535)
-	if err := c.frame(frameHeaders, flagEndHeaders, 1, streamHeaders(addr, "Hold")); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.frame(frameData, flagEndStream, 1, envelope(`{"names":["cut"],"ttl":"10s","identity":"mute"}`)); err != nil {
-		t.Fatal(err)
-	}
+	c.call(t, addr, "Hold", `{"names":["cut"],"ttl":"10s","identity":"mute"}`)
 	var held *batonv1.Held
 	for i := 0; held == nil; i++ {
 		if ms := c.holdMessages(t); len(ms) > 0 {
@@ -133,12 +128,7 @@ func TestALateSendsDeadlineIsSetBeforeItsHandlerReturns(t *testing.T) {
 	})
 	addr := strings.TrimPrefix(e.url, "http://")
 	c := dialH2(t, addr, 0)
-	if err := c.frame(frameHeaders, flagEndHeaders, 1, streamHeaders(addr, "Observe")); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.frame(frameData, flagEndStream, 1, envelope(`{"kind":"OBJECT_KIND_LOCK","name":"late"}`)); err != nil {
-		t.Fatal(err)
-	}
+	c.call(t, addr, "Observe", `{"kind":"OBJECT_KIND_LOCK","name":"late"}`)
 	select {
 	case <-entered:
 	case <-time.After(10 * time.Second):

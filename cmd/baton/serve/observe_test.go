@@ -136,21 +136,8 @@ func TestObserverThatNeverReadsItsStreamIsCutOff(t *testing.T) {
 	}
 
 	c := dialH2(t, addr, 0)
-	if err := c.frame(frameHeaders, flagEndHeaders, 1, streamHeaders(addr, "Observe")); err != nil {
-		t.Fatal(err)
-	}
-	sent := time.Now()
-	if err := c.frame(frameData, flagEndStream, 1, envelope(`{"kind":"OBJECT_KIND_LOCK","name":"watched"}`)); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case id := <-c.rst:
-		if id != 1 {
-			t.Fatalf("RST_STREAM of stream %d", id)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the unread stream was not reset")
-	}
+	sent := c.call(t, addr, "Observe", `{"kind":"OBJECT_KIND_LOCK","name":"watched"}`)
+	c.awaitReset(t)
 	timeout := serve.SendTimeout(mutex.DefaultTTL)
 	if got := time.Since(sent); got < timeout {
 		t.Fatalf("reset %v after the request, before the send timeout %v", got, timeout)

@@ -54,27 +54,7 @@ func (s *shardsStream) owned(t *testing.T, n int) map[uint32]*batonv1.ShardOwned
 
 // beat sends a heartbeat for id every interval until the test ends or a
 // heartbeat is refused.
-func (e *env) beat(t *testing.T, id string, every time.Duration) {
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tk := time.NewTicker(every)
-		defer tk.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tk.C:
-				if _, err := e.client.Heartbeat(ctx, connect.NewRequest(&batonv1.HeartbeatRequest{HoldId: id})); err != nil {
-					return
-				}
-			}
-		}
-	}()
-	t.Cleanup(func() { cancel(); wg.Wait() })
-}
+func (e *env) beat(t *testing.T, id string, every time.Duration) { e.beater(t, id, time.Time{}, every) }
 
 // shardKeys is the shard keys of group (member and shard queues) with
 // their values.

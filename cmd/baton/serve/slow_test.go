@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -119,6 +120,91 @@ func (c *rawH2) read() {
 	}
 }
 
+// listenOn serves hs on a loopback listener until the test ends, and
+// returns its address.
+func listenOn(t *testing.T, hs *http.Server) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { defer close(served); _ = hs.Serve(ln) }()
+	t.Cleanup(func() { _ = hs.Close(); <-served })
+	return ln.Addr().String()
+}
+
+// dialRead connects to addr and reads whatever the server sends; closed
+// closes once the server closed the connection.
+func dialRead(t *testing.T, addr string) (conn net.Conn, closed <-chan struct{}) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	c := make(chan struct{})
+	go func() { defer close(c); _, _ = io.Copy(io.Discard, conn) }()
+	return conn, c
+}
+
+// cut is how long after its first byte the server cut a slow caller off.
+type cut struct {
+	kind  string
+	after time.Duration
+}
+
+// trickle writes (write(i)) once every 100 ms for 20 s, unless cutOff
+// closes first, when it reports on cuts how long after began, or stop
+// does.
+func trickle(cuts chan<- cut, stop <-chan struct{}, kind string, began time.Time, cutOff <-chan struct{}, write func(i int) error) {
+	go func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-cutOff:
+				cuts <- cut{kind, time.Since(began)}
+				return
+			case <-stop:
+				return
+			case <-tick.C:
+				if time.Since(began) > 20*time.Second {
+					return
+				}
+				_ = write(i)
+			}
+		}
+	}()
+}
+
+// call opens stream 1 with a call of method and its one request message,
+// body, and returns when the request was sent.
+func (c *rawH2) call(t *testing.T, addr, method, body string) time.Time {
+	t.Helper()
+	if err := c.frame(frameHeaders, flagEndHeaders, 1, streamHeaders(addr, method)); err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	if err := c.frame(frameData, flagEndStream, 1, envelope(body)); err != nil {
+		t.Fatal(err)
+	}
+	return sent
+}
+
+// awaitReset waits for the server's RST_STREAM of stream 1, the unread one.
+func (c *rawH2) awaitReset(t *testing.T) {
+	t.Helper()
+	select {
+	case id := <-c.rst:
+		if id != 1 {
+			t.Fatalf("RST_STREAM of stream %d", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the unread stream was not reset")
+	}
+}
+
 func (c *rawH2) frame(typ, flags byte, stream uint32, payload []byte) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -196,25 +282,12 @@ func TestCallerThatNeverReadsItsStreamIsCutOff(t *testing.T) {
 	ho := other.held(t)
 
 	c := dialH2(t, addr, 0)
-	if err := c.frame(frameHeaders, flagEndHeaders, 1, streamHeaders(addr, "Hold")); err != nil {
-		t.Fatal(err)
-	}
-	sent := time.Now()
-	if err := c.frame(frameData, flagEndStream, 1, envelope(`{"names":["unread"],"ttl":"2s","identity":"mute"}`)); err != nil {
-		t.Fatal(err)
-	}
+	sent := c.call(t, addr, "Hold", `{"names":["unread"],"ttl":"2s","identity":"mute"}`)
 	waitGauge(t, e, "held", 2)
 	next := e.hold(ctx, &batonv1.HoldRequest{Names: []string{"unread"}, Ttl: dur(ttl)})
 
 	// The held message waits on the window: the server resets the stream.
-	select {
-	case id := <-c.rst:
-		if id != 1 {
-			t.Fatalf("RST_STREAM of stream %d", id)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the unread stream was not reset")
-	}
+	c.awaitReset(t)
 	reset := time.Since(sent)
 
 	// Meanwhile the bystander heartbeats on, and the key stays until the
@@ -265,23 +338,10 @@ func TestLeaderThatNeverReadsItsStreamIsCutOff(t *testing.T) {
 	ttl := 2 * time.Second
 	addr := strings.TrimPrefix(e.url, "http://")
 	c := dialH2(t, addr, 0)
-	if err := c.frame(frameHeaders, flagEndHeaders, 1, streamHeaders(addr, "Lead")); err != nil {
-		t.Fatal(err)
-	}
-	sent := time.Now()
-	if err := c.frame(frameData, flagEndStream, 1, envelope(`{"name":"mute-term","ttl":"2s","identity":"mute"}`)); err != nil {
-		t.Fatal(err)
-	}
+	sent := c.call(t, addr, "Lead", `{"name":"mute-term","ttl":"2s","identity":"mute"}`)
 	waitGauge(t, e, "held", 1)
 	next := e.lead(ctx, &batonv1.LeadRequest{Name: "mute-term", Ttl: dur(ttl)})
-	select {
-	case id := <-c.rst:
-		if id != 1 {
-			t.Fatalf("RST_STREAM of stream %d", id)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the unread stream was not reset")
-	}
+	c.awaitReset(t)
 	l := next.leading(t)
 	got := time.Since(sent)
 	least := serve.Budget(ttl) - ttl/3
@@ -315,21 +375,8 @@ func TestShardsMemberThatNeverReadsItsStreamIsCutOff(t *testing.T) {
 
 	const count = 16
 	c := dialH2(t, addr, 400)
-	if err := c.frame(frameHeaders, flagEndHeaders, 1, streamHeaders(addr, "Shards")); err != nil {
-		t.Fatal(err)
-	}
-	sent := time.Now()
-	if err := c.frame(frameData, flagEndStream, 1, envelope(fmt.Sprintf(`{"group":"mute-group","count":%d,"member":"mute","ttl":"2s"}`, count))); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case id := <-c.rst:
-		if id != 1 {
-			t.Fatalf("RST_STREAM of stream %d", id)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the unread stream was not reset")
-	}
+	sent := c.call(t, addr, "Shards", fmt.Sprintf(`{"group":"mute-group","count":%d,"member":"mute","ttl":"2s"}`, count))
+	c.awaitReset(t)
 	reset := time.Since(sent)
 	msgs := c.messages(t)
 	if len(msgs) < 2 || msgs[0].GetJoined() == nil {
@@ -391,65 +438,25 @@ func TestSlowCallersAreCutOffWithoutAffectingOthers(t *testing.T) {
 	e := start(t)
 	ctx := ctxT(t)
 	const readHeader, idle = time.Second, 2 * time.Second
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := serve.HTTPServerWithTimeouts(e.srv.Handler(), readHeader, idle)
-	served := make(chan struct{})
-	go func() { defer close(served); _ = hs.Serve(ln) }()
-	t.Cleanup(func() { _ = hs.Close(); <-served })
-	addr := ln.Addr().String()
+	addr := listenOn(t, serve.HTTPServerWithTimeouts(e.srv.Handler(), readHeader, idle))
 
 	stop := make(chan struct{})
 	defer close(stop)
-	type cut struct {
-		kind  string
-		after time.Duration
-	}
 	cuts := make(chan cut, 32)
-	// trickle writes one byte (or frame) every 100 ms for 20 s unless the
-	// server cuts the connection first, and reports when it did.
-	trickle := func(kind string, conn net.Conn, closed <-chan struct{}, write func(i int) error) {
-		began := time.Now()
-		go func() {
-			tick := time.NewTicker(100 * time.Millisecond)
-			defer tick.Stop()
-			for i := 0; ; i++ {
-				select {
-				case <-closed:
-					cuts <- cut{kind, time.Since(began)}
-					return
-				case <-stop:
-					return
-				case <-tick.C:
-					if time.Since(began) > 20*time.Second {
-						return
-					}
-					_ = write(i)
-				}
-			}
-		}()
-	}
 	const slowHTTP1 = 10
 	for range slowHTTP1 {
-		conn, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = conn.Close() })
-		closed := make(chan struct{})
-		go func() { defer close(closed); _, _ = io.Copy(io.Discard, conn) }()
+		conn, closed := dialRead(t, addr)
+		began := time.Now()
 		if _, err := io.WriteString(conn, "POST /"+batonv1connect.BatonServiceName+"/Hold HTTP/1.1\r\nHost: x\r\nX-Slow: "); err != nil {
 			t.Fatal(err)
 		}
-		trickle("http/1.1 headers", conn, closed, func(int) error { _, err := io.WriteString(conn, "a"); return err })
+		trickle(cuts, stop, "http/1.1 headers", began, closed, func(int) error { _, err := io.WriteString(conn, "a"); return err })
 	}
 	h2 := dialH2(t, addr, 65535)
 	if err := h2.frame(frameHeaders, 0, 1, streamHeaders(addr, "Hold")); err != nil { // no END_HEADERS: more to come
 		t.Fatal(err)
 	}
-	trickle("http/2 continuation", h2.conn, h2.closed, func(i int) error {
+	trickle(cuts, stop, "http/2 continuation", time.Now(), h2.closed, func(i int) error {
 		return h2.frame(frameContinuation, 0, 1, hpackLiteral("x-slow", fmt.Sprint(i)))
 	})
 

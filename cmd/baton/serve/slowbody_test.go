@@ -3,7 +3,6 @@ package serve_test
 import (
 	"fmt"
 	"io"
-	"net"
 	"testing"
 	"time"
 
@@ -35,53 +34,13 @@ func TestSlowBodyIsCutOffButNotAStream(t *testing.T) {
 	e := start(t)
 	ctx := ctxT(t)
 	const readTimeout = time.Second
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := serve.HTTPServerWithReadTimeout(e.srv.Handler(), readTimeout)
-	served := make(chan struct{})
-	go func() { defer close(served); _ = hs.Serve(ln) }()
-	t.Cleanup(func() { _ = hs.Close(); <-served })
-	addr := ln.Addr().String()
+	addr := listenOn(t, serve.HTTPServerWithReadTimeout(e.srv.Handler(), readTimeout))
 
 	stop := make(chan struct{})
 	defer close(stop)
-	type cut struct {
-		kind  string
-		after time.Duration
-	}
 	cuts := make(chan cut, 16)
-	// trickle writes one byte (or frame) every 100 ms for 20 s unless the
-	// server cuts the request first, and reports when it did.
-	trickle := func(kind string, began time.Time, cutOff <-chan struct{}, write func(i int) error) {
-		go func() {
-			tick := time.NewTicker(100 * time.Millisecond)
-			defer tick.Stop()
-			for i := 0; ; i++ {
-				select {
-				case <-cutOff:
-					cuts <- cut{kind, time.Since(began)}
-					return
-				case <-stop:
-					return
-				case <-tick.C:
-					if time.Since(began) > 20*time.Second {
-						return
-					}
-					_ = write(i)
-				}
-			}
-		}()
-	}
 	for _, method := range []string{"Heartbeat", "Hold"} {
-		conn, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = conn.Close() })
-		closed := make(chan struct{})
-		go func() { defer close(closed); _, _ = io.Copy(io.Discard, conn) }()
+		conn, closed := dialRead(t, addr)
 		ct := "application/json"
 		if method == "Hold" {
 			ct = "application/connect+json"
@@ -91,7 +50,7 @@ func TestSlowBodyIsCutOffButNotAStream(t *testing.T) {
 			batonv1connect.BatonServiceName, method, ct); err != nil {
 			t.Fatal(err)
 		}
-		trickle("http/1.1 "+method, began, closed, func(int) error { _, err := io.WriteString(conn, " "); return err })
+		trickle(cuts, stop, "http/1.1 "+method, began, closed, func(int) error { _, err := io.WriteString(conn, " "); return err })
 	}
 	h2 := dialH2(t, addr, 65535)
 	resets := map[uint32]chan struct{}{1: make(chan struct{}), 3: make(chan struct{})}
@@ -119,7 +78,7 @@ func TestSlowBodyIsCutOffButNotAStream(t *testing.T) {
 		if err := h2.frame(frameHeaders, flagEndHeaders, id, hdr); err != nil { // no END_STREAM: a body to come
 			t.Fatal(err)
 		}
-		trickle("http/2 "+method, began, reset[id], func(int) error { return h2.frame(frameData, 0, id, []byte(" ")) })
+		trickle(cuts, stop, "http/2 "+method, began, reset[id], func(int) error { return h2.frame(frameData, 0, id, []byte(" ")) })
 	}
 
 	// Callers on the same listener, over HTTP/1.1 and HTTP/2, meanwhile:
