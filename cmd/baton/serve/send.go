@@ -85,6 +85,7 @@ func (s sender) send(send func() error) error {
 		if s.beforeLate != nil {
 			s.beforeLate()
 		}
+		s.onLate() // counted before the reset goes out: a caller that sees it finds the count
 		_ = s.rc.SetWriteDeadline(time.Now()) // ErrNotSupported: no deadline to keep
 	})
 	err := send()
@@ -94,7 +95,6 @@ func (s sender) send(send func() error) error {
 		// setting must be done before the handler may return: net/http
 		// forgets (and pools) a stream's writer then.
 		<-fired
-		s.onLate()
 		return errCallerUnreachable
 	}
 	if err != nil {
