@@ -85,7 +85,7 @@ func (s sender) send(send func() error) error {
 		if s.beforeLate != nil {
 			s.beforeLate()
 		}
-		s.onLate() // counted before the reset goes out: a caller that sees it finds the count
+		s.onLate()                            // counted before the reset goes out: a caller that sees it finds the count
 		_ = s.rc.SetWriteDeadline(time.Now()) // ErrNotSupported: no deadline to keep
 	})
 	err := send()
