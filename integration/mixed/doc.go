@@ -2,7 +2,10 @@
 // safe: processes of the previous release's build and of the current build
 // contend on the same names of one etcd cluster at once, while processes
 // of both builds are killed (SIGKILL), frozen past their lease (SIGSTOP,
-// then SIGCONT) and cut off (their client's proxies blackholed), and a
+// then SIGCONT; the worker, asked by SIGUSR1, stops itself just before a
+// write in a hold, so that write comes after its lease, and is stopped
+// from outside wherever it is when it reaches no such point in 2 s) and
+// cut off (their client's proxies blackholed), and a
 // member of the three-member cluster is cut from its peers.
 //
 // Both sides run one worker program (package worker, in this directory):

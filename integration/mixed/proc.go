@@ -79,7 +79,10 @@ type proc struct {
 	holds   map[string]*robustness.Hold // by key/token
 	current map[*robustness.Hold]bool   // not known to have ended
 	stopped bool                        // SIGSTOPped
-	stderr  limited
+	// froze receives the process's report that it stops itself at a
+	// freeze point, as asked (SIGUSR1).
+	froze  chan struct{}
+	stderr limited
 }
 
 func (p *proc) String() string {
@@ -90,7 +93,7 @@ func (p *proc) String() string {
 }
 
 func newProc(b Build, id int, lanes string, rec *record) *proc {
-	return &proc{b: b, id: id, lanes: lanes, rec: rec, done: make(chan struct{}),
+	return &proc{b: b, id: id, lanes: lanes, rec: rec, done: make(chan struct{}), froze: make(chan struct{}, 1),
 		holds: map[string]*robustness.Hold{}, current: map[*robustness.Hold]bool{}, stderr: limited{n: 4096}}
 }
 
@@ -156,6 +159,11 @@ func (p *proc) read(out io.Reader) {
 					delete(p.current, x)
 				}
 				p.mu.Unlock()
+			}
+		case "freezing":
+			select {
+			case p.froze <- struct{}{}:
+			default:
 			}
 		case "regcall":
 			pending[m.ID] = *m.Reg

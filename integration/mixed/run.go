@@ -544,13 +544,13 @@ func (r *runner) inject(ctx context.Context, rng *rand.Rand, kind, build string)
 		p.stopped = true
 		p.mu.Unlock()
 		f.Start = robustness.Now()
-		_ = p.signal(syscall.SIGSTOP)
+		how := r.freeze(p)
 		time.Sleep(r.cfg.TTL + 1500*time.Millisecond) // past the TTL, whatever ctx says
 		p.mu.Lock()
 		p.stopped = false
 		_ = p.signal(syscall.SIGCONT)
 		p.mu.Unlock()
-		f.End, f.Detail = robustness.Now(), p.String()
+		f.End, f.Detail = robustness.Now(), p.String()+how
 		r.rec.mu.Lock()
 		r.rec.freezes = append(r.rec.freezes, freeze{proc: p, start: f.Start, end: f.End})
 		r.rec.mu.Unlock()
@@ -583,6 +583,33 @@ func (r *runner) inject(ctx context.Context, rng *rand.Rand, kind, build string)
 	fmt.Fprintf(r.log, "mixed: fault %s %s\n", kind, f.Detail)
 	r.rec.fault(f)
 }
+
+// freeze stops p: it asks the worker to stop itself at its next freeze
+// point, in a hold just before a write (which then comes after the TTL,
+// whatever the scheduling), and stops it from outside, wherever it is,
+// when it reaches none in time. It says which.
+func (r *runner) freeze(p *proc) string {
+	select {
+	case <-p.froze: // a report that came too late for an earlier freeze
+	default:
+	}
+	_ = p.signal(syscall.SIGUSR1)
+	t := time.NewTimer(freezeWait)
+	defer t.Stop()
+	select {
+	case <-p.froze:
+		return " (before a write)"
+	case <-p.done:
+		return " (exited)"
+	case <-t.C:
+		_ = p.signal(syscall.SIGSTOP)
+		return " (wherever it was)"
+	}
+}
+
+// freezeWait is how long freeze waits for a freeze point: longer than a
+// worker honours a request (its freezeAskedFor, 2 s).
+const freezeWait = 2500 * time.Millisecond
 
 // waitNoKeys waits, up to twice the TTL and more, for every contender key
 // to go (a killed process's lease expires by itself), and describes what

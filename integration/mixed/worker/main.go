@@ -25,8 +25,10 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -68,6 +70,9 @@ type config struct {
 }
 
 func main() {
+	// First: SIGUSR1 would end the process before this (see freezePoint).
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
 	var cfg config
 	var eps, lanes string
 	cli := flag.Bool("cli", false, "the command under baton lock: write with the environment's key(s) and token, then exit")
@@ -92,7 +97,7 @@ func main() {
 			_, _ = io.Copy(io.Discard, os.Stdin)
 			cancel()
 		}()
-		err = run(ctx, cfg)
+		err = run(ctx, cfg, usr1)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
@@ -139,7 +144,7 @@ type regOp struct {
 }
 
 type message struct {
-	T     string // "op", "hold", "ended", "regcall", "reg"
+	T     string // "op", "hold", "ended", "regcall", "reg", "freezing"
 	Op    *op    `json:",omitempty"`
 	Hold  *hold  `json:",omitempty"`
 	Reg   *regOp `json:",omitempty"`
@@ -190,13 +195,46 @@ type worker struct {
 	cli   *clientv3.Client
 	guard *fencing.EtcdGuard
 	rep   *reporter
+	// freezeAsked is when the test last asked for a freeze (SIGUSR1), 0
+	// when none is pending.
+	freezeAsked atomic.Int64
+}
+
+// freezeAskedFor is how long a freeze request waits for a freeze point;
+// the test stops the process from outside once it has waited longer.
+const freezeAskedFor = 2 * time.Second
+
+// askedToFreeze records each freeze request (SIGUSR1) as it arrives.
+func (w *worker) askedToFreeze(ctx context.Context, usr1 <-chan os.Signal) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-usr1:
+			w.freezeAsked.Store(now())
+		}
+	}
+}
+
+// freezePoint stops this process (SIGSTOP to itself) when the test asked
+// for a freeze in the last freezeAskedFor: it is called in a hold just
+// before a write, so the write comes after the TTL the test lets pass
+// before it resumes the process, the pause fencing exists for. One
+// request stops the process once, at whichever point comes first.
+func (w *worker) freezePoint(key string, token int64) {
+	at := w.freezeAsked.Load()
+	if at == 0 || !w.freezeAsked.CompareAndSwap(at, 0) || now()-at > int64(freezeAskedFor) {
+		return
+	}
+	w.rep.send(message{T: "freezing", Key: key, Token: token, At: now()})
+	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 }
 
 func newClient(endpoints []string) (*clientv3.Client, error) {
 	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 }
 
-func run(ctx context.Context, cfg config) error {
+func run(ctx context.Context, cfg config, usr1 <-chan os.Signal) error {
 	cli, err := newClient(cfg.endpoints)
 	if err != nil {
 		return err
@@ -207,6 +245,7 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	w := &worker{cfg: cfg, cli: cli, guard: guard, rep: &reporter{enc: json.NewEncoder(os.Stdout)}}
+	go w.askedToFreeze(ctx, usr1)
 	var wg sync.WaitGroup
 	for i, lane := range cfg.lanes {
 		rng := rand.New(rand.NewPCG(cfg.seed, uint64(1000*cfg.id+i)))
@@ -299,6 +338,7 @@ func (w *worker) released(client, kind, name string, h handle, start int64, err 
 // once it runs again: fencing must refuse it), pausing up to maxPause.
 func (w *worker) holdFor(ctx context.Context, rng *rand.Rand, client string, regID int, prim, name string, h handle, maxPause time.Duration) {
 	for i := 0; i < 1+rng.IntN(3); i++ {
+		w.freezePoint(h.Key(), int64(h.Token()))
 		w.evidence(client, prim, name, h)
 		w.guarded(client, regID, prim, name, h, fmt.Sprintf("%s.%d.%d", client, h.Token(), i))
 		pause(ctx, time.Duration(rng.Int64N(int64(maxPause)+1)))
@@ -487,6 +527,7 @@ func (w *worker) setLane(ctx context.Context, rng *rand.Rand, client string, reg
 			w.held(client, "mutex", name, ks[i], int64(l.Token()), ret, false, l.Context())
 		}
 		for i := 0; i < 1+rng.IntN(2); i++ {
+			w.freezePoint(ks[0], int64(l.Token()))
 			var ops []clientv3.Op
 			for j, name := range names {
 				ops = append(ops, clientv3.OpPut(workKey("mutex", name), ks[j]))
