@@ -152,39 +152,31 @@ func serveCycle(ctx context.Context, env *env, impl harness.Impl, name string) (
 		}
 		return perProtocol(vs, "cycles/s", "cycle p50 ms", "cycle p99 ms", "etcd requests/cycle"), nil
 	}
-	srv, err := startServe(ctx, env)
-	if err != nil {
-		return nil, err
-	}
-	defer srv.stop()
-	var out []Value
-	for _, p := range serveProtocols {
+	out, err := onEachProtocol(ctx, env, false, func(srv *served, p string) ([]Value, error) {
+		var out []Value
 		c, closeIdle := serveClient(srv.url, p)
+		defer closeIdle() // also called at once after the round trips: idempotent
 		cycle := releaseCycle(ctx, c, name)
 		// The first cycle opens the connections and the server's session.
 		if err := cycle(); err != nil {
-			closeIdle()
-			return nil, fmt.Errorf("%s: %w", p, err)
+			return nil, err
 		}
 		s0, err := srv.stats(ctx)
 		if err != nil {
-			closeIdle()
 			return nil, err
 		}
 		lat, elapsed, err := loopFor(ctx, env.cfg.Duration, cycle)
 		if err != nil {
-			closeIdle()
-			return nil, fmt.Errorf("%s: %w", p, err)
+			return nil, err
 		}
 		s1, err := srv.stats(ctx)
 		if err != nil {
-			closeIdle()
 			return nil, err
 		}
 		floor, _, err := loopFor(ctx, min(env.cfg.Duration/3, time.Second), func() error { return floorCall(ctx, c) })
 		closeIdle()
 		if err != nil {
-			return nil, fmt.Errorf("%s: round trip: %w", p, err)
+			return nil, fmt.Errorf("round trip: %w", err)
 		}
 		l, f := harness.MsAll(lat), harness.MsAll(floor)
 		if p == "gRPC" {
@@ -202,17 +194,20 @@ func serveCycle(ctx context.Context, env *env, impl harness.Impl, name string) (
 			})
 			closeIdle2()
 			if err != nil {
-				return nil, fmt.Errorf("%s: closing: %w", p, err)
+				return nil, fmt.Errorf("closing: %w", err)
 			}
 			out = append(out, Value{Metric: "closing cycle p50 ms (" + p + ")", V: harness.Percentile(harness.MsAll(closing), 50)})
 		}
-		out = append(out,
+		return append(out,
 			Value{Metric: "cycles/s (" + p + ")", V: float64(len(lat)) / elapsed.Seconds()},
 			Value{Metric: "cycle p50 ms (" + p + ")", V: harness.Percentile(l, 50)},
 			Value{Metric: "cycle p99 ms (" + p + ")", V: harness.Percentile(l, 99)},
 			Value{Metric: "etcd requests/cycle (" + p + ")", V: float64(s1.EtcdRequests-s0.EtcdRequests) / float64(max(len(lat), 1))},
 			Value{Metric: "round trip p50 ms (" + p + ")", V: harness.Percentile(f, 50)},
-		)
+		), nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	floor, err := floorCycles(ctx, env, name)
 	return append(out, floor...), err
@@ -238,20 +233,37 @@ func releaseCycle(ctx context.Context, c batonv1connect.BatonServiceClient, name
 // process as the service's server): the protocol's floor of a Hold and its
 // Release, with a lock in memory.
 func floorCycles(ctx context.Context, env *env, name string) ([]Value, error) {
-	srv, err := startServer(ctx, env, true)
+	out, err := onEachProtocol(ctx, env, true, func(srv *served, p string) ([]Value, error) {
+		c, closeIdle := serveClient(srv.url, p)
+		defer closeIdle()
+		lat, _, err := loopFor(ctx, env.cfg.Duration/2, releaseCycle(ctx, c, name))
+		if err != nil {
+			return nil, err
+		}
+		return []Value{{Metric: "floor cycle p50 ms (" + p + ")", V: harness.Percentile(harness.MsAll(lat), 50)}}, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("floor: %w", err)
+	}
+	return out, nil
+}
+
+// onEachProtocol starts the service's server (with floor, floorHold's)
+// and measures each protocol with measure in turn, its error prefixed with
+// the protocol's name.
+func onEachProtocol(ctx context.Context, env *env, floor bool, measure func(srv *served, p string) ([]Value, error)) ([]Value, error) {
+	srv, err := startServer(ctx, env, floor)
 	if err != nil {
 		return nil, err
 	}
 	defer srv.stop()
 	var out []Value
 	for _, p := range serveProtocols {
-		c, closeIdle := serveClient(srv.url, p)
-		lat, _, err := loopFor(ctx, env.cfg.Duration/2, releaseCycle(ctx, c, name))
-		closeIdle()
+		vs, err := measure(srv, p)
 		if err != nil {
-			return nil, fmt.Errorf("floor %s: %w", p, err)
+			return nil, fmt.Errorf("%s: %w", p, err)
 		}
-		out = append(out, Value{Metric: "floor cycle p50 ms (" + p + ")", V: harness.Percentile(harness.MsAll(lat), 50)})
+		out = append(out, vs...)
 	}
 	return out, nil
 }
@@ -329,13 +341,7 @@ func withFloor(ctx context.Context, env *env, name string, measure func(context.
 // remoteHandoffs measures serveHandoff's handoffs on the service, or with
 // floor on floorHold.
 func remoteHandoffs(ctx context.Context, env *env, name string, floor bool) ([]Value, error) {
-	srv, err := startServer(ctx, env, floor)
-	if err != nil {
-		return nil, err
-	}
-	defer srv.stop()
-	var out []Value
-	for _, p := range serveProtocols {
+	return onEachProtocol(ctx, env, floor, func(srv *served, p string) ([]Value, error) {
 		var finishing sync.WaitGroup
 		var finishErr error
 		var mu sync.Mutex
@@ -371,12 +377,8 @@ func remoteHandoffs(ctx context.Context, env *env, name string, floor bool) ([]V
 		for _, c := range closers {
 			c()
 		}
-		if err = errors.Join(err, finishErr); err != nil {
-			return nil, fmt.Errorf("%s: %w", p, err)
-		}
-		out = append(out, vs...)
-	}
-	return out, nil
+		return vs, errors.Join(err, finishErr)
+	})
 }
 
 // handoffValues takes turns with jobs for cfg.Duration and measures the

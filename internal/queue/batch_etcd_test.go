@@ -22,12 +22,26 @@ import (
 // counts every transaction it sends.
 func gatedClient(t *testing.T, n int) (cli *clientv3.Client, held func() int, sent func() int, open func()) {
 	t.Helper()
-	var mu sync.Mutex
 	gate := make(chan struct{})
 	var once sync.Once
 	open = func() { once.Do(func() { close(gate) }) }
 	t.Cleanup(open)
-	var blocked, total int
+	cli, sent = txnClient(t, func(i int) <-chan struct{} {
+		if i <= n {
+			return gate
+		}
+		return nil
+	})
+	return cli, func() int { return min(sent(), n) }, sent, open
+}
+
+// txnClient is an etcd client whose i-th transaction (from 1) waits,
+// before it is sent, until the channel wait(i) returns is closed (not at
+// all for nil); sent counts the transactions.
+func txnClient(t *testing.T, wait func(i int) <-chan struct{}) (cli *clientv3.Client, sent func() int) {
+	t.Helper()
+	var mu sync.Mutex
+	total := 0
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
@@ -35,13 +49,10 @@ func gatedClient(t *testing.T, n int) (cli *clientv3.Client, held func() int, se
 				if method == "/etcdserverpb.KV/Txn" {
 					mu.Lock()
 					total++
-					wait := total <= n
-					if wait {
-						blocked++
-					}
+					i := total
 					mu.Unlock()
-					if wait {
-						<-gate
+					if g := wait(i); g != nil {
+						<-g
 					}
 				}
 				return invoker(ctx, method, req, reply, cc, opts...)
@@ -51,8 +62,7 @@ func gatedClient(t *testing.T, n int) (cli *clientv3.Client, held func() int, se
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cli.Close() })
-	count := func(p *int) func() int { return func() int { mu.Lock(); defer mu.Unlock(); return *p } }
-	return cli, count(&blocked), count(&total), open
+	return cli, func() int { mu.Lock(); defer mu.Unlock(); return total }
 }
 
 func waitUntil(t *testing.T, cond func() bool, what string) {
@@ -424,8 +434,6 @@ func TestFenceRaisesAtOnceSharePuts(t *testing.T) {
 // member never takes that shard again.)
 func TestFenceRaiseAskedAsTheNextWaitsSendsIt(t *testing.T) {
 	ctx := etcdtest.Context(t, 30*time.Second)
-	var mu sync.Mutex
-	txns := 0
 	gates := map[int]chan struct{}{1: make(chan struct{}), 2: make(chan struct{})}
 	t.Cleanup(func() {
 		for _, g := range gates {
@@ -436,27 +444,12 @@ func TestFenceRaiseAskedAsTheNextWaitsSendsIt(t *testing.T) {
 			}
 		}
 	})
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
-			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				if method == "/etcdserverpb.KV/Txn" {
-					mu.Lock()
-					txns++
-					g := gates[txns]
-					mu.Unlock()
-					if g != nil {
-						<-g
-					}
-				}
-				return invoker(ctx, method, req, reply, cc, opts...)
-			})},
+	cli, sent := txnClient(t, func(i int) <-chan struct{} {
+		if g, ok := gates[i]; ok {
+			return g
+		}
+		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
-	sent := func() int { mu.Lock(); defer mu.Unlock(); return txns }
 	g, err := cli.Grant(ctx, 30)
 	if err != nil {
 		t.Fatal(err)

@@ -315,9 +315,14 @@ class Hold:
             if th is not threading.current_thread():
                 th.join(self._client.timeout + self._interval)
         with self._mu:
-            if self.cause is None:
-                self.cause = "RELEASED"
-                self._emit("released")
+            self._closed()
+
+    def _closed(self):
+        """Under the lock, once the stream and threads ended: ends what is
+        not ended yet, as released."""
+        if self.cause is None:
+            self.cause = "RELEASED"
+            self._emit("released")
 
     # -- the threads
 
@@ -643,13 +648,8 @@ class Membership(Hold):
 
     leave = release
 
-    def _close(self):
-        self._stream.close()
-        for th in self._threads:
-            if th is not threading.current_thread():
-                th.join(self._client.timeout + self._interval)
-        with self._mu:
-            self._lose("RELEASED", "left")
+    def _closed(self):
+        self._lose("RELEASED", "left")
 
     # -- the threads
 

@@ -252,6 +252,7 @@ func nextStamped(t *testing.T, ch <-chan stampedMsg, what string) stampedMsg {
 // heartbeat's send, as a caller's clock does. A heartbeat round trip
 // holds sem: whoever takes it holds heartbeats back.
 type beater struct {
+	id      string // the hold's
 	sem     chan struct{}
 	mu      sync.Mutex
 	replies []beatReply
@@ -263,7 +264,7 @@ type beatReply struct {
 }
 
 func (e *env) beater(t *testing.T, id string, given time.Time, every time.Duration) *beater {
-	b := &beater{sem: make(chan struct{}, 1), replies: []beatReply{{until: given}}}
+	b := &beater{id: id, sem: make(chan struct{}, 1), replies: []beatReply{{until: given}}}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -332,6 +333,33 @@ func (b *beater) believesShard(at time.Time, shard uint32, token int64) (bool, t
 	return until.After(at), until
 }
 
+// drainingOfTwo is member's request to join group g of two shards, with
+// a 2 s TTL and a drain timeout of 200 ms.
+func drainingOfTwo(member string) *batonv1.ShardsRequest {
+	return &batonv1.ShardsRequest{Group: "g", Count: 2, Member: member, Ttl: dur(2 * time.Second), DrainTimeout: dur(200 * time.Millisecond)}
+}
+
+// firstOfTwo joins member a (drainingOfTwo), heartbeating twice an
+// interval with a beater that follows its validity, and returns once it
+// owns both shards.
+func (e *env) firstOfTwo(ctx context.Context, t *testing.T) (*shardsStream, *beater, map[uint32]*batonv1.ShardOwned) {
+	t.Helper()
+	a := e.shards(ctx, drainingOfTwo("a"))
+	ja := a.joined(t)
+	ba := e.beater(t, ja.HoldId, a.sent.Add(ja.Validity.AsDuration()), ja.HeartbeatInterval.AsDuration()/2)
+	return a, ba, a.owned(t, 2)
+}
+
+// secondOfTwo joins member b (drainingOfTwo), heartbeating every
+// interval, and returns its messages as they arrive.
+func (e *env) secondOfTwo(ctx context.Context, t *testing.T) <-chan stampedMsg {
+	t.Helper()
+	b := e.shards(ctx, drainingOfTwo("b"))
+	jb := b.joined(t)
+	e.beat(t, jb.HoldId, jb.HeartbeatInterval.AsDuration())
+	return b.stamped(t, nil)
+}
+
 // A member whose stream reader is slow (it has read neither moved nor
 // lost; its heartbeats go on, as a client's heartbeat thread does) is told
 // by its heartbeats' replies that it lost a moved shard at the drain
@@ -340,18 +368,9 @@ func (b *beater) believesShard(at time.Time, shard uint32, token int64) (bool, t
 func TestShardsSlowReaderIsToldByItsHeartbeatsThatAMovedShardIsLost(t *testing.T) {
 	e := start(t)
 	ctx := ctxT(t)
-	req := func(member string) *batonv1.ShardsRequest {
-		return &batonv1.ShardsRequest{Group: "g", Count: 2, Member: member, Ttl: dur(2 * time.Second), DrainTimeout: dur(200 * time.Millisecond)}
-	}
-	a := e.shards(ctx, req("a"))
-	ja := a.joined(t)
-	ba := e.beater(t, ja.HoldId, a.sent.Add(ja.Validity.AsDuration()), ja.HeartbeatInterval.AsDuration()/2)
-	ownedA := a.owned(t, 2)
+	_, ba, ownedA := e.firstOfTwo(ctx, t)
 	// From here a's application reads nothing more of its stream.
-	b := e.shards(ctx, req("b"))
-	jb := b.joined(t)
-	e.beat(t, jb.HoldId, jb.HeartbeatInterval.AsDuration())
-	msgsB := b.stamped(t, nil)
+	msgsB := e.secondOfTwo(ctx, t)
 	var ob stampedMsg
 	for {
 		ob = nextStamped(t, msgsB, "owned")
@@ -386,13 +405,7 @@ func TestShardsMovedShardIsTakenOnlyAfterTheCallersValidity(t *testing.T) {
 				}})
 			})
 			ctx := ctxT(t)
-			req := func(member string) *batonv1.ShardsRequest {
-				return &batonv1.ShardsRequest{Group: "g", Count: 2, Member: member, Ttl: dur(2 * time.Second), DrainTimeout: dur(200 * time.Millisecond)}
-			}
-			a := e.shards(ctx, req("a"))
-			ja := a.joined(t)
-			ba := e.beater(t, ja.HoldId, a.sent.Add(ja.Validity.AsDuration()), ja.HeartbeatInterval.AsDuration()/2)
-			ownedA := a.owned(t, 2)
+			a, ba, ownedA := e.firstOfTwo(ctx, t)
 
 			paused := make(chan struct{}, 1) // the pause point holds ba.sem
 			if !stopBeats {
@@ -418,10 +431,7 @@ func TestShardsMovedShardIsTakenOnlyAfterTheCallersValidity(t *testing.T) {
 				}
 			})
 
-			b := e.shards(ctx, req("b"))
-			jb := b.joined(t)
-			e.beat(t, jb.HoldId, jb.HeartbeatInterval.AsDuration())
-			msgsB := b.stamped(t, nil)
+			msgsB := e.secondOfTwo(ctx, t)
 
 			mv := nextStamped(t, msgsA, "moved")
 			if mv.m.GetMoved() == nil || mv.m.GetMoved().Shard != 1 {
@@ -463,7 +473,7 @@ func TestShardsMovedShardIsTakenOnlyAfterTheCallersValidity(t *testing.T) {
 				t.Fatalf("b owned shard 1 at %v, while a, told lost at %v, believed it owned it until %v", ob.at, lost.at, believed)
 			}
 			if !stopBeats {
-				err := e.drained(ctx, ja.HoldId, 1)
+				err := e.drained(ctx, ba.id, 1)
 				wantCode(t, err, connect.CodeFailedPrecondition, "shard")
 			}
 		})

@@ -2,6 +2,7 @@ package serve_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -461,38 +462,7 @@ func TestSlowCallersAreCutOffWithoutAffectingOthers(t *testing.T) {
 	})
 
 	// A caller on the same listener, over HTTP/1.1 and HTTP/2, meanwhile.
-	hc := h2Only()
-	defer hc.CloseIdleConnections()
-	for _, c := range []struct {
-		name   string
-		client batonv1connect.BatonServiceClient
-	}{
-		{"http/1.1", batonv1connect.NewBatonServiceClient(e.hc, "http://"+addr, connect.WithProtoJSON())},
-		{"http/2", batonv1connect.NewBatonServiceClient(hc, "http://"+addr, connect.WithGRPC())},
-	} {
-		s := holdOn(ctx, c.client, &batonv1.HoldRequest{Names: []string{"meanwhile-" + c.name}, Ttl: dur(2 * time.Second)})
-		h := s.held(t)
-		for end := time.Now().Add(idle + time.Second); time.Now().Before(end); {
-			t0 := time.Now()
-			if _, err := c.client.Heartbeat(ctx, connect.NewRequest(&batonv1.HeartbeatRequest{HoldId: h.HoldId})); err != nil {
-				t.Fatalf("%s: heartbeat beside slow callers: %v", c.name, err)
-			}
-			if d := time.Since(t0); d > time.Second {
-				t.Fatalf("%s: a heartbeat took %v beside slow callers", c.name, d)
-			}
-			select {
-			case m := <-s.events:
-				t.Fatalf("%s: %v while heartbeating (the idle timeout must spare a connection with a stream open)", c.name, m)
-			case <-time.After(h.HeartbeatInterval.AsDuration()):
-			}
-		}
-		if _, err := c.client.Release(ctx, connect.NewRequest(&batonv1.ReleaseRequest{HoldId: h.HoldId})); err != nil {
-			t.Fatalf("%s: release: %v", c.name, err)
-		}
-		if m := s.next(t); m.GetReleased() == nil {
-			t.Fatalf("%s: %v, want released", c.name, m)
-		}
-	}
+	holdBeside(ctx, t, e, addr, idle+time.Second, "the idle timeout must spare a connection with a stream open")
 
 	for range slowHTTP1 + 1 {
 		select {
@@ -524,4 +494,47 @@ func counter(t *testing.T, e *env, name string) float64 {
 		}
 	}
 	return 0
+}
+
+// holdBeside holds a lock on addr over HTTP/1.1 and then over HTTP/2,
+// each heartbeating for lasting beside the slow callers the test started:
+// every heartbeat answered within a second, nothing sent on the stream
+// and the stream not ended (spared says why it must be) until its
+// release, which is answered with released.
+func holdBeside(ctx context.Context, t *testing.T, e *env, addr string, lasting time.Duration, spared string) {
+	t.Helper()
+	hc := h2Only()
+	defer hc.CloseIdleConnections()
+	for _, c := range []struct {
+		name   string
+		client batonv1connect.BatonServiceClient
+	}{
+		{"http/1.1", batonv1connect.NewBatonServiceClient(e.hc, "http://"+addr, connect.WithProtoJSON())},
+		{"http/2", batonv1connect.NewBatonServiceClient(hc, "http://"+addr, connect.WithGRPC())},
+	} {
+		s := holdOn(ctx, c.client, &batonv1.HoldRequest{Names: []string{"meanwhile-" + c.name}, Ttl: dur(2 * time.Second)})
+		h := s.held(t)
+		for end := time.Now().Add(lasting); time.Now().Before(end); {
+			t0 := time.Now()
+			if _, err := c.client.Heartbeat(ctx, connect.NewRequest(&batonv1.HeartbeatRequest{HoldId: h.HoldId})); err != nil {
+				t.Fatalf("%s: heartbeat beside slow callers: %v", c.name, err)
+			}
+			if d := time.Since(t0); d > time.Second {
+				t.Fatalf("%s: a heartbeat took %v beside slow callers", c.name, d)
+			}
+			select {
+			case m := <-s.events:
+				t.Fatalf("%s: %v while heartbeating (%s)", c.name, m, spared)
+			case err := <-s.done:
+				t.Fatalf("%s: the stream ended while heartbeating (%s): %v", c.name, spared, err)
+			case <-time.After(h.HeartbeatInterval.AsDuration()):
+			}
+		}
+		if _, err := c.client.Release(ctx, connect.NewRequest(&batonv1.ReleaseRequest{HoldId: h.HoldId})); err != nil {
+			t.Fatalf("%s: release: %v", c.name, err)
+		}
+		if m := s.next(t); m.GetReleased() == nil {
+			t.Fatalf("%s: %v, want released", c.name, m)
+		}
+	}
 }

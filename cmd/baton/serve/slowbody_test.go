@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
-
-	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
 	"github.com/batonhq/baton/cmd/baton/gen/baton/v1/batonv1connect"
 	"github.com/batonhq/baton/cmd/baton/serve"
 )
@@ -83,36 +80,7 @@ func TestSlowBodyIsCutOffButNotAStream(t *testing.T) {
 
 	// Callers on the same listener, over HTTP/1.1 and HTTP/2, meanwhile:
 	// a stream outlives the bound on its request.
-	hc := h2Only()
-	defer hc.CloseIdleConnections()
-	for _, c := range []struct {
-		name   string
-		client batonv1connect.BatonServiceClient
-	}{
-		{"http/1.1", batonv1connect.NewBatonServiceClient(e.hc, "http://"+addr, connect.WithProtoJSON())},
-		{"http/2", batonv1connect.NewBatonServiceClient(hc, "http://"+addr, connect.WithGRPC())},
-	} {
-		s := holdOn(ctx, c.client, &batonv1.HoldRequest{Names: []string{"meanwhile-" + c.name}, Ttl: dur(2 * time.Second)})
-		h := s.held(t)
-		for end := time.Now().Add(2*readTimeout + 500*time.Millisecond); time.Now().Before(end); {
-			if _, err := c.client.Heartbeat(ctx, connect.NewRequest(&batonv1.HeartbeatRequest{HoldId: h.HoldId})); err != nil {
-				t.Fatalf("%s: heartbeat beside slow bodies: %v", c.name, err)
-			}
-			select {
-			case m := <-s.events:
-				t.Fatalf("%s: %v while heartbeating (--read-timeout must spare a stream whose request was read)", c.name, m)
-			case err := <-s.done:
-				t.Fatalf("%s: the stream ended while heartbeating: %v", c.name, err)
-			case <-time.After(h.HeartbeatInterval.AsDuration()):
-			}
-		}
-		if _, err := c.client.Release(ctx, connect.NewRequest(&batonv1.ReleaseRequest{HoldId: h.HoldId})); err != nil {
-			t.Fatalf("%s: release: %v", c.name, err)
-		}
-		if m := s.next(t); m.GetReleased() == nil {
-			t.Fatalf("%s: %v, want released", c.name, m)
-		}
-	}
+	holdBeside(ctx, t, e, addr, 2*readTimeout+500*time.Millisecond, "--read-timeout must spare a stream whose request was read")
 
 	for range 4 {
 		select {
