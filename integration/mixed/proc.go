@@ -2,9 +2,11 @@ package mixed
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -79,9 +81,12 @@ type proc struct {
 	holds   map[string]*robustness.Hold // by key/token
 	current map[*robustness.Hold]bool   // not known to have ended
 	stopped bool                        // SIGSTOPped
-	// froze receives the process's report that it stops itself at a
-	// freeze point, as asked (SIGUSR1).
-	froze  chan struct{}
+	// asking: a freeze waits for the process's report that it stops
+	// itself at a freeze point (SIGUSR1), which froze receives, with the
+	// time it stopped; a report with none waiting came too late, and the
+	// process is resumed (resumeLate).
+	asking bool
+	froze  chan int64
 	stderr limited
 }
 
@@ -93,7 +98,7 @@ func (p *proc) String() string {
 }
 
 func newProc(b Build, id int, lanes string, rec *record) *proc {
-	return &proc{b: b, id: id, lanes: lanes, rec: rec, done: make(chan struct{}), froze: make(chan struct{}, 1),
+	return &proc{b: b, id: id, lanes: lanes, rec: rec, done: make(chan struct{}), froze: make(chan int64, 1),
 		holds: map[string]*robustness.Hold{}, current: map[*robustness.Hold]bool{}, stderr: limited{n: 4096}}
 }
 
@@ -161,10 +166,16 @@ func (p *proc) read(out io.Reader) {
 				p.mu.Unlock()
 			}
 		case "freezing":
-			select {
-			case p.froze <- struct{}{}:
-			default:
+			p.mu.Lock()
+			if p.asking {
+				select {
+				case p.froze <- m.At:
+				default:
+				}
+			} else {
+				go p.resumeLate()
 			}
+			p.mu.Unlock()
 		case "regcall":
 			pending[m.ID] = *m.Reg
 		case "reg":
@@ -217,6 +228,25 @@ func (p *proc) signal(s syscall.Signal) error {
 		return nil
 	}
 	return p.cmd.Process.Signal(s)
+}
+
+// resumeLate resumes a process that stopped itself for a freeze request
+// the test no longer waited for (it reports before it stops): once it is
+// stopped, within 5 s.
+func (p *proc) resumeLate() {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && p.alive(); time.Sleep(5 * time.Millisecond) {
+		if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid)); err == nil && stoppedStat(stat) {
+			_ = p.signal(syscall.SIGCONT)
+			return
+		}
+	}
+}
+
+// stoppedStat reports whether /proc/PID/stat says the process is stopped
+// (state T, after the command's name in parentheses).
+func stoppedStat(stat []byte) bool {
+	i := bytes.LastIndexByte(stat, ')')
+	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'T'
 }
 
 // stop asks the worker to stop (its stdin closes), lets it release what

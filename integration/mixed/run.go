@@ -544,7 +544,10 @@ func (r *runner) inject(ctx context.Context, rng *rand.Rand, kind, build string)
 		p.stopped = true
 		p.mu.Unlock()
 		f.Start = robustness.Now()
-		how := r.freeze(p)
+		stopped, how := r.freeze(p)
+		if stopped == 0 {
+			return // it exited
+		}
 		time.Sleep(r.cfg.TTL + 1500*time.Millisecond) // past the TTL, whatever ctx says
 		p.mu.Lock()
 		p.stopped = false
@@ -552,7 +555,9 @@ func (r *runner) inject(ctx context.Context, rng *rand.Rand, kind, build string)
 		p.mu.Unlock()
 		f.End, f.Detail = robustness.Now(), p.String()+how
 		r.rec.mu.Lock()
-		r.rec.freezes = append(r.rec.freezes, freeze{proc: p, start: f.Start, end: f.End})
+		// Its holds are judged frozen from when it stopped: until then it
+		// ran, and could be told.
+		r.rec.freezes = append(r.rec.freezes, freeze{proc: p, start: stopped, end: f.End})
 		r.rec.mu.Unlock()
 	case FaultCut:
 		p := r.pick(ctx, rng, build, rng.IntN(2) == 0)
@@ -587,24 +592,43 @@ func (r *runner) inject(ctx context.Context, rng *rand.Rand, kind, build string)
 // freeze stops p: it asks the worker to stop itself at its next freeze
 // point, in a hold just before a write (which then comes after the TTL,
 // whatever the scheduling), and stops it from outside, wherever it is,
-// when it reaches none in time. It says which.
-func (r *runner) freeze(p *proc) string {
+// when it reaches none in time. It returns when p stopped (0 when it
+// exited instead), and says how.
+func (r *runner) freeze(p *proc) (stopped int64, how string) {
+	p.mu.Lock()
+	p.asking = true
 	select {
 	case <-p.froze: // a report that came too late for an earlier freeze
 	default:
 	}
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.asking = false
+		p.mu.Unlock()
+	}()
 	_ = p.signal(syscall.SIGUSR1)
 	t := time.NewTimer(freezeWait)
 	defer t.Stop()
 	select {
-	case <-p.froze:
-		return " (before a write)"
+	case at := <-p.froze:
+		return at, " (before a write)"
 	case <-p.done:
-		return " (exited)"
+		return 0, ""
 	case <-t.C:
-		_ = p.signal(syscall.SIGSTOP)
-		return " (wherever it was)"
 	}
+	p.mu.Lock()
+	p.asking = false
+	p.mu.Unlock()
+	select {
+	case at := <-p.froze: // it reported as the wait ended
+		return at, " (before a write)"
+	default:
+	}
+	// A report after this comes too late: its reader resumes it.
+	stopped = robustness.Now()
+	_ = p.signal(syscall.SIGSTOP)
+	return stopped, " (wherever it was)"
 }
 
 // freezeWait is how long freeze waits for a freeze point: longer than a
