@@ -47,7 +47,8 @@ var serveLeaves = []string{"drop", "release", "silent"}
 // serveShards: 3 or 4 members of the group join through the serve
 // process, about 0.7 s apart, each taking shards from those before
 // (moved), and leave 3 to 7 s after they joined as one of serveLeaves;
-// each acknowledges its moved shards' drains as one of serveAcks. A
+// each acknowledges its moved shards' drains as one of serveAcks (half of
+// those that never do read their stream slowly: see slowRead). A
 // member counts a shard its own from owned until lost, its own Drained
 // (it stops before it calls), or its validity deadline (its last
 // heartbeat's send time plus the reply's validity, on its own clock),
@@ -62,6 +63,12 @@ func (m *mech) serveShards(ctx context.Context, rng *rand.Rand) {
 		mb := newServeMember(m, fmt.Sprintf("%s.sm%d-%d", m.client(), i, m.runs))
 		mb.ack, mb.leave, mb.grpc = g.IntN(len(serveAcks)), g.IntN(len(serveLeaves)), g.IntN(2) == 0
 		mb.life = time.Duration(3000+g.IntN(4000)) * time.Millisecond
+		if mb.ack == serveAckNever && g.IntN(2) == 0 {
+			// A slow reader, past the drain deadline and the key's release
+			// after it: only its heartbeats' replies can tell it.
+			mb.slowRead = serveShardDrain + 3*m.r.cfg.TTL/2
+			mb.life = max(mb.life, 6*time.Second)
+		}
 		wg.Go(func() {
 			pause(ctx, time.Duration(i*700+g.IntN(500))*time.Millisecond)
 			if ctx.Err() == nil {
@@ -80,6 +87,9 @@ type serveMember struct {
 	leave int
 	grpc  bool
 	life  time.Duration
+	// slowRead, when set, is how long the stream's reader stops reading
+	// after each moved, its heartbeats going on.
+	slowRead time.Duration
 
 	svc    batonv1connect.BatonServiceClient
 	holdID string
@@ -247,6 +257,9 @@ func (mb *serveMember) run(ctx context.Context, rng *rand.Rand) {
 		defer close(streamDone)
 		for i := 0; i < 100000 && stream.Receive(); i++ {
 			mb.receive(stream.Msg(), rg)
+			if mb.slowRead > 0 && stream.Msg().GetMoved() != nil {
+				pause(sctx, mb.slowRead)
+			}
 		}
 		mb.finishAll(now(), "stream ended")
 	}()
@@ -274,7 +287,7 @@ func (mb *serveMember) run(ctx context.Context, rng *rand.Rand) {
 				for _, l := range resp.Msg.GetLost() {
 					t := now()
 					if key := mb.endShard(l.GetShard(), l.GetToken(), t, "lost (a heartbeat's reply): "+l.GetCause().String()); key != "" {
-						r.h.op(Op{Client: mb.who, Kind: "serve.shard.Lost." + l.GetCause().String(), Name: mb.shardName(l.GetShard()), Call: t, Return: t, Key: key, Token: l.GetToken()})
+						r.h.op(Op{Client: mb.who, Kind: "serve.shard.LostByHeartbeat." + l.GetCause().String(), Name: mb.shardName(l.GetShard()), Call: t, Return: t, Key: key, Token: l.GetToken()})
 					}
 				}
 				mb.extend(sent, resp.Msg.GetValidity().AsDuration())

@@ -57,6 +57,10 @@
 //	   lost (MOVED) for it nor out of the validity it was given
 //	   (cmd/baton/serve, Shards): the caller still counts the shard its
 //	   own when its key goes; the knows-first check's
+//	u  baton serve's heartbeat replies name no shard sent lost at its
+//	   drain deadline (cmd/baton/serve, Shards): a member that reads its
+//	   stream slowly, still heartbeating, counts the shard its own when
+//	   the next owner has it: the knows-first check's
 //	v  a slow path: a mutex's or an election's waiter that heard the
 //	   deletion that frees the lock ignores it for 6 s (internal/queue):
 //	   the free-lock check's, on a loaded machine too
@@ -79,4 +83,4 @@ package planted
 const Env = "BATON_PLANTED_BUG"
 
 // Names are the bugs On knows, a letter each.
-const Names = "abcdefghijklmnopqstvwxyz"
+const Names = "abcdefghijklmnopqstuvwxyz"
