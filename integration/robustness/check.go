@@ -63,6 +63,7 @@ func check(h *History, cfg Config) *Report {
 	checkDrained(h, rep)
 	checkOwned(h, rep)
 	checkFrozenFenced(h, rep)
+	checkRequestDelivered(h, rep)
 	checkSharedKeys(h, rep)
 	checkDistinctTokens(h, rep)
 	checkGivenUp(h, cfg, rep)

@@ -953,3 +953,20 @@ func TestFreeLockWaitsForAMarkerPutAfterTheGrant(t *testing.T) {
 	h.Seen = []Observed{{Rev: 2, At: sec(0.1)}, {Rev: 3, At: sec(0.2)}, {Rev: 5, At: sec(1)}, {Rev: 8, At: sec(3)}}
 	wantViolation(t, check(h, Config{TTL: 3 * time.Second}), "free-lock", "first in line on a free lock")
 }
+
+// An operator's request that never reached a serve caller still holding
+// is a violation, unless a fault was in progress during the wait; one
+// that reached it is judged.
+func TestRequestDeliveredJudgesTheWait(t *testing.T) {
+	wait := func(kind string, faults ...Fault) *History {
+		return &History{Events: []history.Event{put(2, "/x", 2, "")}, Ops: []Op{{Client: "serve.c1", Kind: kind, Name: "m1", Call: ms(1000), Return: ms(11000), Token: 7}}, Faults: faults}
+	}
+	rep := run(wait(opReleaseRequested))
+	wantClean(t, rep)
+	if rep.Oracles["request-delivered"] != 1 {
+		t.Errorf("a delivered request judged %d times, want 1", rep.Oracles["request-delivered"])
+	}
+	wantViolation(t, run(wait(opReleaseRequested+".timeout")), "request-delivered", "did not reach the holder's stream (token 7)")
+	wantClean(t, run(wait(opReleaseRequested+".timeout", Fault{Kind: "serve-freeze", Start: ms(5000), End: ms(9000)})))
+	wantClean(t, run(wait(opReleaseRequested+".lost")))
+}

@@ -517,3 +517,63 @@ func checkDistinctTokens(h *History, rep *Report) {
 		}
 	}
 }
+
+// serveFaultNear reports whether, at some moment of [from, to], the
+// service's delivery could have been held up: a disturbance (a loaded
+// machine's too), a fault of the cluster's, one that hit the serve kind's
+// clients or process, or an operator's that names keys under prefixes.
+// Faults of other clients' connections alone do not count.
+func (h *History) serveFaultNear(from, to int64, prefixes []string) bool {
+	for _, d := range h.Disturbances {
+		if d.Start <= to && d.End >= from {
+			return true
+		}
+	}
+	for _, f := range h.Faults {
+		if len(f.Clients) > 0 && !slices.ContainsFunc(f.Clients, func(c string) bool { return strings.HasPrefix(c, TrafficServe) }) {
+			continue
+		}
+		if len(f.Keys) > 0 && !slices.ContainsFunc(f.Keys, func(k string) bool {
+			return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(k, p) })
+		}) {
+			continue
+		}
+		e := f.End
+		if e == 0 {
+			e = 1<<63 - 1
+		}
+		if f.Start <= to && e >= from {
+			return true
+		}
+	}
+	return false
+}
+
+// checkRequestDelivered checks that an operator's release request to a
+// serve caller that went on holding reached its stream within
+// serveAskWait, unless a fault or a disturbance was in progress during
+// the wait.
+func checkRequestDelivered(h *History, rep *Report) {
+	rep.Histories++
+	for _, o := range h.Ops {
+		switch o.Kind {
+		case opReleaseRequested:
+			rep.judged("request-delivered")
+		case opReleaseRequested + ".timeout":
+			var prefixes []string
+			for _, n := range h.Names {
+				if n.Prim == "mutex" && n.Name == o.Name {
+					prefixes = append(prefixes, n.Prefix)
+				}
+			}
+			if h.serveFaultNear(o.Call, o.Return, prefixes) {
+				rep.knows("request", "not delivered, a fault near")
+				continue
+			}
+			rep.judged("request-delivered")
+			rep.add("request-delivered", fmt.Sprintf("%s %s: an operator's release request (put at %s) did not reach the holder's stream (token %d) in %s, the hold going on, no fault near",
+				o.Client, o.Name, since(h.Start, o.Call), o.Token, serveAskWait), 0)
+			rep.Violations[len(rep.Violations)-1].At = time.Duration(o.Return - h.Start)
+		}
+	}
+}

@@ -328,7 +328,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // (Sets' too), w0 to w2 (the bursts' only), u0 and u1 (the give-up
 // kind's), h0 to h7 (held aside by candidates), ld0 (the lock-delay
 // kind's) (a lock-delay of 2 s on every contender), v0 and v1 and an
-// election ev0 (the unheard kind's), a Preferred election e2 (the
+// election ev0 (the unheard kind's), q0 (the serve kind's asked caller's),
+// a Preferred election e2 (the
 // preferred kind's), a semaphore of limit 2, a read/write lock rw0 and
 // rw1 (the twins kind's), and the shards of the shard kind's group g0 and
 // of the serve kind's sv0.
@@ -339,7 +340,7 @@ func describeNames(cli *clientv3.Client, ns string) ([]NameInfo, error) {
 			Work: workPrefix + prim + "/" + name})
 		return &out[len(out)-1]
 	}
-	for _, name := range []string{"m0", "m1", "m2", "m3", "m4", "ld0", "w0", "w1", "w2", "u0", "u1", "r0", "h0", "h1", "h2", "h3", "h4", "h5", "h6", "h7", "v0", "v1"} {
+	for _, name := range []string{"m0", "m1", "m2", "m3", "m4", "ld0", "w0", "w1", "w2", "u0", "u1", "r0", "h0", "h1", "h2", "h3", "h4", "h5", "h6", "h7", "v0", "v1", "q0"} {
 		m, err := mutex.New(cli, name, mutex.WithNamespace(ns))
 		if err != nil {
 			return nil, err

@@ -23,6 +23,7 @@ import (
 	"github.com/batonhq/baton/cmd/baton/gen/baton/v1/batonv1connect"
 	"github.com/batonhq/baton/fencing"
 	"github.com/batonhq/baton/internal/embedetcd/cluster"
+	"github.com/batonhq/baton/mutex"
 )
 
 // TrafficServe: callers that contend through a `baton serve` process
@@ -198,6 +199,15 @@ func (m *mech) serve(ctx context.Context, rng *rand.Rand) {
 			c.run(ctx, g)
 		})
 	}
+	{
+		// One caller a round holds q0, a name of its own, and is asked to
+		// let go by an operator before it releases.
+		g := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+		c := &serveCaller{m: m, who: fmt.Sprintf("%s.q-%d", m.client(), m.runs), id: 3000 + 8*(m.runs%1000) + 7,
+			t:   serveTarget{names: []NameInfo{m.r.name("mutex", "q0")}, kind: batonv1.LockKind_LOCK_KIND_MUTEX, op: "serve.mutex.Lock", rel: "serve.mutex.Release"},
+			end: serveRelease, ask: true, grpc: g.IntN(2) == 0, guard: guard}
+		wg.Go(func() { c.run(ctx, g) })
+	}
 	sg := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
 	wg.Go(func() { m.serveShards(ctx, sg) })
 	if m.runs%3 == 2 && m.r.quietFrom.Load() == 0 {
@@ -237,6 +247,7 @@ type serveCaller struct {
 	end   int
 	grpc  bool // gRPC over h2c; else Connect's JSON over HTTP/1.1
 	guard *fencing.EtcdGuard
+	ask   bool // an operator asks it to let go before it releases (askRelease)
 }
 
 // client is a Connect client of the server, of the caller's protocol, on
@@ -429,11 +440,18 @@ func (c *serveCaller) run(ctx context.Context, rng *rand.Rand) {
 		}
 	}
 	h.extend(start, held.GetValidity().AsDuration()) // arms the timer
-	// The stream: lost ends the hold.
+	// The stream: lost ends the hold; release_requested is sent on asked.
 	streamDone := make(chan struct{})
+	asked := make(chan struct{}, 1)
 	go func() {
 		defer close(streamDone)
 		for stream.Receive() {
+			if stream.Msg().GetReleaseRequested() != nil {
+				select {
+				case asked <- struct{}{}:
+				default:
+				}
+			}
 			if l := stream.Msg().GetLost(); l != nil {
 				h.finish(now(), "lost: "+l.GetCause().String()+": "+l.GetMessage())
 				t := now()
@@ -489,6 +507,9 @@ func (c *serveCaller) run(ctx context.Context, rng *rand.Rand) {
 	}
 	switch c.end {
 	case serveRelease:
+		if c.ask {
+			c.askRelease(ctx, members[0], keys[0], held.GetToken(), hctx, asked)
+		}
 		if hctx.Err() != nil {
 			return
 		}
@@ -530,6 +551,43 @@ func (c *serveCaller) run(ctx context.Context, rng *rand.Rand) {
 		}
 	}
 }
+
+// askRelease has an operator ask the holder of n to let go
+// (mutex.RequestRelease, as `baton unlock --request` does) and waits, up
+// to serveAskWait, for the request on the caller's stream (asked) or the
+// hold's end (hctx); the request-delivered check judges the wait.
+func (c *serveCaller) askRelease(ctx context.Context, n NameInfo, key string, token int64, hctx context.Context, asked <-chan struct{}) {
+	r := c.m.r
+	rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Second)
+	start := now()
+	err := mutex.RequestRelease(rctx, c.m.cli, n.Name, "robustness: let go", mutex.WithNamespace(r.cfg.Namespace), mutex.WithIdentity(c.who+".asker"))
+	rcancel()
+	r.h.op(Op{Client: c.who + ".asker", Kind: "serve.RequestRelease", Name: n.Name, Call: start, Return: now(), Err: errString(err)})
+	if err != nil {
+		return
+	}
+	kind := opReleaseRequested
+	t := time.NewTimer(serveAskWait)
+	defer t.Stop()
+	select {
+	case <-asked:
+	case <-hctx.Done():
+		kind += ".lost"
+	case <-t.C:
+		kind += ".timeout"
+	case <-ctx.Done():
+		kind += ".stopped"
+	}
+	r.h.op(Op{Client: c.who, Kind: kind, Name: n.Name, Call: start, Return: now(), Key: key, Token: token})
+}
+
+// A serve caller's wait for an operator's request on its stream: op
+// opReleaseRequested when it came, with ".timeout" when serveAskWait
+// passed first (".lost" and ".stopped": the hold or the run ended).
+const (
+	opReleaseRequested = "serve.ReleaseRequested"
+	serveAskWait       = 5 * time.Second
+)
 
 // write is a fenced write of the evidence of holding, with the hold's
 // token: one transaction guarded by every key, to each name's work key;

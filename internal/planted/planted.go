@@ -49,6 +49,11 @@
 //	   (a fifth of a TTL sooner) or the lease's, whichever is earlier
 //	   (cmd/baton/serve): a caller cut off from the server counts itself
 //	   holding after the server deleted its key; the knows-first check's
+//	r  baton serve's release requests: a hold that begins while its
+//	   namespace's request watch runs is not registered with it
+//	   (cmd/baton/serve, requestWatch), so an operator's request for it
+//	   is kept as unclaimed and never delivered: the request-delivered
+//	   check's
 //	s  the stuck reassignment: a member never names the shards whose fn
 //	   outlived the drain in its member key (shard), so the assignment
 //	   gives one back to it, which cannot take it: the owned check's
@@ -83,4 +88,4 @@ package planted
 const Env = "BATON_PLANTED_BUG"
 
 // Names are the bugs On knows, a letter each.
-const Names = "abcdefghijklmnopqstuvwxyz"
+const Names = "abcdefghijklmnopqrstuvwxyz"
