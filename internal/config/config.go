@@ -137,6 +137,14 @@ func Untraced() Option {
 	return sessionOpt("untraced", func(c *Config) string { c.Session.Untraced = true; return "" })
 }
 
+// KeysToDeadline keeps a lost lease's keys until its validity deadline:
+// its revoke waits for it. baton serve's sessions set it, whose remote
+// callers are given validity up to that deadline and may not hear of
+// the loss.
+func KeysToDeadline() Option {
+	return sessionOpt("keysToDeadline", func(c *Config) string { c.Session.KeysToDeadline = true; return "" })
+}
+
 // Clock sets the watchdog's clock (tests).
 func Clock(clock lease.Clock) Option {
 	return sessionOpt("WithClock", func(c *Config) string { c.Session.Clock = clock; return fmt.Sprintf("%v", clock) })

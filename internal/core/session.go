@@ -49,8 +49,8 @@ type Config struct {
 	Hooks            *Hooks
 	// TracerProvider records the spans of every primitive on the session
 	// (nil: the global provider); Untraced starts none at all.
-	TracerProvider trace.TracerProvider
-	Untraced       bool
+	TracerProvider           trace.TracerProvider
+	Untraced, KeysToDeadline bool // KeysToDeadline: lease.Config's
 }
 
 // Session is one etcd lease at a time (granted here, or a caller's etcd
@@ -112,7 +112,7 @@ func newSession(cli *clientv3.Client, cs *concurrency.Session, cfg Config) *Sess
 	if !cfg.Untraced {
 		s.tracer = telemetry.Tracer(cfg.TracerProvider)
 	}
-	s.lcfg = &lease.Config{Client: cli, Clock: cfg.Clock, Logger: cfg.Logger, Granted: cs == nil,
+	s.lcfg = &lease.Config{Client: cli, Clock: cfg.Clock, Logger: cfg.Logger, Granted: cs == nil, KeysToDeadline: cfg.KeysToDeadline,
 		OnRenewed: func() { call(s.cfg.Hooks.OnRenewed) }, OnFailure: s.renewalFailed}
 	if cs != nil {
 		s.lcfg.EtcdDone = cs.Done()

@@ -26,6 +26,10 @@ type Config struct {
 	Logger *zap.Logger
 	// Granted leases are revoked after a loss; a caller's is left to it.
 	Granted bool
+	// KeysToDeadline revokes a lost granted lease only once its validity
+	// deadline passed (or stop ended): a remote caller given validity up
+	// to it keeps its keys that long, whether it heard of the loss or not.
+	KeysToDeadline bool
 	// EtcdDone, a caller's etcd session's Done, ends the lease.
 	EtcdDone <-chan struct{}
 	// OnRenewed runs after each acknowledged renewal, OnFailure after each
@@ -141,7 +145,8 @@ func (l *Lease) extend(sent time.Time, ttl time.Duration) {
 // fit inside the validity deadline.
 // After a loss it revokes a granted lease for up to twice the TTL, or until
 // stop ends: a healed partition or a new etcd leader would otherwise keep
-// its keys in the queue.
+// its keys in the queue. With KeysToDeadline it waits for the lease's
+// deadline first.
 func (l *Lease) Watchdog(stop context.Context) {
 	interval, attempt := l.ttl/3, l.ttl/6
 	wait, failures := l.due(interval), 0
@@ -180,6 +185,20 @@ func (l *Lease) Watchdog(stop context.Context) {
 		l.onEnd(context.Cause(l.ctx)) // the lease may have ended in another goroutine
 	}
 	if l.cfg.Granted && !errors.Is(context.Cause(l.ctx), errs.ErrReleased) {
+		if l.cfg.KeysToDeadline {
+			l.mu.Lock()
+			d := l.deadline
+			l.mu.Unlock()
+			if wait := d.Sub(l.cfg.Clock.Now()); wait > 0 {
+				passed := make(chan struct{})
+				t := l.cfg.Clock.AfterFunc(wait, func() { close(passed) })
+				select {
+				case <-passed:
+				case <-stop.Done(): // closing: revoked at once, as without
+				}
+				t.Stop()
+			}
+		}
 		if err := l.Revoke(stop, 2*l.ttl); err != nil {
 			l.cfg.Logger.Warn("could not revoke a lost lease; it expires by itself", l.Hex(), zap.Error(err))
 		}

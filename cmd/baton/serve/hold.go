@@ -448,10 +448,17 @@ func (s *Server) end(ctx context.Context, h *hold, ev events, cause error) error
 	if !byCaller {
 		ev.lost(cause)
 	}
-	if errors.Is(cause, errCallerUnreachable) {
+	switch {
+	case errors.Is(cause, errCallerUnreachable):
 		// The caller may still believe it holds: its key outlives the
 		// validity it was given.
-		s.awaitValidity(h, h.validity())
+		s.awaitValidity(h, h.validity(), false)
+	case !byCaller && errors.Is(cause, mutex.ErrLost):
+		// Lost by the library (two renewals failed, the lease gone): a
+		// caller cut off meanwhile never hears lost, and counts on the
+		// validity it was given, which the lease's keys outlive
+		// (config.KeysToDeadline); so does this key.
+		s.awaitValidity(h, h.validity(), true)
 	}
 	if s.cfg.hooks != nil && s.cfg.hooks.beforeUnlock != nil {
 		s.cfg.hooks.beforeUnlock(h.id, cause)

@@ -113,19 +113,25 @@ func (h *hold) validity() time.Time {
 	return h.validUntil()
 }
 
-// awaitValidity waits, for a hold whose caller is unreachable, until the
-// validity the caller was last given (until, from validity: the caller
-// ends the hold there by its own clock, if it lives) and the drift margin
-// after it have run out, or the hold is lost anyway, or the caller's
-// Release says it does not hold, or the server shuts down. The hold is
-// already ended: no heartbeat extends it meanwhile.
-func (s *Server) awaitValidity(h *hold, until time.Time) {
+// awaitValidity waits, for a hold whose caller may not have heard of its
+// end, until the validity the caller was last given (until, from
+// validity: the caller ends the hold there by its own clock, if it lives)
+// and the drift margin after it have run out, or the caller's Release
+// says it does not hold, or the server shuts down; or, unless lost (the
+// library lost the hold: its lease's keys stay to the deadline), the
+// hold is lost anyway. The hold is already ended: no heartbeat extends
+// it meanwhile.
+func (s *Server) awaitValidity(h *hold, until time.Time, lost bool) {
 	until = until.Add(driftMargin(h.budget))
 	t := time.NewTimer(time.Until(until))
 	defer t.Stop()
+	var gone <-chan struct{}
+	if !lost {
+		gone = h.live().Context().Done()
+	}
 	select {
 	case <-t.C:
-	case <-h.live().Context().Done():
+	case <-gone:
 	case <-h.release:
 	case <-s.stopCtx.Done():
 	}

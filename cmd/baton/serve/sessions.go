@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
+	"github.com/batonhq/baton/internal/config"
 	"github.com/batonhq/baton/session"
 )
 
@@ -156,7 +157,9 @@ func (s *sessions) own(ttl time.Duration) (*session.Session, error) {
 }
 
 func (s *sessions) options(ttl time.Duration) []session.Option {
-	opts := []session.Option{session.WithTTL(ttl), session.WithMaxTTL(s.maxTTL), session.WithLogger(s.log)}
+	// KeysToDeadline: a lost lease's keys outlive the validity its holds'
+	// callers were given (hold.go, end).
+	opts := []session.Option{session.WithTTL(ttl), session.WithMaxTTL(s.maxTTL), session.WithLogger(s.log), config.KeysToDeadline()}
 	if s.reg != nil {
 		opts = append(opts, session.WithRegisterer(s.reg))
 	}
