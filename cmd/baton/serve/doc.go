@@ -30,10 +30,10 @@
 //     expire: at the heartbeat deadline, when the library's Context ends
 //     (an operator's delete, a revoke, failed renewals, the validity
 //     deadline), and at shutdown.
-//   - A hold the library lost (failed renewals) keeps its key until the
+//   - A hold the library lost to failed renewals keeps its key until the
 //     validity its caller was last given, and the drift margin, ran out:
-//     the lease's revoke waits for the lease's deadline
-//     (config.KeysToDeadline). Not at shutdown, which revokes at once.
+//     the lease is not revoked before its deadline (config.KeysToDeadline).
+//     Not at shutdown, which revokes at once, nor for a Shards member.
 //   - Every validity is measured from the arrival of the request it answers,
 //     so a caller that adds it to its send time gets a deadline before the
 //     server's, and ends a hold by its own clock while cut off.

@@ -16,6 +16,7 @@ import (
 	"github.com/batonhq/baton/cmd/baton/cmdutil"
 	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
 	"github.com/batonhq/baton/cmd/baton/keyspace"
+	"github.com/batonhq/baton/internal/errs"
 	"github.com/batonhq/baton/internal/planted"
 	"github.com/batonhq/baton/internal/request"
 	"github.com/batonhq/baton/mutex"
@@ -448,17 +449,12 @@ func (s *Server) end(ctx context.Context, h *hold, ev events, cause error) error
 	if !byCaller {
 		ev.lost(cause)
 	}
-	switch {
-	case errors.Is(cause, errCallerUnreachable):
-		// The caller may still believe it holds: its key outlives the
+	if errors.Is(cause, errCallerUnreachable) || !byCaller && errors.Is(cause, errs.ErrRenewalFailed) {
+		// The caller may still believe it holds (it does not read, or
+		// cannot hear lost after failed renewals: the lease's keys stay to
+		// its deadline, config.KeysToDeadline): its key outlives the
 		// validity it was given.
-		s.awaitValidity(h, h.validity(), false)
-	case !byCaller && errors.Is(cause, mutex.ErrLost):
-		// Lost by the library (two renewals failed, the lease gone): a
-		// caller cut off meanwhile never hears lost, and counts on the
-		// validity it was given, which the lease's keys outlive
-		// (config.KeysToDeadline); so does this key.
-		s.awaitValidity(h, h.validity(), true)
+		s.awaitValidity(h, h.validity())
 	}
 	if s.cfg.hooks != nil && s.cfg.hooks.beforeUnlock != nil {
 		s.cfg.hooks.beforeUnlock(h.id, cause)

@@ -2,6 +2,8 @@ package serve_test
 
 import (
 	"context"
+	"encoding/binary"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
 	"github.com/batonhq/baton/cmd/baton/internal/clitest"
 	"github.com/batonhq/baton/cmd/baton/serve"
+	"github.com/batonhq/baton/mutex"
 )
 
 // A hold lost by the library (its lease's renewals refused twice, etcd
@@ -25,26 +28,11 @@ import (
 // outlives that validity: nobody else can acquire while the caller may
 // still believe it holds.
 func TestALeaseLostUnderACutOffCallerKeepsItsKeyPastTheCallersValidity(t *testing.T) {
-	var refuse atomic.Bool
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: clitest.Srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithChainStreamInterceptor(
-			func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-				if method == "/etcdserverpb.Lease/LeaseKeepAlive" && refuse.Load() {
-					return nil, status.Error(codes.Unavailable, "test: renewal refused")
-				}
-				return streamer(ctx, desc, cc, method, opts...)
-			})},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
+	cli, refuse := renewalRefusingClient(t)
 	e := start(t, func(c *serve.Config) { c.Client = cli })
 	ctx := ctxT(t)
 	s := e.hold(ctx, &batonv1.HoldRequest{Names: []string{"renewals"}, Ttl: dur(3 * time.Second), Identity: "cut"})
 	h := s.held(t)
-	key := h.GetKeys()[0]
 	resp, err := e.client.Heartbeat(ctx, connect.NewRequest(&batonv1.HeartbeatRequest{HoldId: h.HoldId}))
 	if err != nil {
 		t.Fatal(err)
@@ -53,8 +41,54 @@ func TestALeaseLostUnderACutOffCallerKeepsItsKeyPastTheCallersValidity(t *testin
 	// heartbeat's send, which is before now.
 	valid := time.Now().Add(resp.Msg.GetValidity().AsDuration())
 	// From here the caller is cut off: no heartbeat, nothing read.
-	w := e.etcd.Watch(ctx, key)
+	w := e.etcd.Watch(ctx, h.GetKeys()[0])
 	refuse.Store(true)
+	keyOutlives(t, w, valid)
+}
+
+// A caller that stopped reading is sent a message it does not take (an
+// operator's release request), which ends its hold as unreachable, and
+// the lease under it is lost to refused renewals meanwhile: the key still
+// outlives the validity held gave it, the caller's only one.
+func TestALeaseLostWhileAnUnreachableCallersHoldEndsKeepsItsKey(t *testing.T) {
+	cli, refuse := renewalRefusingClient(t)
+	e := start(t, func(c *serve.Config) { c.Client = cli })
+	ctx := ctxT(t)
+	addr := strings.TrimPrefix(e.url, "http://")
+	c := dialH2(t, addr, 65535)
+	c.call(t, addr, "Hold", `{"names":["frozen"],"ttl":"3s","identity":"frozen"}`)
+	var held *batonv1.Held
+	for i := 0; held == nil; i++ {
+		if ms := c.holdMessages(t); len(ms) > 0 {
+			if held = ms[0].GetHeld(); held == nil {
+				t.Fatalf("first message %v", ms[0])
+			}
+			break
+		}
+		if i > 1000 {
+			t.Fatal("no held")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// From now on the caller takes nothing more (its stream's window goes
+	// below zero), and sends no heartbeat.
+	var st [6]byte
+	binary.BigEndian.PutUint16(st[:2], settingInitialWindowSize)
+	if err := c.frame(frameSettings, 0, 0, st[:]); err != nil {
+		t.Fatal(err)
+	}
+	w := e.etcd.Watch(ctx, held.GetKeys()[0])
+	if err := mutex.RequestRelease(ctx, e.etcd, "frozen", "review", mutex.WithNamespace(e.ns), mutex.WithIdentity("oncall")); err != nil {
+		t.Fatal(err)
+	}
+	refuse.Store(true)
+	keyOutlives(t, w, held.Deadline.AsTime())
+}
+
+// keyOutlives waits for w's key to be deleted, and fails if that came
+// before valid.
+func keyOutlives(t *testing.T, w clientv3.WatchChan, valid time.Time) {
+	t.Helper()
 	var gone time.Time
 	for wr := range w {
 		for _, ev := range wr.Events {
@@ -71,6 +105,27 @@ func TestALeaseLostUnderACutOffCallerKeepsItsKeyPastTheCallersValidity(t *testin
 	}
 	t.Logf("key deleted %v after the caller's validity ran out", gone.Sub(valid).Round(time.Millisecond))
 	if gone.Before(valid) {
-		t.Fatalf("the key went %v before the validity the cut-off caller was given ran out", valid.Sub(gone).Round(time.Millisecond))
+		t.Fatalf("the key went %v before the validity the caller was given ran out", valid.Sub(gone).Round(time.Millisecond))
 	}
+}
+
+// renewalRefusingClient is an etcd client whose lease renewals fail
+// (Unavailable) once refuse is set.
+func renewalRefusingClient(t *testing.T) (*clientv3.Client, *atomic.Bool) {
+	var refuse atomic.Bool
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: clitest.Srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainStreamInterceptor(
+			func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+				if method == "/etcdserverpb.Lease/LeaseKeepAlive" && refuse.Load() {
+					return nil, status.Error(codes.Unavailable, "test: renewal refused")
+				}
+				return streamer(ctx, desc, cc, method, opts...)
+			})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli, &refuse
 }

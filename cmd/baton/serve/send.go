@@ -117,21 +117,15 @@ func (h *hold) validity() time.Time {
 // end, until the validity the caller was last given (until, from
 // validity: the caller ends the hold there by its own clock, if it lives)
 // and the drift margin after it have run out, or the caller's Release
-// says it does not hold, or the server shuts down; or, unless lost (the
-// library lost the hold: its lease's keys stay to the deadline), the
-// hold is lost anyway. The hold is already ended: no heartbeat extends
-// it meanwhile.
-func (s *Server) awaitValidity(h *hold, until time.Time, lost bool) {
+// says it does not hold, or the server shuts down. Not for the lease's
+// loss: its keys may outlive it (config.KeysToDeadline). The hold is
+// already ended: no heartbeat extends it meanwhile.
+func (s *Server) awaitValidity(h *hold, until time.Time) {
 	until = until.Add(driftMargin(h.budget))
 	t := time.NewTimer(time.Until(until))
 	defer t.Stop()
-	var gone <-chan struct{}
-	if !lost {
-		gone = h.live().Context().Done()
-	}
 	select {
 	case <-t.C:
-	case <-gone:
 	case <-h.release:
 	case <-s.stopCtx.Done():
 	}

@@ -152,7 +152,7 @@ func (s *Server) Shards(ctx context.Context, req *connect.Request[batonv1.Shards
 		if errors.Is(cause, errCallerUnreachable) && !ran {
 			// The caller may still believe it owns its shards: the
 			// member leaves once the validity it was given ran out.
-			s.awaitValidity(h, until, false)
+			s.awaitValidity(h, until)
 		}
 		m.stop(cause)
 		if s.cfg.hooks != nil && s.cfg.hooks.beforeUnlock != nil {
