@@ -129,3 +129,23 @@ func renewalRefusingClient(t *testing.T) (*clientv3.Client, *atomic.Bool) {
 	t.Cleanup(func() { _ = cli.Close() })
 	return cli, &refuse
 }
+
+// A Shards member cut off while the lease under its shards is lost to
+// refused renewals: its shard's key outlives the validity its last
+// heartbeat's reply gave it.
+func TestALeaseLostUnderACutOffMemberKeepsItsShardKeys(t *testing.T) {
+	cli, refuse := renewalRefusingClient(t)
+	e := start(t, func(c *serve.Config) { c.Client = cli })
+	ctx := ctxT(t)
+	s := e.shards(ctx, &batonv1.ShardsRequest{Group: "renewals", Count: 1, Member: "cut", Ttl: dur(3 * time.Second)})
+	j := s.joined(t)
+	o := s.owned(t, 1)[0]
+	resp, err := e.client.Heartbeat(ctx, connect.NewRequest(&batonv1.HeartbeatRequest{HoldId: j.HoldId}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	valid := time.Now().Add(resp.Msg.GetValidity().AsDuration())
+	w := e.etcd.Watch(ctx, o.Key)
+	refuse.Store(true)
+	keyOutlives(t, w, valid)
+}

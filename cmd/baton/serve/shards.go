@@ -19,6 +19,7 @@ import (
 	"github.com/batonhq/baton/cmd/baton/cmdutil"
 	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
 	"github.com/batonhq/baton/cmd/baton/keyspace"
+	"github.com/batonhq/baton/internal/errs"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/planted"
 	"github.com/batonhq/baton/shard"
@@ -98,7 +99,7 @@ func (s *Server) Shards(ctx context.Context, req *connect.Request[batonv1.Shards
 	defer func() { _ = g.Close() }()
 
 	m := newMembership(stream, s.sender(ctx, sp.ttl), sp, s.recordShard)
-	m.hooks = s.cfg.hooks
+	m.hooks, m.stopped = s.cfg.hooks, s.stopCtx.Done()
 	defer m.stop(errStreamClosed)
 	runCtx, cancelRun := context.WithCancelCause(context.Background())
 	defer cancelRun(nil)
@@ -374,6 +375,8 @@ type membership struct {
 	budget time.Duration // how long a heartbeat keeps the membership
 	record func(ctx context.Context, ns, group string, sh *shard.Shard)
 	hooks  *hooks // the server's pause points (tests); nil
+	// stopped is closed when the server shuts down.
+	stopped <-chan struct{}
 	// validity is the hold's (hold.validity): set before joined is sent.
 	validity func() time.Time
 	ctx      context.Context // ends when the membership ends
@@ -500,6 +503,17 @@ func (m *membership) work(ctx context.Context, sh *shard.Shard) error {
 		m.drop(sh.ID())
 	default:
 		m.lost(sh, cause)
+		if errors.Is(cause, errs.ErrRenewalFailed) {
+			// The lease's keys stay to its deadline (config.KeysToDeadline),
+			// and the library deletes the shard's once this returns: not
+			// before the validity a member cut off meanwhile was given.
+			t := time.NewTimer(time.Until(m.given().Add(driftMargin(m.budget))))
+			select {
+			case <-t.C:
+			case <-m.stopped:
+			}
+			t.Stop()
+		}
 	}
 	return nil
 }
