@@ -281,12 +281,21 @@ func (h *History) etcdctlKey(value string, at int64) bool {
 // names its keys counts only for names under prefixes (none given: for
 // all).
 func (h *History) faultNear(from, to int64, prefixes ...string) bool {
+	return h.faultIn(from, to, prefixes, false, nil)
+}
+
+// faultIn is faultNear, counting load disturbances too when load, and
+// only the faults of clients that hit says count (nil: every one).
+func (h *History) faultIn(from, to int64, prefixes []string, load bool, hit func(clients []string) bool) bool {
 	for _, d := range h.Disturbances {
-		if !d.Load && d.Start <= to && d.End >= from {
+		if (load || !d.Load) && d.Start <= to && d.End >= from {
 			return true
 		}
 	}
 	for _, f := range h.Faults {
+		if hit != nil && !hit(f.Clients) {
+			continue
+		}
 		if len(f.Keys) > 0 && len(prefixes) > 0 && !slices.ContainsFunc(f.Keys, func(k string) bool {
 			return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(k, p) })
 		}) {

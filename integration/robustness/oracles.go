@@ -524,29 +524,9 @@ func checkDistinctTokens(h *History, rep *Report) {
 // clients or process, or an operator's that names keys under prefixes.
 // Faults of other clients' connections alone do not count.
 func (h *History) serveFaultNear(from, to int64, prefixes []string) bool {
-	for _, d := range h.Disturbances {
-		if d.Start <= to && d.End >= from {
-			return true
-		}
-	}
-	for _, f := range h.Faults {
-		if len(f.Clients) > 0 && !slices.ContainsFunc(f.Clients, func(c string) bool { return strings.HasPrefix(c, TrafficServe) }) {
-			continue
-		}
-		if len(f.Keys) > 0 && !slices.ContainsFunc(f.Keys, func(k string) bool {
-			return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(k, p) })
-		}) {
-			continue
-		}
-		e := f.End
-		if e == 0 {
-			e = 1<<63 - 1
-		}
-		if f.Start <= to && e >= from {
-			return true
-		}
-	}
-	return false
+	return h.faultIn(from, to, prefixes, true, func(clients []string) bool {
+		return len(clients) == 0 || slices.ContainsFunc(clients, func(c string) bool { return strings.HasPrefix(c, TrafficServe) })
+	})
 }
 
 // checkRequestDelivered checks that an operator's release request to a

@@ -20,6 +20,23 @@ import (
 	"github.com/batonhq/baton/mutex"
 )
 
+// awaitHeld waits, up to about 5 s, for the Hold stream c reads to bring
+// its first message, which must be held.
+func (c *rawH2) awaitHeld(t *testing.T) *batonv1.Held {
+	t.Helper()
+	for range 1000 {
+		if ms := c.holdMessages(t); len(ms) > 0 {
+			if ms[0].GetHeld() == nil {
+				t.Fatalf("first message %v", ms[0])
+			}
+			return ms[0].GetHeld()
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("no held")
+	return nil
+}
+
 // holdMessages parses the Connect (JSON) messages of a Hold stream read by c.
 func (c *rawH2) holdMessages(t *testing.T) []*batonv1.HoldResponse {
 	t.Helper()
@@ -68,20 +85,7 @@ func TestACutOffCallersKeyOutlivesItsValidityByTheDriftMargin(t *testing.T) {
 	addr := strings.TrimPrefix(e.url, "http://")
 	c := dialH2(t, addr, 65535)
 	c.call(t, addr, "Hold", `{"names":["cut"],"ttl":"10s","identity":"mute"}`)
-	var held *batonv1.Held
-	for i := 0; held == nil; i++ {
-		if ms := c.holdMessages(t); len(ms) > 0 {
-			held = ms[0].GetHeld()
-			if held == nil {
-				t.Fatalf("first message %v", ms[0])
-			}
-			break
-		}
-		if i > 1000 {
-			t.Fatal("no held")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	held := c.awaitHeld(t)
 	deadline := held.Deadline.AsTime()
 	// From now on the caller takes nothing more: its stream's window goes
 	// below zero (SETTINGS_INITIAL_WINDOW_SIZE 0 after held used some).

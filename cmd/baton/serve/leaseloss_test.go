@@ -57,19 +57,7 @@ func TestALeaseLostWhileAnUnreachableCallersHoldEndsKeepsItsKey(t *testing.T) {
 	addr := strings.TrimPrefix(e.url, "http://")
 	c := dialH2(t, addr, 65535)
 	c.call(t, addr, "Hold", `{"names":["frozen"],"ttl":"3s","identity":"frozen"}`)
-	var held *batonv1.Held
-	for i := 0; held == nil; i++ {
-		if ms := c.holdMessages(t); len(ms) > 0 {
-			if held = ms[0].GetHeld(); held == nil {
-				t.Fatalf("first message %v", ms[0])
-			}
-			break
-		}
-		if i > 1000 {
-			t.Fatal("no held")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	held := c.awaitHeld(t)
 	// From now on the caller takes nothing more (its stream's window goes
 	// below zero), and sends no heartbeat.
 	var st [6]byte
