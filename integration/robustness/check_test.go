@@ -343,7 +343,7 @@ func TestReportLastLine(t *testing.T) {
 	var b strings.Builder
 	rep.Print(&b)
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	want := "robustness: 2 operations, 3 faults (2 kinds), 11 histories checked, 1 violations, seed 42" // with the free-lock, granted, frozen-fenced, distinct-tokens, given-up and told-truly checks
+	want := "robustness: 2 operations, 3 faults (2 kinds), 12 histories checked, 1 violations, seed 42" // with the free-lock, granted, frozen-fenced, request-delivered, distinct-tokens, given-up and told-truly checks
 	if got := lines[len(lines)-1]; got != want {
 		t.Errorf("last line %q, want %q", got, want)
 	}
