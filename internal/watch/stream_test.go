@@ -201,10 +201,12 @@ func TestAHoldIsToldOfItsOwnKeyOnly(t *testing.T) {
 	r := newRig(t)
 	h := r.hold("a")
 	r.live()
+	r.covered() // else a's gap read may find it gone, before its watch tells
 	r.put("other")
 	r.del("other")
 	at := r.del("a")
 	etcdtest.Within(t, h.gone, 5*time.Second, "the held key's deletion")
+	r.delivered("a", 1) // its hook runs after Gone; another key's deletion, earlier, would be before it
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.deleted) != 1 || r.deleted[0] != r.prefix+"a" {
