@@ -151,8 +151,8 @@ func (t *Term) EndRequest() (EndRequest, bool) {
 func (t *Term) requested(r EndRequest) {
 	t.endOnce.Do(func() {
 		t.endReq.Store(&r)
+		telemetry.HoldFrom(t.hold.Context()).Preempted(r.By) // first: a span ended on the news would drop it
 		close(t.endCh)
-		telemetry.HoldFrom(t.hold.Context()).Preempted(r.By)
 	})
 }
 

@@ -76,10 +76,23 @@ func (u *upgrader) stop(i int) {
 	}
 }
 
-func (u *upgrader) leader() int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.led[len(u.led)-1]
+// terms waits until n terms began (a Run calls its fn only once its
+// campaign saw the term, after etcd's record of it), and returns them.
+func (u *upgrader) terms(n int) []int {
+	u.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		u.mu.Lock()
+		led := append([]int(nil), u.led...)
+		u.mu.Unlock()
+		if len(led) >= n {
+			return led
+		}
+		if time.Now().After(deadline) {
+			u.t.Fatalf("%d terms began (%v), want %d", len(led), led, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // A rolling upgrade v1 → v2 of 3 candidates under Preferred (the oldest
@@ -97,7 +110,7 @@ func TestRollingUpgradeChangesLeaderAtMostTwice(t *testing.T) {
 				u.start(i, "v1")
 				waitCandidates(t, probe, i+1)
 			}
-			first := u.leader()
+			first := u.terms(1)[0]
 			var seq []int
 			for i := range 3 {
 				if i != first {
@@ -117,6 +130,8 @@ func TestRollingUpgradeChangesLeaderAtMostTwice(t *testing.T) {
 				waitCandidates(t, probe, 3)
 			}
 			end := revNow(t, cli)
+			h := readLeaders(t, cli, probe.Prefix(), from)
+			u.terms(len(h.leaders))
 			u.mu.Lock()
 			led, bad, gaps := append([]int(nil), u.led...), u.bad, append([]time.Duration(nil), u.gaps...)
 			u.mu.Unlock()
@@ -126,7 +141,6 @@ func TestRollingUpgradeChangesLeaderAtMostTwice(t *testing.T) {
 			if len(bad) > 0 {
 				t.Fatalf("wrong version led: %v", bad)
 			}
-			h := readLeaders(t, cli, probe.Prefix(), from)
 			if len(h.violations) > 0 || len(h.gaps) > 0 {
 				t.Fatalf("etcd's history: two leaders %v; revisions without a leader %v", h.violations, h.gaps)
 			}
