@@ -31,26 +31,21 @@ const (
 	DefaultTTL    = 15 * time.Second
 	MinTTL        = 2 * time.Second // etcd's minimum lease TTL with default timing
 	DefaultMaxTTL = 5 * time.Minute
-
 	grantCap      = 10 * time.Second // bounds one lease grant
 	revokeTimeout = 2 * time.Second  // bounds Close's revoke and its wait for deletions
 )
 
 // Config is the session-wide configuration.
 type Config struct {
-	TTL, MaxTTL time.Duration
-	// Margin is subtracted from the validity deadline; zero picks TTL/5.
-	Margin           time.Duration
-	MaxHeld          int
-	Logger           *zap.Logger
-	Registerer       prometheus.Registerer
-	MetricLabelLimit int // bounds the Registerer's default labels (metrics.Label)
-	Clock            lease.Clock
-	Hooks            *Hooks
-	// TracerProvider records the spans of every primitive on the session
-	// (nil: the global provider); Untraced starts none at all.
-	TracerProvider           trace.TracerProvider
-	Untraced, KeysToDeadline bool // KeysToDeadline: lease.Config's
+	TTL, MaxTTL, Margin      time.Duration // Margin: taken off the validity deadline; zero picks TTL/5
+	MaxHeld                  int
+	Logger                   *zap.Logger
+	Registerer               prometheus.Registerer
+	MetricLabelLimit         int // bounds the Registerer's default labels (metrics.Label)
+	Clock                    lease.Clock
+	Hooks                    *Hooks
+	TracerProvider           trace.TracerProvider // every primitive's spans (nil: the global provider); Untraced: none
+	Untraced, KeysToDeadline bool                 // KeysToDeadline: lease.Config's
 }
 
 // Session is one etcd lease at a time (granted here, or a caller's etcd
@@ -202,13 +197,17 @@ func (s *Session) Done() <-chan struct{} {
 func (s *Session) LeaseID() clientv3.LeaseID {
 	if s.etcd != nil {
 		return s.etcd.Lease()
+	} else if l := s.Current(); l != nil {
+		return l.ID()
 	}
+	return clientv3.NoLease
+}
+
+// Current is the current lease, live or lost; nil before the first grant.
+func (s *Session) Current() *Lease {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cur == nil {
-		return clientv3.NoLease
-	}
-	return s.cur.ID()
+	return s.cur
 }
 
 // Close ends every hold before it revokes a granted lease (a caller's is

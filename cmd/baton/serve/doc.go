@@ -33,8 +33,9 @@
 //   - A hold the library lost to failed renewals keeps its key until the
 //     validity its caller was last given, and the drift margin, ran out:
 //     the lease is not revoked before its deadline (config.KeysToDeadline).
-//     So too a Shards member's shard keys. Not at shutdown, which revokes
-//     at once.
+//     A Shards member's shard keys go with its lease at that deadline, and
+//     every validity a member is given, owning a shard or not, is bounded
+//     by it. Not at shutdown, which revokes at once.
 //   - Every validity is measured from the arrival of the request it answers,
 //     so a caller that adds it to its send time gets a deadline before the
 //     server's, and ends a hold by its own clock while cut off.

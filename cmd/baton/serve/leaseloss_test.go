@@ -3,6 +3,7 @@ package serve_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/batonhq/baton/cmd/baton/internal/clitest"
 	"github.com/batonhq/baton/cmd/baton/serve"
 	"github.com/batonhq/baton/mutex"
+	"github.com/batonhq/baton/shard"
 )
 
 // A hold lost by the library (its lease's renewals refused twice, etcd
@@ -100,13 +102,24 @@ func keyOutlives(t *testing.T, w clientv3.WatchChan, valid time.Time) {
 // renewalRefusingClient is an etcd client whose lease renewals fail
 // (Unavailable) once refuse is set.
 func renewalRefusingClient(t *testing.T) (*clientv3.Client, *atomic.Bool) {
+	cli, refuse, _ := renewalTimingClient(t)
+	return cli, refuse
+}
+
+// renewalTimingClient is renewalRefusingClient's, and tells when its last
+// renewal not refused began (UnixNano; 0: none yet).
+func renewalTimingClient(t *testing.T) (*clientv3.Client, *atomic.Bool, *atomic.Int64) {
 	var refuse atomic.Bool
+	var last atomic.Int64
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: clitest.Srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 		DialOptions: []grpc.DialOption{grpc.WithChainStreamInterceptor(
 			func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-				if method == "/etcdserverpb.Lease/LeaseKeepAlive" && refuse.Load() {
-					return nil, status.Error(codes.Unavailable, "test: renewal refused")
+				if method == "/etcdserverpb.Lease/LeaseKeepAlive" {
+					if refuse.Load() {
+						return nil, status.Error(codes.Unavailable, "test: renewal refused")
+					}
+					last.Store(time.Now().UnixNano())
 				}
 				return streamer(ctx, desc, cc, method, opts...)
 			})},
@@ -115,7 +128,7 @@ func renewalRefusingClient(t *testing.T) (*clientv3.Client, *atomic.Bool) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cli.Close() })
-	return cli, &refuse
+	return cli, &refuse, &last
 }
 
 // A Shards member cut off while the lease under its shards is lost to
@@ -136,4 +149,72 @@ func TestALeaseLostUnderACutOffMemberKeepsItsShardKeys(t *testing.T) {
 	w := e.etcd.Watch(ctx, o.Key)
 	refuse.Store(true)
 	keyOutlives(t, w, valid)
+}
+
+// A member that owns no shard is given validity bounded by its lease's
+// deadline too: the next shard it takes has its key on that lease. Here
+// its renewals are refused from just before one is due (the lease's
+// deadline then two thirds of a TTL away) while it heartbeats, owning
+// nothing; the older member leaves, it takes the shard, and it is cut off:
+// the shard's key outlives every validity its replies gave it. (A reply
+// once gave a whole budget from the heartbeat, past the lease's deadline.)
+func TestAFreeMembersValidityIsBoundedByItsLease(t *testing.T) {
+	const ttl = 3 * time.Second
+	cli, refuse, renewed := renewalTimingClient(t)
+	e := start(t, func(c *serve.Config) { c.Client = cli })
+	ctx := ctxT(t)
+	// a: a library member on a client of its own, the older, owns the
+	// group's only shard until it leaves.
+	g, err := shard.New(e.etcd, "bounded", 1, shard.WithNamespace(e.ns), shard.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close() })
+	actx, leave := context.WithCancel(ctx)
+	owned, left := make(chan struct{}, 1), make(chan error, 1)
+	go func() {
+		left <- g.Run(actx, "a", func(ctx context.Context, _ *shard.Shard) error {
+			owned <- struct{}{}
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	select {
+	case <-owned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a never owned the shard")
+	}
+	b := e.shards(ctx, &batonv1.ShardsRequest{Group: "bounded", Count: 1, Member: "b", Ttl: dur(ttl)})
+	j := b.joined(t)
+	var latest time.Time
+	beat := func() {
+		sent := time.Now()
+		resp, err := e.client.Heartbeat(ctx, connect.NewRequest(&batonv1.HeartbeatRequest{HoldId: j.HoldId}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := sent.Add(resp.Msg.GetValidity().AsDuration()); v.After(latest) {
+			latest = v
+		}
+	}
+	// Renewals go every third of a TTL: refused from 0.9 of that after
+	// the last one, the next one's.
+	for first := renewed.Load(); renewed.Load() == first; time.Sleep(10 * time.Millisecond) {
+	}
+	for time.Since(time.Unix(0, renewed.Load())) < ttl*3/10 {
+		beat()
+		time.Sleep(50 * time.Millisecond)
+	}
+	refuse.Store(true)
+	for end := time.Now().Add(ttl / 6); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		beat()
+	}
+	leave()
+	if err := <-left; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("a's Run: %v", err)
+	}
+	o := b.owned(t, 1)[0]
+	// From here b is cut off: no heartbeat, nothing read.
+	w := e.etcd.Watch(ctx, o.Key, clientv3.WithRev(o.Token))
+	keyOutlives(t, w, latest)
 }

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/batonhq/baton/internal/config"
+	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/session"
 )
 
@@ -188,4 +189,12 @@ func (s *sessions) close() error {
 		errs = append(errs, ss.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// sessionOf is the library's session behind sess, for what only the
+// service needs of it (its current lease's deadline).
+func sessionOf(sess *session.Session) *core.Session {
+	var c config.Config
+	sess.Apply(&c)
+	return c.Shared
 }

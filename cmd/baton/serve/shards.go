@@ -19,6 +19,7 @@ import (
 	"github.com/batonhq/baton/cmd/baton/cmdutil"
 	batonv1 "github.com/batonhq/baton/cmd/baton/gen/baton/v1"
 	"github.com/batonhq/baton/cmd/baton/keyspace"
+	"github.com/batonhq/baton/internal/core"
 	"github.com/batonhq/baton/internal/errs"
 	"github.com/batonhq/baton/internal/keys"
 	"github.com/batonhq/baton/internal/planted"
@@ -99,7 +100,7 @@ func (s *Server) Shards(ctx context.Context, req *connect.Request[batonv1.Shards
 	defer func() { _ = g.Close() }()
 
 	m := newMembership(stream, s.sender(ctx, sp.ttl), sp, s.recordShard)
-	m.hooks, m.stopped = s.cfg.hooks, s.stopCtx.Done()
+	m.hooks, m.stopped, m.lease = s.cfg.hooks, s.stopCtx.Done(), sessionOf(sess).Current
 	defer m.stop(errStreamClosed)
 	runCtx, cancelRun := context.WithCancelCause(context.Background())
 	defer cancelRun(nil)
@@ -176,7 +177,7 @@ func (s *Server) Shards(ctx context.Context, req *connect.Request[batonv1.Shards
 			zap.String("cause", causeLabel(causeOf(cause))), zap.Error(runErr))
 		return nil
 	}
-	m.validity = h.validity // before join: a shard moves only once owned, after joined
+	m.validity, m.released = h.validity, h.release // before join: a shard moves only once owned, after joined
 	if err := m.join(&batonv1.Joined{HoldId: h.id, HeartbeatInterval: durationpb.New(heartbeatInterval(sp.ttl)),
 		Validity: durationpb.New(until.Sub(arrival))}); err != nil {
 		return end(err, false, nil)
@@ -375,8 +376,11 @@ type membership struct {
 	budget time.Duration // how long a heartbeat keeps the membership
 	record func(ctx context.Context, ns, group string, sh *shard.Shard)
 	hooks  *hooks // the server's pause points (tests); nil
-	// stopped is closed when the server shuts down.
-	stopped <-chan struct{}
+	// stopped is closed when the server shuts down; released when the
+	// caller's Release arrives.
+	stopped, released <-chan struct{}
+	// lease is the member's session's current lease (nil before a grant).
+	lease func() *core.Lease
 	// validity is the hold's (hold.validity): set before joined is sent.
 	validity func() time.Time
 	ctx      context.Context // ends when the membership ends
@@ -409,19 +413,23 @@ func newMembership(stream *connect.ServerStream[batonv1.ShardsResponse], snd sen
 	return m
 }
 
-// Deadline is the library's deadline of the shards' lease while the
-// member owns one; without a shard nothing is at stake and the heartbeats
-// alone keep the membership (and free records how far they may have
-// carried the caller's validity: see given).
+// Deadline is the library's deadline of the member's lease: its key and
+// its shards' go with it (one lease for all), a lost lease's not before
+// (config.KeysToDeadline). A validity given while the member owns no
+// shard is bounded by it too, since a shard taken next has its key on
+// that lease. Past a lost lease's deadline, before the next grant,
+// nothing is at stake: the heartbeats alone keep the membership, and the
+// next shard's key is on a lease granted after them (free records how
+// far they may have carried the caller's validity: see given).
 func (m *membership) Deadline() time.Time {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, o := range m.owned {
-		if !errors.Is(context.Cause(o.sh.Context()), shard.ErrLost) {
-			return o.sh.Deadline() // one lease for all
+	now := time.Now()
+	if l := m.lease(); l != nil {
+		if d := l.Deadline(); d.After(now) {
+			return d
 		}
 	}
-	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.free = now.Add(m.budget)
 	return now.Add(24 * time.Hour)
 }
@@ -505,11 +513,13 @@ func (m *membership) work(ctx context.Context, sh *shard.Shard) error {
 		m.lost(sh, cause)
 		if errors.Is(cause, errs.ErrRenewalFailed) {
 			// The lease's keys stay to its deadline (config.KeysToDeadline),
-			// and the library deletes the shard's once this returns: not
-			// before the validity a member cut off meanwhile was given.
-			t := time.NewTimer(time.Until(m.given().Add(driftMargin(m.budget))))
+			// which bounds every validity the caller was given, and the
+			// library deletes the shard's once this returns: not before,
+			// unless the caller's Release says it does not hold.
+			t := time.NewTimer(time.Until(sh.Deadline()))
 			select {
 			case <-t.C:
+			case <-m.released:
 			case <-m.stopped:
 			}
 			t.Stop()
