@@ -88,15 +88,15 @@ robustness:
 # turn (a build with the robustness_planted tag), a short run each with six
 # workers, which must report a violation; prints each run's last line and
 # the time into the run of its first violation, with the check that found it.
-# PLANTED (default b to z:
+# PLANTED (default b to z, and A:
 # bug a, a release without its CreateRevision guard, has no effect to find
 # while the session's key reservation keeps a key from being re-created
 # before its previous holder's release; see internal/planted),
 # ROBUSTNESS_PLANTED_DURATION each (default 120s); ROBUSTNESS_FLAGS are
 # passed on (e.g. "-burn 2": the runs on a machine loaded on purpose). The
-# baton CLI is built with the tag too: bugs q, r, t and u are in baton serve, and the
+# baton CLI is built with the tag too: bugs q, r, t, u and A are baton serve's, and the
 # CLI's processes (baton lock, baton serve) run the core with the bug on.
-PLANTED ?= b c d e f g h i j k l m n o p q r s t u v w x y z
+PLANTED ?= b c d e f g h i j k l m n o p q r s t u v w x y z A
 ROBUSTNESS_PLANTED_DURATION ?= 120s
 robustness-planted:
 	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \

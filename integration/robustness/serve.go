@@ -45,7 +45,8 @@ const TrafficServe = "serve"
 // serving plaintext on a loopback port.
 type serveProc struct {
 	cmd    *exec.Cmd
-	addr   string // host:port
+	part   *cluster.Partition // its etcd client's
+	addr   string             // host:port
 	exited chan struct{}
 	stderr strings.Builder
 }
@@ -58,7 +59,7 @@ func (m *mech) startServe(ctx context.Context) (*serveProc, error) {
 		return nil, err
 	}
 	m.r.addPart(m.client()+".server", part) // closed with the others'
-	p := &serveProc{exited: make(chan struct{})}
+	p := &serveProc{part: part, exited: make(chan struct{})}
 	p.cmd = exec.Command(m.r.cfg.Baton, "serve", "--listen", "127.0.0.1:0", "--endpoints", strings.Join(eps, ","),
 		"--namespace", m.r.cfg.Namespace, "--shutdown-timeout", "5s")
 	p.cmd.Env = os.Environ() // a planted bug's switch with it
@@ -164,7 +165,8 @@ var serveEnds = []string{"release", "drop", "silent", "cut-off"}
 // streams (serveShards); one round in three, while the fault loop
 // injects, the server is stopped (SIGSTOP) past the TTL and resumed: its
 // holders and members must count themselves lost by their validity
-// before the lease expires.
+// before the lease expires. Another round in three, its first caller is
+// cut off, and the server's etcd link with it (cutServeLink).
 func (m *mech) serve(ctx context.Context, rng *rand.Rand) {
 	if m.srv == nil {
 		start := now()
@@ -188,12 +190,19 @@ func (m *mech) serve(ctx context.Context, rng *rand.Rand) {
 		return
 	}
 	targets := m.serveTargets()
+	var cut chan struct{}
+	if m.runs%3 == 1 && m.r.quietFrom.Load() == 0 {
+		cut = make(chan struct{}, 1)
+	}
 	var wg sync.WaitGroup
 	k := 4 + rng.IntN(3)
 	for i := 0; i < k; i++ {
 		g := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
 		c := &serveCaller{m: m, who: fmt.Sprintf("%s.s%d-%d", m.client(), i, m.runs), id: 3000 + 8*(m.runs%1000) + i,
-			t: targets[g.IntN(len(targets))], end: g.IntN(len(serveEnds)), grpc: g.IntN(2) == 0, guard: guard}
+			t: targets[g.IntN(len(targets))], end: g.IntN(len(serveEnds)), grpc: g.IntN(2) == 0, guard: guard, cut: cut}
+		if cut != nil && i == 0 {
+			c.end, c.cutsLink = serveCutOff, true
+		}
 		wg.Go(func() {
 			pause(ctx, time.Duration(g.IntN(200))*time.Millisecond)
 			c.run(ctx, g)
@@ -238,6 +247,56 @@ func (m *mech) freezeServe(ctx context.Context, rng *rand.Rand) {
 	m.r.h.fault(f)
 }
 
+// cutServeLink blackholes the serve process's etcd link, with a caller
+// (of key) cut off from the server: the server's lease of key loses its
+// renewals while the caller counts on the validity it was given, and the
+// server must keep the lease's keys until that validity has run out
+// (internal/lease's KeysToDeadline, planted bug A). The link heals once
+// the lease has less than a third of its TTL left at etcd (the server
+// counts it lost from two thirds on), so that what the server does at the
+// loss reaches etcd before the lease's deadline; or once a caller of the
+// round was told of a loss to failed renewals (lost); or after a TTL.
+// Recorded as a blackhole fault of the server's client.
+func (m *mech) cutServeLink(ctx context.Context, key string, lost <-chan struct{}) {
+	p := m.srv
+	if p == nil {
+		return
+	}
+	gctx, cancel := context.WithTimeout(ctx, time.Second)
+	resp, err := m.cli.Get(gctx, key)
+	cancel()
+	if err != nil || len(resp.Kvs) == 0 {
+		return // gone already: nothing to cut under
+	}
+	lease := clientv3.LeaseID(resp.Kvs[0].Lease)
+	start := now()
+	p.part.Blackhole()
+	t := time.NewTimer(m.r.cfg.TTL)
+	defer t.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+wait:
+	for {
+		select {
+		case <-lost:
+			break wait
+		case <-t.C:
+			break wait
+		case <-ctx.Done():
+			break wait
+		case <-tick.C:
+		}
+		tctx, cancel := context.WithTimeout(ctx, time.Second)
+		ttl, err := m.cli.TimeToLive(tctx, lease)
+		cancel()
+		if err == nil && time.Duration(ttl.TTL)*time.Second*3 < m.r.cfg.TTL { // TTL: whole seconds left, rounded down
+			break
+		}
+	}
+	heal(p.part)
+	m.r.h.fault(Fault{Kind: FaultBlackhole, Detail: "baton serve's etcd link", Start: start, End: now(), Clients: []string{m.client() + ".server"}})
+}
+
 // serveCaller is one Hold stream's caller.
 type serveCaller struct {
 	m     *mech
@@ -248,6 +307,10 @@ type serveCaller struct {
 	grpc  bool // gRPC over h2c; else Connect's JSON over HTTP/1.1
 	guard *fencing.EtcdGuard
 	ask   bool // an operator asks it to let go before it releases (askRelease)
+	// cut, in a round that cuts the server's etcd link, is told of a
+	// loss to failed renewals; cutsLink: this cut-off caller cuts it.
+	cut      chan struct{}
+	cutsLink bool
 }
 
 // client is a Connect client of the server, of the caller's protocol, on
@@ -454,6 +517,12 @@ func (c *serveCaller) run(ctx context.Context, rng *rand.Rand) {
 			}
 			if l := stream.Msg().GetLost(); l != nil {
 				h.finish(now(), "lost: "+l.GetCause().String()+": "+l.GetMessage())
+				if l.GetCause() == batonv1.Cause_CAUSE_RENEWAL_FAILED && c.cut != nil {
+					select {
+					case c.cut <- struct{}{}:
+					default:
+					}
+				}
 				t := now()
 				r.h.op(Op{Client: c.who, Kind: "serve.Lost." + l.GetCause().String(), Name: name, Call: t, Return: t, Key: keys[0], Token: held.GetToken()})
 			}
@@ -535,6 +604,9 @@ func (c *serveCaller) run(ctx context.Context, rng *rand.Rand) {
 		<-beating
 		if part != nil {
 			part.Blackhole()
+		}
+		if c.cutsLink {
+			c.m.cutServeLink(ctx, keys[0], c.cut)
 		}
 		// Told by its validity (or, still reading, by lost), it writes
 		// once more after: fenced, refused.

@@ -185,7 +185,7 @@ func (l *Lease) Watchdog(stop context.Context) {
 		l.onEnd(context.Cause(l.ctx)) // the lease may have ended in another goroutine
 	}
 	if l.cfg.Granted && !errors.Is(context.Cause(l.ctx), errs.ErrReleased) {
-		if l.cfg.KeysToDeadline {
+		if l.cfg.KeysToDeadline && !planted.On("A") { // A: revoked at once
 			l.mu.Lock()
 			d := l.deadline
 			l.mu.Unlock()

@@ -82,10 +82,14 @@
 //	z  a retried release: a release whose first attempt applied unheard
 //	   finds its key gone and says it was not held (internal/core): the
 //	   told-truly check's
+//	A  a lost lease's keys: baton serve's sessions revoke a lease lost to
+//	   failed renewals at once, not at its deadline (internal/lease,
+//	   KeysToDeadline), so a caller cut off from the server counts itself
+//	   holding after its key went: the knows-first check's
 package planted
 
 // Env names the bug that On switches on, in a robustness_planted build.
 const Env = "BATON_PLANTED_BUG"
 
 // Names are the bugs On knows, a letter each.
-const Names = "abcdefghijklmnopqrstuvwxyz"
+const Names = "abcdefghijklmnopqrstuvwxyzA"
