@@ -232,9 +232,19 @@ func (p *proc) signal(s syscall.Signal) error {
 
 // resumeLate resumes a process that stopped itself for a freeze request
 // the test no longer waited for (it reports before it stops): once it is
-// stopped, within 5 s.
+// stopped, within 5 s of the end of a freeze the runner holds it in (a
+// stop from outside, which is the runner's to end: its SIGCONT, the stop
+// of its own that may follow it this one's). At most a minute.
 func (p *proc) resumeLate() {
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && p.alive(); time.Sleep(5 * time.Millisecond) {
+	end := time.Now().Add(time.Minute)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && time.Now().Before(end) && p.alive(); time.Sleep(5 * time.Millisecond) {
+		p.mu.Lock()
+		held := p.stopped
+		p.mu.Unlock()
+		if held {
+			deadline = time.Now().Add(5 * time.Second)
+			continue
+		}
 		if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid)); err == nil && stoppedStat(stat) {
 			_ = p.signal(syscall.SIGCONT)
 			return
