@@ -710,9 +710,9 @@ class Membership(Hold):
         return False
 
     def _beat_reply(self, r):
-        """A reply names the shards lost at their drain deadline: each one
-        still owned with that token ends before the reply's validity is
-        taken (a stream read late says so only later)."""
+        """A reply names the shards sent lost: each one still owned with
+        that token ends before the reply's validity is taken (a stream
+        read late says so only later)."""
         for f in r.get("lost", ()):
             s, token = int(f.get("shard", 0)), int(f.get("token", 0))
             prev = self._shards.get(s)

@@ -761,7 +761,7 @@ export class Membership extends Hold {
     }
   }
 
-  /** A reply names the shards lost at their drain deadline: each still owned with that token ends first. */
+  /** A reply names the shards sent lost: each still owned with that token ends first. */
   protected override beatReply(r: HeartbeatResponse): void {
     if (this.cause !== undefined) {
       return;

@@ -205,8 +205,14 @@ func TestAFreeMembersValidityIsBoundedByItsLease(t *testing.T) {
 		beat()
 		time.Sleep(50 * time.Millisecond)
 	}
+	member, err := e.etcd.Get(ctx, "/"+e.ns+"/v1/shard/bounded/m/b")
+	if err != nil || len(member.Kvs) != 1 {
+		t.Fatalf("b's member key: %v %v", member, err)
+	}
 	refuse.Store(true)
-	for end := time.Now().Add(ttl / 6); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+	// The loss comes a renewal attempt and two failed ones (a sixth of a
+	// TTL each) from here; b takes the shard well before.
+	for end := time.Now().Add(ttl / 15); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 		beat()
 	}
 	leave()
@@ -216,5 +222,35 @@ func TestAFreeMembersValidityIsBoundedByItsLease(t *testing.T) {
 	o := b.owned(t, 1)[0]
 	// From here b is cut off: no heartbeat, nothing read.
 	w := e.etcd.Watch(ctx, o.Key, clientv3.WithRev(o.Token))
+	if k, err := e.etcd.Get(ctx, o.Key); err != nil || len(k.Kvs) != 1 || k.Kvs[0].Lease != member.Kvs[0].Lease {
+		t.Fatalf("b took the shard on another lease than the one whose renewals were refused (%x): %v %v", member.Kvs[0].Lease, k, err)
+	}
 	keyOutlives(t, w, latest)
+}
+
+// A shard lost to failed renewals is named in every heartbeat's reply
+// from then on, as one sent lost at its drain deadline is: once a new
+// lease is granted, a reply's validity runs past the lost lease's
+// deadline, when the shard's key goes, and a member slow to read its
+// stream would count the shard its own after that.
+func TestAShardLostToFailedRenewalsIsNamedInHeartbeatReplies(t *testing.T) {
+	cli, refuse := renewalRefusingClient(t)
+	e := start(t, func(c *serve.Config) { c.Client = cli })
+	ctx := ctxT(t)
+	s := e.shards(ctx, &batonv1.ShardsRequest{Group: "named", Count: 1, Member: "m", Ttl: dur(3 * time.Second)})
+	j := s.joined(t)
+	o := s.owned(t, 1)[0]
+	e.beat(t, j.HoldId, 300*time.Millisecond)
+	refuse.Store(true)
+	if l := s.next(t).GetLost(); l == nil || l.Shard != o.Shard || l.Token != o.Token {
+		t.Fatalf("want lost for shard %d (token %d)", o.Shard, o.Token)
+	}
+	refuse.Store(false)
+	resp, err := e.client.Heartbeat(ctx, connect.NewRequest(&batonv1.HeartbeatRequest{HoldId: j.HoldId}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := resp.Msg.GetLost(); len(l) != 1 || l[0].Shard != o.Shard || l[0].Token != o.Token {
+		t.Fatalf("the heartbeat's reply names %v, want shard %d (token %d) lost", l, o.Shard, o.Token)
+	}
 }

@@ -393,8 +393,9 @@ type membership struct {
 	over    bool      // the end began: nothing more is sent of shards
 	sendErr error     // the first failed send's (sender.send's); nothing is sent after it
 	owned   map[int]*ownedShard
-	// toldLost are the shards sent lost at their drain deadline, until
-	// owned again: every heartbeat's reply names them.
+	// toldLost are the shards sent lost while owned (at their drain
+	// deadline, or lost by the library), until owned again: every
+	// heartbeat's reply names them.
 	toldLost map[int]*batonv1.ShardEnded
 }
 
@@ -658,8 +659,8 @@ func (m *membership) tellDrainTimedOut(sh *shard.Shard) int {
 	return drainTold
 }
 
-// toldLostShards are the shards sent lost at their drain deadline, for a
-// heartbeat's reply.
+// toldLostShards are the shards sent lost while owned, for a heartbeat's
+// reply.
 func (m *membership) toldLostShards() []*batonv1.ShardEnded {
 	if planted.On("u") {
 		return nil // planted bug u: the replies name none
@@ -674,7 +675,10 @@ func (m *membership) toldLostShards() []*batonv1.ShardEnded {
 	return out
 }
 
-// lost sends lost for one shard, unless the end began (which sent it).
+// lost sends lost for one shard, unless the end began (which sent it),
+// and names it in every heartbeat's reply from then on: a reply's
+// validity, from a lease granted since, may run past the lost lease's
+// deadline, when its key goes.
 func (m *membership) lost(sh *shard.Shard, cause error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -682,7 +686,9 @@ func (m *membership) lost(sh *shard.Shard, cause error) {
 		return
 	}
 	delete(m.owned, sh.ID())
-	_ = m.send(shardLost(sh, cause))
+	msg := shardLost(sh, cause)
+	m.toldLost[sh.ID()] = msg.GetLost()
+	_ = m.send(msg)
 }
 
 func (m *membership) drop(id int) {

@@ -860,9 +860,10 @@ type HeartbeatResponse struct {
 	// Valid until this heartbeat's arrival plus this, on the server's clock:
 	// the caller adds it to the time it sent the heartbeat.
 	Validity *durationpb.Duration `protobuf:"bytes,1,opt,name=validity,proto3" json:"validity,omitempty"`
-	// A Shards membership's: the shards it was sent `lost` for at their
-	// drain deadline (cause MOVED), each with its token. The caller ends
-	// each one it still owns with that token before it takes this reply's
+	// A Shards membership's: the shards it was sent `lost` for while it
+	// owned them (at their drain deadline, cause MOVED, or lost by the
+	// server), each with its token, until owned again. The caller ends each
+	// one it still owns with that token before it takes this reply's
 	// validity: a caller slow to read its stream is told here too, since
 	// the server keeps such a shard only until the validity given when
 	// `lost` was sent has run out.

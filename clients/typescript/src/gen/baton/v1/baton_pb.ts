@@ -353,9 +353,10 @@ export type HeartbeatResponse = Message<"baton.v1.HeartbeatResponse"> & {
   validity?: Duration | undefined;
 
   /**
-   * A Shards membership's: the shards it was sent `lost` for at their
-   * drain deadline (cause MOVED), each with its token. The caller ends
-   * each one it still owns with that token before it takes this reply's
+   * A Shards membership's: the shards it was sent `lost` for while it
+   * owned them (at their drain deadline, cause MOVED, or lost by the
+   * server), each with its token, until owned again. The caller ends each
+   * one it still owns with that token before it takes this reply's
    * validity: a caller slow to read its stream is told here too, since
    * the server keeps such a shard only until the validity given when
    * `lost` was sent has run out.
