@@ -35,7 +35,9 @@
 //     the lease is not revoked before its deadline (config.KeysToDeadline).
 //     A Shards member's shard keys go with its lease at that deadline, and
 //     every validity a member is given, owning a shard or not, is bounded
-//     by it. Not at shutdown, which revokes at once.
+//     by its current lease's (a shard lost with an earlier one is named in
+//     every heartbeat's reply since). Not at shutdown, which revokes at
+//     once.
 //   - Every validity is measured from the arrival of the request it answers,
 //     so a caller that adds it to its send time gets a deadline before the
 //     server's, and ends a hold by its own clock while cut off.

@@ -514,9 +514,10 @@ func (m *membership) work(ctx context.Context, sh *shard.Shard) error {
 		m.lost(sh, cause)
 		if errors.Is(cause, errs.ErrRenewalFailed) {
 			// The lease's keys stay to its deadline (config.KeysToDeadline),
-			// which bounds every validity the caller was given, and the
-			// library deletes the shard's once this returns: not before,
-			// unless the caller's Release says it does not hold.
+			// which bounds every validity given while the shard was owned
+			// (a reply given since names it lost), and the library deletes
+			// the shard's once this returns: not before, unless the
+			// caller's Release says it does not hold.
 			t := time.NewTimer(time.Until(sh.Deadline()))
 			select {
 			case <-t.C:
