@@ -135,12 +135,8 @@ func renewalTimingClient(t *testing.T) (*clientv3.Client, *atomic.Bool, *atomic.
 // refused renewals: its shard's key outlives the validity its last
 // heartbeat's reply gave it.
 func TestALeaseLostUnderACutOffMemberKeepsItsShardKeys(t *testing.T) {
-	cli, refuse := renewalRefusingClient(t)
-	e := start(t, func(c *serve.Config) { c.Client = cli })
+	e, refuse, _, j, o := refusedMember(t, "renewals")
 	ctx := ctxT(t)
-	s := e.shards(ctx, &batonv1.ShardsRequest{Group: "renewals", Count: 1, Member: "cut", Ttl: dur(3 * time.Second)})
-	j := s.joined(t)
-	o := s.owned(t, 1)[0]
 	resp, err := e.client.Heartbeat(ctx, connect.NewRequest(&batonv1.HeartbeatRequest{HoldId: j.HoldId}))
 	if err != nil {
 		t.Fatal(err)
@@ -234,12 +230,8 @@ func TestAFreeMembersValidityIsBoundedByItsLease(t *testing.T) {
 // deadline, when the shard's key goes, and a member slow to read its
 // stream would count the shard its own after that.
 func TestAShardLostToFailedRenewalsIsNamedInHeartbeatReplies(t *testing.T) {
-	cli, refuse := renewalRefusingClient(t)
-	e := start(t, func(c *serve.Config) { c.Client = cli })
+	e, refuse, s, j, o := refusedMember(t, "named")
 	ctx := ctxT(t)
-	s := e.shards(ctx, &batonv1.ShardsRequest{Group: "named", Count: 1, Member: "m", Ttl: dur(3 * time.Second)})
-	j := s.joined(t)
-	o := s.owned(t, 1)[0]
 	e.beat(t, j.HoldId, 300*time.Millisecond)
 	refuse.Store(true)
 	if l := s.next(t).GetLost(); l == nil || l.Shard != o.Shard || l.Token != o.Token {
@@ -253,4 +245,15 @@ func TestAShardLostToFailedRenewalsIsNamedInHeartbeatReplies(t *testing.T) {
 	if l := resp.Msg.GetLost(); len(l) != 1 || l[0].Shard != o.Shard || l[0].Token != o.Token {
 		t.Fatalf("the heartbeat's reply names %v, want shard %d (token %d) lost", l, o.Shard, o.Token)
 	}
+}
+
+// refusedMember is a server whose lease renewals fail once refuse is set,
+// and the one member (TTL 3 s) of a group of one shard, which it owns.
+func refusedMember(t *testing.T, group string) (*env, *atomic.Bool, *shardsStream, *batonv1.Joined, *batonv1.ShardOwned) {
+	t.Helper()
+	cli, refuse := renewalRefusingClient(t)
+	e := start(t, func(c *serve.Config) { c.Client = cli })
+	s := e.shards(ctxT(t), &batonv1.ShardsRequest{Group: group, Count: 1, Member: "m", Ttl: dur(3 * time.Second)})
+	j := s.joined(t)
+	return e, refuse, s, j, s.owned(t, 1)[0]
 }
